@@ -1,0 +1,22 @@
+# The two commands of the README: `make demo` (quickstart) and `make test`.
+# Both set up a fresh machine first (scripts/setup.sh is idempotent).
+BUILD_DIR ?= build
+export BUILD_DIR
+
+.PHONY: all setup build demo test bench clean
+all: build
+
+setup build:
+	@bash scripts/setup.sh
+
+demo: build
+	@bash scripts/quickstart.sh
+
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j2 --timeout 900
+
+bench: build
+	@bash bench/run.sh
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,37 @@
+#pragma once
+// The data section of a run config (DESIGN.md, "Config keys"): which store to read
+// and how L_t-long training samples are cut from L_e-long windows (seed 004, 3.3).
+#include <cstdint>
+#include <string>
+
+#include "common/enum_names.h"
+
+namespace segtrain::data {
+
+enum class SamplerMethod { truncate, full, chunk, prefix, randompos, pose };
+inline constexpr EnumName<SamplerMethod> kSamplerMethods[] = {
+    {"truncate", SamplerMethod::truncate}, {"full", SamplerMethod::full},
+    {"chunk", SamplerMethod::chunk},       {"prefix", SamplerMethod::prefix},
+    {"randompos", SamplerMethod::randompos}, {"pose", SamplerMethod::pose}};
+
+// Label of input j: the next token of the constructed sequence (the paper's choice,
+// with a discontinuity at each segment boundary) or the true next document token.
+enum class TargetMode { sequence, document };
+inline constexpr EnumName<TargetMode> kTargetModes[] = {{"sequence", TargetMode::sequence},
+                                                        {"document", TargetMode::document}};
+
+struct SamplerConfig {
+  SamplerMethod method = SamplerMethod::truncate;
+  double alpha = 0.25;
+  TargetMode targets = TargetMode::sequence;
+};
+
+struct DataConfig {
+  std::string store;              // directory written by `segtrain prepare`
+  int64_t train_length = 256;     // L_t
+  int64_t extended_length = 1024; // L_e
+  SamplerConfig sampler;
+  int64_t prefetch = 4;           // batches prepared ahead on the loader thread
+};
+
+}  // namespace segtrain::data

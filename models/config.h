@@ -1,0 +1,73 @@
+#pragma once
+// Architecture and positional-extension hyperparameters of a TransformerLM. Also
+// what a checkpoint stores as model_config.json.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/enum_names.h"
+
+namespace segtrain::models {
+
+// Block layout and HF naming; each implies its position scheme.
+enum class Arch { gpt2, gpt_neox, bloom };
+inline constexpr EnumName<Arch> kArchs[] = {
+    {"gpt2", Arch::gpt2}, {"gpt_neox", Arch::gpt_neox}, {"bloom", Arch::bloom}};
+
+enum class PositionScheme { learned, rope, alibi };
+inline PositionScheme position_scheme(Arch arch) {
+  switch (arch) {
+    case Arch::gpt2: return PositionScheme::learned;
+    case Arch::gpt_neox: return PositionScheme::rope;
+    case Arch::bloom: return PositionScheme::alibi;
+  }
+  return PositionScheme::learned;
+}
+
+// How positions past the pretrained length are handled (seeds 000-004).
+//   interpolate : APE table interpolation, RoPE linear PI, ALiBi slope interpolation
+//   ntk, dynamic_ntk, yarn : RoPE only;  ntk_alibi : ALiBi only
+//   dynamic_interpolate    : ALiBi interpolation by actual sequence length (seed 000)
+enum class ExtensionMethod { none, interpolate, dynamic_interpolate, ntk, dynamic_ntk, yarn, ntk_alibi };
+inline constexpr EnumName<ExtensionMethod> kExtensionMethods[] = {
+    {"none", ExtensionMethod::none},
+    {"interpolate", ExtensionMethod::interpolate},
+    {"dynamic_interpolate", ExtensionMethod::dynamic_interpolate},
+    {"ntk", ExtensionMethod::ntk},
+    {"dynamic_ntk", ExtensionMethod::dynamic_ntk},
+    {"yarn", ExtensionMethod::yarn},
+    {"ntk_alibi", ExtensionMethod::ntk_alibi}};
+
+struct RopeConfig {
+  double theta = 10000.0;
+  double rotary_pct = 1.0;  // fraction of each head's dimensions that is rotated
+};
+
+struct YarnConfig {
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  std::optional<double> attention_factor;  // nullopt: 0.1*ln(factor)+1
+};
+
+struct ExtensionConfig {
+  ExtensionMethod method = ExtensionMethod::none;
+  std::optional<double> factor;            // nullopt ("auto"): L_e / L_t
+  std::optional<int64_t> original_length;  // nullopt ("auto"): the length the base was trained at
+  YarnConfig yarn;
+};
+
+struct ModelConfig {
+  Arch arch = Arch::gpt2;
+  std::optional<int64_t> vocab_size;     // nullopt ("auto"): from the token store
+  int64_t d_model = 128;
+  int64_t n_layers = 4;
+  int64_t n_heads = 4;
+  std::optional<int64_t> d_ff;           // nullopt ("auto"): 4 * d_model
+  std::optional<int64_t> max_positions;  // nullopt ("auto"): data.train_length
+  double layer_norm_eps = 1e-5;
+  RopeConfig rope;
+  ExtensionConfig extension;
+  bool activation_checkpointing = false;
+};
+
+}  // namespace segtrain::models

@@ -1,0 +1,177 @@
+// The `segtrain` binary as a user runs it: exit codes, help, version, and every
+// broken config under tests/configs/broken/ (each names the message it expects).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <regex>
+
+#include "test_util.h"
+
+namespace segtrain {
+namespace {
+
+using test::run;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+const std::string kBin = SEGTRAIN_BIN;
+const std::string kLaunch = SEGTRAIN_LAUNCH_BIN;
+const fs::path kSource = SEGTRAIN_SOURCE_DIR;
+
+TEST(Cli, VersionNamesLibTorchBuildTypeAndDevices) {
+  auto r = run(kBin, {"--version"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("^segtrain \\d+\\.\\d+\\.\\d+")));
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("LibTorch 2\\.\\d+")));
+  EXPECT_NE(r.out.find("build type "), std::string::npos);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("CUDA (yes|no)")));
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("NCCL (yes|no)")));
+}
+
+TEST(Cli, EverySubcommandHasHelp) {
+  const std::vector<std::vector<std::string>> commands = {
+      {"synth"}, {"prepare"}, {"sample"}, {"train"}, {"eval"}, {"export"}, {"inspect"},
+      {"inspect", "positions"}, {"inspect", "alibi-precision"}, {"experiment"}, {"config"},
+      {"config", "check"}, {"config", "reference"}};
+  for (auto args : commands) {
+    const std::string name = args.back();
+    args.push_back("--help");
+    auto r = run(kBin, args);
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << name;
+  }
+  auto r = run(kLaunch, {"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--nproc-per-node"), std::string::npos);
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  const std::vector<std::vector<std::string>> bad = {
+      {},                                      // no subcommand
+      {"fly"},                                 // unknown subcommand
+      {"synth"},                               // missing required --out
+      {"synth", "--out", "x", "--docs", "-3"}, // invalid number
+      {"eval", "--model", "m", "--data", "d", "--lengths", "256,abc", "--out", "o"},
+      {"config", "check"},                     // missing file
+      {"config", "check", "/nonexistent/config.yaml"},
+      {"inspect"},
+      {"inspect", "positions"},                // neither --model nor --config
+      {"inspect", "alibi-precision", "--heads", "4", "--head", "4"},
+  };
+  for (const auto& args : bad) {
+    auto r = run(kBin, args);
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined << "\n" << r.err;
+    EXPECT_FALSE(r.signaled) << joined;
+    EXPECT_FALSE(r.err.empty()) << joined;
+  }
+}
+
+// Commands whose owning issue has not landed must say so and exit 2.
+TEST(Cli, UnbuiltCommandsSaySoAndExitTwo) {
+  TempDir dir;
+  test::write_file(dir.path() / "c.yaml", "data: {store: x}\n");
+  const std::vector<std::vector<std::string>> unbuilt = {
+      {"synth", "--out", dir / "corpus"},
+      {"prepare", "--input", dir / "corpus", "--out", dir / "store"},
+      {"sample", dir / "c.yaml", "--out", dir / "s.jsonl"},
+      {"train", dir / "c.yaml"},
+      {"eval", "--model", dir / "m", "--data", dir / "d", "--lengths", "256", "--out", dir / "e.json"},
+      {"export", "--model", dir / "m", "--out", dir / "hf"},
+      {"inspect", "positions", "--config", dir / "c.yaml"},
+      {"inspect", "alibi-precision", "--heads", "8", "--length", "64"},
+      {"experiment", dir / "c.yaml"},
+  };
+  for (const auto& args : unbuilt) {
+    auto r = run(kBin, args);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("is not built yet"), std::string::npos) << args[0] << ": " << r.err;
+  }
+  auto r = run(kLaunch, {"--nproc-per-node", "2", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("not built yet"), std::string::npos);
+}
+
+TEST(Cli, ConfigCheckPrintsResolvedYamlThatRoundTrips) {
+  TempDir dir;
+  test::make_store_stub(dir.path() / "store");
+  test::write_file(dir.path() / "c.yaml", "data:\n  store: " + (dir / "store") +
+                                              "\n  sampler: {method: chunk, alpha: 0.25}\n"
+                                              "model:\n  extension: {method: interpolate}\n");
+  auto first = run(kBin, {"config", "check", dir / "c.yaml", "--set", "train.lr=2e-4"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.out.find("lr: 2e-04"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("method: chunk"), std::string::npos) << first.out;
+  test::write_file(dir.path() / "resolved.yaml", first.out);
+  auto second = run(kBin, {"config", "check", dir / "resolved.yaml"});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(first.out, second.out);
+}
+
+TEST(Cli, ConfigReferenceListsEveryKey) {
+  auto r = run(kBin, {"config", "reference"});
+  ASSERT_EQ(r.exit_code, 0);
+  for (const char* key : {"run.seed", "model.extension.method", "data.sampler.alpha", "train.budget.tokens",
+                          "eval.lengths", "distributed.timeout_s"})
+    EXPECT_NE(r.out.find(std::string("`") + key + "`"), std::string::npos) << key;
+}
+
+// --- broken configs ----------------------------------------------------------
+
+struct BrokenConfig {
+  std::string name;
+  std::string text;
+  std::string expect;
+  std::vector<std::string> args;
+};
+
+void PrintTo(const BrokenConfig& c, std::ostream* os) { *os << c.name; }
+
+std::vector<BrokenConfig> broken_configs() {
+  std::vector<BrokenConfig> out;
+  for (const auto& entry : fs::directory_iterator(kSource / "tests/configs/broken")) {
+    BrokenConfig c;
+    c.name = entry.path().stem().string();
+    c.text = test::read_file(entry.path());
+    std::istringstream lines(c.text);
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (line.rfind("# expect: ", 0) == 0) c.expect = line.substr(10);
+      if (line.rfind("# args: ", 0) == 0) {
+        std::istringstream words(line.substr(8));
+        for (std::string w; words >> w;) c.args.push_back(w);
+      }
+    }
+    if (c.text.empty()) c.expect = "the config is empty";
+    out.push_back(c);
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  return out;
+}
+
+class BrokenConfigTest : public ::testing::TestWithParam<BrokenConfig> {};
+
+TEST_P(BrokenConfigTest, ExitsTwoNamingTheProblem) {
+  const BrokenConfig& c = GetParam();
+  ASSERT_FALSE(c.expect.empty()) << c.name << " has no '# expect:' line";
+  TempDir dir;
+  test::make_store_stub(dir.path() / "store");
+  std::string text = std::regex_replace(c.text, std::regex("@STORE@"), dir / "store");
+  test::write_file(dir.path() / (c.name + ".yaml"), text);
+  std::vector<std::string> args = {"config", "check", dir / (c.name + ".yaml")};
+  args.insert(args.end(), c.args.begin(), c.args.end());
+  auto r = run(kBin, args, 30);
+  EXPECT_FALSE(r.signaled) << "crashed or hung";
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "printed a config despite the error:\n" << r.out;
+  EXPECT_NE(r.err.find(c.expect), std::string::npos) << "expected: " << c.expect << "\ngot: " << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, BrokenConfigTest, ::testing::ValuesIn(broken_configs()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(BrokenConfigFixtures, AtLeastTwentyDistinctCases) { EXPECT_GE(broken_configs().size(), 20u); }
+
+}  // namespace
+}  // namespace segtrain

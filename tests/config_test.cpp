@@ -1,0 +1,190 @@
+// Config parsing, overrides, emission and validation, through the library API.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "test_util.h"
+#include "trainer/config.h"
+
+namespace segtrain::trainer {
+namespace {
+
+using test::TempDir;
+using test::write_file;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override { test::make_store_stub(dir.path() / "store"); }
+  std::string store() const { return dir / "store"; }
+  std::string file(const std::string& name, const std::string& yaml) {
+    write_file(dir.path() / name, yaml);
+    return dir / name;
+  }
+  std::string minimal() { return file("minimal.yaml", "data:\n  store: " + store() + "\n"); }
+  TempDir dir;
+};
+
+TEST_F(ConfigTest, MinimalConfigTakesDocumentedDefaults) {
+  LoadedConfig loaded = load_config(minimal(), {});
+  Config expected;
+  expected.data.store = store();
+  EXPECT_EQ(to_yaml(loaded.config), to_yaml(expected));
+  EXPECT_EQ(loaded.config.data.train_length, 256);
+  EXPECT_EQ(loaded.config.data.extended_length, 1024);
+  EXPECT_EQ(loaded.config.data.sampler.method, data::SamplerMethod::truncate);
+  EXPECT_FALSE(loaded.config.model.spec.extension.factor.has_value());  // auto
+  EXPECT_TRUE(loaded.config.train.budget.compute_equivalent);
+}
+
+TEST_F(ConfigTest, EveryKeyIsEmittedAndDocumented) {
+  Config config;
+  const std::string yaml = to_yaml(config);
+  const std::string reference = reference_markdown();
+  auto keys = config_keys();
+  EXPECT_GT(keys.size(), 50u);
+  for (const auto& key : keys) {
+    EXPECT_NE(reference.find("| `" + key + "` |"), std::string::npos) << key;
+    auto leaf = key.substr(key.rfind('.') + 1);
+    EXPECT_NE(yaml.find(leaf + ":"), std::string::npos) << key;
+  }
+}
+
+TEST_F(ConfigTest, ResolvedYamlRoundTrips) {
+  auto path = file("full.yaml", "data:\n  store: " + store() +
+                                    "\n  train_length: 128\n  extended_length: 512\n"
+                                    "  sampler: {method: chunk, alpha: 0.125, targets: document}\n"
+                                    "model:\n  arch: gpt_neox\n  rope: {theta: 5000.5, rotary_pct: 0.25}\n"
+                                    "  extension: {method: yarn, factor: 4, yarn: {attention_factor: 1.1}}\n"
+                                    "train:\n  lr: 1.0e-4\n  betas: [0.8, 0.99]\n  no_decay: [bias]\n"
+                                    "  budget: {tokens: 1e6}\n"
+                                    "eval:\n  lengths: [128, 256]\n");
+  LoadedConfig first = load_config(path, {});
+  const std::string yaml1 = to_yaml(first.config);
+  LoadedConfig second = parse_config_text(yaml1, "resolved.yaml");
+  EXPECT_EQ(to_yaml(second.config), yaml1);
+  EXPECT_EQ(second.config.train.budget.tokens, 1000000);
+  EXPECT_FALSE(second.config.train.budget.compute_equivalent);
+  EXPECT_DOUBLE_EQ(second.config.model.spec.rope.theta, 5000.5);
+  EXPECT_DOUBLE_EQ(*second.config.model.spec.extension.factor, 4.0);
+  EXPECT_EQ(second.config.data.sampler.targets, data::TargetMode::document);
+  EXPECT_DOUBLE_EQ(second.config.train.betas[1], 0.99);
+}
+
+TEST_F(ConfigTest, OverridesApplyWithTypeChecks) {
+  LoadedConfig loaded = load_config(minimal(), {"train.lr=1e-4", "eval.lengths=[64,128]", "model.arch=bloom",
+                                                "model.extension.factor=auto", "run.log_all_ranks=true"});
+  EXPECT_DOUBLE_EQ(loaded.config.train.lr, 1e-4);
+  EXPECT_EQ(loaded.config.eval.lengths, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(loaded.config.model.spec.arch, models::Arch::bloom);
+  EXPECT_TRUE(loaded.config.run.log_all_ranks);
+  EXPECT_EQ(loaded.origins.at("train.lr"), "--set train.lr=1e-4");
+
+  auto msg = error_of([&] { load_config(minimal(), {"train.lr=fast"}); });
+  EXPECT_NE(msg.find("--set train.lr=fast: train.lr: expected a number > 0, got 'fast'"), std::string::npos) << msg;
+  msg = error_of([&] { load_config(minimal(), {"train.lrr=1"}); });
+  EXPECT_NE(msg.find("unknown key 'train.lrr'; did you mean 'train.lr'?"), std::string::npos) << msg;
+  msg = error_of([&] { load_config(minimal(), {"model.rope=1"}); });
+  EXPECT_NE(msg.find("is a section; set one of its keys: model.rope.theta"), std::string::npos) << msg;
+  msg = error_of([&] { load_config(minimal(), {"train.lr"}); });
+  EXPECT_NE(msg.find("expected key=value"), std::string::npos) << msg;
+  msg = error_of([&] { load_config(minimal(), {"train.micro_batch_size=2.5"}); });
+  EXPECT_NE(msg.find("expected an integer >= 1, got '2.5'"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, TokenBudgetAndComputeEquivalentAreAlternatives) {
+  LoadedConfig loaded = load_config(minimal(), {"train.budget.tokens=5000"});
+  EXPECT_EQ(loaded.config.train.budget.tokens, 5000);
+  EXPECT_FALSE(loaded.config.train.budget.compute_equivalent);
+  apply_override(loaded, "train.budget.compute_equivalent=true");
+  EXPECT_FALSE(loaded.config.train.budget.tokens.has_value());
+
+  auto both = file("both.yaml", "data: {store: " + store() + "}\ntrain:\n  budget: {tokens: 10, compute_equivalent: true}\n");
+  auto msg = error_of([&] { load_config(both, {}); });
+  EXPECT_NE(msg.find("give either tokens or compute_equivalent: true, not both"), std::string::npos) << msg;
+  msg = error_of([&] { load_config(minimal(), {"train.budget.compute_equivalent=false"}); });
+  EXPECT_NE(msg.find("give one budget"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, UnknownKeysSuggestTheNearestValidKey) {
+  auto path = file("typo.yaml", "data:\n  store: " + store() + "\nmodel:\n  d_modle: 64\n  lr: 0.1\nevl:\n  lengths: [1]\n");
+  auto msg = error_of([&] { load_config(path, {}); });
+  EXPECT_NE(msg.find(path + ":4:3: unknown key 'model.d_modle'; did you mean 'model.d_model'?"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path + ":5:3: unknown key 'model.lr'; did you mean 'train.lr'?"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path + ":6:1: unknown key 'evl'; did you mean 'eval'?"), std::string::npos) << msg;
+  msg = error_of([&] { load_config(file("far.yaml", "zzzzzzzzzzzz: 1\n"), {}); });
+  EXPECT_NE(msg.find("unknown key 'zzzzzzzzzzzz'"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("did you mean"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, TypeErrorsNameFileLineColumnAndExpectedType) {
+  auto path = file("types.yaml", "data:\n  store: " + store() + "\n  train_length: many\ntrain:\n  betas: [0.9]\n"
+                                     "  precision: fp16\n  tensorboard: maybe\n  lr: -1\n");
+  auto msg = error_of([&] { load_config(path, {}); });
+  EXPECT_NE(msg.find(path + ":3:17: data.train_length: expected an integer >= 1, got 'many'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path + ":5:10: train.betas: expected a list of 2 numbers in [0, 1), got a list"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train.precision: expected one of fp32|bf16, got 'fp16'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train.tensorboard: expected true or false, got 'maybe'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train.lr: expected a number > 0, got '-1'"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, SyntaxErrorsAndEmptyFiles) {
+  auto msg = error_of([&] { load_config(file("syntax.yaml", "data:\n  store: [unclosed\n"), {}); });
+  EXPECT_NE(msg.find("YAML syntax error"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("syntax.yaml:"), std::string::npos) << msg;
+  msg = error_of([&] { load_config(file("empty.yaml", ""), {}); });
+  EXPECT_NE(msg.find("the config is empty"), std::string::npos) << msg;
+  msg = error_of([&] { load_config(file("list.yaml", "- a\n- b\n"), {}); });
+  EXPECT_NE(msg.find("expected a mapping of sections"), std::string::npos) << msg;
+  msg = error_of([&] { load_config(dir / "missing.yaml", {}); });
+  EXPECT_NE(msg.find("cannot read config file"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, CrossFieldChecks) {
+  auto check = [&](const std::vector<std::string>& sets) { return error_of([&] { load_config(minimal(), sets); }); };
+  EXPECT_NE(check({"data.extended_length=128"}).find("is shorter than data.train_length"), std::string::npos);
+  EXPECT_NE(check({"data.sampler.method=chunk", "data.sampler.alpha=0.3"}).find("is not an integer"), std::string::npos);
+  EXPECT_NE(check({"data.sampler.method=chunk", "data.sampler.alpha=0.5", "data.train_length=3", "data.extended_length=12"})
+                .find("must be an integer >= 1"),
+            std::string::npos);
+  EXPECT_NE(check({"data.sampler.method=prefix", "data.extended_length=256"}).find("none exists"), std::string::npos);
+  EXPECT_NE(check({"model.d_model=100", "model.n_heads=3"}).find("not divisible by n_heads"), std::string::npos);
+  EXPECT_NE(check({"model.arch=gpt_neox", "model.rope.rotary_pct=0.3"}).find("even integer"), std::string::npos);
+  EXPECT_NE(check({"model.extension.method=yarn"}).find("needs arch gpt_neox"), std::string::npos);
+  EXPECT_NE(check({"model.extension.method=ntk_alibi"}).find("needs arch bloom"), std::string::npos);
+  EXPECT_NE(check({"data.sampler.method=chunk"}).find("set model.extension.method: interpolate"), std::string::npos);
+  EXPECT_NE(check({"train.min_lr=1"}).find("is above train.lr"), std::string::npos);
+  EXPECT_NE(check({"model.init=hf:/no/such/dir"}).find("does not exist"), std::string::npos);
+  EXPECT_NE(check({"model.init=pretrained"}).find("expected scratch, hf:DIR or checkpoint:DIR"), std::string::npos);
+  EXPECT_NE(check({"data.store=/no/such/store"}).find("data.store: '/no/such/store' does not exist"), std::string::npos);
+  EXPECT_NE(check({"eval.stride=512"}).find("longer than the evaluation length 256"), std::string::npos);
+
+  // Feasible combinations pass, including prefix at the smallest feasible L_e.
+  EXPECT_NO_THROW(load_config(minimal(), {"data.sampler.method=prefix", "data.train_length=8", "data.extended_length=10",
+                                          "model.extension.method=interpolate", "eval.lengths=[8]"}));
+  EXPECT_NO_THROW(load_config(minimal(), {"data.sampler.method=chunk", "data.sampler.alpha=0.125",
+                                          "model.extension.method=interpolate"}));
+}
+
+TEST_F(ConfigTest, AllProblemsAreReportedAtOnce) {
+  auto path = file("many.yaml", "data:\n  store: " + store() + "\nmodel:\n  n_layers: 0\n  d_model: x\ntrain:\n  lr: 0\n");
+  auto msg = error_of([&] { load_config(path, {}); });
+  EXPECT_NE(msg.find("model.n_layers"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.d_model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train.lr"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, DuplicateKeysAreRejected) {
+  auto msg = error_of([&] { load_config(file("dup.yaml", "data:\n  store: " + store() + "\ntrain:\n  lr: 1\n  lr: 2\n"), {}); });
+  EXPECT_NE(msg.find("duplicate key 'train.lr'"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace segtrain::trainer
