@@ -38,10 +38,11 @@ if [[ ! -x $VENV/bin/python ]]; then
 fi
 if [[ "$(cat "$VENV/.segtrain-stamp" 2>/dev/null)" != "$want" ]]; then
   say "installing torch==$TORCH_VERSION and test packages into .venv"
-  "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-  "$VENV/bin/pip" install -q "torch==$TORCH_VERSION"
+  pip() { "$VENV/bin/pip" "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
+  pip install -q --upgrade pip >/dev/null
+  pip install -q "torch==$TORCH_VERSION"
   # torch is pinned above; a later unpinned requirement must not replace it.
-  "$VENV/bin/pip" install -q -r scripts/requirements.txt "torch==$TORCH_VERSION"
+  pip install -q -r scripts/requirements.txt "torch==$TORCH_VERSION"
   echo "$want" >"$VENV/.segtrain-stamp"
 fi
 

@@ -1,0 +1,90 @@
+#include "common/atomic_write.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+namespace segtrain {
+namespace {
+
+std::atomic<int> g_counter{0};
+
+fs::path temp_sibling(const fs::path& final_path) {
+  return final_path.parent_path() / (final_path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                                     std::to_string(g_counter++));
+}
+
+[[noreturn]] void fail(const std::string& what, const fs::path& path) {
+  throw std::runtime_error(what + " '" + path.string() + "': " + std::strerror(errno));
+}
+
+}  // namespace
+
+void fsync_path(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open for fsync", path);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) fail("fsync failed for", path);
+}
+
+AtomicDir::AtomicDir(fs::path final_path) : final_(std::move(final_path)), temp_(temp_sibling(final_)) {
+  if (!final_.parent_path().empty()) fs::create_directories(final_.parent_path());
+  fs::create_directory(temp_);
+}
+
+AtomicDir::~AtomicDir() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(temp_, ec);
+}
+
+void AtomicDir::commit() {
+  for (const auto& entry : fs::recursive_directory_iterator(temp_))
+    if (entry.is_regular_file()) fsync_path(entry.path());
+  fsync_path(temp_);
+  const fs::path parent = final_.parent_path().empty() ? fs::path(".") : final_.parent_path();
+  if (fs::exists(final_)) {
+    // Swap in one step so the final path never goes missing, then drop the old one.
+    if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0)
+      fail("cannot replace", final_);
+    fsync_path(parent);
+    committed_ = true;
+    std::error_code ec;
+    fs::remove_all(temp_, ec);  // now holds the previous contents
+    return;
+  }
+  if (::rename(temp_.c_str(), final_.c_str()) != 0) fail("cannot rename into", final_);
+  fsync_path(parent);
+  committed_ = true;
+}
+
+void write_file_atomic(const fs::path& path, const std::string& content) {
+  const fs::path temp = temp_sibling(path);
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) fail("cannot write", temp);
+    out << content;
+    if (!out.flush()) fail("cannot write", temp);
+  }
+  fsync_path(temp);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    std::error_code ec;
+    fs::remove(temp, ec);
+    fail("cannot rename into", path);
+  }
+  fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+}
+
+bool is_incomplete_write(const fs::path& path) {
+  return path.filename().string().find(".tmp-") != std::string::npos;
+}
+
+}  // namespace segtrain

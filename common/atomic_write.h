@@ -1,0 +1,39 @@
+#pragma once
+// Crash-safe writes: a checkpoint directory (or file) is built beside its final
+// place, fsynced, and renamed in, so a reader sees all of it or none of it.
+#include <filesystem>
+#include <string>
+
+namespace segtrain {
+
+namespace fs = std::filesystem;
+
+class AtomicDir {
+ public:
+  // Creates an empty "<final>.tmp-<pid>-<n>" sibling to write into.
+  explicit AtomicDir(fs::path final_path);
+  ~AtomicDir();  // removes the temporary directory unless committed
+  AtomicDir(const AtomicDir&) = delete;
+  AtomicDir& operator=(const AtomicDir&) = delete;
+
+  const fs::path& path() const { return temp_; }
+  const fs::path& final_path() const { return final_; }
+  // fsyncs every file and the directory, then swaps it into place (an existing
+  // directory at the final path is replaced atomically and removed).
+  void commit();
+
+ private:
+  fs::path final_;
+  fs::path temp_;
+  bool committed_ = false;
+};
+
+// Whole-file replacement with the same guarantee.
+void write_file_atomic(const fs::path& path, const std::string& content);
+
+// True for the temporary siblings AtomicDir leaves behind if the process dies.
+bool is_incomplete_write(const fs::path& path);
+
+void fsync_path(const fs::path& path);
+
+}  // namespace segtrain
