@@ -1,0 +1,187 @@
+#include "data/corpus.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace segtrain::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string strip_gz(const std::string& name) { return ends_with(name, ".gz") ? name.substr(0, name.size() - 3) : name; }
+
+bool is_text_name(const std::string& name) {
+  const std::string base = strip_gz(name);
+  return ends_with(base, ".txt") || ends_with(base, ".md") || ends_with(base, ".rst");
+}
+bool is_jsonl_name(const std::string& name) {
+  const std::string base = strip_gz(name);
+  return ends_with(base, ".jsonl") || ends_with(base, ".json");
+}
+
+bool is_blank(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; });
+}
+
+void keep(std::string&& doc, std::vector<std::string>& out, CorpusStats& stats) {
+  if (!is_valid_utf8(doc)) {
+    ++stats.invalid_utf8;
+  } else if (is_blank(doc)) {
+    ++stats.empty;
+  } else {
+    stats.bytes += static_cast<int64_t>(doc.size());
+    ++stats.documents;
+    out.push_back(std::move(doc));
+  }
+}
+
+void read_jsonl(const std::string& path, const CorpusOptions& options, std::vector<std::string>& out, CorpusStats& stats) {
+  const std::string text = read_text_file(path);
+  std::istringstream lines(text);
+  std::string line;
+  int64_t number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    if (is_blank(line)) continue;
+    // nlohmann rejects invalid UTF-8 inside strings; such a line is a bad
+    // document, not a bad file.
+    if (!is_valid_utf8(line)) {
+      ++stats.invalid_utf8;
+      continue;
+    }
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      throw InputError(path + ":" + std::to_string(number) + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object() || !j.contains(options.text_field) || !j[options.text_field].is_string())
+      throw InputError(path + ":" + std::to_string(number) + ": expected a JSON object with a string field '" +
+                       options.text_field + "' (set it with --text-field)");
+    keep(j[options.text_field].get<std::string>(), out, stats);
+  }
+}
+
+void read_path(const fs::path& path, bool explicit_input, const CorpusOptions& options, std::vector<std::string>& out,
+               CorpusStats& stats) {
+  const std::string name = path.string();
+  if (is_jsonl_name(name)) {
+    ++stats.files;
+    read_jsonl(name, options, out, stats);
+  } else if (is_text_name(name)) {
+    ++stats.files;
+    keep(read_text_file(name), out, stats);
+  } else if (explicit_input) {
+    throw InputError(name + ": unsupported input (expected a directory, .txt/.md/.rst, .jsonl, optionally .gz, "
+                            "or a Megatron .bin/.idx pair)");
+  } else {
+    ++stats.skipped_files;
+  }
+}
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    // Fast path: 8 ASCII bytes at a time.
+    if (i + 8 <= n) {
+      uint64_t w;
+      std::memcpy(&w, s + i, 8);
+      if ((w & 0x8080808080808080ULL) == 0) {
+        i += 8;
+        continue;
+      }
+    }
+    const unsigned char c = s[i];
+    if (c < 0x80) { ++i; continue; }
+    int len;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+    else return false;
+    if (i + static_cast<size_t>(len) > n) return false;
+    for (int k = 1; k < len; ++k) {
+      if ((s[i + static_cast<size_t>(k)] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (s[i + static_cast<size_t>(k)] & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and values beyond U+10FFFF are invalid.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += static_cast<size_t>(len);
+  }
+  return true;
+}
+
+std::string read_text_file(const std::string& path) {
+  if (ends_with(path, ".gz")) {
+    gzFile gz = gzopen(path.c_str(), "rb");
+    if (!gz) throw InputError(path + ": cannot open");
+    std::string out;
+    char buffer[1 << 16];
+    int got;
+    while ((got = gzread(gz, buffer, sizeof buffer)) > 0) out.append(buffer, static_cast<size_t>(got));
+    int code = 0;
+    const char* message = gzerror(gz, &code);
+    const bool failed = got < 0 || (code != Z_OK && code != Z_STREAM_END);
+    const std::string reason = failed ? message : "";
+    gzclose(gz);
+    if (failed) throw InputError(path + ": corrupt gzip data (" + reason + ")");
+    return out;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::vector<std::string> read_corpus(const std::vector<std::string>& inputs, const CorpusOptions& options,
+                                     CorpusStats& stats) {
+  std::vector<std::string> docs;
+  for (const auto& input : inputs) {
+    const fs::path path(input);
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      std::vector<fs::path> files;
+      for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        if (it->is_regular_file(ec)) files.push_back(it->path());
+      if (ec) throw InputError(input + ": cannot list directory: " + ec.message());
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) read_path(f, false, options, docs, stats);
+    } else if (fs::exists(path, ec)) {
+      read_path(path, true, options, docs, stats);
+    } else {
+      throw InputError(input + ": no such file or directory");
+    }
+  }
+  return docs;
+}
+
+std::string describe(const CorpusStats& s) {
+  std::ostringstream out;
+  out << s.documents << " documents (" << s.bytes << " bytes) from " << s.files << " files; skipped " << s.empty
+      << " empty and " << s.invalid_utf8 << " invalid UTF-8 documents";
+  if (s.skipped_files) out << " and " << s.skipped_files << " files of other types";
+  return out.str();
+}
+
+}  // namespace segtrain::data

@@ -1,0 +1,187 @@
+#include "data/sampler.h"
+
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "data/rng.h"
+#include "data/token_store.h"
+#include "data/windows.h"
+
+namespace segtrain::data {
+
+int64_t sample_length(const DataConfig& c) {
+  return c.sampler.method == SamplerMethod::full ? c.extended_length : c.train_length;
+}
+
+double compute_equivalent_epochs(const DataConfig& c) {
+  if (c.sampler.method == SamplerMethod::full) return 1.0;
+  return static_cast<double>(c.extended_length) / static_cast<double>(c.train_length);
+}
+
+void sample_sorted_distinct(Rng& rng, int64_t n, int64_t k, int32_t* out) {
+  thread_local std::vector<uint64_t> bits;
+  const size_t words = static_cast<size_t>((n + 63) / 64);
+  bits.assign(words, 0);
+  auto test_and_set = [&](uint64_t v) {
+    uint64_t& w = bits[v >> 6];
+    const uint64_t m = uint64_t{1} << (v & 63);
+    const bool was = (w & m) != 0;
+    w |= m;
+    return was;
+  };
+  // Floyd: for j = n-k .. n-1 pick t in [0, j]; take t, or j if t is taken.
+  for (int64_t j = n - k; j < n; ++j) {
+    const uint64_t t = rng.below(static_cast<uint64_t>(j) + 1);
+    if (test_and_set(t)) test_and_set(static_cast<uint64_t>(j));
+  }
+  int64_t m = 0;
+  for (size_t w = 0; w < words; ++w)
+    for (uint64_t word = bits[w]; word; word &= word - 1)
+      out[m++] = static_cast<int32_t>(static_cast<int64_t>(w * 64) + __builtin_ctzll(word));
+}
+
+namespace {
+
+bool is_integer(double x) { return std::fabs(x - std::round(x)) < 1e-9; }
+
+}  // namespace
+
+Sampler::Sampler(const IndexedDataset& split, const Windows& windows, const DataConfig& c)
+    : split_(&split),
+      windows_(&windows),
+      method_(c.sampler.method),
+      targets_(c.sampler.targets),
+      lt_(c.train_length),
+      le_(c.extended_length),
+      length_(sample_length(c)) {
+  const std::string where = "data.train_length = " + std::to_string(lt_) + ", data.extended_length = " +
+                            std::to_string(le_);
+  if (lt_ < 1 || le_ < lt_) throw InputError(where + ": need 1 <= L_t <= L_e");
+  if (le_ > INT32_MAX) throw InputError("data.extended_length: must be below 2^31");
+  if (windows.length != le_)
+    throw InputError("windows were cut at " + std::to_string(windows.length) + " tokens, not L_e = " + std::to_string(le_));
+  const double alpha = c.sampler.alpha;
+  const double segment = alpha * static_cast<double>(lt_);
+  switch (method_) {
+    case SamplerMethod::chunk:
+      if (!(alpha > 0 && alpha <= 1) || !is_integer(1.0 / alpha) || !is_integer(segment) || std::round(segment) < 1)
+        throw InputError("data.sampler.alpha = " + std::to_string(alpha) +
+                         ": chunk needs an integer 1/alpha and an integer alpha * L_t >= 1 (" + where + ")");
+      segments_ = std::llround(1.0 / alpha);
+      segment_ = std::llround(segment);
+      if (segments_ * segment_ != lt_)
+        throw InputError("data.sampler.alpha: 1/alpha segments of alpha * L_t tokens must make L_t (" + where + ")");
+      break;
+    case SamplerMethod::prefix:
+      if (!(alpha > 0 && alpha < 1) || !is_integer(segment) || std::round(segment) < 1)
+        throw InputError("data.sampler.alpha = " + std::to_string(alpha) +
+                         ": prefix needs an integer alpha * L_t >= 1 (" + where + ")");
+      segment_ = std::llround(segment);
+      if ((lt_ - segment_) + 1 > le_ - segment_ - 1)
+        throw InputError("data.extended_length: prefix needs an integer i with (1-alpha)L_t < i < L_e - alpha*L_t (" +
+                         where + ")");
+      break;
+    default: break;
+  }
+}
+
+int64_t Sampler::window_doc(int64_t window) const { return (*windows_)[window].doc; }
+int64_t Sampler::window_start(int64_t window) const { return (*windows_)[window].start; }
+
+void Sampler::draw(int64_t window, uint64_t key, const SampleOut& out) const {
+  Rng rng(key);
+  const int64_t T = length_;
+  int32_t* off = out.offsets;
+  int32_t* pos = out.positions;
+  uint8_t* mask = out.loss_mask;
+  auto iota = [](int32_t* p, int64_t n, int64_t first) {
+    for (int64_t j = 0; j < n; ++j) p[j] = static_cast<int32_t>(first + j);
+  };
+  bool positions_are_offsets = true;
+  switch (method_) {
+    case SamplerMethod::truncate:
+    case SamplerMethod::full:
+      iota(off, T, 0);
+      break;
+    case SamplerMethod::chunk: {
+      // Placements of k runs of s tokens in L_e slots <-> k-subsets u of
+      // [0, L_e - k*s + k): run m starts at u_m - m + m*s. Uniform subsets give
+      // uniform placements.
+      const int64_t k = segments_, s = segment_;
+      sample_sorted_distinct(rng, le_ - k * s + k, k, off);  // starts parked in off[0..k)
+      for (int64_t m = k - 1; m >= 0; --m) {  // backwards: run m overwrites only starts >= m
+        const int64_t start = off[m] - m + m * s;
+        iota(off + m * s, s, start);
+      }
+      break;
+    }
+    case SamplerMethod::prefix: {
+      const int64_t s = segment_, p = lt_ - s;
+      const int64_t i = rng.between(p + 1, le_ - s - 1);
+      sample_sorted_distinct(rng, i, p, off);
+      iota(off + p, s, i);
+      break;
+    }
+    case SamplerMethod::randompos:
+    case SamplerMethod::pose: {
+      const int64_t c = rng.between(0, le_ - lt_);
+      iota(off, T, c);
+      positions_are_offsets = false;
+      if (method_ == SamplerMethod::randompos) {
+        sample_sorted_distinct(rng, le_, lt_, pos);
+      } else {
+        const int64_t split = lt_ > 1 ? rng.between(1, lt_ - 1) : 1;
+        const int64_t skip = rng.between(0, le_ - lt_);
+        for (int64_t j = 0; j < T; ++j) pos[j] = static_cast<int32_t>(j < split ? j : j + skip);
+      }
+      break;
+    }
+  }
+  if (positions_are_offsets) std::copy(off, off + T, pos);
+  if (method_ == SamplerMethod::prefix) {
+    const int64_t p = lt_ - segment_;
+    std::fill(mask, mask + p, uint8_t{0});
+    std::fill(mask + p, mask + T, uint8_t{1});
+  } else {
+    std::fill(mask, mask + T, uint8_t{1});
+  }
+  const Window& w = (*windows_)[window];
+  if (split_->dtype() == TokenDtype::uint16) gather(split_->data<uint16_t>(w.doc) + w.start, out);
+  else gather(split_->data<int32_t>(w.doc) + w.start, out);
+}
+
+// `doc` points at the window's first token; reads stay inside [0, L_e).
+template <class T>
+void Sampler::gather(const T* doc, const SampleOut& out) const {
+  const int64_t n = length_;
+  for (int64_t j = 0; j < n; ++j) out.tokens[j] = static_cast<int32_t>(doc[out.offsets[j]]);
+  if (targets_ == TargetMode::sequence) {
+    for (int64_t j = 0; j + 1 < n; ++j) out.targets[j] = out.tokens[j + 1];
+  } else {
+    for (int64_t j = 0; j + 1 < n; ++j) out.targets[j] = static_cast<int32_t>(doc[out.offsets[j] + 1]);
+  }
+  const int64_t after = int64_t{out.offsets[n - 1]} + 1;
+  if (after < le_) {
+    out.targets[n - 1] = static_cast<int32_t>(doc[after]);
+  } else {
+    out.targets[n - 1] = kNoTarget;
+    out.loss_mask[n - 1] = 0;
+  }
+}
+
+Sample Sampler::draw(int64_t window, uint64_t key) const {
+  Sample s;
+  const auto T = static_cast<size_t>(length_);
+  s.doc = window_doc(window);
+  s.window_start = window_start(window);
+  s.tokens.resize(T);
+  s.offsets.resize(T);
+  s.positions.resize(T);
+  s.targets.resize(T);
+  s.loss_mask.resize(T);
+  draw(window, key, {s.tokens.data(), s.offsets.data(), s.positions.data(), s.targets.data(), s.loss_mask.data()});
+  return s;
+}
+
+}  // namespace segtrain::data
