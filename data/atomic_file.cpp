@@ -1,6 +1,7 @@
 #include "data/atomic_file.h"
 
-#include <fcntl.h>
+#include "common/atomic_write.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -43,17 +44,7 @@ void AtomicFile::commit() {
   if (std::rename(temp_.c_str(), path_.c_str()) != 0) throw io_error("cannot rename onto", path_);
   // The rename itself is only durable once the directory entry is on disk.
   auto dir = std::filesystem::path(path_).parent_path();
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
-void write_file_atomically(const std::string& path, const std::string& content) {
-  AtomicFile file(path);
-  file.write(content.data(), content.size());
-  file.commit();
+  fsync_path(dir.empty() ? std::filesystem::path(".") : dir);
 }
 
 }  // namespace segtrain::data

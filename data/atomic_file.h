@@ -1,7 +1,8 @@
 #pragma once
-// Files that appear complete or not at all: written to a temporary sibling,
-// fsynced, then renamed over the target (DESIGN.md: atomic writes), so a crash
-// or a full disk never leaves a half-written store that looks valid.
+// A file written as a stream (a token store's .bin can be far larger than
+// memory) that appears complete or not at all: written to a temporary sibling,
+// fsynced, then renamed over the target. Whole small files (meta.json) use
+// common/atomic_write.h instead.
 #include <cstddef>
 #include <cstdio>
 #include <string>
@@ -23,7 +24,5 @@ class AtomicFile {
   std::string path_, temp_;
   std::FILE* file_ = nullptr;
 };
-
-void write_file_atomically(const std::string& path, const std::string& content);
 
 }  // namespace segtrain::data

@@ -12,7 +12,7 @@ namespace segtrain::data {
 
 namespace {
 
-constexpr const char* kDeterminers[] = {"the", "a", "every", "one", "that", "each"};
+constexpr const char* kDeterminers[] = {"the", "this", "every", "one", "that", "each"};
 constexpr const char* kAdjectives[] = {"old", "quiet", "bright", "small", "distant", "heavy", "green", "cold",
                                        "slow", "hidden", "broken", "warm", "narrow", "silver", "empty", "tall"};
 constexpr const char* kNouns[] = {"river", "tower", "garden", "machine", "letter", "window", "forest", "bridge",

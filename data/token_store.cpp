@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "common/atomic_write.h"
 #include "common/error.h"
 #include "data/atomic_file.h"
 #include "data/rng.h"
@@ -374,7 +375,7 @@ StoreMeta write_store(const std::string& dir, int64_t documents,
   meta.tokens = meta.train_tokens + meta.valid_tokens;
   meta.valid_fraction = valid_fraction;
   meta.seed = static_cast<int64_t>(seed);
-  write_file_atomically((fs::path(dir) / "meta.json").string(), meta_json(meta));
+  write_file_atomic(fs::path(dir) / "meta.json", meta_json(meta));
   return meta;
 }
 

@@ -73,14 +73,8 @@ TEST(Cli, UnbuiltCommandsSaySoAndExitTwo) {
   TempDir dir;
   test::write_file(dir.path() / "c.yaml", "data: {store: x}\n");
   const std::vector<std::vector<std::string>> unbuilt = {
-      {"synth", "--out", dir / "corpus"},
-      {"prepare", "--input", dir / "corpus", "--out", dir / "store"},
-      {"sample", dir / "c.yaml", "--out", dir / "s.jsonl"},
       {"train", dir / "c.yaml"},
       {"eval", "--model", dir / "m", "--data", dir / "d", "--lengths", "256", "--out", dir / "e.json"},
-      {"export", "--model", dir / "m", "--out", dir / "hf"},
-      {"inspect", "positions", "--config", dir / "c.yaml"},
-      {"inspect", "alibi-precision", "--heads", "8", "--length", "64"},
       {"experiment", dir / "c.yaml"},
   };
   for (const auto& args : unbuilt) {
@@ -172,6 +166,25 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, BrokenConfigTest, ::testing::ValuesIn(broken_
                          [](const auto& info) { return info.param.name; });
 
 TEST(BrokenConfigFixtures, AtLeastTwentyDistinctCases) { EXPECT_GE(broken_configs().size(), 20u); }
+
+}  // namespace
+}  // namespace segtrain
+
+namespace segtrain {
+namespace {
+
+TEST(Readme, ConfigReferenceMatchesTheSchema) {
+  const std::string readme = test::read_file(kSource / "README.md");
+  const auto begin = readme.find("<!-- config-reference:begin");
+  const auto end = readme.find("<!-- config-reference:end -->");
+  ASSERT_NE(begin, std::string::npos);
+  ASSERT_NE(end, std::string::npos);
+  const auto table_start = readme.find('\n', begin) + 1;
+  const std::string in_readme = readme.substr(table_start, end - table_start);
+  auto r = run(kBin, {"config", "reference"});
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(in_readme, r.out + "\n") << "README's config reference is stale: run scripts/update_readme_reference.sh";
+}
 
 }  // namespace
 }  // namespace segtrain

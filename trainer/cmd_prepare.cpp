@@ -1,8 +1,123 @@
+// `segtrain prepare`: text (or a Megatron dataset) -> sentencepiece -> token store.
+#include <algorithm>
+#include <filesystem>
+
+#include "common/atomic_write.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "data/corpus.h"
+#include "data/token_store.h"
+#include "data/tokenizer.h"
 #include "trainer/commands.h"
-#include "trainer/not_built.h"
 
 namespace segtrain::trainer {
 
-int cmd_prepare(const PrepareOptions&) { not_built("prepare", 3); }
+namespace {
+
+namespace fs = std::filesystem;
+
+// "x.bin", "x.idx" or the prefix "x" of a Megatron indexed dataset, else "".
+std::string megatron_prefix(const std::string& input) {
+  auto has = [](const std::string& p) { return fs::is_regular_file(p + ".idx") && fs::is_regular_file(p + ".bin"); };
+  for (const char* ext : {".bin", ".idx"}) {
+    const std::string e = ext;
+    if (input.size() > e.size() && input.compare(input.size() - e.size(), e.size(), e) == 0) {
+      const std::string prefix = input.substr(0, input.size() - e.size());
+      if (!has(prefix)) throw InputError(input + ": a Megatron dataset needs both " + prefix + ".bin and " + prefix + ".idx");
+      return prefix;
+    }
+  }
+  return !fs::exists(input) && has(input) ? input : "";
+}
+
+// Re-splits existing Megatron datasets by document into a store. Without
+// --tokenizer the vocabulary is --vocab-size and the EOS id is unknown (-1).
+int prepare_from_megatron(const PrepareOptions& o, const std::vector<std::string>& prefixes) {
+  data::StoreMeta meta;
+  meta.vocab_size = o.vocab_size;
+  meta.tokenizer = "megatron";
+  if (!o.tokenizer.empty()) {
+    auto tok = data::Tokenizer::load(o.tokenizer);
+    meta.vocab_size = tok.vocab_size();
+    meta.eos_id = tok.eos_id();
+    meta.tokenizer = "tokenizer.model";
+    fs::create_directories(o.out);
+    write_file_atomic(fs::path(o.out) / "tokenizer.model", tok.serialized());
+  }
+  std::vector<data::IndexedDataset> inputs;
+  std::vector<std::pair<size_t, int64_t>> docs;  // (input, document)
+  for (const auto& p : prefixes) {
+    inputs.push_back(data::IndexedDataset::open(p, meta.vocab_size));
+    for (int64_t d = 0; d < inputs.back().documents(); ++d) docs.emplace_back(inputs.size() - 1, d);
+    log::info("prepare: ", p, ".{bin,idx}: ", inputs.back().documents(), " documents, ", inputs.back().tokens(),
+              " tokens (", data::dtype_name(inputs.back().dtype()), ")");
+  }
+  std::vector<int32_t> scratch;
+  auto m = data::write_store(
+      o.out, static_cast<int64_t>(docs.size()),
+      [&](int64_t i) {
+        const auto [input, d] = docs[static_cast<size_t>(i)];
+        scratch = inputs[input].document(d);
+        return std::span<const int32_t>(scratch);
+      },
+      meta, o.valid_fraction, static_cast<uint64_t>(o.seed));
+  log::info("prepare: wrote ", o.out, ": ", m.train_documents, " train documents (", m.train_tokens, " tokens), ",
+            m.valid_documents, " valid documents (", m.valid_tokens, " tokens), vocabulary ", m.vocab_size);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_prepare(const PrepareOptions& o) {
+  std::vector<std::string> megatron, text;
+  for (const auto& input : o.inputs) {
+    auto prefix = megatron_prefix(input);
+    (prefix.empty() ? text : megatron).push_back(prefix.empty() ? input : prefix);
+  }
+  if (!megatron.empty() && !text.empty())
+    throw InputError("--input mixes Megatron datasets (" + megatron.front() + ") with text (" + text.front() +
+                     "); prepare them separately");
+  if (!megatron.empty()) return prepare_from_megatron(o, megatron);
+
+  data::CorpusStats stats;
+  auto docs = data::read_corpus(text, {o.text_field}, stats);
+  log::info("prepare: read ", data::describe(stats));
+  if (docs.empty()) throw InputError("no usable documents in --input (" + data::describe(stats) + ")");
+
+  auto tokenizer = [&] {
+    if (!o.tokenizer.empty()) return data::Tokenizer::load(o.tokenizer);
+    data::TokenizerTrainOptions t;
+    t.vocab_size = o.vocab_size;
+    t.model_type = o.model_type;
+    t.character_coverage = o.character_coverage;
+    t.sample_size = o.sample_size;
+    t.seed = static_cast<uint64_t>(o.seed);
+    t.threads = o.threads;
+    log::info("prepare: training a ", o.model_type, " sentencepiece model with ", o.vocab_size, " pieces");
+    return data::Tokenizer::train(docs, t);
+  }();
+  data::EncodeStats es;
+  auto encoded = data::encode_documents(tokenizer, docs, o.threads, es);
+  docs.clear();
+  docs.shrink_to_fit();
+  log::info("prepare: encoded ", es.documents, " documents, ", es.bytes, " bytes -> ", es.tokens, " tokens in ",
+            es.seconds, " s on ", es.threads, " threads (", es.mb_per_s(), " MB/s, ",
+            es.mb_per_s() / static_cast<double>(es.threads), " MB/s per thread)");
+
+  fs::create_directories(o.out);
+  write_file_atomic(fs::path(o.out) / "tokenizer.model", tokenizer.serialized());
+  data::StoreMeta meta;
+  meta.vocab_size = tokenizer.vocab_size();
+  meta.eos_id = tokenizer.eos_id();
+  meta.tokenizer = "tokenizer.model";
+  auto m = data::write_store(
+      o.out, static_cast<int64_t>(encoded.size()),
+      [&](int64_t i) { return std::span<const int32_t>(encoded[static_cast<size_t>(i)]); }, meta, o.valid_fraction,
+      static_cast<uint64_t>(o.seed));
+  log::info("prepare: wrote ", o.out, ": ", m.train_documents, " train documents (", m.train_tokens, " tokens), ",
+            m.valid_documents, " valid documents (", m.valid_tokens, " tokens), vocabulary ", m.vocab_size, ", ",
+            data::dtype_name(m.dtype));
+  return 0;
+}
 
 }  // namespace segtrain::trainer
