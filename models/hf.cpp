@@ -1,0 +1,355 @@
+#include "models/hf.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "models/positions.h"
+
+namespace segtrain::models {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct HfName {
+  std::string name;        // without the base-model prefix
+  bool prefixed = true;    // lives under "transformer." / "gpt_neox."
+  bool transpose = false;  // GPT-2 Conv1D stores [in, out]
+};
+
+const char* prefix_of(Arch arch) { return arch == Arch::gpt_neox ? "gpt_neox." : "transformer."; }
+
+HfName hf_name(Arch arch, const std::string& ours) {
+  static const std::regex block(R"(blocks\.(\d+)\.(\w+)\.(weight|bias))");
+  std::smatch m;
+  if (std::regex_match(ours, m, block)) {
+    const std::string i = m[1], sub = m[2], param = m[3];
+    const bool weight = param == "weight";
+    if (arch == Arch::gpt2) {
+      if (sub == "ln1") return {"h." + i + ".ln_1." + param};
+      if (sub == "ln2") return {"h." + i + ".ln_2." + param};
+      if (sub == "qkv") return {"h." + i + ".attn.c_attn." + param, true, weight};
+      if (sub == "proj") return {"h." + i + ".attn.c_proj." + param, true, weight};
+      if (sub == "fc") return {"h." + i + ".mlp.c_fc." + param, true, weight};
+      if (sub == "fc_out") return {"h." + i + ".mlp.c_proj." + param, true, weight};
+    } else {
+      const std::string layer = (arch == Arch::gpt_neox ? "layers." : "h.") + i + ".";
+      const std::string attn = arch == Arch::gpt_neox ? "attention." : "self_attention.";
+      if (sub == "ln1") return {layer + "input_layernorm." + param};
+      if (sub == "ln2") return {layer + "post_attention_layernorm." + param};
+      if (sub == "qkv") return {layer + attn + "query_key_value." + param};
+      if (sub == "proj") return {layer + attn + "dense." + param};
+      if (sub == "fc") return {layer + "mlp.dense_h_to_4h." + param};
+      if (sub == "fc_out") return {layer + "mlp.dense_4h_to_h." + param};
+    }
+  }
+  const auto dot = ours.find('.');
+  const std::string module = ours.substr(0, dot), param = ours.substr(dot + 1);
+  switch (arch) {
+    case Arch::gpt2:
+      if (module == "wte" || module == "wpe" || module == "ln_f") return {ours};
+      break;
+    case Arch::gpt_neox:
+      if (module == "wte") return {"embed_in." + param};
+      if (module == "ln_f") return {"final_layer_norm." + param};
+      if (module == "lm_head") return {"embed_out." + param, false};
+      break;
+    case Arch::bloom:
+      if (module == "wte") return {"word_embeddings." + param};
+      if (module == "emb_ln") return {"word_embeddings_layernorm." + param};
+      if (module == "ln_f") return {"ln_f." + param};
+      break;
+  }
+  throw std::logic_error("no HF name for parameter " + ours);
+}
+
+bool ignorable(const std::string& key) {
+  static const std::regex buffers(R"((.*\.)?(attn\.bias|attn\.masked_bias|attention\.bias|attention\.masked_bias|)"
+                                  R"(rotary_emb\.inv_freq|lm_head\.weight))");
+  return std::regex_match(key, buffers);
+}
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path.string() + ": cannot open");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw InputError(path.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+template <class T>
+T field(const json& j, const std::string& key, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) throw InputError(source + ": missing field \"" + key + "\"");
+  try {
+    return j[key].get<T>();
+  } catch (const json::exception&) {
+    throw InputError(source + ": field \"" + key + "\" has the wrong type (" + j[key].dump() + ")");
+  }
+}
+
+template <class T>
+T field_or(const json& j, const std::string& key, T fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  return field<T>(j, key, source);
+}
+
+void require(bool ok, const std::string& source, const std::string& what) {
+  if (!ok) throw InputError(source + ": " + what + " is not supported by segtrain's TransformerLM");
+}
+
+// What an HF "segtrain" field recorded, to restore methods transformers cannot express.
+void restore_extension(const json& cfg, ModelConfig& c, const std::string& source) {
+  if (!cfg.contains("segtrain") || !cfg["segtrain"].is_object()) return;
+  const auto& s = cfg["segtrain"];
+  if (s.value("transformers_reproduces", true) || !s.contains("extension")) return;
+  const auto& e = s["extension"];
+  auto method = enum_from_name(kExtensionMethods, field<std::string>(e, "method", source));
+  if (!method) throw InputError(source + ": unknown segtrain.extension.method " + e["method"].dump());
+  c.extension.method = *method;
+  if (e.contains("factor") && !e["factor"].is_null()) c.extension.factor = e["factor"].get<double>();
+  if (e.contains("original_length") && !e["original_length"].is_null())
+    c.extension.original_length = e["original_length"].get<int64_t>();
+}
+
+}  // namespace
+
+ModelConfig read_hf_config(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "config.json";
+  const std::string source = path.string();
+  const json cfg = read_json(path);
+  const auto type = field<std::string>(cfg, "model_type", source);
+  ModelConfig c;
+  if (type == "gpt2") {
+    c.arch = Arch::gpt2;
+    c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
+    c.d_model = field<int64_t>(cfg, "n_embd", source);
+    c.n_layers = field<int64_t>(cfg, "n_layer", source);
+    c.n_heads = field<int64_t>(cfg, "n_head", source);
+    c.d_ff = field_or<int64_t>(cfg, "n_inner", 4 * c.d_model, source);
+    c.max_positions = field<int64_t>(cfg, "n_positions", source);
+    c.layer_norm_eps = field_or<double>(cfg, "layer_norm_epsilon", 1e-5, source);
+    const auto act = field_or<std::string>(cfg, "activation_function", "gelu_new", source);
+    require(act == "gelu_new" || act == "gelu_pytorch_tanh", source, "activation_function \"" + act + "\"");
+    require(!field_or<bool>(cfg, "scale_attn_by_inverse_layer_idx", false, source), source,
+            "scale_attn_by_inverse_layer_idx");
+    require(field_or<bool>(cfg, "scale_attn_weights", true, source), source, "scale_attn_weights=false");
+    require(field_or<bool>(cfg, "tie_word_embeddings", true, source), source, "an untied gpt2 head");
+  } else if (type == "gpt_neox") {
+    c.arch = Arch::gpt_neox;
+    c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
+    c.d_model = field<int64_t>(cfg, "hidden_size", source);
+    c.n_layers = field<int64_t>(cfg, "num_hidden_layers", source);
+    c.n_heads = field<int64_t>(cfg, "num_attention_heads", source);
+    c.d_ff = field<int64_t>(cfg, "intermediate_size", source);
+    c.max_positions = field_or<int64_t>(cfg, "max_position_embeddings", 2048, source);
+    c.layer_norm_eps = field_or<double>(cfg, "layer_norm_eps", 1e-5, source);
+    const auto act = field_or<std::string>(cfg, "hidden_act", "gelu", source);
+    require(act == "gelu", source, "hidden_act \"" + act + "\"");
+    require(field_or<bool>(cfg, "use_parallel_residual", true, source), source, "use_parallel_residual=false");
+    require(!field_or<bool>(cfg, "tie_word_embeddings", false, source), source, "a tied gpt_neox head");
+    require(field_or<bool>(cfg, "attention_bias", true, source), source, "attention_bias=false");
+    // transformers 5 nests rope settings in rope_parameters; older files use
+    // rotary_pct / rotary_emb_base / rope_scaling.
+    json rope = json::object();
+    for (const char* key : {"rope_scaling", "rope_parameters"})
+      if (cfg.contains(key) && cfg[key].is_object())
+        for (const auto& [k, v] : cfg[key].items()) rope[k] = v;
+    c.rope.rotary_pct = field_or<double>(rope, "partial_rotary_factor",
+                                         field_or<double>(cfg, "rotary_pct", 0.25, source), source);
+    c.rope.theta = field_or<double>(rope, "rope_theta", field_or<double>(cfg, "rotary_emb_base",
+                                    field_or<double>(cfg, "rope_theta", 10000.0, source), source), source);
+    std::string rope_type = field_or<std::string>(rope, "rope_type", field_or<std::string>(rope, "type", "default",
+                                                  source), source);
+    if (rope_type == "linear") {
+      c.extension.method = ExtensionMethod::interpolate;
+      c.extension.factor = field<double>(rope, "factor", source + " rope_parameters");
+      c.extension.original_length = field_or<int64_t>(rope, "original_max_position_embeddings",
+          static_cast<int64_t>(std::llround(static_cast<double>(*c.max_positions) / *c.extension.factor)), source);
+    } else if (rope_type == "dynamic") {
+      c.extension.method = ExtensionMethod::dynamic_ntk;
+      c.extension.factor = field<double>(rope, "factor", source + " rope_parameters");
+      c.extension.original_length = *c.max_positions;  // transformers' threshold
+    } else if (rope_type == "yarn") {
+      c.extension.method = ExtensionMethod::yarn;
+      c.extension.original_length = field_or<int64_t>(rope, "original_max_position_embeddings", *c.max_positions,
+                                                      source);
+      c.extension.factor = field_or<double>(rope, "factor", static_cast<double>(*c.max_positions) /
+                                            static_cast<double>(*c.extension.original_length), source);
+      c.extension.yarn.beta_fast = field_or<double>(rope, "beta_fast", 32.0, source);
+      c.extension.yarn.beta_slow = field_or<double>(rope, "beta_slow", 1.0, source);
+      if (rope.contains("attention_factor") && !rope["attention_factor"].is_null())
+        c.extension.yarn.attention_factor = rope["attention_factor"].get<double>();
+      require(!rope.contains("mscale") || rope["mscale"].is_null(), source, "yarn mscale");
+      require(field_or<bool>(rope, "truncate", true, source), source, "yarn truncate=false");
+    } else {
+      require(rope_type == "default", source, "rope type \"" + rope_type + "\"");
+    }
+  } else if (type == "bloom") {
+    c.arch = Arch::bloom;
+    c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
+    c.d_model = cfg.contains("hidden_size") ? field<int64_t>(cfg, "hidden_size", source)
+                                            : field<int64_t>(cfg, "n_embed", source);
+    c.n_layers = cfg.contains("n_layer") ? field<int64_t>(cfg, "n_layer", source)
+                                         : field<int64_t>(cfg, "num_hidden_layers", source);
+    c.n_heads = cfg.contains("n_head") ? field<int64_t>(cfg, "n_head", source)
+                                       : field<int64_t>(cfg, "num_attention_heads", source);
+    c.d_ff = 4 * c.d_model;
+    c.layer_norm_eps = field_or<double>(cfg, "layer_norm_epsilon", 1e-5, source);
+    // BLOOM configs carry no trained length; BLOOM itself was trained at 2048.
+    int64_t trained = field_or<int64_t>(cfg, "seq_length", 2048, source);
+    if (cfg.contains("segtrain") && cfg["segtrain"].contains("max_positions"))
+      trained = cfg["segtrain"]["max_positions"].get<int64_t>();
+    c.max_positions = trained;
+    require(!field_or<bool>(cfg, "apply_residual_connection_post_layernorm", false, source), source,
+            "apply_residual_connection_post_layernorm=true");
+  } else {
+    throw InputError(source + ": model_type \"" + type + "\" is not supported (expected gpt2, gpt_neox or bloom)");
+  }
+  restore_extension(cfg, c, source);
+  check_model_config(c);
+  return c;
+}
+
+TensorMap read_hf_tensors(const std::string& dir, Arch arch) {
+  TensorMap raw = read_safetensors_dir(dir);
+  // Parameter names of a model of this arch, built from the layer indices found.
+  TensorMap out;
+  std::set<std::string> used;
+  const std::string prefix = prefix_of(arch);
+  auto take = [&](const std::string& ours) {
+    const HfName hf = hf_name(arch, ours);
+    for (const std::string& key : {hf.prefixed ? prefix + hf.name : hf.name, hf.name}) {
+      auto it = raw.find(key);
+      if (it == raw.end()) continue;
+      used.insert(key);
+      auto t = it->second.to(at::kFloat);
+      out[ours] = hf.transpose ? t.t().contiguous() : t;
+      return;
+    }
+  };
+  std::set<int64_t> layers;
+  static const std::regex layer_key(R"((?:.*\.)?(?:h|layers)\.(\d+)\..*)");
+  for (const auto& [key, t] : raw) {
+    std::smatch m;
+    if (std::regex_match(key, m, layer_key)) layers.insert(std::stoll(m[1]));
+  }
+  std::vector<std::string> names = {"wte.weight", "ln_f.weight", "ln_f.bias"};
+  if (arch == Arch::gpt2) names.push_back("wpe.weight");
+  if (arch == Arch::bloom) names.insert(names.end(), {"emb_ln.weight", "emb_ln.bias"});
+  if (arch == Arch::gpt_neox) names.push_back("lm_head.weight");
+  for (int64_t i : layers)
+    for (const char* sub : {"ln1", "ln2", "qkv", "proj", "fc", "fc_out"})
+      for (const char* param : {"weight", "bias"}) names.push_back("blocks." + std::to_string(i) + "." + sub + "." + param);
+  for (const auto& n : names) take(n);
+  for (const auto& [key, t] : raw)
+    if (!used.count(key) && !ignorable(key)) log::warn(dir, ": ignoring unexpected tensor ", key);
+  return out;
+}
+
+void export_hf(const TransformerLM& model, const std::string& dir) {
+  const ModelConfig& c = model->config();
+  const auto method = c.extension.method;
+  json cfg;
+  bool reproduces = true;
+  std::string note;
+  const int64_t vocab = vocab_size_of(c);
+  switch (c.arch) {
+    case Arch::gpt2:
+      cfg = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", vocab},
+             {"n_positions", model->wpe->weight.size(0)}, {"n_ctx", model->wpe->weight.size(0)},
+             {"n_embd", c.d_model}, {"n_layer", c.n_layers}, {"n_head", c.n_heads}, {"n_inner", d_ff_of(c)},
+             {"activation_function", "gelu_new"}, {"layer_norm_epsilon", c.layer_norm_eps},
+             {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}, {"tie_word_embeddings", true}};
+      if (method == ExtensionMethod::interpolate) note = "position table interpolated to n_positions rows (seed 004)";
+      break;
+    case Arch::gpt_neox: {
+      const int64_t lt = original_length_of(c);
+      const int64_t le = static_cast<int64_t>(std::llround(factor_of(c) * static_cast<double>(lt)));
+      json rope = {{"rope_type", "default"}, {"rope_theta", c.rope.theta}, {"partial_rotary_factor", c.rope.rotary_pct}};
+      int64_t max_positions = max_positions_of(c);
+      switch (method) {
+        case ExtensionMethod::none: break;
+        case ExtensionMethod::interpolate:
+          rope["rope_type"] = "linear", rope["factor"] = factor_of(c), max_positions = le;
+          break;
+        case ExtensionMethod::ntk: {
+          // Static NTK-aware scaling only changes the base, which default rope takes as is.
+          rope["rope_theta"] = rope_params(c, le).base, max_positions = le;
+          note = "ntk exported as default rope with rope_theta = theta * factor^(d/(d-2))";
+          break;
+        }
+        case ExtensionMethod::dynamic_ntk:
+          rope["rope_type"] = "dynamic", rope["factor"] = factor_of(c), max_positions = lt;
+          note = "transformers caches the grown base across calls; each call alone matches segtrain";
+          break;
+        case ExtensionMethod::yarn:
+          rope["rope_type"] = "yarn", rope["factor"] = factor_of(c), rope["original_max_position_embeddings"] = lt;
+          rope["beta_fast"] = c.extension.yarn.beta_fast, rope["beta_slow"] = c.extension.yarn.beta_slow;
+          if (c.extension.yarn.attention_factor) rope["attention_factor"] = *c.extension.yarn.attention_factor;
+          max_positions = le;
+          break;
+        default: break;
+      }
+      cfg = {{"architectures", {"GPTNeoXForCausalLM"}}, {"model_type", "gpt_neox"}, {"vocab_size", vocab},
+             {"hidden_size", c.d_model}, {"num_hidden_layers", c.n_layers}, {"num_attention_heads", c.n_heads},
+             {"intermediate_size", d_ff_of(c)}, {"hidden_act", "gelu"}, {"max_position_embeddings", max_positions},
+             {"layer_norm_eps", c.layer_norm_eps}, {"use_parallel_residual", true}, {"tie_word_embeddings", false},
+             {"attention_bias", true}, {"hidden_dropout", 0.0}, {"attention_dropout", 0.0},
+             {"rope_parameters", rope}, {"rotary_pct", c.rope.rotary_pct}, {"rotary_emb_base", rope["rope_theta"]}};
+      break;
+    }
+    case Arch::bloom:
+      if (d_ff_of(c) != 4 * c.d_model)
+        throw InputError("export: BLOOM's MLP width is fixed at 4 * hidden_size; model.d_ff is " +
+                         std::to_string(d_ff_of(c)));
+      cfg = {{"architectures", {"BloomForCausalLM"}}, {"model_type", "bloom"}, {"vocab_size", vocab},
+             {"hidden_size", c.d_model}, {"n_layer", c.n_layers}, {"n_head", c.n_heads},
+             {"layer_norm_epsilon", c.layer_norm_eps}, {"apply_residual_connection_post_layernorm", false},
+             {"hidden_dropout", 0.0}, {"attention_dropout", 0.0}, {"pretraining_tp", 1}, {"slow_but_exact", false},
+             {"tie_word_embeddings", true}, {"seq_length", max_positions_of(c)}};
+      if (method != ExtensionMethod::none) {
+        reproduces = false;
+        note = "transformers' BLOOM uses fixed ALiBi slopes and ignores position ids; load with segtrain to apply " +
+               std::string(enum_name(kExtensionMethods, method));
+      }
+      break;
+  }
+  json ext = {{"method", enum_name(kExtensionMethods, method)},
+              {"factor", method == ExtensionMethod::none ? json(nullptr) : json(factor_of(c))},
+              {"original_length", original_length_of(c)}};
+  if (method == ExtensionMethod::yarn)
+    ext["yarn"] = {{"beta_fast", c.extension.yarn.beta_fast}, {"beta_slow", c.extension.yarn.beta_slow}};
+  cfg["segtrain"] = {{"arch", enum_name(kArchs, c.arch)}, {"max_positions", max_positions_of(c)},
+                     {"extension", ext}, {"transformers_reproduces", reproduces}};
+  if (!note.empty()) cfg["segtrain"]["note"] = note;
+  cfg["torch_dtype"] = "float32";
+
+  TensorMap tensors;
+  const std::string prefix = prefix_of(c.arch);
+  for (const auto& [ours, t] : model->tensors()) {
+    const HfName hf = hf_name(c.arch, ours);
+    auto value = t.to(at::kCPU);
+    tensors[(hf.prefixed ? prefix : "") + hf.name] = hf.transpose ? value.t().contiguous() : value;
+  }
+  fs::create_directories(dir);
+  write_safetensors_dir(dir, tensors);
+  const fs::path path = fs::path(dir) / "config.json";
+  {
+    std::ofstream out(path.string() + ".tmp");
+    out << cfg.dump(2) << "\n";
+    if (!out) throw std::runtime_error(path.string() + ": write failed");
+  }
+  fs::rename(path.string() + ".tmp", path);
+}
+
+}  // namespace segtrain::models

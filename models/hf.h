@@ -1,0 +1,34 @@
+#pragma once
+// transformers interop: GPT2LMHeadModel, GPTNeoXForCausalLM and BloomForCausalLM
+// folders (config.json + safetensors) in and out.
+#include <string>
+
+#include "models/config.h"
+#include "models/safetensors.h"
+#include "models/transformer.h"
+
+namespace segtrain::models {
+
+// ModelConfig of an HF folder's config.json. A rope scaling transformers knows
+// (linear, dynamic, yarn) becomes the matching extension; a folder written by
+// export_hf gets back the extension recorded in its "segtrain" field when
+// transformers could not express it (ALiBi methods). Throws InputError naming
+// config.json and the field on an unknown model type or unsupported variant.
+ModelConfig read_hf_config(const std::string& dir);
+
+// The folder's weights renamed to TransformerLM's parameter names: accepts keys
+// with or without the "transformer." / "gpt_neox." prefix, drops attention
+// mask/bias and inv_freq buffers and tied lm_head copies, transposes GPT-2's
+// Conv1D weights, converts to fp32.
+TensorMap read_hf_tensors(const std::string& dir, Arch arch);
+
+// Writes config.json and model.safetensors that transformers loads:
+//   gpt2     the (interpolated) table is written whole and n_positions = its rows;
+//   gpt_neox interpolate -> rope "linear", dynamic_ntk -> "dynamic", yarn -> "yarn",
+//            ntk -> default rope with rope_theta = theta * a^(d/(d-2));
+//   bloom    weights as they are; ALiBi extensions cannot be expressed.
+// config.json's "segtrain" field records the extension and whether transformers
+// reproduces it ("transformers_reproduces"), with a note when it does not.
+void export_hf(const TransformerLM& model, const std::string& dir);
+
+}  // namespace segtrain::models

@@ -1,0 +1,157 @@
+#include "models/model_io.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "models/hf.h"
+#include "models/safetensors.h"
+
+namespace segtrain::models {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+template <class T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+template <class T>
+void get_opt(const json& j, const char* key, std::optional<T>& out) {
+  if (j.contains(key)) out = j[key].is_null() ? std::nullopt : std::optional<T>(j[key].get<T>());
+}
+
+template <class T>
+void get(const json& j, const char* key, T& out) {
+  if (j.contains(key)) out = j[key].get<T>();
+}
+
+}  // namespace
+
+std::optional<ModelFormat> detect_model_format(const std::string& dir, std::string* resolved) {
+  fs::path p(dir);
+  if (!fs::exists(p / "model_config.json") && !fs::exists(p / "config.json") &&
+      fs::exists(p / "final" / "model_config.json"))
+    p /= "final";  // a run directory
+  if (resolved) *resolved = p.string();
+  if (fs::exists(p / "model_config.json")) return ModelFormat::segtrain;
+  if (fs::exists(p / "config.json")) return ModelFormat::hf;
+  return std::nullopt;
+}
+
+std::string model_config_to_json(const ModelConfig& c) {
+  json j = {{"arch", enum_name(kArchs, c.arch)},
+            {"vocab_size", opt(c.vocab_size)},
+            {"d_model", c.d_model},
+            {"n_layers", c.n_layers},
+            {"n_heads", c.n_heads},
+            {"d_ff", opt(c.d_ff)},
+            {"max_positions", opt(c.max_positions)},
+            {"layer_norm_eps", c.layer_norm_eps},
+            {"rope", {{"theta", c.rope.theta}, {"rotary_pct", c.rope.rotary_pct}}},
+            {"extension",
+             {{"method", enum_name(kExtensionMethods, c.extension.method)},
+              {"factor", opt(c.extension.factor)},
+              {"original_length", opt(c.extension.original_length)},
+              {"yarn",
+               {{"beta_fast", c.extension.yarn.beta_fast},
+                {"beta_slow", c.extension.yarn.beta_slow},
+                {"attention_factor", opt(c.extension.yarn.attention_factor)}}}}},
+            {"activation_checkpointing", c.activation_checkpointing}};
+  return j.dump(2) + "\n";
+}
+
+ModelConfig model_config_from_json(const std::string& text, const std::string& source) {
+  ModelConfig c;
+  try {
+    const json j = json::parse(text);
+    const auto arch = enum_from_name(kArchs, j.at("arch").get<std::string>());
+    if (!arch) throw InputError(source + ": unknown arch " + j["arch"].dump() + " (expected " + enum_choices(kArchs) + ")");
+    c.arch = *arch;
+    get_opt(j, "vocab_size", c.vocab_size);
+    get(j, "d_model", c.d_model);
+    get(j, "n_layers", c.n_layers);
+    get(j, "n_heads", c.n_heads);
+    get_opt(j, "d_ff", c.d_ff);
+    get_opt(j, "max_positions", c.max_positions);
+    get(j, "layer_norm_eps", c.layer_norm_eps);
+    if (j.contains("rope")) {
+      get(j["rope"], "theta", c.rope.theta);
+      get(j["rope"], "rotary_pct", c.rope.rotary_pct);
+    }
+    if (j.contains("extension")) {
+      const auto& e = j["extension"];
+      if (e.contains("method")) {
+        const auto m = enum_from_name(kExtensionMethods, e["method"].get<std::string>());
+        if (!m) throw InputError(source + ": unknown extension.method " + e["method"].dump() + " (expected " +
+                                 enum_choices(kExtensionMethods) + ")");
+        c.extension.method = *m;
+      }
+      get_opt(e, "factor", c.extension.factor);
+      get_opt(e, "original_length", c.extension.original_length);
+      if (e.contains("yarn")) {
+        get(e["yarn"], "beta_fast", c.extension.yarn.beta_fast);
+        get(e["yarn"], "beta_slow", c.extension.yarn.beta_slow);
+        get_opt(e["yarn"], "attention_factor", c.extension.yarn.attention_factor);
+      }
+    }
+    get(j, "activation_checkpointing", c.activation_checkpointing);
+  } catch (const json::exception& e) {
+    throw InputError(source + ": not a valid model_config.json (" + e.what() + ")");
+  }
+  return c;
+}
+
+ModelConfig read_model_config(const std::string& dir) {
+  std::string resolved;
+  const auto format = detect_model_format(dir, &resolved);
+  if (!format)
+    throw InputError(dir + ": not a model directory (expected model_config.json + model.safetensors from segtrain, "
+                           "or config.json + safetensors from transformers)");
+  if (*format == ModelFormat::hf) return read_hf_config(resolved);
+  const fs::path path = fs::path(resolved) / "model_config.json";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return model_config_from_json(text.str(), path.string());
+}
+
+TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig>& config) {
+  std::string resolved;
+  const auto format = detect_model_format(dir, &resolved);
+  const ModelConfig c = config ? *config : read_model_config(dir);
+  TransformerLM model(c);
+  if (format == ModelFormat::hf) {
+    model->load_tensors(read_hf_tensors(resolved, c.arch), resolved);
+  } else {
+    model->load_tensors(read_safetensors_dir(resolved), resolved);
+  }
+  return model;
+}
+
+void save_model_dir(const TransformerLM& model, const std::string& dir) {
+  fs::create_directories(dir);
+  write_safetensors_dir(dir, model->tensors());
+  const fs::path path = fs::path(dir) / "model_config.json";
+  {
+    std::ofstream out(path.string() + ".tmp");
+    out << model_config_to_json(model->config());
+    out.flush();
+    if (!out) throw std::runtime_error(path.string() + ": write failed");
+  }
+  fs::rename(path.string() + ".tmp", path);
+}
+
+TransformerLM load_model_dir(const std::string& dir) {
+  if (!fs::exists(fs::path(dir) / "model_config.json"))
+    throw InputError(dir + ": no model_config.json (not a segtrain model directory)");
+  return load_model(dir);
+}
+
+}  // namespace segtrain::models

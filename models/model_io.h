@@ -1,0 +1,37 @@
+#pragma once
+// Where models live on disk. segtrain's own model directory is model.safetensors
+// (TransformerLM's parameter names) + model_config.json (ModelConfig as JSON);
+// checkpoints and run outputs use it. HF folders are read through models/hf.h.
+// Both are recognised by content, not by name.
+#include <optional>
+#include <string>
+
+#include "models/config.h"
+#include "models/transformer.h"
+
+namespace segtrain::models {
+
+enum class ModelFormat { segtrain, hf };
+
+// segtrain when DIR has model_config.json, hf when it has config.json; a run
+// directory resolves to its final/ (DIR itself is returned in *resolved).
+std::optional<ModelFormat> detect_model_format(const std::string& dir, std::string* resolved = nullptr);
+
+std::string model_config_to_json(const ModelConfig& config);
+ModelConfig model_config_from_json(const std::string& text, const std::string& source);
+
+// The ModelConfig stored in DIR (either format). Throws InputError when DIR is
+// neither.
+ModelConfig read_model_config(const std::string& dir);
+
+// Builds a model for `config` (default: the stored one, e.g. after applying
+// --set model.extension... overrides) and loads DIR's weights into it. A gpt2
+// table of the original length is interpolated when the config extends it.
+TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig>& config = std::nullopt);
+
+// segtrain model directory: model.safetensors + model_config.json, each written
+// to a temporary sibling and renamed.
+void save_model_dir(const TransformerLM& model, const std::string& dir);
+TransformerLM load_model_dir(const std::string& dir);
+
+}  // namespace segtrain::models

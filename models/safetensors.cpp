@@ -1,0 +1,203 @@
+#include "models/safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "common/error.h"
+
+namespace segtrain::models {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct DtypeName {
+  const char* name;
+  at::ScalarType type;
+};
+constexpr DtypeName kDtypes[] = {{"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf},
+                                 {"BF16", at::kBFloat16}, {"I64", at::kLong}, {"I32", at::kInt},
+                                 {"I16", at::kShort},   {"I8", at::kChar},   {"U8", at::kByte},
+                                 {"BOOL", at::kBool}};
+
+at::ScalarType dtype_from(const std::string& name, const std::string& where) {
+  for (const auto& d : kDtypes)
+    if (name == d.name) return d.type;
+  throw InputError(where + ": unsupported safetensors dtype " + name);
+}
+
+const char* dtype_name(at::ScalarType type) {
+  for (const auto& d : kDtypes)
+    if (type == d.type) return d.name;
+  throw std::runtime_error(std::string("safetensors: cannot write dtype ") + c10::toString(type));
+}
+
+}  // namespace
+
+TensorMap read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open safetensors file");
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  uint64_t header_size = 0;
+  unsigned char raw[8];
+  if (file_size < 8 || !in.read(reinterpret_cast<char*>(raw), 8))
+    throw InputError(path + ": too short for a safetensors file (needs an 8-byte header length)");
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | raw[i];
+  if (header_size > file_size - 8 || header_size > (uint64_t{100} << 20))
+    throw InputError(path + ": safetensors header length " + std::to_string(header_size) +
+                     " exceeds the file size " + std::to_string(file_size));
+  std::string header_text(header_size, '\0');
+  in.read(header_text.data(), static_cast<std::streamsize>(header_size));
+  json header;
+  try {
+    header = json::parse(header_text);
+  } catch (const json::exception& e) {
+    throw InputError(path + ": safetensors header is not valid JSON (" + e.what() + ")");
+  }
+  if (!header.is_object()) throw InputError(path + ": safetensors header must be a JSON object");
+  const uint64_t data_size = file_size - 8 - header_size;
+  std::vector<char> data(data_size);
+  if (data_size && !in.read(data.data(), static_cast<std::streamsize>(data_size)))
+    throw InputError(path + ": could not read the tensor data");
+
+  TensorMap out;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") {
+      if (metadata && info.is_object())
+        for (const auto& [k, v] : info.items()) (*metadata)[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      continue;
+    }
+    const std::string where = path + ": tensor " + name;
+    try {
+      const auto type = dtype_from(info.at("dtype").get<std::string>(), where);
+      const auto shape = info.at("shape").get<std::vector<int64_t>>();
+      const auto offsets = info.at("data_offsets").get<std::vector<uint64_t>>();
+      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size)
+        throw InputError(where + ": data_offsets out of the file's data section");
+      int64_t numel = 1;
+      for (auto s : shape) {
+        if (s < 0) throw InputError(where + ": negative dimension");
+        numel *= s;
+      }
+      const auto bytes = static_cast<uint64_t>(numel) * c10::elementSize(type);
+      if (bytes != offsets[1] - offsets[0])
+        throw InputError(where + ": " + std::to_string(offsets[1] - offsets[0]) + " bytes for shape of " +
+                         std::to_string(bytes) + " bytes");
+      auto t = at::empty(shape, at::TensorOptions().dtype(type));
+      if (bytes) std::memcpy(t.data_ptr(), data.data() + offsets[0], bytes);
+      out[name] = t;
+    } catch (const json::exception& e) {
+      throw InputError(where + ": malformed header entry (" + e.what() + ")");
+    }
+  }
+  return out;
+}
+
+void write_safetensors(const std::string& path, const TensorMap& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<at::Tensor> contiguous;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    auto c = t.detach().to(at::kCPU).contiguous();
+    const uint64_t bytes = static_cast<uint64_t>(c.numel()) * c.element_size();
+    header[name] = {{"dtype", dtype_name(c.scalar_type())},
+                    {"shape", c.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    contiguous.push_back(c);
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path + ": cannot write");
+    unsigned char raw[8];
+    uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i) raw[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
+    out.write(reinterpret_cast<const char*>(raw), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const auto& c : contiguous)
+      out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * c.element_size()));
+    out.flush();
+    if (!out) throw std::runtime_error(path + ": write failed");
+  }
+  fs::rename(tmp, path);
+}
+
+bool has_safetensors(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "model.safetensors") || fs::exists(fs::path(dir) / "model.safetensors.index.json");
+}
+
+TensorMap read_safetensors_dir(const std::string& dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  if (fs::exists(single)) return read_safetensors(single.string());
+  const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
+  if (!fs::exists(index_path))
+    throw InputError(dir + ": no model.safetensors or model.safetensors.index.json (pytorch_model.bin is not supported)");
+  json index;
+  try {
+    index = json::parse(std::ifstream(index_path));
+  } catch (const json::exception& e) {
+    throw InputError(index_path.string() + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!index.contains("weight_map") || !index["weight_map"].is_object())
+    throw InputError(index_path.string() + ": expected a \"weight_map\" object");
+  std::map<std::string, std::vector<std::string>> by_file;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string()) throw InputError(index_path.string() + ": weight_map[" + name + "] must be a file name");
+    by_file[file.get<std::string>()].push_back(name);
+  }
+  TensorMap out;
+  for (const auto& [file, names] : by_file) {
+    auto shard = read_safetensors((fs::path(dir) / file).string());
+    for (const auto& name : names) {
+      auto it = shard.find(name);
+      if (it == shard.end()) throw InputError((fs::path(dir) / file).string() + ": missing tensor " + name +
+                                              " listed in model.safetensors.index.json");
+      out[name] = it->second;
+    }
+  }
+  return out;
+}
+
+void write_safetensors_dir(const std::string& dir, const TensorMap& tensors, int64_t max_shard_bytes) {
+  fs::create_directories(dir);
+  int64_t total = 0;
+  for (const auto& [name, t] : tensors) total += t.numel() * t.element_size();
+  if (max_shard_bytes <= 0 || total <= max_shard_bytes) {
+    write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    return;
+  }
+  std::vector<TensorMap> shards(1);
+  int64_t current = 0;
+  for (const auto& [name, t] : tensors) {
+    const int64_t bytes = t.numel() * t.element_size();
+    if (current > 0 && current + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      current = 0;
+    }
+    shards.back()[name] = t;
+    current += bytes;
+  }
+  json weight_map = json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    char file[64];
+    std::snprintf(file, sizeof(file), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    write_safetensors((fs::path(dir) / file).string(), shards[i], {{"format", "pt"}});
+    for (const auto& [name, t] : shards[i]) weight_map[name] = file;
+  }
+  json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  std::ofstream(fs::path(dir) / "model.safetensors.index.json") << index.dump(2) << "\n";
+}
+
+}  // namespace segtrain::models

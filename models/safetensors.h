@@ -1,0 +1,34 @@
+#pragma once
+// The safetensors format: an 8-byte little-endian header length, a JSON header
+// {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
+// then the raw little-endian data. Sharded models add model.safetensors.index.json
+// {"metadata": {...}, "weight_map": {"name": "file"}}.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace segtrain::models {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+
+// Reads every tensor of one file onto the CPU. Throws InputError naming the file
+// when it is missing, truncated or its header is not valid safetensors.
+TensorMap read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+
+// Writes CPU copies of the tensors; names sorted, header padded to 8 bytes.
+// Written to a temporary sibling and renamed, so a crash leaves no half file.
+void write_safetensors(const std::string& path, const TensorMap& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// A folder's weights: model.safetensors, or the shards listed by
+// model.safetensors.index.json. Throws InputError when neither is there.
+TensorMap read_safetensors_dir(const std::string& dir);
+bool has_safetensors(const std::string& dir);
+
+// Writes model.safetensors, or shards of at most max_shard_bytes plus the index
+// when the tensors do not fit in one (0: never shard).
+void write_safetensors_dir(const std::string& dir, const TensorMap& tensors, int64_t max_shard_bytes = 0);
+
+}  // namespace segtrain::models

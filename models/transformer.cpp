@@ -1,0 +1,191 @@
+#include "models/transformer.h"
+
+#include <torch/nn/functional/activation.h>
+
+#include <cmath>
+#include <set>
+
+#include "common/error.h"
+#include "models/attention.h"
+#include "models/checkpoint.h"
+#include "models/positions.h"
+
+namespace segtrain::models {
+
+namespace F = torch::nn::functional;
+
+namespace {
+
+torch::nn::LayerNorm layer_norm(const ModelConfig& c) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model}).eps(c.layer_norm_eps));
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  auto halves = x.chunk(2, -1);
+  return at::cat({-halves[1], halves[0]}, -1);
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t rd = cos.size(-1);
+  auto rot = x.narrow(-1, 0, rd);
+  auto rotated = rot * cos + rotate_half(rot) * sin;
+  if (rd == x.size(-1)) return rotated;
+  auto pass = x.narrow(-1, rd, x.size(-1) - rd);
+  return at::cat({rotated, pass.to(rotated.scalar_type())}, -1);
+}
+
+}  // namespace
+
+BlockImpl::BlockImpl(const ModelConfig& c)
+    : arch(c.arch), n_heads(c.n_heads), head_dim(head_dim_of(c)) {
+  ln1 = register_module("ln1", layer_norm(c));
+  ln2 = register_module("ln2", layer_norm(c));
+  qkv = register_module("qkv", torch::nn::Linear(c.d_model, 3 * c.d_model));
+  proj = register_module("proj", torch::nn::Linear(c.d_model, c.d_model));
+  fc = register_module("fc", torch::nn::Linear(c.d_model, d_ff_of(c)));
+  fc_out = register_module("fc_out", torch::nn::Linear(d_ff_of(c), c.d_model));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
+                              const at::Tensor& mask) {
+  auto attention = [&](const at::Tensor& h) {
+    const int64_t b = h.size(0), t = h.size(1), d = h.size(2);
+    auto packed = qkv(h);
+    at::Tensor q, k, v;
+    if (arch == Arch::gpt2) {
+      auto parts = packed.split(d, -1);
+      q = parts[0].view({b, t, n_heads, head_dim}).transpose(1, 2);
+      k = parts[1].view({b, t, n_heads, head_dim}).transpose(1, 2);
+      v = parts[2].view({b, t, n_heads, head_dim}).transpose(1, 2);
+    } else {
+      auto parts = packed.view({b, t, n_heads, 3 * head_dim}).transpose(1, 2).chunk(3, -1);
+      q = parts[0], k = parts[1], v = parts[2];
+    }
+    if (rope_cos.defined()) {
+      q = apply_rope(q, rope_cos, rope_sin);
+      k = apply_rope(k, rope_cos, rope_sin);
+    }
+    auto y = causal_attention(q, k, v, mask);
+    return proj(y.transpose(1, 2).reshape({b, t, d}));
+  };
+  // gpt2 and bloom use the tanh approximation, gpt_neox the exact erf GELU.
+  const bool tanh_gelu = arch != Arch::gpt_neox;
+  auto mlp = [&](const at::Tensor& h) {
+    return fc_out(F::gelu(fc(h), F::GELUFuncOptions().approximate(tanh_gelu ? "tanh" : "none")));
+  };
+  if (arch == Arch::gpt_neox) return x + attention(ln1(x)) + mlp(ln2(x));
+  auto h = x + attention(ln1(x));
+  return h + mlp(ln2(h));
+}
+
+TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(config)) {
+  const auto& c = config_;
+  check_model_config(c);
+  const int64_t vocab = vocab_size_of(c);
+  wte = register_module("wte", torch::nn::Embedding(vocab, c.d_model));
+  if (c.arch == Arch::gpt2) wpe = register_module("wpe", torch::nn::Embedding(ape_rows(c), c.d_model));
+  if (c.arch == Arch::bloom) emb_ln = register_module("emb_ln", layer_norm(c));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.n_layers; ++i) blocks->push_back(Block(c));
+  ln_f = register_module("ln_f", layer_norm(c));
+  if (c.arch == Arch::gpt_neox)
+    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, vocab).bias(false)));
+
+  // GPT-2 initialisation, residual projections scaled by 1/sqrt(2 * layers) so
+  // the residual stream does not grow with depth.
+  torch::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layers));
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    auto& p = item.value();
+    const bool is_norm = name.find("ln") != std::string::npos;
+    if (name.ends_with(".bias") || (is_norm && name.ends_with(".weight"))) {
+      if (is_norm && name.ends_with(".weight")) p.fill_(1.0);
+      else p.zero_();
+    } else if (name.ends_with("proj.weight") || name.ends_with("fc_out.weight")) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
+at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens, const at::Tensor& positions) {
+  const auto& c = config_;
+  if (tokens.dim() != 2 || positions.sizes() != tokens.sizes())
+    throw InputError("TransformerLM.forward: tokens and positions must both be [B, T]; got " +
+                     std::to_string(tokens.dim()) + "-d tokens and positions of a different shape");
+  const auto scheme = position_scheme(c.arch);
+  const bool need_length = scheme == PositionScheme::learned || c.extension.method == ExtensionMethod::dynamic_ntk ||
+                           c.extension.method == ExtensionMethod::dynamic_interpolate;
+  const int64_t seq_len = need_length ? positions.max().item<int64_t>() + 1 : tokens.size(1);
+
+  auto x = wte(tokens);
+  at::Tensor cos, sin, mask;
+  if (scheme == PositionScheme::learned) {
+    const int64_t rows = wpe->weight.size(0);
+    if (seq_len > rows || positions.min().item<int64_t>() < 0)
+      throw InputError("position id " + std::to_string(seq_len - 1) + " is outside the learned position table (" +
+                       std::to_string(rows) + " rows" +
+                       (c.extension.method == ExtensionMethod::none
+                            ? "); set model.extension.method=interpolate with a factor to extend it"
+                            : ")"));
+    x = x + wpe(positions);
+  } else if (scheme == PositionScheme::rope) {
+    auto rope = rope_params(c, seq_len);
+    auto freqs = positions.to(at::kFloat).unsqueeze(-1) * rope.inv_freq.to(positions.device()).view({1, 1, -1});
+    auto angles = at::cat({freqs, freqs}, -1).unsqueeze(1);  // [B, 1, T, rotary_dim]
+    cos = angles.cos() * rope.attention_scale;
+    sin = angles.sin() * rope.attention_scale;
+  } else {
+    mask = alibi_causal_mask(positions, alibi_slopes_for(c, seq_len));
+  }
+  if (emb_ln) x = emb_ln(x);
+
+  for (const auto& module : *blocks) {
+    auto block = module->as<BlockImpl>();
+    if (c.activation_checkpointing && is_training()) {
+      auto holder = std::static_pointer_cast<BlockImpl>(module);
+      x = checkpointed([holder, cos, sin, mask](const at::Tensor& h) { return holder->forward(h, cos, sin, mask); },
+                       x);
+    } else {
+      x = block->forward(x, cos, sin, mask);
+    }
+  }
+  x = ln_f(x);
+  return lm_head ? lm_head(x) : at::linear(x, wte->weight);
+}
+
+void TransformerLMImpl::load_tensors(const std::map<std::string, at::Tensor>& tensors, const std::string& source,
+                                     bool strict) {
+  torch::NoGradGuard no_grad;
+  std::set<std::string> used;
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    auto& p = item.value();
+    auto it = tensors.find(name);
+    if (it == tensors.end()) throw InputError(source + ": missing tensor for " + name);
+    used.insert(name);
+    at::Tensor value = it->second;
+    if (name == "wpe.weight" && value.dim() == 2 && value.size(0) != p.size(0) &&
+        config_.extension.method == ExtensionMethod::interpolate && value.size(0) == original_length_of(config_))
+      value = interpolate_ape_table(value.to(at::kFloat), p.size(0));
+    if (value.sizes() != p.sizes()) {
+      std::ostringstream msg;
+      msg << source << ": tensor " << name << " has shape " << value.sizes() << ", expected " << p.sizes();
+      throw InputError(msg.str());
+    }
+    p.copy_(value);
+  }
+  if (strict)
+    for (const auto& [name, value] : tensors)
+      if (!used.count(name)) throw InputError(source + ": unexpected tensor " + name + " for this model config");
+}
+
+std::map<std::string, at::Tensor> TransformerLMImpl::tensors() const {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : named_parameters()) out[item.key()] = item.value().detach();
+  return out;
+}
+
+}  // namespace segtrain::models

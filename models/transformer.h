@@ -1,0 +1,62 @@
+#pragma once
+// One decoder-only TransformerLM with three block layouts (seed 004's models):
+//   gpt2     learned APE, pre-LN, tanh GELU, tied head
+//   gpt_neox RoPE on rotary_pct of each head, parallel residual, exact GELU, untied head
+//   bloom    ALiBi, LayerNorm after the embedding, tanh GELU, tied head
+// forward(tokens [B,T], positions [B,T]) -> logits [B,T,V]. Positions are any
+// per-sample ids (segmented sequences keep their original ones); the causal mask
+// follows sequence order. Parameter names are segtrain's own; models/hf.h maps
+// them to transformers'.
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <map>
+#include <string>
+
+#include "models/config.h"
+
+namespace segtrain::models {
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(const ModelConfig& config);
+  // rope_cos/sin: [B, 1, T, rotary_dim] or undefined; mask: fp32 (B,H,T,T) or undefined.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
+                     const at::Tensor& mask);
+
+  Arch arch;
+  int64_t n_heads, head_dim;
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  // qkv keeps each arch's HF layout: gpt2 [q|k|v], gpt_neox and bloom per head [q,k,v].
+  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, fc_out{nullptr};
+};
+TORCH_MODULE(Block);
+
+struct TransformerLMImpl : torch::nn::Module {
+  explicit TransformerLMImpl(ModelConfig config);
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions);
+
+  // Copies named tensors into the parameters (names as in named_parameters()).
+  // A gpt2 position table with the original number of rows is interpolated to
+  // the extended table (seed 004). Throws InputError naming `source` on a missing
+  // tensor or shape mismatch; with strict, also on an unexpected name.
+  void load_tensors(const std::map<std::string, at::Tensor>& tensors, const std::string& source,
+                    bool strict = true);
+  std::map<std::string, at::Tensor> tensors() const;  // named parameters, detached
+
+  const ModelConfig& config() const { return config_; }
+
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::LayerNorm emb_ln{nullptr}, ln_f{nullptr};
+  torch::nn::ModuleList blocks;
+  torch::nn::Linear lm_head{nullptr};  // gpt_neox only; the others reuse wte
+
+ private:
+  ModelConfig config_;
+};
+TORCH_MODULE(TransformerLM);
+
+}  // namespace segtrain::models

@@ -1,0 +1,171 @@
+// Attention with ALiBi from position ids, checked against a direct fp32
+// computation; the model's behaviour on segmented (non-contiguous) positions;
+// bf16 autocast; activation checkpointing.
+#include <ATen/autocast_mode.h>
+#include <gtest/gtest.h>
+#include <torch/nn/functional/loss.h>
+
+#include <cmath>
+
+#include "common/error.h"
+#include "models/attention.h"
+#include "models/positions.h"
+#include "models/transformer.h"
+#include "reference.h"
+
+namespace segtrain::models {
+namespace {
+
+// softmax_j(q_i.k_j / sqrt(d) - m (p_i - p_j)) over j <= i, one loop at a time.
+at::Tensor direct_alibi_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& positions, const at::Tensor& slopes) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
+  auto out = at::zeros_like(q, at::kDouble);
+  auto qd = q.to(at::kDouble), kd = k.to(at::kDouble), vd = v.to(at::kDouble);
+  for (int64_t n = 0; n < b; ++n)
+    for (int64_t head = 0; head < h; ++head) {
+      const double m = slopes[head].item<double>();
+      for (int64_t i = 0; i < t; ++i) {
+        std::vector<double> scores;
+        double top = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double pi = positions[n][i].item<double>(), pj = positions[n][j].item<double>();
+          const double s = (qd[n][head][i] * kd[n][head][j]).sum().item<double>() / std::sqrt(double(d)) - m * (pi - pj);
+          scores.push_back(s);
+          top = std::max(top, s);
+        }
+        double total = 0;
+        for (auto& s : scores) total += (s = std::exp(s - top));
+        auto row = at::zeros({d}, at::kDouble);
+        for (int64_t j = 0; j <= i; ++j) row += vd[n][head][j] * (scores[j] / total);
+        out[n][head][i] = row;
+      }
+    }
+  return out;
+}
+
+TEST(Attention, AlibiWithNonContiguousPositionsEqualsDirectReference) {
+  at::manual_seed(3);
+  const int64_t b = 2, h = 6, t = 9, d = 8;
+  auto q = at::randn({b, h, t, d}), k = at::randn({b, h, t, d}), v = at::randn({b, h, t, d});
+  // Segmented samples: chunks of a long window with their original positions.
+  auto positions = at::tensor({0, 1, 2, 300, 301, 302, 900, 901, 902, 5, 6, 7, 8, 9, 1500, 1501, 1502, 1503},
+                              at::kLong).view({b, t});
+  auto slopes = alibi_slopes(h);
+  auto mask = alibi_causal_mask(positions, slopes);
+  EXPECT_FALSE(mask.requires_grad());
+  EXPECT_EQ(mask.scalar_type(), at::kFloat);
+  auto got = causal_attention(q, k, v, mask);
+  auto want = direct_alibi_attention(q, k, v, positions, slopes);
+  EXPECT_LT(test::max_abs_diff(got, want), 1e-5);
+}
+
+TEST(Attention, AlibiBiasStaysFp32UnderBf16Autocast) {
+  at::manual_seed(4);
+  const int64_t h = 4, t = 6, d = 8;
+  auto q = at::randn({1, h, t, d}), k = at::randn({1, h, t, d}), v = at::randn({1, h, t, d});
+  // Far positions whose differences bf16 could not hold (seed 002).
+  auto positions = (at::arange(t, at::kLong) + 8000).view({1, t});
+  positions[0][0] = 7001;
+  auto mask = alibi_causal_mask(positions, alibi_slopes(h));
+  at::Tensor got;
+  {
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    got = causal_attention(q, k, v, mask);
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+  }
+  auto want = direct_alibi_attention(q.to(at::kBFloat16).to(at::kFloat), k.to(at::kBFloat16).to(at::kFloat),
+                                     v.to(at::kBFloat16).to(at::kFloat), positions, alibi_slopes(h));
+  EXPECT_EQ(got.scalar_type(), at::kBFloat16);
+  EXPECT_LT(test::max_abs_diff(got, want), 3e-2);
+}
+
+ModelConfig tiny(Arch arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = 50;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.max_positions = 64;
+  c.rope.rotary_pct = 0.5;
+  return c;
+}
+
+TEST(Model, RelativeSchemesDependOnlyOnPositionDifferences) {
+  at::manual_seed(5);
+  for (Arch arch : {Arch::gpt_neox, Arch::bloom}) {
+    TransformerLM model(tiny(arch));
+    model->eval();
+    auto tokens = at::randint(50, {2, 10});
+    auto positions = at::tensor({0, 1, 2, 3, 20, 21, 22, 40, 41, 42, 0, 5, 6, 7, 8, 30, 31, 50, 51, 52}, at::kLong)
+                         .view({2, 10});
+    auto a = model->forward(tokens, positions);
+    auto b = model->forward(tokens, positions + 7);
+    auto contiguous = model->forward(tokens, at::arange(10).repeat({2, 1}));
+    EXPECT_LT(test::max_abs_diff(a, b), 1e-4) << enum_name(kArchs, arch);
+    EXPECT_GT(test::max_abs_diff(a, contiguous), 1e-3) << enum_name(kArchs, arch) << " ignores position ids";
+  }
+}
+
+TEST(Model, PositionBeyondTheLearnedTableIsAClearError) {
+  TransformerLM model(tiny(Arch::gpt2));
+  auto tokens = at::zeros({1, 3}, at::kLong);
+  try {
+    model->forward(tokens, at::tensor({0, 10, 64}, at::kLong).view({1, 3}));
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("interpolate"), std::string::npos) << e.what();
+  }
+  auto c = tiny(Arch::gpt2);
+  c.extension.method = ExtensionMethod::interpolate;
+  c.extension.factor = 2.0;
+  TransformerLM extended(c);
+  EXPECT_EQ(extended->wpe->weight.size(0), 128);
+  EXPECT_NO_THROW(extended->forward(tokens, at::tensor({0, 100, 127}, at::kLong).view({1, 3})));
+}
+
+TEST(Model, Bf16AutocastRunsEveryArchCloseToFp32) {
+  at::manual_seed(6);
+  for (Arch arch : {Arch::gpt2, Arch::gpt_neox, Arch::bloom}) {
+    TransformerLM model(tiny(arch));
+    auto tokens = at::randint(50, {2, 16});
+    auto positions = at::arange(16).repeat({2, 1});
+    auto fp32 = model->forward(tokens, positions);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    auto bf16 = model->forward(tokens, positions);
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    at::autocast::clear_cache();
+    EXPECT_EQ(bf16.scalar_type(), at::kBFloat16) << enum_name(kArchs, arch);
+    EXPECT_LT(test::max_abs_diff(bf16, fp32), 0.1) << enum_name(kArchs, arch);
+  }
+}
+
+TEST(Model, ActivationCheckpointingGivesTheSameGradients) {
+  for (Arch arch : {Arch::gpt2, Arch::gpt_neox, Arch::bloom}) {
+    at::manual_seed(7);
+    auto c = tiny(arch);
+    TransformerLM plain(c);
+    c.activation_checkpointing = true;
+    TransformerLM ckpt(c);
+    ckpt->load_tensors(plain->tensors(), "plain");
+    auto tokens = at::randint(50, {2, 12});
+    auto positions = at::tensor({0, 1, 2, 3, 4, 5, 30, 31, 32, 33, 34, 35}, at::kLong).repeat({2, 1});
+    auto targets = at::randint(50, {2, 12});
+    for (auto* m : {&plain, &ckpt}) {
+      auto logits = (*m)->forward(tokens, positions);
+      torch::nn::functional::cross_entropy(logits.view({-1, 50}), targets.view(-1)).backward();
+    }
+    auto p = plain->named_parameters(), q = ckpt->named_parameters();
+    for (const auto& item : p) {
+      ASSERT_TRUE(q[item.key()].grad().defined()) << item.key();
+      EXPECT_LT(test::max_abs_diff(item.value().grad(), q[item.key()].grad()), 1e-5)
+          << enum_name(kArchs, arch) << " " << item.key();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace segtrain::models

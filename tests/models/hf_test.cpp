@@ -1,0 +1,199 @@
+// HF interop against transformers itself: tiny random models made and saved by
+// transformers must give the same logits here, and what we export (also after a
+// training step, with every extension transformers can express) must give the
+// same logits when transformers loads it.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+
+#include "common/error.h"
+#include "models/hf.h"
+#include "models/model_io.h"
+#include "models/positions.h"
+#include "models/safetensors.h"
+#include "reference.h"
+
+namespace segtrain::models {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+at::Tensor contiguous_positions(const at::Tensor& tokens) {
+  return at::arange(tokens.size(1), at::kLong).repeat({tokens.size(0), 1});
+}
+
+at::Tensor logits_of(TransformerLM& model, const at::Tensor& tokens) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  return model->forward(tokens, contiguous_positions(tokens));
+}
+
+TEST(HfImport, LogitsMatchTransformersForEveryArch) {
+  const auto ref = test::reference_dir();
+  for (const std::string name : {"gpt2", "gpt2_noprefix", "gpt_neox", "bloom"}) {
+    const std::string dir = ref + "/" + name;
+    auto model = load_model(dir);
+    const auto expected = read_safetensors(dir + "/reference.safetensors");
+    auto got = logits_of(model, expected.at("tokens"));
+    ASSERT_EQ(got.sizes(), expected.at("logits").sizes()) << name;
+    EXPECT_LT(test::max_abs_diff(got, expected.at("logits")), 1e-4) << name;
+  }
+  EXPECT_EQ(read_model_config(ref + "/bloom").n_heads, 6);
+  EXPECT_DOUBLE_EQ(read_model_config(ref + "/gpt_neox").rope.rotary_pct, 0.5);
+}
+
+struct ExportCase {
+  std::string name, source;
+  ExtensionMethod method = ExtensionMethod::none;
+  double factor = 1.0;
+  int64_t length = 24;
+  bool train_step = false;
+};
+
+// One SGD step on a masked next-token loss, like the trainer's inner loop.
+void train_one_step(TransformerLM& model, int64_t length) {
+  model->train();
+  auto tokens = at::randint(97, {2, length});
+  // A segmented sample: two chunks of a longer window with their original positions.
+  auto positions = at::cat({at::arange(length / 2), at::arange(length / 2 + 1, length + 1)}).repeat({2, 1});
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.5));
+  auto logits = model->forward(tokens.slice(1, 0, length - 1), positions.slice(1, 0, length - 1));
+  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 97}), tokens.slice(1, 1).reshape(-1));
+  sgd.zero_grad();
+  loss.backward();
+  sgd.step();
+}
+
+TEST(HfExport, TransformersLoadsExportsWithTheSameLogits) {
+  const auto ref = test::reference_dir();
+  test::TempDir out;
+  const std::vector<ExportCase> cases = {
+      {"gpt2", "gpt2"},
+      {"gpt_neox", "gpt_neox"},
+      {"bloom", "bloom"},
+      {"gpt2_interpolated", "gpt2", ExtensionMethod::interpolate, 2.0, 64},
+      {"neox_linear", "gpt_neox", ExtensionMethod::interpolate, 4.0, 80},
+      {"neox_ntk", "gpt_neox", ExtensionMethod::ntk, 4.0, 80},
+      {"neox_dynamic", "gpt_neox", ExtensionMethod::dynamic_ntk, 4.0, 80},
+      {"neox_yarn", "gpt_neox", ExtensionMethod::yarn, 4.0, 80},
+      {"gpt2_trained", "gpt2", ExtensionMethod::interpolate, 2.0, 64, true},
+      {"neox_yarn_trained", "gpt_neox", ExtensionMethod::yarn, 2.0, 60, true},
+      {"bloom_trained", "bloom", ExtensionMethod::none, 1.0, 40, true},
+  };
+  std::vector<std::string> dirs;
+  std::map<std::string, at::Tensor> ours, before;
+  at::manual_seed(11);
+  for (const auto& c : cases) {
+    auto config = read_model_config(ref + "/" + c.source);
+    config.extension.method = c.method;
+    if (c.method != ExtensionMethod::none) config.extension.factor = c.factor;
+    auto model = load_model(ref + "/" + c.source, config);
+    auto tokens = at::randint(97, {2, c.length});
+    if (c.train_step) {
+      before[c.name] = logits_of(model, tokens);
+      train_one_step(model, c.length);
+    }
+    ours[c.name] = logits_of(model, tokens);
+    const std::string dir = out / c.name;
+    export_hf(model, dir);
+    write_safetensors(dir + "/input.safetensors", {{"tokens", tokens}});
+    dirs.push_back(dir);
+  }
+  test::hf_logits(dirs);
+  for (const auto& c : cases) {
+    auto theirs = read_safetensors(out / c.name + "/hf_logits.safetensors").at("logits");
+    EXPECT_LT(test::max_abs_diff(ours[c.name], theirs), 1e-4) << c.name;
+    if (c.train_step) {
+      EXPECT_GT(test::max_abs_diff(before[c.name], theirs), 1e-3) << c.name << ": the step changed nothing";
+    }
+  }
+  const auto gpt2 = json::parse(test::read_file(out / "gpt2_interpolated/config.json"));
+  EXPECT_EQ(gpt2["n_positions"], 64);
+  const auto yarn = json::parse(test::read_file(out / "neox_yarn/config.json"));
+  EXPECT_EQ(yarn["rope_parameters"]["rope_type"], "yarn");
+  EXPECT_TRUE(yarn["segtrain"]["transformers_reproduces"].get<bool>());
+  // Importing the export gives the extension back.
+  auto back = read_model_config(out / "neox_yarn");
+  EXPECT_EQ(back.extension.method, ExtensionMethod::yarn);
+  EXPECT_DOUBLE_EQ(*back.extension.factor, 4.0);
+  EXPECT_EQ(*back.extension.original_length, 32);
+}
+
+TEST(HfExport, AlibiExtensionsAreMarkedAsNotReproducedAndComeBack) {
+  const auto ref = test::reference_dir();
+  test::TempDir out;
+  auto config = read_model_config(ref + "/bloom");
+  config.extension.method = ExtensionMethod::ntk_alibi;
+  config.extension.factor = 2.0;
+  auto model = load_model(ref + "/bloom", config);
+  export_hf(model, out / "bloom");
+  const auto cfg = json::parse(test::read_file(out / "bloom/config.json"));
+  EXPECT_FALSE(cfg["segtrain"]["transformers_reproduces"].get<bool>());
+  EXPECT_EQ(cfg["segtrain"]["extension"]["method"], "ntk_alibi");
+  auto reloaded = load_model(out / "bloom");
+  EXPECT_EQ(reloaded->config().extension.method, ExtensionMethod::ntk_alibi);
+  auto tokens = at::randint(97, {1, 30});
+  EXPECT_LT(test::max_abs_diff(logits_of(model, tokens), logits_of(reloaded, tokens)), 1e-6);
+}
+
+TEST(ModelDir, SaveAndLoadRoundTripsWeightsAndConfig) {
+  const auto ref = test::reference_dir();
+  test::TempDir out;
+  auto config = read_model_config(ref + "/gpt2");
+  config.extension.method = ExtensionMethod::interpolate;
+  config.extension.factor = 3.0;
+  config.activation_checkpointing = true;
+  auto model = load_model(ref + "/gpt2", config);
+  save_model_dir(model, out / "ckpt");
+  EXPECT_EQ(detect_model_format(out / "ckpt"), ModelFormat::segtrain);
+  EXPECT_EQ(detect_model_format(ref + "/gpt2"), ModelFormat::hf);
+  auto back = load_model_dir(out / "ckpt");
+  EXPECT_EQ(model_config_to_json(back->config()), model_config_to_json(config));
+  EXPECT_EQ(back->wpe->weight.size(0), 96);
+  for (const auto& [name, t] : model->tensors()) EXPECT_TRUE(at::equal(back->tensors().at(name), t)) << name;
+  // A run directory resolves to its final/.
+  save_model_dir(model, out / "run/final");
+  EXPECT_EQ(read_model_config(out / "run").extension.method, ExtensionMethod::interpolate);
+}
+
+TEST(HfImport, BadFoldersAreInputErrorsNamingTheFile) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  auto expect_error = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected one mentioning " << needle;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { read_model_config(dir / "nothing"); }, "not a model directory");
+  test::write_file(dir / "llama/config.json", R"({"model_type": "llama"})");
+  expect_error([&] { read_model_config(dir / "llama"); }, "config.json");
+  test::write_file(dir / "broken/config.json", "{oops");
+  expect_error([&] { read_model_config(dir / "broken"); }, "broken/config.json");
+  test::write_file(dir / "nofield/config.json", R"({"model_type": "gpt2", "n_embd": 48})");
+  expect_error([&] { read_model_config(dir / "nofield"); }, "vocab_size");
+  // Weights missing a tensor.
+  fs::create_directories(dir / "missing");
+  fs::copy_file(ref + "/gpt2/config.json", dir / "missing/config.json");
+  auto weights = read_safetensors(ref + "/gpt2/model.safetensors");
+  weights.erase("transformer.h.1.mlp.c_fc.weight");
+  write_safetensors(dir / "missing/model.safetensors", weights);
+  expect_error([&] { load_model(dir / "missing"); }, "blocks.1.fc.weight");
+  // Weights of the wrong shape for the config.
+  fs::create_directories(dir / "shape");
+  auto cfg = json::parse(test::read_file(ref + "/gpt2/config.json"));
+  cfg["n_inner"] = 100;
+  test::write_file(dir / "shape/config.json", cfg.dump());
+  fs::copy_file(ref + "/gpt2/model.safetensors", dir / "shape/model.safetensors");
+  expect_error([&] { load_model(dir / "shape"); }, "shape");
+  fs::create_directories(dir / "noweights");
+  fs::copy_file(ref + "/gpt2/config.json", dir / "noweights/config.json");
+  expect_error([&] { load_model(dir / "noweights"); }, "model.safetensors");
+}
+
+}  // namespace
+}  // namespace segtrain::models
