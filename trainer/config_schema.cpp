@@ -90,6 +90,11 @@ bool in_range(double v, Bound lo, Bound hi) {
 
 YAML::Node plain(const std::string& text) { return YAML::Node(text); }
 
+// "null" must be a YAML null, not the quoted string "null"; "auto" is a word.
+YAML::Node null_or(const char* word) {
+  return std::string(word) == "null" ? YAML::Node(YAML::NodeType::Null) : plain(word);
+}
+
 int64_t parse_integer(const YAML::Node& node, const std::string& type, int64_t lo, int64_t hi) {
   auto v = to_integer(scalar(node, type));
   if (!v || *v < lo || *v > hi) expected(type, node);
@@ -123,7 +128,7 @@ Field maybe_integer(std::string path, std::optional<int64_t>& v, const char* wor
             if (is_null_word(n, word)) v.reset();
             else v = parse_integer(n, type, lo, kMaxInt);
           },
-          [&v, word] { return v ? plain(std::to_string(*v)) : plain(word); }};
+          [&v, word] { return v ? plain(std::to_string(*v)) : null_or(word); }};
 }
 
 Field real(std::string path, double& v, Bound lo, Bound hi, std::string doc) {
@@ -141,7 +146,7 @@ Field maybe_real(std::string path, std::optional<double>& v, const char* word, B
             if (is_null_word(n, word)) v.reset();
             else v = parse_real(n, type, lo, hi);
           },
-          [&v, word] { return v ? plain(format_double(*v)) : plain(word); }};
+          [&v, word] { return v ? plain(format_double(*v)) : null_or(word); }};
 }
 
 Field flag(std::string path, bool& v, std::string doc) {
@@ -275,7 +280,7 @@ std::vector<Field> fields(Config& c) {
       maybe_real("model.extension.factor", ext.factor, "auto", at_least(1), kNoHigh,
                  "Extension factor; auto is data.extended_length / data.train_length."),
       maybe_integer("model.extension.original_length", ext.original_length, "auto", 1,
-                    "Length the base model was trained at; auto is data.train_length."),
+                    "Length the base model was trained at; auto is its max_positions."),
       real("model.extension.yarn.beta_fast", ext.yarn.beta_fast, above(0), kNoHigh, "YaRN ramp: high rotations."),
       real("model.extension.yarn.beta_slow", ext.yarn.beta_slow, above(0), kNoHigh, "YaRN ramp: low rotations."),
       maybe_real("model.extension.yarn.attention_factor", ext.yarn.attention_factor, "auto", above(0), kNoHigh,

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Regenerates the README's config reference from the schema (trainer/config_schema.cpp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BUILD_DIR:-build}/trainer/segtrain
+table=$("$BIN" config reference)
+TABLE="$table" python3 - <<'PY'
+import os, re, pathlib
+readme = pathlib.Path("README.md")
+text = readme.read_text()
+begin = re.search(r"<!-- config-reference:begin[^>]*-->\n", text)
+end = text.index("<!-- config-reference:end -->")
+readme.write_text(text[: begin.end()] + os.environ["TABLE"] + "\n" + text[end:])
+PY
