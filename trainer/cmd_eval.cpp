@@ -1,8 +1,53 @@
+#include <filesystem>
+
+#include "common/atomic_write.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "data/token_store.h"
+#include "models/model_io.h"
+#include "models/positions.h"
 #include "trainer/commands.h"
-#include "trainer/not_built.h"
+#include "trainer/evaluate.h"
+#include "trainer/model_setup.h"
 
 namespace segtrain::trainer {
 
-int cmd_eval(const EvalOptions&) { not_built("eval", 5); }
+int cmd_eval(const EvalOptions& options) {
+  namespace fs = std::filesystem;
+  std::string model_dir;
+  if (!models::detect_model_format(options.model, &model_dir))
+    throw InputError("--model: '" + options.model +
+                     "' is neither a segtrain checkpoint/run (model_config.json) nor an HF folder (config.json)");
+  models::ModelConfig config = apply_model_overrides(models::read_model_config(model_dir), options.overrides);
+  // factor auto: stretch the base length to the longest evaluated length.
+  const int64_t longest = *std::max_element(options.lengths.begin(), options.lengths.end());
+  if (config.extension.method != models::ExtensionMethod::none && !config.extension.factor)
+    config.extension.factor = std::max(1.0, static_cast<double>(longest) / models::original_length_of(config));
+  models::TransformerLM model = models::load_model(model_dir, config);
+
+  const data::TokenStore store = data::TokenStore::open(options.data);
+  if (store.vocab_size() > models::vocab_size_of(config))
+    throw InputError("--data: the store's vocabulary (" + std::to_string(store.vocab_size()) +
+                     ") is larger than the model's (" + std::to_string(models::vocab_size_of(config)) + ")");
+  PerplexityOptions eval;
+  eval.lengths = options.lengths;
+  eval.max_sequences = options.max_sequences;
+  eval.stride = options.stride;
+  eval.per_position = !options.per_position_csv.empty();
+  for (int64_t length : eval.lengths)
+    if (eval.stride > length)
+      throw InputError("--stride " + std::to_string(eval.stride) + " is longer than the length " + std::to_string(length));
+  const auto results = evaluate(model, store.split(data::parse_split(options.split)), eval);
+  write_file_atomic(options.out, eval_json(options.model, results));
+  if (eval.per_position) {
+    write_file_atomic(options.per_position_csv, per_position_csv(results));
+    fs::path svg = fs::path(options.per_position_csv).replace_extension(".svg");
+    write_file_atomic(svg, per_position_svg(results, options.model));
+  }
+  for (const auto& r : results)
+    log::info("L=", r.length, ": ppl ", r.ppl, " (loss ", r.loss, ") over ", r.tokens, " tokens in ", r.sequences,
+              " sequences");
+  return 0;
+}
 
 }  // namespace segtrain::trainer

@@ -1,0 +1,170 @@
+#include "trainer/checkpoint.h"
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "common/atomic_write.h"
+#include "common/error.h"
+#include "models/model_io.h"
+#include "models/safetensors.h"
+
+namespace segtrain::trainer {
+namespace {
+
+using nlohmann::json;
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("cannot read '" + path.string() + "'");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::optional<int64_t> step_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (name.rfind("step-", 0) != 0 || is_incomplete_write(dir)) return std::nullopt;
+  try {
+    size_t used = 0;
+    int64_t step = std::stoll(name.substr(5), &used);
+    if (used == name.size() - 5) return step;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+// Keys whose change would make a resumed run compute something else than the
+// interrupted one. Learning-rate and logging settings may change.
+const char* const kResumeKeys[] = {"run.seed", "model.init", "data.store", "data.train_length",
+                                   "data.extended_length", "data.sampler.method", "data.sampler.alpha",
+                                   "data.sampler.targets", "train.micro_batch_size", "train.grad_accum",
+                                   "train.budget.tokens", "train.budget.compute_equivalent"};
+
+std::string yaml_at(const YAML::Node& root, const std::string& key) {
+  YAML::Node node = YAML::Clone(root);
+  std::string rest = key;
+  for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+    node = node[rest.substr(0, dot)];
+    if (!node) return "(missing)";
+    rest = rest.substr(dot + 1);
+  }
+  node = node[rest];
+  if (!node) return "(missing)";
+  YAML::Emitter out;
+  out << node;
+  return out.c_str();
+}
+
+}  // namespace
+
+std::string state_to_json(const TrainerState& s) {
+  json j = {{"step", s.step},
+            {"tokens", s.tokens},
+            {"loss_tokens", s.loss_tokens},
+            {"total_steps", s.total_steps},
+            {"world_size", s.world_size},
+            {"skipped_steps", s.skipped_steps},
+            {"data_cursor", {{"epoch", s.cursor.epoch}, {"index", s.cursor.index}}},
+            // The data stream is a pure function of (seed, epoch, index) and the
+            // model has no dropout, so the cursor is the whole RNG state to keep.
+            {"rng", "stateless: data keyed by (run.seed, epoch, index)"}};
+  return j.dump(2) + "\n";
+}
+
+TrainerState state_from_json(const std::string& text, const std::string& source) {
+  try {
+    json j = json::parse(text);
+    TrainerState s;
+    s.step = j.at("step").get<int64_t>();
+    s.tokens = j.at("tokens").get<int64_t>();
+    s.loss_tokens = j.value("loss_tokens", int64_t{0});
+    s.total_steps = j.at("total_steps").get<int64_t>();
+    s.world_size = j.value("world_size", int64_t{1});
+    s.skipped_steps = j.value("skipped_steps", int64_t{0});
+    s.cursor.epoch = j.at("data_cursor").at("epoch").get<int64_t>();
+    s.cursor.index = j.at("data_cursor").at("index").get<int64_t>();
+    return s;
+  } catch (const json::exception& e) {
+    throw InputError(source + ": not a valid trainer state: " + e.what());
+  }
+}
+
+void save_checkpoint(const fs::path& dir, const models::TransformerLM& model, const FusedAdamW& optimizer,
+                     const TrainerState& state, const Config& config) {
+  AtomicDir out(dir);
+  models::save_model_dir(model, out.path().string());
+  models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer.state_dict());
+  write_file_atomic(out.path() / "trainer_state.json", state_to_json(state));
+  write_file_atomic(out.path() / "config.yaml", to_yaml(config));
+  out.commit();
+}
+
+std::optional<CheckpointRef> newest_checkpoint(const fs::path& run_dir) {
+  std::vector<fs::path> candidates;
+  if (fs::is_directory(run_dir / "checkpoints"))
+    for (const auto& e : fs::directory_iterator(run_dir / "checkpoints"))
+      if (e.is_directory() && step_of(e.path())) candidates.push_back(e.path());
+  if (fs::exists(run_dir / "final" / "trainer_state.json")) candidates.push_back(run_dir / "final");
+  std::optional<CheckpointRef> best;
+  for (const auto& dir : candidates) {
+    const fs::path state_file = dir / "trainer_state.json";
+    if (!fs::exists(state_file)) continue;
+    TrainerState state = state_from_json(read_text(state_file), state_file.string());
+    if (!best || state.step > best->state.step) best = CheckpointRef{dir, state};
+  }
+  return best;
+}
+
+void check_resume_compatible(const fs::path& checkpoint_dir, const Config& config, int64_t world_size) {
+  const fs::path saved_config = checkpoint_dir / "config.yaml";
+  YAML::Node saved;
+  try {
+    saved = YAML::Load(read_text(saved_config));
+  } catch (const YAML::Exception& e) {
+    throw InputError(saved_config.string() + ": " + e.what());
+  }
+  const YAML::Node current = YAML::Load(to_yaml(config));
+  std::vector<std::string> differences;
+  for (const char* key : kResumeKeys) {
+    const std::string then = yaml_at(saved, key), now = yaml_at(current, key);
+    if (then != now) differences.push_back(std::string(key) + ": checkpoint has " + then + ", config has " + now);
+  }
+  const TrainerState state =
+      state_from_json(read_text(checkpoint_dir / "trainer_state.json"), (checkpoint_dir / "trainer_state.json").string());
+  if (state.world_size != world_size)
+    differences.push_back("world size: checkpoint was written by " + std::to_string(state.world_size) +
+                          " ranks, this run has " + std::to_string(world_size));
+  if (!differences.empty()) {
+    std::string message = "cannot resume from " + checkpoint_dir.string() + ": its config differs:";
+    for (const auto& d : differences) message += "\n  " + d;
+    throw InputError(message);
+  }
+}
+
+void load_checkpoint(const fs::path& dir, models::TransformerLM& model, FusedAdamW& optimizer) {
+  model->load_tensors(models::read_safetensors((dir / "model.safetensors").string()), (dir / "model.safetensors").string());
+  optimizer.load_state_dict(models::read_safetensors((dir / "optimizer.safetensors").string()));
+}
+
+void prune_checkpoints(const fs::path& run_dir, int64_t keep_last) {
+  const fs::path dir = run_dir / "checkpoints";
+  if (!fs::is_directory(dir)) return;
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (is_incomplete_write(e.path())) {
+      std::error_code ec;
+      fs::remove_all(e.path(), ec);
+    } else if (auto step = step_of(e.path())) {
+      steps.emplace_back(*step, e.path());
+    }
+  }
+  if (keep_last <= 0 || static_cast<int64_t>(steps.size()) <= keep_last) return;
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < steps.size(); ++i) fs::remove_all(steps[i].second);
+}
+
+}  // namespace segtrain::trainer

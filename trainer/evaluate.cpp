@@ -1,0 +1,165 @@
+#include "trainer/evaluate.h"
+
+#include <ATen/core/grad_mode.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace segtrain::trainer {
+namespace {
+
+struct Window {
+  int64_t doc, start;
+  int64_t scored_from;  // first position (1-based prediction index) that counts
+};
+
+// Non-overlapping: floor(len / L) windows per document. Sliding: a window every
+// `stride` tokens while it fits; after the first, only its last `stride`
+// predictions are new and scored, so each token is scored once.
+std::vector<Window> windows_for(const data::IndexedDataset& split, int64_t length, int64_t stride,
+                                int64_t max_sequences) {
+  std::vector<Window> out;
+  for (int64_t doc = 0; doc < split.documents(); ++doc) {
+    const int64_t n = split.length(doc);
+    if (n < length) continue;
+    if (stride <= 0) {
+      for (int64_t start = 0; start + length <= n; start += length) out.push_back({doc, start, 1});
+    } else {
+      out.push_back({doc, 0, 1});
+      for (int64_t start = stride; start + length <= n; start += stride)
+        out.push_back({doc, start, length - stride});
+    }
+    if (max_sequences > 0 && static_cast<int64_t>(out.size()) >= max_sequences) break;
+  }
+  if (max_sequences > 0 && static_cast<int64_t>(out.size()) > max_sequences) out.resize(max_sequences);
+  return out;
+}
+
+}  // namespace
+
+std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::IndexedDataset& split,
+                                   const PerplexityOptions& options) {
+  at::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  const auto device = model->parameters().front().device();
+  std::vector<LengthResult> results;
+  for (int64_t length : options.lengths) {
+    if (length < 2) throw InputError("evaluation length " + std::to_string(length) + " is below 2");
+    LengthResult r;
+    r.length = length;
+    const auto windows = windows_for(split, length, options.stride, options.max_sequences);
+    std::vector<double> position_sum(length - 1, 0.0);
+    std::vector<int64_t> position_count(length - 1, 0);
+    double total = 0;
+    for (size_t first = 0; first < windows.size(); first += options.batch_size) {
+      const int64_t b = std::min<int64_t>(options.batch_size, windows.size() - first);
+      at::Tensor tokens = at::empty({b, length}, at::kInt);
+      at::Tensor scored = at::zeros({b, length - 1}, at::kBool);
+      for (int64_t i = 0; i < b; ++i) {
+        const Window& w = windows[first + i];
+        split.copy(w.doc, w.start, length, tokens[i].data_ptr<int32_t>());
+        scored[i].narrow(0, w.scored_from - 1, length - w.scored_from).fill_(true);
+      }
+      tokens = tokens.to(at::kLong);
+      at::Tensor positions = at::arange(length, at::kLong).unsqueeze(0).expand({b, length}).contiguous();
+      at::Tensor logits = model->forward(tokens.to(device), positions.to(device)).to(at::kFloat);
+      at::Tensor nll = at::cross_entropy_loss(logits.narrow(1, 0, length - 1).reshape({-1, logits.size(2)}),
+                                              tokens.narrow(1, 1, length - 1).reshape(-1).to(device), {},
+                                              at::Reduction::None)
+                           .view({b, length - 1})
+                           .cpu()
+                           .to(at::kDouble);
+      at::Tensor mask = scored.to(at::kDouble);
+      total += (nll * mask).sum().item<double>();
+      r.tokens += scored.sum().item<int64_t>();
+      r.sequences += b;
+      if (options.per_position) {
+        at::Tensor sums = (nll * mask).sum(0), counts = scored.sum(0);
+        auto s = sums.accessor<double, 1>();
+        auto c = counts.accessor<int64_t, 1>();
+        for (int64_t p = 0; p < length - 1; ++p) position_sum[p] += s[p], position_count[p] += c[p];
+      }
+    }
+    if (r.tokens == 0) {
+      log::warn("eval: no validation document has ", length, " tokens; length ", length, " is reported as null");
+      r.loss = r.ppl = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      r.loss = total / static_cast<double>(r.tokens);
+      r.ppl = std::exp(r.loss);
+    }
+    if (options.per_position)
+      for (int64_t p = 0; p < length - 1; ++p)
+        r.position_loss.push_back(position_count[p] ? position_sum[p] / position_count[p]
+                                                    : std::numeric_limits<double>::quiet_NaN());
+    results.push_back(std::move(r));
+  }
+  if (was_training) model->train();
+  return results;
+}
+
+std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results) {
+  nlohmann::json out = {{"model", model_name}, {"results", nlohmann::json::array()}};
+  for (const auto& r : results) {
+    nlohmann::json row = {{"length", r.length}, {"sequences", r.sequences}, {"tokens", r.tokens}};
+    row["loss"] = std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json(nullptr);
+    row["ppl"] = std::isfinite(r.ppl) ? nlohmann::json(r.ppl) : nlohmann::json(nullptr);
+    out["results"].push_back(row);
+  }
+  return out.dump(2) + "\n";
+}
+
+std::string per_position_csv(const std::vector<LengthResult>& results) {
+  std::ostringstream out;
+  out << "length,position,loss\n" << std::setprecision(8);
+  for (const auto& r : results)
+    for (size_t p = 0; p < r.position_loss.size(); ++p) out << r.length << "," << p + 1 << "," << r.position_loss[p] << "\n";
+  return out.str();
+}
+
+std::string per_position_svg(const std::vector<LengthResult>& results, const std::string& title) {
+  const double width = 720, height = 360, left = 60, right = 20, top = 30, bottom = 40;
+  double max_position = 1, lo = std::numeric_limits<double>::max(), hi = 0;
+  for (const auto& r : results)
+    for (size_t p = 0; p < r.position_loss.size(); ++p)
+      if (std::isfinite(r.position_loss[p])) {
+        max_position = std::max(max_position, static_cast<double>(p + 1));
+        lo = std::min(lo, r.position_loss[p]);
+        hi = std::max(hi, r.position_loss[p]);
+      }
+  if (hi <= lo) hi = lo + 1;
+  auto x = [&](double p) { return left + (width - left - right) * p / max_position; };
+  auto y = [&](double v) { return top + (height - top - bottom) * (1 - (v - lo) / (hi - lo)); };
+  const char* colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
+  std::ostringstream svg;
+  svg << std::fixed << std::setprecision(1);
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height << "' font-family='sans-serif' font-size='12'>\n"
+      << "<rect width='100%' height='100%' fill='white'/>\n"
+      << "<text x='" << left << "' y='18'>" << title << " (loss by position)</text>\n"
+      << "<line x1='" << left << "' y1='" << height - bottom << "' x2='" << width - right << "' y2='" << height - bottom << "' stroke='black'/>\n"
+      << "<line x1='" << left << "' y1='" << top << "' x2='" << left << "' y2='" << height - bottom << "' stroke='black'/>\n"
+      << "<text x='" << width / 2 << "' y='" << height - 8 << "'>position</text>\n"
+      << "<text x='4' y='" << top + 10 << "'>" << std::setprecision(2) << hi << "</text>\n"
+      << "<text x='4' y='" << height - bottom << "'>" << lo << "</text>\n"
+      << "<text x='" << width - right - 40 << "' y='" << height - bottom + 16 << "'>" << std::setprecision(0) << max_position << "</text>\n"
+      << std::setprecision(1);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    svg << "<polyline fill='none' stroke-width='1.5' stroke='" << colours[i % 6] << "' points='";
+    for (size_t p = 0; p < r.position_loss.size(); ++p)
+      if (std::isfinite(r.position_loss[p])) svg << x(p + 1) << "," << y(r.position_loss[p]) << " ";
+    svg << "'/>\n<text x='" << width - right - 90 << "' y='" << top + 14 * (i + 1) << "' fill='" << colours[i % 6]
+        << "'>L = " << r.length << "</text>\n";
+  }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+}  // namespace segtrain::trainer
