@@ -1,0 +1,189 @@
+// synth -> prepare -> sample through the real binary, Megatron datasets as
+// input, and every corrupt store: exit 2 with a message naming the file.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "data/token_store.h"
+#include "data_test_util.h"
+#include "test_util.h"
+
+namespace segtrain {
+namespace {
+
+using test::run;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+const std::string kBin = SEGTRAIN_BIN;
+
+std::string config_for(const std::string& store, const std::string& method, int64_t lt, int64_t le) {
+  return "data:\n  store: " + store + "\n  train_length: " + std::to_string(lt) + "\n  extended_length: " +
+         std::to_string(le) + "\n  sampler: {method: " + method + ", alpha: 0.25}\nmodel:\n  extension: {method: interpolate}\n";
+}
+
+std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream lines(test::read_file(path));
+  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+class Pipeline : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    auto r = run(kBin, {"synth", "--out", *dir_ / "corpus", "--docs", "16", "--min-tokens", "400", "--max-tokens", "800"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run(kBin, {"prepare", "--input", *dir_ / "corpus", "--out", *dir_ / "store", "--vocab-size", "300",
+                   "--valid-fraction", "0.25", "--threads", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    prepare_log_ = new std::string(r.err);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    delete prepare_log_;
+  }
+  static TempDir* dir_;
+  static std::string* prepare_log_;
+};
+TempDir* Pipeline::dir_ = nullptr;
+std::string* Pipeline::prepare_log_ = nullptr;
+
+TEST_F(Pipeline, SynthWritesBothSplitsAsJsonLines) {
+  const auto train = read_jsonl(fs::path(*dir_ / "corpus") / "train.jsonl");
+  const auto valid = read_jsonl(fs::path(*dir_ / "corpus") / "valid.jsonl");
+  EXPECT_EQ(train.size() + valid.size(), 16u);
+  EXPECT_EQ(valid.size(), 1u);  // max(1, 16 / 20)
+  for (const auto& j : train) ASSERT_TRUE(j["text"].is_string());
+  // Deterministic: the same command gives the same bytes.
+  TempDir again;
+  auto r = run(kBin, {"synth", "--out", again / "c", "--docs", "16", "--min-tokens", "400", "--max-tokens", "800"});
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(test::read_file(fs::path(again / "c") / "train.jsonl"), test::read_file(fs::path(*dir_ / "corpus") / "train.jsonl"));
+}
+
+TEST_F(Pipeline, PrepareWritesAValidStoreAndReportsThroughput) {
+  const auto meta = nlohmann::json::parse(test::read_file(fs::path(*dir_ / "store") / "meta.json"));
+  for (const char* key : {"vocab_size", "tokenizer", "eos_id", "documents", "tokens", "dtype"})
+    EXPECT_TRUE(meta.contains(key)) << key;
+  EXPECT_EQ(meta["documents"], 16);
+  EXPECT_EQ(meta["dtype"], "uint16");
+  EXPECT_TRUE(fs::exists(fs::path(*dir_ / "store") / "tokenizer.model"));
+  auto store = data::TokenStore::open(*dir_ / "store");
+  EXPECT_EQ(store.split(data::Split::valid).documents(), 4);  // round(0.25 * 16)
+  EXPECT_EQ(store.meta().tokens, meta["tokens"].get<int64_t>());
+  for (auto split : {data::Split::train, data::Split::valid})
+    for (int64_t d = 0; d < store.split(split).documents(); ++d) {
+      const auto& s = store.split(split);
+      EXPECT_EQ(s.token(d, s.length(d) - 1), store.eos_id()) << "EOS ends every document";
+    }
+  EXPECT_NE(prepare_log_->find("MB/s"), std::string::npos) << *prepare_log_;
+  EXPECT_NE(prepare_log_->find("16 documents"), std::string::npos) << *prepare_log_;
+}
+
+TEST_F(Pipeline, PrepareWithTheStoresTokenizerReproducesTheTokens) {
+  TempDir out;
+  auto r = run(kBin, {"prepare", "--input", fs::path(*dir_ / "corpus") / "train.jsonl", fs::path(*dir_ / "corpus") / "valid.jsonl",
+                      "--out", out / "store", "--tokenizer", fs::path(*dir_ / "store") / "tokenizer.model",
+                      "--valid-fraction", "0.25"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* f : {"train.bin", "train.idx", "valid.bin", "valid.idx"})
+    EXPECT_EQ(test::read_file(fs::path(out / "store") / f), test::read_file(fs::path(*dir_ / "store") / f)) << f;
+}
+
+TEST_F(Pipeline, SampleDumpsWhatEachSamplerFeedsTheModel) {
+  auto store = data::TokenStore::open(*dir_ / "store");
+  for (const std::string method : {"truncate", "full", "chunk", "prefix", "randompos", "pose"}) {
+    TempDir io;
+    test::write_file(io.path() / "c.yaml", config_for(*dir_ / "store", method, 32, 128));
+    auto r = run(kBin, {"sample", io / "c.yaml", "--count", "50", "--out", io / "s.jsonl"});
+    ASSERT_EQ(r.exit_code, 0) << method << ": " << r.err;
+    const auto samples = read_jsonl(io.path() / "s.jsonl");
+    ASSERT_EQ(samples.size(), 50u);
+    const size_t T = method == "full" ? 128 : 32;
+    for (const auto& s : samples) {
+      for (const char* key : {"tokens", "offsets", "positions", "targets", "loss_mask"}) ASSERT_EQ(s[key].size(), T) << key;
+      const int64_t doc = s["doc"], start = s["window_start"];
+      for (size_t j = 0; j < T; ++j) {
+        const int64_t off = s["offsets"][j];
+        ASSERT_EQ(s["tokens"][j].get<int32_t>(), store.split(data::Split::train).token(doc, start + off)) << method;
+        ASSERT_LT(s["positions"][j].get<int64_t>(), 128);
+      }
+    }
+    // Same command, same samples.
+    auto again = run(kBin, {"sample", io / "c.yaml", "--count", "50", "--out", io / "t.jsonl"});
+    ASSERT_EQ(again.exit_code, 0);
+    EXPECT_EQ(test::read_file(io.path() / "s.jsonl"), test::read_file(io.path() / "t.jsonl"));
+  }
+}
+
+TEST(PrepareInputs, MegatronDatasetsAreAcceptedAndResplitByDocument) {
+  TempDir dir;
+  // As preprocess_data.py --split-sentences writes it: 3 documents of 2, 1 and 2 sentences.
+  std::vector<uint16_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  test::spit(dir.path() / "wiki_text_document.bin", std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2));
+  std::string idx("MMIDIDX\0\0", 9);
+  auto put = [&](auto v) { idx.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(uint64_t{1});
+  idx += static_cast<char>(8);
+  put(uint64_t{5});
+  put(uint64_t{4});
+  for (int32_t s : {2, 3, 2, 4, 1}) put(s);
+  for (int64_t p : {0, 4, 10, 14, 22}) put(p);
+  for (int64_t d : {0, 2, 3, 5}) put(d);
+  test::spit(dir.path() / "wiki_text_document.idx", idx);
+  auto r = run(kBin, {"prepare", "--input", dir / "wiki_text_document.bin", "--out", dir / "store", "--vocab-size", "50",
+                      "--valid-fraction", "0.34"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto store = data::TokenStore::open(dir / "store");
+  EXPECT_EQ(store.meta().documents, 3);
+  EXPECT_EQ(store.split(data::Split::valid).documents(), 1);
+  std::vector<std::vector<int32_t>> docs;
+  for (auto split : {data::Split::train, data::Split::valid})
+    for (int64_t d = 0; d < store.split(split).documents(); ++d) docs.push_back(store.split(split).document(d));
+  std::sort(docs.begin(), docs.end());
+  EXPECT_EQ(docs, (std::vector<std::vector<int32_t>>{{5, 6, 7, 8, 9}, {10, 11}, {12, 13, 14, 15, 16}}));
+  // Ids beyond --vocab-size are refused, naming the file.
+  r = run(kBin, {"prepare", "--input", dir / "wiki_text_document", "--out", dir / "s2", "--vocab-size", "12"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("wiki_text_document.bin"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("outside the vocabulary"), std::string::npos) << r.err;
+}
+
+TEST(PrepareInputs, NothingUsableIsAnInputError) {
+  TempDir dir;
+  test::write_file(dir.path() / "in" / "a.txt", "   ");
+  test::write_file(dir.path() / "in" / "b.txt", "\xff\xfe");
+  auto r = run(kBin, {"prepare", "--input", dir / "in", "--out", dir / "store"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_FALSE(r.signaled);
+  EXPECT_NE(r.err.find("no usable documents"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 empty and 1 invalid UTF-8"), std::string::npos) << r.err;
+}
+
+class CorruptStore : public ::testing::TestWithParam<test::Corruption> {};
+
+TEST_P(CorruptStore, SampleExitsTwoNamingTheFile) {
+  const auto& c = GetParam();
+  TempDir dir;
+  test::write_coded_store(dir / "store", {300, 200, 100});
+  test::write_file(dir.path() / "c.yaml", config_for(dir / "store", "truncate", 64, 64));
+  auto ok = run(kBin, {"sample", dir / "c.yaml", "--count", "2", "--out", dir / "s.jsonl"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  c.damage(dir / "store");
+  auto r = run(kBin, {"sample", dir / "c.yaml", "--count", "2", "--out", dir / "t.jsonl"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_FALSE(r.signaled);
+  EXPECT_NE(r.err.find(c.file), std::string::npos) << r.err;
+  if (c.name != "missing_meta") {
+    EXPECT_NE(r.err.find(c.fault), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "t.jsonl"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CorruptStore, ::testing::ValuesIn(test::corruptions()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace segtrain

@@ -1,0 +1,280 @@
+// Windows and samplers, checked over thousands of random draws against the
+// definitions in seed 004 (3.3, 4.1, 5.5) and DESIGN.md. Token ids encode their
+// document and offset (data_test_util.h), so every check is a formula.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+
+#include "common/error.h"
+#include "data/rng.h"
+#include "data/sampler.h"
+#include "data/windows.h"
+#include "data_test_util.h"
+#include "test_util.h"
+
+namespace segtrain::data {
+namespace {
+
+using test::coded_token;
+using test::TempDir;
+
+const std::vector<int64_t> kLengths = {1000, 2500, 130, 4096, 777, 0, 64, 128, 3000};
+
+TEST(Windows, NonOverlappingFullWindowsRemaindersAndShortDocumentsDiscarded) {
+  TempDir dir;
+  test::write_coded_store(dir / "s", kLengths);
+  auto store = TokenStore::open(dir / "s");
+  for (int64_t le : {1, 64, 128, 1000, 5000}) {
+    auto w = make_windows(store.split(Split::train), le);
+    int64_t expected = 0, short_docs = 0, discarded = 0, used = 0;
+    for (auto n : kLengths) {
+      expected += n / le;
+      short_docs += n < le;
+      used += n >= le;
+      discarded += n % le;
+    }
+    ASSERT_EQ(w.size(), expected) << "L_e " << le;
+    EXPECT_EQ(w.stats.windows, expected);
+    EXPECT_EQ(w.stats.short_documents, short_docs);
+    EXPECT_EQ(w.stats.used_documents, used);
+    EXPECT_EQ(w.stats.discarded_tokens, discarded);
+    EXPECT_EQ(w.stats.window_tokens, expected * le);
+    for (int64_t i = 0; i < w.size(); ++i) {
+      const auto& x = w[i];
+      EXPECT_EQ(x.start % le, 0);
+      EXPECT_LE(x.start + le, kLengths[static_cast<size_t>(x.doc)]);
+      if (i > 0 && w[i - 1].doc == x.doc) {
+        EXPECT_EQ(w[i - 1].start + le, x.start);
+      }
+    }
+  }
+}
+
+struct Case {
+  SamplerMethod method;
+  TargetMode targets;
+  int64_t lt, le;
+  double alpha;
+};
+
+std::string name_of(const Case& c) {
+  return std::string(enum_name(kSamplerMethods, c.method)) + "_" + enum_name(kTargetModes, c.targets) + "_" +
+         std::to_string(c.lt) + "_" + std::to_string(c.le) + "_a" + std::to_string(static_cast<int>(c.alpha * 1000));
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (auto method : {SamplerMethod::truncate, SamplerMethod::full, SamplerMethod::chunk, SamplerMethod::prefix,
+                      SamplerMethod::randompos, SamplerMethod::pose})
+    for (auto targets : {TargetMode::sequence, TargetMode::document})
+      for (auto [lt, le, alpha] : {std::tuple{32, 128, 0.25}, std::tuple{16, 64, 0.5}, std::tuple{64, 256, 0.125},
+                                   std::tuple{8, 10, 0.25}, std::tuple{40, 40, 0.5}}) {
+        if (method == SamplerMethod::prefix && le < lt + 2) continue;  // no valid suffix start
+        out.push_back({method, targets, lt, le, alpha});
+      }
+  return out;
+}
+
+class SamplerInvariants : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SamplerInvariants, HoldOverThousandsOfDraws) {
+  const Case c = GetParam();
+  TempDir dir;
+  test::write_coded_store(dir / "s", kLengths);
+  auto store = TokenStore::open(dir / "s");
+  DataConfig config;
+  config.train_length = c.lt;
+  config.extended_length = c.le;
+  config.sampler = {c.method, c.alpha, c.targets};
+  const auto windows = make_windows(store.split(Split::train), c.le);
+  const Sampler sampler(store.split(Split::train), windows, config);
+  const int64_t T = c.method == SamplerMethod::full ? c.le : c.lt;
+  ASSERT_EQ(sampler.length(), T);
+  const int64_t s = std::llround(c.alpha * static_cast<double>(c.lt)), k = std::llround(1 / c.alpha), p = c.lt - s;
+
+  Rng rng(42);
+  std::map<int64_t, int64_t> suffix_starts;
+  for (int draw = 0; draw < 3000; ++draw) {
+    const auto x = sampler.draw(static_cast<int64_t>(rng.below(static_cast<uint64_t>(windows.size()))), rng.next());
+    SCOPED_TRACE("draw " + std::to_string(draw));
+    ASSERT_EQ(static_cast<int64_t>(x.tokens.size()), T);
+    ASSERT_EQ(x.window_start % c.le, 0);
+    ASSERT_LE(x.window_start + c.le, kLengths[static_cast<size_t>(x.doc)]);
+    for (int64_t j = 0; j < T; ++j) {
+      const auto J = static_cast<size_t>(j);
+      ASSERT_GE(x.offsets[J], 0);
+      ASSERT_LT(x.offsets[J], c.le);
+      ASSERT_GE(x.positions[J], 0);
+      ASSERT_LT(x.positions[J], c.le);
+      if (j > 0) {
+        ASSERT_GT(x.offsets[J], x.offsets[J - 1]) << "offsets strictly increase";
+        ASSERT_GT(x.positions[J], x.positions[J - 1]) << "positions strictly increase";
+      }
+      ASSERT_EQ(x.tokens[J], coded_token(x.doc, x.window_start + x.offsets[J])) << "token is the document's";
+      // Targets: never from beyond the window; inside it, as the mode says.
+      const bool has_next = x.offsets[J] + 1 < c.le;
+      if (j == T - 1 || c.targets == TargetMode::document) {
+        if (has_next) {
+          ASSERT_EQ(x.targets[J], x.tokens[J] + 1) << "the document's next token";
+        } else {
+          ASSERT_EQ(x.targets[J], kNoTarget);
+        }
+      } else {
+        ASSERT_EQ(x.targets[J], x.tokens[J + 1]) << "the sequence's next token";
+      }
+      const bool in_prefix = c.method == SamplerMethod::prefix && j < p;
+      ASSERT_EQ(x.loss_mask[J], (in_prefix || x.targets[J] == kNoTarget) ? 0 : 1);
+    }
+    const auto& o = x.offsets;
+    switch (c.method) {
+      case SamplerMethod::truncate:
+      case SamplerMethod::full:
+        for (int64_t j = 0; j < T; ++j) ASSERT_EQ(o[static_cast<size_t>(j)], j);
+        ASSERT_EQ(x.positions, x.offsets);
+        break;
+      case SamplerMethod::chunk:
+        ASSERT_EQ(x.positions, x.offsets);
+        ASSERT_EQ(k * s, c.lt);
+        for (int64_t m = 0; m < k; ++m)  // k runs of s contiguous tokens
+          for (int64_t j = 1; j < s; ++j)
+            ASSERT_EQ(o[static_cast<size_t>(m * s + j)], o[static_cast<size_t>(m * s)] + j);
+        break;
+      case SamplerMethod::prefix: {
+        ASSERT_EQ(x.positions, x.offsets);
+        const int64_t i = o[static_cast<size_t>(p)];
+        ASSERT_GT(i, p) << "(1-a)L_t < i";
+        ASSERT_LT(i, c.le - s) << "i < L_e - a L_t";
+        for (int64_t j = 0; j < s; ++j) ASSERT_EQ(o[static_cast<size_t>(p + j)], i + j);
+        if (p > 0) {
+          ASSERT_LT(o[static_cast<size_t>(p - 1)], i) << "the prefix precedes i";
+        }
+        ++suffix_starts[i];
+        break;
+      }
+      case SamplerMethod::randompos:
+      case SamplerMethod::pose: {
+        ASSERT_LE(o[0], c.le - c.lt);
+        for (int64_t j = 0; j < T; ++j) ASSERT_EQ(o[static_cast<size_t>(j)], o[0] + j) << "contiguous tokens";
+        if (c.method == SamplerMethod::pose) {
+          ASSERT_EQ(x.positions[0], 0);
+          int jumps = 0;
+          for (int64_t j = 1; j < T; ++j) jumps += x.positions[static_cast<size_t>(j)] != x.positions[static_cast<size_t>(j - 1)] + 1;
+          ASSERT_LE(jumps, 1) << "two chunks: one skip at most";
+        }
+        break;
+      }
+    }
+  }
+  if (c.method == SamplerMethod::prefix) {
+    // i is uniform over the (L_e - aL_t - 1) - ((1-a)L_t + 1) + 1 admissible values.
+    const int64_t values = (c.le - s - 1) - (p + 1) + 1;
+    EXPECT_EQ(static_cast<int64_t>(suffix_starts.size()), std::min<int64_t>(values, 3000));
+    EXPECT_EQ(suffix_starts.begin()->first, p + 1);
+    EXPECT_EQ(suffix_starts.rbegin()->first, c.le - s - 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, SamplerInvariants, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return name_of(info.param); });
+
+// Pearson's chi-square of observed counts against equal expectations.
+double chi_square(const std::map<std::vector<int32_t>, int64_t>& counts, int64_t cells, int64_t draws) {
+  const double expected = static_cast<double>(draws) / static_cast<double>(cells);
+  double chi = 0;
+  for (const auto& [_, n] : counts) chi += (static_cast<double>(n) - expected) * (static_cast<double>(n) - expected) / expected;
+  chi += expected * static_cast<double>(cells - static_cast<int64_t>(counts.size()));  // cells never seen
+  return chi;
+}
+
+TEST(SortedDistinct, EveryKSubsetIsEquallyLikely) {
+  // C(7, 3) = 35 subsets; 70000 draws. The seed is fixed, so this is exact and
+  // repeatable; a biased sampler lands far above the bound (df = 34, p ~ 1e-6 at 80).
+  Rng rng(3);
+  std::map<std::vector<int32_t>, int64_t> counts;
+  std::vector<int32_t> out(3);
+  for (int i = 0; i < 70000; ++i) {
+    sample_sorted_distinct(rng, 7, 3, out.data());
+    ASSERT_TRUE(out[0] < out[1] && out[1] < out[2] && out[2] < 7 && out[0] >= 0);
+    ++counts[out];
+  }
+  EXPECT_EQ(counts.size(), 35u);
+  EXPECT_LT(chi_square(counts, 35, 70000), 80.0);
+  // Degenerate sizes: all of [0, n), and nothing.
+  std::vector<int32_t> all(130);
+  sample_sorted_distinct(rng, 130, 130, all.data());
+  for (int32_t j = 0; j < 130; ++j) EXPECT_EQ(all[static_cast<size_t>(j)], j);
+}
+
+TEST(Chunk, EveryPlacementOfTheSegmentsIsEquallyLikely) {
+  // L_e = 8, two segments of 2 (L_t = 4, a = 0.5): C(8 - 4 + 2, 2) = 15 placements.
+  TempDir dir;
+  test::write_coded_store(dir / "s", {8});
+  auto store = TokenStore::open(dir / "s");
+  DataConfig config;
+  config.train_length = 4;
+  config.extended_length = 8;
+  config.sampler = {SamplerMethod::chunk, 0.5, TargetMode::sequence};
+  const auto windows = make_windows(store.split(Split::train), 8);
+  const Sampler sampler(store.split(Split::train), windows, config);
+  std::map<std::vector<int32_t>, int64_t> counts;
+  for (uint64_t key = 0; key < 30000; ++key) ++counts[sampler.draw(0, mix(9, key)).offsets];
+  EXPECT_EQ(counts.size(), 15u);
+  EXPECT_LT(chi_square(counts, 15, 30000), 50.0);  // df = 14, p ~ 1e-5 at 50
+}
+
+TEST(RandomPos, PositionsSpreadOverTheWholeExtendedRange) {
+  TempDir dir;
+  test::write_coded_store(dir / "s", {512});
+  auto store = TokenStore::open(dir / "s");
+  DataConfig config;
+  config.train_length = 16;
+  config.extended_length = 512;
+  config.sampler = {SamplerMethod::randompos, 0.25, TargetMode::sequence};
+  const auto windows = make_windows(store.split(Split::train), 512);
+  const Sampler sampler(store.split(Split::train), windows, config);
+  // Order statistics of 16 uniform draws from [0, 512): E[max] = 17 * 512/17 - 1 ~ 481.
+  double max_sum = 0, min_sum = 0;
+  for (uint64_t key = 0; key < 4000; ++key) {
+    auto x = sampler.draw(0, mix(5, key));
+    max_sum += x.positions.back();
+    min_sum += x.positions.front();
+  }
+  EXPECT_NEAR(max_sum / 4000, 512.0 * 16 / 17 - 1, 4.0);
+  EXPECT_NEAR(min_sum / 4000, 512.0 / 17 - 1, 4.0);
+}
+
+TEST(Sampler, RejectsShapesTheMethodCannotProduce) {
+  TempDir dir;
+  test::write_coded_store(dir / "s", {256});
+  auto store = TokenStore::open(dir / "s");
+  auto make = [&](SamplerMethod m, int64_t lt, int64_t le, double alpha) {
+    DataConfig config;
+    config.train_length = lt;
+    config.extended_length = le;
+    config.sampler = {m, alpha, TargetMode::sequence};
+    const auto windows = make_windows(store.split(Split::train), le);
+    Sampler sampler(store.split(Split::train), windows, config);
+  };
+  EXPECT_THROW(make(SamplerMethod::chunk, 32, 128, 0.3), InputError);   // 1/alpha not an integer
+  EXPECT_THROW(make(SamplerMethod::chunk, 30, 128, 0.25), InputError);  // alpha L_t not an integer
+  EXPECT_THROW(make(SamplerMethod::prefix, 32, 33, 0.25), InputError);  // no i with 24 < i < 25
+  EXPECT_THROW(make(SamplerMethod::truncate, 64, 32, 0.25), InputError);
+  EXPECT_NO_THROW(make(SamplerMethod::prefix, 32, 34, 0.25));
+}
+
+TEST(Sampler, ComputeEquivalentEpochsFollowEquationTwo) {
+  DataConfig c;
+  c.train_length = 128;
+  c.extended_length = 512;
+  for (auto m : {SamplerMethod::truncate, SamplerMethod::chunk, SamplerMethod::prefix, SamplerMethod::randompos,
+                 SamplerMethod::pose}) {
+    c.sampler.method = m;
+    EXPECT_DOUBLE_EQ(compute_equivalent_epochs(c), 4.0);
+  }
+  c.sampler.method = SamplerMethod::full;
+  EXPECT_DOUBLE_EQ(compute_equivalent_epochs(c), 1.0);
+}
+
+}  // namespace
+}  // namespace segtrain::data
