@@ -30,6 +30,7 @@
 #include "trainer/optimizer.h"
 #include "trainer/schedule.h"
 #include "trainer/signals.h"
+#include "trainer/step_loss.h"
 #include "trainer/tensorboard.h"
 
 namespace segtrain::trainer {
@@ -110,27 +111,6 @@ double clip_gradients(const std::vector<at::Tensor>& params, double max_norm) {
   const double norm = at::stack(at::_foreach_norm(grads, 2, at::kFloat)).norm().item<double>();
   if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
   return norm;
-}
-
-// One micro-batch as tensors on the device; targets outside the loss mask are
-// set to the ignored index so the summed cross-entropy skips them.
-struct MicroBatch {
-  at::Tensor tokens, positions, targets;
-  int64_t loss_tokens = 0;
-};
-
-MicroBatch to_tensors(const data::Batch& b, const torch::Device& device) {
-  const std::vector<int64_t> shape = {b.batch_size, b.length};
-  auto as_tensor = [&](const std::vector<int32_t>& v) {
-    return at::from_blob(const_cast<int32_t*>(v.data()), shape, at::kInt).to(at::kLong);
-  };
-  MicroBatch m;
-  at::Tensor mask = at::from_blob(const_cast<uint8_t*>(b.loss_mask.data()), shape, at::kByte).to(at::kBool);
-  m.tokens = as_tensor(b.tokens).to(device);
-  m.positions = as_tensor(b.positions).to(device);
-  m.targets = at::where(mask, as_tensor(b.targets), at::full({}, data::kNoTarget, at::kLong)).to(device);
-  m.loss_tokens = mask.sum().item<int64_t>();
-  return m;
 }
 
 // metrics.jsonl, TensorBoard and the console progress line.
@@ -350,8 +330,7 @@ int run_training(const LoadedConfig& loaded, bool resume) {
         Autocast autocast(bf16, device.type());
         logits = model->forward(m.tokens, m.positions);
       }
-      at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                               m.targets.reshape(-1), {}, at::Reduction::Sum, data::kNoTarget);
+      at::Tensor loss = summed_loss(logits, m.targets);
       (loss / denominator).backward();
       loss_sum += loss.item<double>();
     }

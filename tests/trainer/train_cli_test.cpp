@@ -1,0 +1,197 @@
+// `segtrain train` and `segtrain eval` as a user runs them, on a small generated
+// corpus: budgets, exact resume after SIGTERM, refusals, the NaN guard.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "data/token_store.h"
+#include "data/windows.h"
+#include "models/safetensors.h"
+#include "test_util.h"
+
+namespace segtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::run;
+
+const std::string kBin = SEGTRAIN_BIN;
+
+class TrainCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    auto synth = run(kBin, {"synth", "--out", *dir_ / "corpus", "--docs", "40", "--min-tokens", "700",
+                            "--max-tokens", "1200", "--seed", "5"});
+    ASSERT_EQ(synth.exit_code, 0) << synth.err;
+    auto prepare = run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", *dir_ / "corpus/valid.jsonl",
+                              "--out", *dir_ / "store", "--vocab-size", "160"});
+    ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // A tiny model and short run; `extra` are more --set overrides.
+  std::string config(const std::string& name, const std::string& arch, const std::string& method) {
+    const std::string path = *dir_ / (name + ".yaml");
+    test::write_file(path, "run: {name: " + name + ", output_dir: " + (*dir_ / ("runs/" + name)) +
+                               ", threads: 1}\n"
+                               "model: {arch: " + arch + ", d_model: 32, n_layers: 2, n_heads: 4}\n"
+                               "data:\n  store: " + (*dir_ / "store") +
+                               "\n  train_length: 32\n  extended_length: 128\n  sampler: {method: " + method +
+                               ", alpha: 0.25}\n"
+                               "train: {micro_batch_size: 4, lr: 3.0e-3, warmup_steps: 5, log_every: 1,"
+                               " checkpoint_every: 0, tensorboard: false}\n"
+                               "eval: {lengths: [32], max_sequences: 4}\n");
+    return path;
+  }
+  std::string run_dir(const std::string& name) { return *dir_ / ("runs/" + name); }
+  static json state_of(const std::string& dir) { return json::parse(test::read_file(fs::path(dir) / "trainer_state.json")); }
+  static std::vector<std::string> losses(const std::string& run) {
+    std::vector<std::string> out;
+    std::istringstream lines(test::read_file(fs::path(run) / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      auto j = json::parse(line);
+      out.push_back(std::to_string(j["step"].get<int64_t>()) + ":" + j["loss"].dump());
+    }
+    return out;
+  }
+  static test::TempDir* dir_;
+};
+test::TempDir* TrainCli::dir_ = nullptr;
+
+// Seed 004 eq. 2: every sampler processes N * L_e tokens (N windows), rounded up
+// to whole global batches, so any two differ by at most one global batch.
+TEST_F(TrainCli, ComputeEquivalentBudgetsAgreeAcrossSamplers) {
+  auto store = data::TokenStore::open(*dir_ / "store");
+  const int64_t windows = data::make_windows(store.split(data::Split::train), 128).size();
+  ASSERT_GT(windows, 10);
+  int64_t largest_batch_tokens = 4 * 128;
+  std::map<std::string, int64_t> tokens;
+  for (const std::string method : {"truncate", "full", "chunk", "prefix", "randompos"}) {
+    auto r = run(kBin, {"train", config("budget-" + method, "gpt_neox", method)});
+    ASSERT_EQ(r.exit_code, 0) << method << "\n" << r.err;
+    tokens[method] = state_of(run_dir("budget-" + method) + "/final")["tokens"].get<int64_t>();
+    const int64_t batch_tokens = 4 * (method == "full" ? 128 : 32);
+    EXPECT_GE(tokens[method], windows * 128) << method;
+    EXPECT_LT(tokens[method], windows * 128 + batch_tokens) << method;
+  }
+  for (const auto& [a, ta] : tokens)
+    for (const auto& [b, tb] : tokens) EXPECT_LE(std::abs(ta - tb), largest_batch_tokens) << a << " vs " << b;
+}
+
+TEST_F(TrainCli, SigtermThenResumeReproducesTheUninterruptedRunExactly) {
+  const std::vector<std::string> sets = {"--set", "train.budget.tokens=60000", "--set", "train.checkpoint_every=7",
+                                         "--set", "train.keep_last=2"};
+  auto args = [&](const std::string& name) {
+    std::vector<std::string> a = {"train", config(name, "gpt2", "truncate")};
+    a.insert(a.end(), sets.begin(), sets.end());
+    return a;
+  };
+  auto whole = run(kBin, args("whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+
+  // Start the same run, SIGTERM it mid-way, then resume it.
+  const std::string metrics = run_dir("cut") + "/metrics.jsonl";
+  std::vector<std::string> cut_args = args("cut");
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv = {const_cast<char*>(kBin.c_str())};
+    for (auto& a : cut_args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    freopen("/dev/null", "w", stderr);
+    execv(kBin.c_str(), argv.data());
+    _exit(127);
+  }
+  auto logged_steps = [&] {
+    const std::string text = test::read_file(metrics);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  for (int i = 0; i < 6000 && logged_steps() < 20; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 143) << "the run ended before SIGTERM or failed";
+  ASSERT_FALSE(fs::exists(run_dir("cut") + "/final"));
+
+  // A checkpoint whose write was interrupted must be ignored, however new it claims to be.
+  const fs::path torn = run_dir("cut") + "/checkpoints/step-99999.tmp-1-0";
+  test::write_file(torn / "trainer_state.json", "{\"step\": 99999}");
+
+  auto refused = run(kBin, {"train", config("cut", "gpt2", "truncate"), "--resume", "--set", "run.seed=7", "--set",
+                            "train.budget.tokens=60000"});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("run.seed: checkpoint has 1234, config has 7"), std::string::npos) << refused.err;
+
+  auto again = run(kBin, args("cut"));
+  EXPECT_EQ(again.exit_code, 2) << "training into an existing run without --resume must be refused";
+  EXPECT_NE(again.err.find("already holds a run"), std::string::npos) << again.err;
+
+  std::vector<std::string> resume_args = args("cut");
+  resume_args.push_back("--resume");
+  auto resumed = run(kBin, resume_args);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_FALSE(fs::exists(torn));
+  EXPECT_EQ(losses(run_dir("cut")), losses(run_dir("whole")));
+  EXPECT_EQ(test::read_file(run_dir("cut") + "/final/model.safetensors"),
+            test::read_file(run_dir("whole") + "/final/model.safetensors"));
+  EXPECT_EQ(state_of(run_dir("cut") + "/final")["data_cursor"], state_of(run_dir("whole") + "/final")["data_cursor"]);
+  // keep_last = 2 step checkpoints survive.
+  int64_t kept = 0;
+  for (const auto& e : fs::directory_iterator(run_dir("cut") + "/checkpoints")) kept += e.is_directory();
+  EXPECT_EQ(kept, 2);
+}
+
+TEST_F(TrainCli, NonFiniteLossesAreSkippedThenAbort) {
+  auto base = run(kBin, {"train", config("nan-base", "gpt_neox", "truncate"), "--set", "train.budget.tokens=2000"});
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  // A base model whose weights went NaN: every loss is non-finite.
+  const fs::path poisoned = *dir_ / "poisoned";
+  fs::copy(run_dir("nan-base") + "/final", poisoned, fs::copy_options::recursive);
+  auto tensors = models::read_safetensors((poisoned / "model.safetensors").string());
+  for (auto& [name, t] : tensors) t.fill_(std::nan(""));
+  models::write_safetensors((poisoned / "model.safetensors").string(), tensors);
+  auto r = run(kBin, {"train", config("nan", "gpt_neox", "truncate"), "--set", "model.init=checkpoint:" + poisoned.string(),
+                      "--set", "train.max_bad_steps=3"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("3 consecutive steps had a non-finite loss"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("step skipped (3 in a row)"), std::string::npos) << r.err;
+  EXPECT_FALSE(r.signaled);
+}
+
+TEST_F(TrainCli, EvalReportsPerplexityByLengthAndRefusesPositionsPastTheTable) {
+  auto base = run(kBin, {"train", config("eval-base", "gpt2", "truncate"), "--set", "train.budget.tokens=4000"});
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const std::string out = *dir_ / "eval.json";
+  auto beyond = run(kBin, {"eval", "--model", run_dir("eval-base"), "--data", *dir_ / "store", "--lengths", "32,64",
+                           "--out", out});
+  EXPECT_EQ(beyond.exit_code, 2) << beyond.err;
+  EXPECT_NE(beyond.err.find("outside the learned position table"), std::string::npos) << beyond.err;
+
+  auto ootb = run(kBin, {"eval", "--model", run_dir("eval-base"), "--data", *dir_ / "store", "--lengths", "32,64",
+                         "--set", "model.extension.method=interpolate", "--out", out, "--per-position",
+                         *dir_ / "curve.csv"});
+  ASSERT_EQ(ootb.exit_code, 0) << ootb.err;
+  auto j = json::parse(test::read_file(out));
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const auto& row : j["results"]) {
+    EXPECT_GT(row["sequences"].get<int64_t>(), 0);
+    EXPECT_NEAR(row["ppl"].get<double>(), std::exp(row["loss"].get<double>()), 1e-6 * row["ppl"].get<double>());
+    EXPECT_EQ(row["tokens"].get<int64_t>(), row["sequences"].get<int64_t>() * (row["length"].get<int64_t>() - 1));
+  }
+  const std::string csv = test::read_file(*dir_ / "curve.csv");
+  EXPECT_EQ(csv.rfind("length,position,loss\n", 0), 0u);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 31 + 63);
+  EXPECT_NE(test::read_file(*dir_ / "curve.svg").find("<polyline"), std::string::npos);
+  // The run's own end-of-training evaluation is in eval.json.
+  auto own = json::parse(test::read_file(run_dir("eval-base") + "/eval.json"));
+  EXPECT_EQ(own["results"][0]["length"], 32);
+}
+
+}  // namespace
+}  // namespace segtrain

@@ -1,0 +1,143 @@
+// The pieces of a training step and of evaluation, against direct computations.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "data/token_store.h"
+#include "models/transformer.h"
+#include "test_util.h"
+#include "trainer/evaluate.h"
+#include "trainer/optimizer.h"
+#include "trainer/step_loss.h"
+
+namespace segtrain::trainer {
+namespace {
+
+models::ModelConfig tiny(models::Arch arch, int64_t vocab = 32, int64_t positions = 64) {
+  models::ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = vocab;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.d_ff = 64;
+  c.max_positions = positions;
+  return c;
+}
+
+TEST(TrainStep, OverfitsATinyBatchUntilTheLossIsNearZero) {
+  for (auto arch : {models::Arch::gpt2, models::Arch::gpt_neox, models::Arch::bloom}) {
+    torch::manual_seed(0);
+    models::TransformerLM model(tiny(arch));
+    std::vector<std::pair<std::string, at::Tensor>> named;
+    for (auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
+    AdamWOptions o;
+    o.weight_decay = 0;
+    FusedAdamW optimizer(named, o);
+    at::Tensor tokens = torch::randint(0, 32, {4, 17}, at::kLong);
+    at::Tensor inputs = tokens.narrow(1, 0, 16), targets = tokens.narrow(1, 1, 16).contiguous();
+    at::Tensor positions = torch::arange(16).unsqueeze(0).expand({4, 16}).contiguous();
+    double loss_value = 0;
+    for (int step = 0; step < 300 && (step == 0 || loss_value > 0.02); ++step) {
+      at::Tensor loss = summed_loss(model->forward(inputs, positions), targets) / targets.numel();
+      loss.backward();
+      optimizer.step(3e-3);
+      optimizer.zero_grad();
+      loss_value = loss.item<double>();
+    }
+    EXPECT_LT(loss_value, 0.05) << enum_name(models::kArchs, arch);
+  }
+}
+
+// The trainer's loss over a micro-batch equals an explicit per-token sum of
+// -log softmax at the masked targets, and an all-masked micro-batch gives 0.
+TEST(TrainStep, MaskedLossMatchesAnExplicitReference) {
+  torch::manual_seed(1);
+  data::Batch batch;
+  batch.batch_size = 3;
+  batch.length = 5;
+  const int64_t n = 15, vocab = 7;
+  batch.tokens.assign(n, 1);
+  batch.positions = {0, 1, 2, 3, 4, 0, 2, 4, 6, 8, 10, 11, 12, 13, 14};
+  batch.targets = {3, 1, 4, 1, 5, 9 % vocab, 2, 6, 5, 3, 5, 8 % vocab, 9 % vocab, 7 % vocab, data::kNoTarget};
+  batch.loss_mask = {1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1};  // row 1 has no loss tokens
+  MicroBatch m = to_tensors(batch, torch::kCPU);
+  EXPECT_EQ(m.loss_tokens, 5 + 0 + 2);  // the absent last target is never scored
+  at::Tensor logits = torch::randn({3, 5, vocab});
+  const double ours = summed_loss(logits, m.targets).item<double>();
+  double reference = 0;
+  at::Tensor logp = torch::log_softmax(logits.to(at::kDouble), -1);
+  for (int64_t i = 0; i < n; ++i)
+    if (batch.loss_mask[i] && batch.targets[i] != data::kNoTarget)
+      reference -= logp[i / 5][i % 5][batch.targets[i]].item<double>();
+  EXPECT_NEAR(ours, reference, 1e-4);
+
+  data::Batch empty = batch;
+  std::fill(empty.loss_mask.begin(), empty.loss_mask.end(), 0);
+  MicroBatch e = to_tensors(empty, torch::kCPU);
+  at::Tensor zero = summed_loss(logits.requires_grad_(), e.targets);
+  EXPECT_EQ(e.loss_tokens, 0);
+  EXPECT_EQ(zero.item<double>(), 0.0);
+  zero.backward();
+  EXPECT_TRUE(torch::isfinite(logits.grad()).all().item<bool>());
+}
+
+TEST(Evaluate, PerplexityEqualsADirectComputationOverNonOverlappingWindows) {
+  test::TempDir dir;
+  const int64_t vocab = 32;
+  {
+    data::IndexedDatasetWriter writer((dir / "valid"), data::TokenDtype::uint16);
+    std::mt19937 rng(3);
+    for (int64_t length : {50, 7, 33, 64}) {  // 7 is shorter than every evaluated length
+      std::vector<int32_t> doc(length);
+      for (auto& t : doc) t = static_cast<int32_t>(rng() % vocab);
+      writer.add_document(doc);
+    }
+    writer.finish();
+  }
+  auto split = data::IndexedDataset::open(dir / "valid", vocab);
+  torch::manual_seed(2);
+  models::TransformerLM model(tiny(models::Arch::gpt_neox, vocab));
+  PerplexityOptions options;
+  options.lengths = {16, 32};
+  options.batch_size = 3;
+  options.per_position = true;
+  const auto results = evaluate(model, split, options);
+  ASSERT_EQ(results.size(), 2u);
+
+  torch::NoGradGuard no_grad;
+  model->eval();
+  for (const auto& r : results) {
+    const int64_t L = r.length;
+    double total = 0;
+    int64_t count = 0, windows = 0;
+    for (int64_t doc = 0; doc < split.documents(); ++doc)
+      for (int64_t start = 0; start + L <= split.length(doc); start += L, ++windows) {
+        std::vector<int32_t> ids(L);
+        split.copy(doc, start, L, ids.data());
+        at::Tensor x = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0);
+        at::Tensor logp = torch::log_softmax(model->forward(x, torch::arange(L).unsqueeze(0)).to(at::kDouble), -1);
+        for (int64_t j = 0; j + 1 < L; ++j, ++count) total -= logp[0][j][ids[j + 1]].item<double>();
+      }
+    EXPECT_EQ(r.sequences, windows) << L;
+    EXPECT_EQ(r.tokens, count) << L;
+    EXPECT_NEAR(r.loss, total / count, 1e-5) << L;
+    EXPECT_NEAR(r.ppl, std::exp(total / count), 1e-4 * r.ppl) << L;
+    ASSERT_EQ(static_cast<int64_t>(r.position_loss.size()), L - 1);
+  }
+  // 50/16 + 33/16 + 64/16 = 3 + 2 + 4 windows; 50/32 + 33/32 + 64/32 = 1 + 1 + 2.
+  EXPECT_EQ(results[0].sequences, 9);
+  EXPECT_EQ(results[1].sequences, 4);
+
+  // A sliding window scores every token after the first exactly once.
+  options.lengths = {16};
+  options.stride = 8;
+  const auto sliding = evaluate(model, split, options);
+  EXPECT_EQ(sliding[0].tokens, (50 - 1) - (50 - 16) % 8 + (33 - 1) - (33 - 16) % 8 + (64 - 1) - (64 - 16) % 8);
+}
+
+}  // namespace
+}  // namespace segtrain::trainer
