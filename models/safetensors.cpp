@@ -1,6 +1,10 @@
 #include "models/safetensors.h"
 
+#include <fcntl.h>
 #include <nlohmann/json.hpp>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -39,33 +43,54 @@ const char* dtype_name(at::ScalarType type) {
 
 }  // namespace
 
+namespace {
+
+// A read-only mapping of a whole file: weights are copied out tensor by tensor, so
+// a large checkpoint never sits in memory twice.
+struct MappedFile {
+  explicit MappedFile(const std::string& path) {
+    fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) throw InputError(path + ": cannot open safetensors file");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw InputError(path + ": cannot stat safetensors file");
+    size = static_cast<uint64_t>(st.st_size);
+    if (size > 0) {
+      void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) throw InputError(path + ": cannot map safetensors file");
+      data = static_cast<const char*>(p);
+    }
+  }
+  ~MappedFile() {
+    if (data) ::munmap(const_cast<char*>(data), size);
+    if (fd >= 0) ::close(fd);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  int fd = -1;
+  const char* data = nullptr;
+  uint64_t size = 0;
+};
+
+}  // namespace
+
 TensorMap read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open safetensors file");
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+  const MappedFile file(path);
+  const uint64_t file_size = file.size;
+  if (file_size < 8) throw InputError(path + ": too short for a safetensors file (needs an 8-byte header length)");
   uint64_t header_size = 0;
-  unsigned char raw[8];
-  if (file_size < 8 || !in.read(reinterpret_cast<char*>(raw), 8))
-    throw InputError(path + ": too short for a safetensors file (needs an 8-byte header length)");
-  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | raw[i];
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(file.data[i]);
   if (header_size > file_size - 8 || header_size > (uint64_t{100} << 20))
     throw InputError(path + ": safetensors header length " + std::to_string(header_size) +
                      " exceeds the file size " + std::to_string(file_size));
-  std::string header_text(header_size, '\0');
-  in.read(header_text.data(), static_cast<std::streamsize>(header_size));
   json header;
   try {
-    header = json::parse(header_text);
+    header = json::parse(file.data + 8, file.data + 8 + header_size);
   } catch (const json::exception& e) {
     throw InputError(path + ": safetensors header is not valid JSON (" + e.what() + ")");
   }
   if (!header.is_object()) throw InputError(path + ": safetensors header must be a JSON object");
   const uint64_t data_size = file_size - 8 - header_size;
-  std::vector<char> data(data_size);
-  if (data_size && !in.read(data.data(), static_cast<std::streamsize>(data_size)))
-    throw InputError(path + ": could not read the tensor data");
+  const char* data = file.data + 8 + header_size;
 
   TensorMap out;
   for (const auto& [name, info] : header.items()) {
@@ -91,7 +116,7 @@ TensorMap read_safetensors(const std::string& path, std::map<std::string, std::s
         throw InputError(where + ": " + std::to_string(offsets[1] - offsets[0]) + " bytes for shape of " +
                          std::to_string(bytes) + " bytes");
       auto t = at::empty(shape, at::TensorOptions().dtype(type));
-      if (bytes) std::memcpy(t.data_ptr(), data.data() + offsets[0], bytes);
+      if (bytes) std::memcpy(t.data_ptr(), data + offsets[0], bytes);
       out[name] = t;
     } catch (const json::exception& e) {
       throw InputError(where + ": malformed header entry (" + e.what() + ")");

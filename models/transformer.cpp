@@ -138,7 +138,11 @@ at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens, const at::Tensor
     cos = angles.cos() * rope.attention_scale;
     sin = angles.sin() * rope.attention_scale;
   } else {
-    mask = alibi_causal_mask(positions, alibi_slopes_for(c, seq_len));
+    // Samples that share their position ids (evaluation) share one mask.
+    auto mask_positions = positions;
+    if (positions.size(0) > 1 && positions.eq(positions.slice(0, 0, 1)).all().item<bool>())
+      mask_positions = positions.slice(0, 0, 1);
+    mask = alibi_causal_mask(mask_positions, alibi_slopes_for(c, seq_len));
   }
   if (emb_ln) x = emb_ln(x);
 
