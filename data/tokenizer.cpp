@@ -128,7 +128,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
-std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer, const std::vector<std::string>& documents,
+std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer, std::span<const std::string> documents,
                                                    int64_t threads, EncodeStats& stats) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::vector<int32_t>> out(documents.size());

@@ -4,6 +4,7 @@
 // windows never need a separator of their own).
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,7 +54,7 @@ class Tokenizer {
 
 // One vector per document, EOS-terminated; documents are spread over `threads`
 // std::threads (0: all cores) by an atomic counter, so long documents balance.
-std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer, const std::vector<std::string>& documents,
+std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer, std::span<const std::string> documents,
                                                    int64_t threads, EncodeStats& stats);
 
 int64_t default_threads(int64_t requested);

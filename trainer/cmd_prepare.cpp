@@ -96,24 +96,40 @@ int cmd_prepare(const PrepareOptions& o) {
     log::info("prepare: training a ", o.model_type, " sentencepiece model with ", o.vocab_size, " pieces");
     return data::Tokenizer::train(docs, t);
   }();
-  data::EncodeStats es;
-  auto encoded = data::encode_documents(tokenizer, docs, o.threads, es);
-  docs.clear();
-  docs.shrink_to_fit();
-  log::info("prepare: encoded ", es.documents, " documents, ", es.bytes, " bytes -> ", es.tokens, " tokens in ",
-            es.seconds, " s on ", es.threads, " threads (", es.mb_per_s(), " MB/s, ",
-            es.mb_per_s() / static_cast<double>(es.threads), " MB/s per thread)");
-
   fs::create_directories(o.out);
   write_file_atomic(fs::path(o.out) / "tokenizer.model", tokenizer.serialized());
   data::StoreMeta meta;
   meta.vocab_size = tokenizer.vocab_size();
   meta.eos_id = tokenizer.eos_id();
   meta.tokenizer = "tokenizer.model";
-  auto m = data::write_store(
-      o.out, static_cast<int64_t>(encoded.size()),
-      [&](int64_t i) { return std::span<const int32_t>(encoded[static_cast<size_t>(i)]); }, meta, o.valid_fraction,
-      static_cast<uint64_t>(o.seed));
+
+  // Encode in batches of about 64 MB as the writer asks for documents, freeing
+  // each batch's text: token vectors never pile up beside the whole corpus.
+  data::EncodeStats total;
+  std::vector<std::vector<int32_t>> batch;
+  size_t batch_begin = 0;
+  auto document = [&](int64_t i) {
+    const auto d = static_cast<size_t>(i);
+    if (d >= batch_begin + batch.size()) {
+      batch_begin = d;
+      size_t end = d, bytes = 0;
+      while (end < docs.size() && (end == d || bytes < (size_t{64} << 20))) bytes += docs[end++].size();
+      data::EncodeStats es;
+      batch = data::encode_documents(tokenizer, std::span(docs).subspan(d, end - d), o.threads, es);
+      for (size_t k = d; k < end; ++k) std::string().swap(docs[k]);
+      total.documents += es.documents;
+      total.bytes += es.bytes;
+      total.tokens += es.tokens;
+      total.seconds += es.seconds;
+      total.threads = es.threads;
+    }
+    return std::span<const int32_t>(batch[d - batch_begin]);
+  };
+  auto m = data::write_store(o.out, static_cast<int64_t>(docs.size()), document, meta, o.valid_fraction,
+                             static_cast<uint64_t>(o.seed));
+  log::info("prepare: encoded ", total.documents, " documents, ", total.bytes, " bytes -> ", total.tokens,
+            " tokens in ", total.seconds, " s on ", total.threads, " threads (", total.mb_per_s(), " MB/s, ",
+            total.mb_per_s() / static_cast<double>(total.threads), " MB/s per thread)");
   log::info("prepare: wrote ", o.out, ": ", m.train_documents, " train documents (", m.train_tokens, " tokens), ",
             m.valid_documents, " valid documents (", m.valid_tokens, " tokens), vocabulary ", m.vocab_size, ", ",
             data::dtype_name(m.dtype));
