@@ -60,6 +60,20 @@ TEST(Attention, AlibiWithNonContiguousPositionsEqualsDirectReference) {
   EXPECT_LT(test::max_abs_diff(got, want), 1e-5);
 }
 
+TEST(Attention, AlibiMaskKeepsTheFusedCpuKernelInFp32AndBf16) {
+  // A mask that required grad would send SDPA to the unfused math path.
+  auto q = at::randn({2, 4, 32, 8}).requires_grad_(true);
+  auto positions = (at::arange(32, at::kLong) * 3).repeat({2, 1});
+  auto mask = alibi_causal_mask(positions, alibi_slopes(4));
+  auto fp32 = causal_attention(q, q, q, mask);
+  EXPECT_NE(fp32.grad_fn()->name().find("FlashAttention"), std::string::npos) << fp32.grad_fn()->name();
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  auto bf16 = causal_attention(q, q, q, mask);
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  EXPECT_NE(bf16.grad_fn()->name().find("FlashAttention"), std::string::npos) << bf16.grad_fn()->name();
+}
+
 TEST(Attention, AlibiBiasStaysFp32UnderBf16Autocast) {
   at::manual_seed(4);
   const int64_t h = 4, t = 6, d = 8;
