@@ -48,12 +48,58 @@ void keep(std::string&& doc, std::vector<std::string>& out, CorpusStats& stats) 
   }
 }
 
+// Reads a file line by line through zlib, which passes plain files through
+// unchanged, so a multi-gigabyte .jsonl(.gz) never has to fit in memory twice.
+class LineReader {
+ public:
+  explicit LineReader(const std::string& path) : path_(path), gz_(gzopen(path.c_str(), "rb")) {
+    if (!gz_) throw InputError(path + ": cannot open");
+    gzbuffer(gz_, 1 << 20);
+  }
+  ~LineReader() { gzclose(gz_); }
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+
+  bool next(std::string& line) {
+    line.clear();
+    for (;;) {
+      if (pos_ == end_) {
+        if (eof_) return !line.empty();
+        const int got = gzread(gz_, buffer_, sizeof buffer_);
+        if (got < 0) {
+          int code = 0;
+          throw InputError(path_ + ": corrupt gzip data (" + gzerror(gz_, &code) + ")");
+        }
+        pos_ = 0;
+        end_ = static_cast<size_t>(got);
+        eof_ = got == 0;
+        continue;
+      }
+      const char* start = buffer_ + pos_;
+      const auto* newline = static_cast<const char*>(std::memchr(start, '\n', end_ - pos_));
+      if (newline) {
+        line.append(start, static_cast<size_t>(newline - start));
+        pos_ += static_cast<size_t>(newline - start) + 1;
+        return true;
+      }
+      line.append(start, end_ - pos_);
+      pos_ = end_;
+    }
+  }
+
+ private:
+  std::string path_;
+  gzFile gz_;
+  char buffer_[1 << 16];
+  size_t pos_ = 0, end_ = 0;
+  bool eof_ = false;
+};
+
 void read_jsonl(const std::string& path, const CorpusOptions& options, std::vector<std::string>& out, CorpusStats& stats) {
-  const std::string text = read_text_file(path);
-  std::istringstream lines(text);
+  LineReader lines(path);
   std::string line;
   int64_t number = 0;
-  while (std::getline(lines, line)) {
+  while (lines.next(line)) {
     ++number;
     if (is_blank(line)) continue;
     // nlohmann rejects invalid UTF-8 inside strings; such a line is a bad

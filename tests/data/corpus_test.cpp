@@ -67,6 +67,16 @@ TEST(Corpus, JsonlWithAConfigurableFieldOneDocumentPerLine) {
   EXPECT_EQ(stats.invalid_utf8, 1);
 }
 
+TEST(Corpus, JsonlLinesLongerThanTheReadBufferCrlfAndNoFinalNewline) {
+  TempDir dir;
+  const std::string long_text(300000, 'x');  // spans several 64 KB reads
+  write_file(dir.path() / "l.jsonl", "{\"text\": \"a\"}\r\n{\"text\": \"" + long_text + "\"}\r\n{\"text\": \"z\"}");
+  write_gz(dir.path() / "l.jsonl.gz", "{\"text\": \"" + long_text + "\"}\n{\"text\": \"end\"}");
+  CorpusStats stats;
+  auto docs = read_corpus({dir / "l.jsonl", dir / "l.jsonl.gz"}, {}, stats);
+  EXPECT_EQ(docs, (std::vector<std::string>{"a", long_text, "z", long_text, "end"}));
+}
+
 TEST(Corpus, MalformedInputsNameFileAndLine) {
   TempDir dir;
   write_file(dir.path() / "bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": oops}\n");
