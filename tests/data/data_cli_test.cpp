@@ -118,6 +118,21 @@ TEST_F(Pipeline, SampleDumpsWhatEachSamplerFeedsTheModel) {
   }
 }
 
+TEST_F(Pipeline, SampleReadsTheValidSplitWhenAsked) {
+  auto store = data::TokenStore::open(*dir_ / "store");
+  TempDir io;
+  test::write_file(io.path() / "c.yaml", config_for(*dir_ / "store", "chunk", 32, 128));
+  auto r = run(kBin, {"sample", io / "c.yaml", "--split", "valid", "--count", "20", "--out", io / "s.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto& valid = store.split(data::Split::valid);
+  for (const auto& s : read_jsonl(io.path() / "s.jsonl")) {
+    const int64_t doc = s["doc"], start = s["window_start"];
+    ASSERT_LT(doc, valid.documents());
+    for (size_t j = 0; j < 32; ++j)
+      ASSERT_EQ(s["tokens"][j].get<int32_t>(), valid.token(doc, start + s["offsets"][j].get<int64_t>()));
+  }
+}
+
 TEST(PrepareInputs, MegatronDatasetsAreAcceptedAndResplitByDocument) {
   TempDir dir;
   // As preprocess_data.py --split-sentences writes it: 3 documents of 2, 1 and 2 sentences.

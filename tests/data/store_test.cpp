@@ -143,6 +143,17 @@ TEST(Store, MegatronSentenceSplitDocumentsAreReadWhole) {
   EXPECT_EQ(ds.tokens(), 9);
 }
 
+// Newer Megatron-Core appends one sequence-mode byte per sequence to the .idx.
+TEST(Store, MegatronCoreSequenceModesAreTolerated) {
+  TempDir dir;
+  test::write_coded_store(dir / "s", {4, 6});
+  const fs::path idx = fs::path(dir / "s") / "train.idx";
+  test::spit(idx, test::slurp(idx) + std::string(2, '\0'));
+  auto store = TokenStore::open(dir / "s");
+  EXPECT_EQ(store.split(Split::train).documents(), 2);
+  EXPECT_EQ(store.split(Split::train).token(1, 5), test::coded_token(1, 5));
+}
+
 class Corrupt : public ::testing::TestWithParam<test::Corruption> {};
 
 TEST_P(Corrupt, OpeningNamesTheFileAndTheFault) {
