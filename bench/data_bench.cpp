@@ -19,6 +19,7 @@
 #include "data/token_store.h"
 #include "data/tokenizer.h"
 #include "data/windows.h"
+#include "common/enum_names.h"
 
 namespace fs = std::filesystem;
 using namespace segtrain::data;
@@ -49,8 +50,6 @@ std::string sampler_json(const fs::path& dir) {
               meta, 0.0, 1);
   const auto store = TokenStore::open((dir / "store").string());
   std::ostringstream out;
-  out << "{";
-  bool first = true;
   for (const auto& [name, method] : kSamplerMethods) {
     for (auto targets : {TargetMode::sequence, TargetMode::document}) {
       if (targets == TargetMode::document && method != SamplerMethod::chunk) continue;
@@ -76,9 +75,9 @@ std::string sampler_json(const fs::path& dir) {
         elapsed = seconds_since(start);
       }
       if (sink == 42) std::cerr << "";  // keeps the draws observable
-      out << (first ? "" : ", ") << "\"" << name << (targets == TargetMode::document ? "_document" : "")
-          << "\": " << static_cast<double>(samples) * static_cast<double>(T) / elapsed;
-      first = false;
+      out << "{\"measure\": \"sampler\", \"method\": \"" << name << "\", \"targets\": \""
+          << segtrain::enum_name(kTargetModes, targets) << "\", \"tokens_per_s_1_core\": "
+          << static_cast<double>(samples) * static_cast<double>(T) / elapsed << "},\n";
     }
   }
   // The loader as the trainer sees it: batches of 8 from one background thread.
@@ -93,7 +92,8 @@ std::string sampler_json(const fs::path& dir) {
   int64_t tokens = 0;
   const auto start = Clock::now();
   while (seconds_since(start) < 0.5) tokens += static_cast<int64_t>(loader.next().tokens.size());
-  out << ", \"loader_chunk_b8_1thread\": " << static_cast<double>(tokens) / seconds_since(start) << "}";
+  out << "{\"measure\": \"loader, batch 8, 1 builder thread\", \"method\": \"chunk\", \"targets\": \"sequence\", "
+      << "\"tokens_per_s_1_core\": " << static_cast<double>(tokens) / seconds_since(start) << "},\n";
   return out.str();
 }
 
@@ -141,16 +141,18 @@ std::string tokenizer_json(const fs::path& dir) {
     spm_ok = std::system(command.c_str()) == 0;
     spm = std::max(spm, static_cast<double>(bytes) / 1e6 / seconds_since(start));
   }
+  const double mb = static_cast<double>(bytes) / 1e6;
   std::ostringstream out;
-  out << "{\"text_mb\": " << static_cast<double>(bytes) / 1e6 << ", \"vocab_size\": 4000, \"model\": \"unigram\""
-      << ", \"segtrain_mb_per_s_1_thread\": " << ours_1 << ", \"segtrain_mb_per_s_all_threads\": " << ours_all
-      << ", \"threads\": " << cores
-      << ", \"segtrain_mb_per_s_per_core\": " << ours_all / static_cast<double>(cores);
+  out << "{\"measure\": \"tokenize " << mb << " MB, unigram 4000\", \"method\": \"segtrain, 1 thread\", "
+      << "\"mb_per_s\": " << ours_1 << ", \"mb_per_s_per_core\": " << ours_1 << "},\n";
+  out << "{\"measure\": \"tokenize " << mb << " MB, unigram 4000\", \"method\": \"segtrain, " << cores
+      << " threads\", \"mb_per_s\": " << ours_all << ", \"mb_per_s_per_core\": " << ours_all / static_cast<double>(cores)
+      << "},\n";
   if (spm_ok)
-    out << ", \"spm_encode_mb_per_s\": " << spm << ", \"ratio_1_thread_vs_spm_encode\": " << ours_1 / spm;
+    out << "{\"measure\": \"tokenize " << mb << " MB, unigram 4000\", \"method\": \"spm_encode\", \"mb_per_s\": " << spm
+        << ", \"mb_per_s_per_core\": " << spm << ", \"segtrain_1_thread_over_spm_encode\": " << ours_1 / spm << "}";
   else
-    out << ", \"spm_encode_mb_per_s\": null, \"note\": \"spm_encode not found (Debian package sentencepiece)\"";
-  out << "}";
+    out << "{\"measure\": \"tokenize\", \"method\": \"spm_encode\", \"note\": \"not installed (Debian package sentencepiece)\"}";
   return out.str();
 }
 
@@ -160,7 +162,7 @@ int main() {
   TempDir dir;
   const std::string samplers = sampler_json(dir.path);
   const std::string tokenizer = tokenizer_json(dir.path);
-  std::cout << "{\"benchmark\": \"data\", \"sampler_tokens_per_s_1_core\": " << samplers
-            << ", \"tokenization\": " << tokenizer << "}" << std::endl;
+  // One flat row per measurement, the shape bench/summarize.py tabulates.
+  std::cout << "{\"benchmark\": \"data\", \"results\": [\n" << samplers << tokenizer << "]}" << std::endl;
   return 0;
 }
