@@ -65,6 +65,7 @@ class Sampler {
  public:
   // Throws InputError (naming data.* keys) if the lengths or alpha do not fit the
   // method; `windows` must have been cut with L_e = config.extended_length.
+  // Both `split` and `windows` must outlive the sampler (it keeps pointers).
   Sampler(const IndexedDataset& split, const Windows& windows, const DataConfig& config);
 
   int64_t length() const { return length_; }
