@@ -65,8 +65,10 @@ int cmd_inspect_positions(const InspectPositionsOptions& o) {
   const double factor = models::factor_of(spec);
   const int64_t extended = static_cast<int64_t>(std::llround(factor * static_cast<double>(lt)));
   int64_t length = o.length;
-  if (length == 0) length = scheme == models::PositionScheme::learned ? models::ape_rows(spec)
-                                                                        : std::max(extended, *spec.max_positions);
+  if (length == 0)
+    length = scheme == models::PositionScheme::learned ? models::ape_rows(spec)
+         : spec.extension.method == models::ExtensionMethod::none ? *spec.max_positions
+                                                                  : extended;
 
   json out = {{"arch", enum_name(models::kArchs, spec.arch)},
               {"length", length},

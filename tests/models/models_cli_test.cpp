@@ -93,6 +93,16 @@ TEST(InspectPositions, RunConfigResolvesAutoFromDataLengths) {
   EXPECT_NEAR(ntk["base"].get<double>(), 10000.0 * std::pow(4.0, 8.0 / 6.0), 1e-6);
 }
 
+TEST(InspectPositions, RunConfigStartingFromAnHfFolderTakesItsArchitecture) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  test::write_file(dir / "c.yaml", "model: {init: \"hf:" + ref + "/bloom\", arch: bloom, extension: {method: ntk_alibi}}\n"
+                   "data: {store: x, train_length: 32, extended_length: 64}\n");
+  auto out = run_json({"inspect", "positions", "--config", dir / "c.yaml"});
+  EXPECT_EQ(out["length"], 64);
+  expect_close(out["slopes"], values(ntk_alibi_slopes(6, 2.0)), 1e-6, "6 heads from the folder, a = 64/32");
+}
+
 TEST(Export, FromHfFolderAndModelDirWithOverrides) {
   const auto ref = test::reference_dir();
   test::TempDir dir;
