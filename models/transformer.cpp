@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <set>
+#include <sstream>
 
 #include "common/error.h"
 #include "models/attention.h"
@@ -124,8 +125,10 @@ at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens, const at::Tensor
   at::Tensor cos, sin, mask;
   if (scheme == PositionScheme::learned) {
     const int64_t rows = wpe->weight.size(0);
-    if (seq_len > rows || positions.min().item<int64_t>() < 0)
-      throw InputError("position id " + std::to_string(seq_len - 1) + " is outside the learned position table (" +
+    const int64_t lowest = positions.min().item<int64_t>();
+    if (seq_len > rows || lowest < 0)
+      throw InputError("position id " + std::to_string(lowest < 0 ? lowest : seq_len - 1) +
+                       " is outside the learned position table (" +
                        std::to_string(rows) + " rows" +
                        (c.extension.method == ExtensionMethod::none
                             ? "); set model.extension.method=interpolate with a factor to extend it"
