@@ -47,7 +47,11 @@ int prepare_from_megatron(const PrepareOptions& o, const std::vector<std::string
   std::vector<data::IndexedDataset> inputs;
   std::vector<std::pair<size_t, int64_t>> docs;  // (input, document)
   for (const auto& p : prefixes) {
-    inputs.push_back(data::IndexedDataset::open(p, meta.vocab_size));
+    inputs.push_back(data::IndexedDataset::open(p, 0));
+    if (inputs.back().max_token() >= meta.vocab_size)
+      throw InputError(p + ".bin: token id " + std::to_string(inputs.back().max_token()) +
+                       " is outside the vocabulary [0, " + std::to_string(meta.vocab_size) +
+                       "); give the model's vocabulary with --vocab-size (or its --tokenizer)");
     for (int64_t d = 0; d < inputs.back().documents(); ++d) docs.emplace_back(inputs.size() - 1, d);
     log::info("prepare: ", p, ".{bin,idx}: ", inputs.back().documents(), " documents, ", inputs.back().tokens(),
               " tokens (", data::dtype_name(inputs.back().dtype()), ")");
