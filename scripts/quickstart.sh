@@ -26,12 +26,26 @@ step() {
 }
 
 "$BIN" --version
-step "synthetic corpus" synth --out "$OUT/corpus"
+step "synthetic corpus" synth --out "$OUT/corpus" --docs 120
 step "token store" prepare --input "$OUT/corpus/train.jsonl" "$OUT/corpus/valid.jsonl" --out "$OUT/store" --vocab-size 1024
-step "check configs" config check configs/quickstart.yaml
+step "check configs" config check configs/quickstart.yaml >"$OUT/base-config.yaml"
 step "pretrain the base at L_t=128" train configs/quickstart.yaml
 step "extend with chunk-0.25 to L_e=512" train configs/quickstart-extend.yaml
 step "evaluate the base" eval --model "$OUT/base/final" --data "$OUT/store" --lengths 128,256,384,512 \
   --set model.extension.method=interpolate --set model.extension.factor=4 --out "$OUT/base-eval.json"
 step "evaluate the extended model" eval --model "$OUT/chunk/final" --data "$OUT/store" --lengths 128,256,384,512 \
   --out "$OUT/chunk-eval.json"
+
+# The comparison: perplexity on held-out documents at 1..4 x L_t.
+.venv/bin/python - "$OUT/base-eval.json" "$OUT/chunk-eval.json" <<'PY'
+import json, sys
+base, chunk = (json.load(open(p))["results"] for p in sys.argv[1:3])
+print("\n== perplexity on held-out documents (lower is better)\n")
+print("| model | " + " | ".join(f"L={r['length']}" for r in base) + " |")
+print("|---|" + "---|" * len(base))
+for name, rows in (("base at L_t=128, interpolated (no training)", base), ("chunk-0.25 extended to 512", chunk)):
+    print(f"| {name} | " + " | ".join("-" if r["ppl"] is None else f"{r['ppl']:.2f}" for r in rows) + " |")
+beyond = [(b["ppl"], c["ppl"]) for b, c in zip(base, chunk) if b["length"] > 128 and b["ppl"] and c["ppl"]]
+wins = sum(c < b for b, c in beyond)
+print(f"\nthe extended model beats the base at {wins} of {len(beyond)} lengths beyond L_t")
+PY

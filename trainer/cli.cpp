@@ -99,6 +99,10 @@ int run_cli(int argc, char** argv) {
   e->add_option("--stride", ev.stride, "Sliding-window stride; 0: non-overlapping windows")
       ->check(CLI::NonNegativeNumber);
   e->add_option("--max-sequences", ev.max_sequences, "Windows per length; 0: all")->check(CLI::NonNegativeNumber);
+  e->add_option("--passkey-trials", ev.passkey_trials, "Passkey-retrieval prompts per length; 0: off")
+      ->check(CLI::NonNegativeNumber);
+  e->add_option("--passkey-style", ev.passkey_style, "digits, or recall for models trained on `segtrain synth`")
+      ->check(CLI::IsMember({"digits", "recall"}));
   on(e, "eval", [&] { return cmd_eval(ev); });
 
   ExportOptions ex;

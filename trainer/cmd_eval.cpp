@@ -4,11 +4,13 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "data/token_store.h"
+#include "data/tokenizer.h"
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "trainer/commands.h"
 #include "trainer/evaluate.h"
 #include "trainer/model_setup.h"
+#include "trainer/passkey.h"
 
 namespace segtrain::trainer {
 
@@ -38,12 +40,23 @@ int cmd_eval(const EvalOptions& options) {
     if (eval.stride > length)
       throw InputError("--stride " + std::to_string(eval.stride) + " is longer than the length " + std::to_string(length));
   const auto results = evaluate(model, store.split(data::parse_split(options.split)), eval);
-  write_file_atomic(options.out, eval_json(options.model, results));
+  std::vector<PasskeyResult> passkey;
+  if (options.passkey_trials > 0) {
+    const fs::path tokenizer_model = fs::path(options.data) / "tokenizer.model";
+    if (!fs::exists(tokenizer_model))
+      throw InputError("--passkey-trials: the store '" + options.data +
+                       "' has no sentencepiece tokenizer.model to write prompts with");
+    const auto tokenizer = data::Tokenizer::load(tokenizer_model.string());
+    passkey = passkey_accuracy(model, tokenizer, *enum_from_name(kPasskeyStyles, options.passkey_style), options.lengths,
+                               options.passkey_trials, /*seed=*/1234);
+  }
+  write_file_atomic(options.out, eval_json(options.model, results, passkey));
   if (eval.per_position) {
     write_file_atomic(options.per_position_csv, per_position_csv(results));
     fs::path svg = fs::path(options.per_position_csv).replace_extension(".svg");
     write_file_atomic(svg, per_position_svg(results, options.model));
   }
+  for (const auto& p : passkey) log::info("passkey L=", p.length, ": ", p.correct, "/", p.trials, " correct");
   for (const auto& r : results)
     log::info("L=", r.length, ": ppl ", r.ppl, " (loss ", r.loss, ") over ", r.tokens, " tokens in ", r.sequences,
               " sequences");

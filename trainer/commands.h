@@ -55,6 +55,8 @@ struct EvalOptions {
   std::string per_position_csv;
   int64_t stride = 0;
   int64_t max_sequences = 0;
+  int64_t passkey_trials = 0;
+  std::string passkey_style = "digits";
 };
 
 struct ExportOptions {

@@ -78,6 +78,11 @@ struct TrainConfig {
   bool tensorboard = true;
 };
 
+// Passkey prompt form (trainer/passkey.h): the usual digits, or the synthetic corpus's recall sentences.
+enum class PasskeyStyle { digits, recall };
+inline constexpr EnumName<PasskeyStyle> kPasskeyStyles[] = {{"digits", PasskeyStyle::digits},
+                                                            {"recall", PasskeyStyle::recall}};
+
 struct EvalConfig {
   std::vector<int64_t> lengths = {256, 512, 768, 1024};
   std::string split = "valid";
@@ -86,6 +91,7 @@ struct EvalConfig {
   int64_t stride = 0;          // 0: non-overlapping windows (seed 004); else sliding
   int64_t batch_size = 4;
   int64_t passkey_trials = 0;  // passkey prompts per length; 0: off
+  PasskeyStyle passkey_style = PasskeyStyle::digits;
 };
 
 struct DistributedConfig {

@@ -332,7 +332,10 @@ std::vector<Field> fields(Config& c) {
       integer("eval.stride", c.eval.stride, 0, kMaxInt,
               "0: non-overlapping windows (seed 004); otherwise a sliding window with this stride."),
       integer("eval.batch_size", c.eval.batch_size, 1, kMaxInt, "Sequences per evaluation forward pass."),
-      integer("eval.passkey_trials", c.eval.passkey_trials, 0, kMaxInt, "Passkey prompts per length; 0: off."),
+      integer("eval.passkey_trials", c.eval.passkey_trials, 0, kMaxInt,
+              "Passkey-retrieval prompts per length at the end of a run; 0: off. Needs the store's tokenizer.model."),
+      choice("eval.passkey_style", c.eval.passkey_style, kPasskeyStyles,
+             "digits: the usual pass-key prompt; recall: the synthetic corpus's 'recall : the password of X is' form."),
 
       choice("distributed.backend", c.distributed.backend, kBackends, "auto: nccl on CUDA, gloo on CPU."),
       integer("distributed.timeout_s", c.distributed.timeout_s, 1, kMaxInt,

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/passkey.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -105,13 +106,20 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
   return results;
 }
 
-std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results) {
+std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results,
+                      const std::vector<PasskeyResult>& passkey) {
   nlohmann::json out = {{"model", model_name}, {"results", nlohmann::json::array()}};
   for (const auto& r : results) {
     nlohmann::json row = {{"length", r.length}, {"sequences", r.sequences}, {"tokens", r.tokens}};
     row["loss"] = std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json(nullptr);
     row["ppl"] = std::isfinite(r.ppl) ? nlohmann::json(r.ppl) : nlohmann::json(nullptr);
     out["results"].push_back(row);
+  }
+  if (!passkey.empty()) {
+    out["passkey"] = nlohmann::json::array();
+    for (const auto& p : passkey)
+      out["passkey"].push_back(
+          {{"length", p.length}, {"trials", p.trials}, {"correct", p.correct}, {"accuracy", p.accuracy()}});
   }
   return out.dump(2) + "\n";
 }

@@ -33,8 +33,12 @@ struct LengthResult {
 std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::IndexedDataset& split,
                                    const PerplexityOptions& options);
 
-// {"model": ..., "results": [{"length", "loss", "ppl", "sequences", "tokens"}, ...]}
-std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results);
+struct PasskeyResult;
+
+// {"model": ..., "results": [{"length", "loss", "ppl", "sequences", "tokens"}, ...],
+//  "passkey": [{"length", "trials", "correct", "accuracy"}, ...] (when measured)}
+std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results,
+                      const std::vector<PasskeyResult>& passkey = {});
 
 // CSV "length,position,loss" of every per-position curve, and an SVG plot of them.
 std::string per_position_csv(const std::vector<LengthResult>& results);

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "data/loader.h"
 #include "data/sampler.h"
+#include "data/tokenizer.h"
 #include "data/token_store.h"
 #include "models/model_io.h"
 #include "models/positions.h"
@@ -28,6 +29,7 @@
 #include "trainer/evaluate.h"
 #include "trainer/model_setup.h"
 #include "trainer/optimizer.h"
+#include "trainer/passkey.h"
 #include "trainer/schedule.h"
 #include "trainer/signals.h"
 #include "trainer/step_loss.h"
@@ -206,8 +208,9 @@ PerplexityOptions eval_options(const Config& c) {
   return o;
 }
 
-void write_eval(const fs::path& run_dir, const Config& c, const std::vector<LengthResult>& results) {
-  write_file_atomic(run_dir / "eval.json", eval_json(c.run.name, results));
+void write_eval(const fs::path& run_dir, const Config& c, const std::vector<LengthResult>& results,
+                const std::vector<PasskeyResult>& passkey) {
+  write_file_atomic(run_dir / "eval.json", eval_json(c.run.name, results, passkey));
   if (c.eval.per_position) {
     write_file_atomic(run_dir / "eval_per_position.csv", per_position_csv(results));
     write_file_atomic(run_dir / "eval_per_position.svg", per_position_svg(results, c.run.name));
@@ -215,6 +218,8 @@ void write_eval(const fs::path& run_dir, const Config& c, const std::vector<Leng
   for (const auto& r : results)
     log::info("eval ", c.eval.split, " L=", r.length, ": ppl ", r.ppl, " over ", r.tokens, " tokens (", r.sequences,
               " sequences)");
+  for (const auto& p : passkey)
+    log::info("passkey L=", p.length, ": ", p.correct, "/", p.trials, " correct");
 }
 
 }  // namespace
@@ -394,7 +399,13 @@ int run_training(const LoadedConfig& loaded, bool resume) {
             state.skipped_steps, " steps skipped); saved ", (run_dir / "final").string());
   const auto results = evaluate(model, store.split(data::parse_split(c.eval.split)), eval_options(c));
   metrics.eval_scalars(results, state.step);
-  write_eval(run_dir, c, results);
+  std::vector<PasskeyResult> passkey;
+  if (c.eval.passkey_trials > 0) {
+    const auto tokenizer = data::Tokenizer::load((fs::path(c.data.store) / "tokenizer.model").string());
+    passkey = passkey_accuracy(model, tokenizer, c.eval.passkey_style, c.eval.lengths, c.eval.passkey_trials,
+                               static_cast<uint64_t>(c.run.seed));
+  }
+  write_eval(run_dir, c, results, passkey);
   return 0;
 }
 

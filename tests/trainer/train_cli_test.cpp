@@ -60,6 +60,12 @@ class TrainCli : public ::testing::Test {
     }
     return out;
   }
+  static std::vector<double> values(const std::string& run, const std::string& key) {
+    std::vector<double> out;
+    std::istringstream lines(test::read_file(fs::path(run) / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) out.push_back(json::parse(line)[key].get<double>());
+    return out;
+  }
   static test::TempDir* dir_;
 };
 test::TempDir* TrainCli::dir_ = nullptr;
@@ -191,6 +197,37 @@ TEST_F(TrainCli, EvalReportsPerplexityByLengthAndRefusesPositionsPastTheTable) {
   // The run's own end-of-training evaluation is in eval.json.
   auto own = json::parse(test::read_file(run_dir("eval-base") + "/eval.json"));
   EXPECT_EQ(own["results"][0]["length"], 32);
+}
+
+// Accumulating 2 micro-batches of 2 covers the same samples per step as one of
+// 4 and normalises by the same loss-token count, so the runs agree.
+TEST_F(TrainCli, GradientAccumulationEqualsALargerMicroBatch) {
+  auto one = run(kBin, {"train", config("accum-1", "gpt_neox", "chunk"), "--set", "train.budget.tokens=4000"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  auto two = run(kBin, {"train", config("accum-2", "gpt_neox", "chunk"), "--set", "train.budget.tokens=4000", "--set",
+                        "train.micro_batch_size=2", "--set", "train.grad_accum=2"});
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  auto a = values(run_dir("accum-1"), "loss"), b = values(run_dir("accum-2"), "loss");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 20u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << "step " << i + 1;
+}
+
+TEST_F(TrainCli, Bf16AutocastTrainsWithFiniteLosses) {
+  auto fp32 = run(kBin, {"train", config("fp32", "bloom", "truncate"), "--set", "train.budget.tokens=2000"});
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  auto bf16 = run(kBin, {"train", config("bf16", "bloom", "truncate"), "--set", "train.budget.tokens=2000", "--set",
+                         "train.precision=bf16"});
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  auto a = values(run_dir("fp32"), "loss"), b = values(run_dir("bf16"), "loss");
+  ASSERT_EQ(a.size(), b.size());
+  bool differs = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(b[i]));
+    EXPECT_NEAR(a[i], b[i], 0.1) << "bf16 drifted far from fp32 at step " << i + 1;
+    differs |= a[i] != b[i];
+  }
+  EXPECT_TRUE(differs) << "bf16 losses equal fp32 bit for bit: autocast is not in effect";
 }
 
 }  // namespace
