@@ -9,7 +9,7 @@
 #include "models/positions.h"
 #include "trainer/commands.h"
 #include "trainer/evaluate.h"
-#include "trainer/model_setup.h"
+#include "trainer/model_overrides.h"
 #include "trainer/passkey.h"
 
 namespace segtrain::trainer {
@@ -20,11 +20,10 @@ int cmd_eval(const EvalOptions& options) {
   if (!models::detect_model_format(options.model, &model_dir))
     throw InputError("--model: '" + options.model +
                      "' is neither a segtrain checkpoint/run (model_config.json) nor an HF folder (config.json)");
-  models::ModelConfig config = apply_model_overrides(models::read_model_config(model_dir), options.overrides);
-  // factor auto: stretch the base length to the longest evaluated length.
+  // factor auto: stretch the model to the longest evaluated length.
   const int64_t longest = *std::max_element(options.lengths.begin(), options.lengths.end());
-  if (config.extension.method != models::ExtensionMethod::none && !config.extension.factor)
-    config.extension.factor = std::max(1.0, static_cast<double>(longest) / models::original_length_of(config));
+  const models::ModelConfig config =
+      apply_model_overrides(models::read_model_config(model_dir), options.overrides, longest);
   models::TransformerLM model = models::load_model(model_dir, config);
 
   const data::TokenStore store = data::TokenStore::open(options.data);

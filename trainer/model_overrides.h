@@ -1,6 +1,8 @@
 #pragma once
 // `--set model.extension...` on a stored model (export, inspect, eval): the same
 // parsing and checks as a run config's keys, applied to the stored ModelConfig.
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,9 +13,12 @@
 namespace segtrain::trainer {
 
 // Only keys that do not change the weights' shapes may be overridden on a
-// trained model: model.extension.* and model.rope.theta.
+// trained model: model.extension.* and model.rope.theta. A factor left at auto
+// stretches the model to `target_length` when one is given (eval: the longest
+// evaluated length); otherwise it must be given.
 inline models::ModelConfig apply_model_overrides(const models::ModelConfig& stored,
-                                                 const std::vector<std::string>& overrides) {
+                                                 const std::vector<std::string>& overrides,
+                                                 std::optional<int64_t> target_length = std::nullopt) {
   LoadedConfig loaded;
   loaded.config.model.spec = stored;
   for (const auto& a : overrides) {
@@ -25,14 +30,18 @@ inline models::ModelConfig apply_model_overrides(const models::ModelConfig& stor
     apply_override(loaded, a);
   }
   auto spec = loaded.config.model.spec;
-  if (spec.extension.method != models::ExtensionMethod::none && !spec.extension.factor)
-    throw InputError("--set model.extension.factor=<number> is needed with model.extension.method=" +
-                     std::string(enum_name(models::kExtensionMethods, spec.extension.method)) +
-                     " (auto needs data.train_length and data.extended_length, which a stored model lacks)");
   // The stored length is what the model was trained at unless the user says otherwise.
   if (spec.extension.method != stored.extension.method && !spec.extension.original_length &&
       stored.extension.method == models::ExtensionMethod::none)
     spec.extension.original_length = spec.max_positions;
+  if (spec.extension.method != models::ExtensionMethod::none && !spec.extension.factor && target_length) {
+    const int64_t original = spec.extension.original_length.value_or(spec.max_positions.value_or(*target_length));
+    spec.extension.factor = std::max(1.0, static_cast<double>(*target_length) / static_cast<double>(original));
+  }
+  if (spec.extension.method != models::ExtensionMethod::none && !spec.extension.factor)
+    throw InputError("--set model.extension.factor=<number> is needed with model.extension.method=" +
+                     std::string(enum_name(models::kExtensionMethods, spec.extension.method)) +
+                     " (auto needs data.train_length and data.extended_length, which a stored model lacks)");
   return spec;
 }
 

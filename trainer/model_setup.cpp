@@ -86,15 +86,4 @@ models::TransformerLM build_model(const LoadedConfig& loaded, const models::Mode
   return models::load_model(base_dir, model_config);
 }
 
-models::ModelConfig apply_model_overrides(models::ModelConfig config, const std::vector<std::string>& overrides) {
-  LoadedConfig loaded;
-  loaded.config.model.spec = config;
-  for (const auto& assignment : overrides) {
-    if (assignment.rfind("model.", 0) != 0)
-      throw InputError("--set " + assignment + ": only model.* keys apply to an existing model");
-    apply_override(loaded, assignment);
-  }
-  return loaded.config.model.spec;
-}
-
 }  // namespace segtrain::trainer

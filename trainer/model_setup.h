@@ -25,8 +25,4 @@ models::ModelConfig resolve_model_config(const LoadedConfig& loaded, int64_t sto
 // (an APE table is interpolated when the extension asks for it).
 models::TransformerLM build_model(const LoadedConfig& loaded, const models::ModelConfig& model_config);
 
-// Applies `--set model.extension...` style overrides (only model.* keys) to a
-// stored model's config, for eval/export/inspect on an existing model.
-models::ModelConfig apply_model_overrides(models::ModelConfig config, const std::vector<std::string>& overrides);
-
 }  // namespace segtrain::trainer
