@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -197,6 +198,28 @@ TEST_F(TrainCli, EvalReportsPerplexityByLengthAndRefusesPositionsPastTheTable) {
   // The run's own end-of-training evaluation is in eval.json.
   auto own = json::parse(test::read_file(run_dir("eval-base") + "/eval.json"));
   EXPECT_EQ(own["results"][0]["length"], 32);
+}
+
+TEST_F(TrainCli, PeriodicEvalProgressLinesAndTensorBoardScalars) {
+  auto r = run(kBin, {"train", config("tb", "gpt_neox", "truncate"), "--set", "train.budget.tokens=3000", "--set",
+                      "train.eval_every=10", "--set", "train.tensorboard=true", "--set", "train.log_every=5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Not a terminal: one progress line per log_every steps, with loss, lr, speed and ETA.
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(step 5/24  loss \d+\.\d{4}  lr \S+  \d+ tok/s  ETA \d+m\d\ds)")))
+      << r.err;
+  EXPECT_NE(r.err.find("step 10 eval L=32 ppl"), std::string::npos) << r.err;
+  EXPECT_EQ(values(run_dir("tb"), "step"), (std::vector<double>{5, 10, 15, 20, 24}));
+  const std::string script =
+      "import sys\n"
+      "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
+      "acc = EventAccumulator(sys.argv[1]); acc.Reload()\n"
+      "for tag in sorted(acc.Tags()['scalars']): print(tag, [e.step for e in acc.Scalars(tag)])\n";
+  test::write_file(*dir_ / "tb.py", script);
+  auto tb = run(SEGTRAIN_PYTHON, {*dir_ / "tb.py", run_dir("tb") + "/tensorboard"});
+  ASSERT_EQ(tb.exit_code, 0) << tb.err;
+  EXPECT_NE(tb.out.find("eval/ppl@32 [10, 20, 24]"), std::string::npos) << tb.out;
+  EXPECT_NE(tb.out.find("train/loss [5, 10, 15, 20, 24]"), std::string::npos) << tb.out;
+  EXPECT_NE(tb.out.find("train/lr [5, 10, 15, 20, 24]"), std::string::npos) << tb.out;
 }
 
 // Accumulating 2 micro-batches of 2 covers the same samples per step as one of
