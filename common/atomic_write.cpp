@@ -53,8 +53,19 @@ void AtomicDir::commit() {
   const fs::path parent = final_.parent_path().empty() ? fs::path(".") : final_.parent_path();
   if (fs::exists(final_)) {
     // Swap in one step so the final path never goes missing, then drop the old one.
-    if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0)
-      fail("cannot replace", final_);
+    if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0) {
+      if (errno != EINVAL && errno != ENOSYS) fail("cannot replace", final_);
+      // No atomic exchange on this filesystem (NFS, some FUSE): move the old
+      // directory aside first; a crash in between leaves it as a .tmp- sibling.
+      const fs::path aside = temp_sibling(final_);
+      if (::rename(final_.c_str(), aside.c_str()) != 0) fail("cannot move aside", final_);
+      if (::rename(temp_.c_str(), final_.c_str()) != 0) fail("cannot rename into", final_);
+      fsync_path(parent);
+      committed_ = true;
+      std::error_code ec;
+      fs::remove_all(aside, ec);
+      return;
+    }
     fsync_path(parent);
     committed_ = true;
     std::error_code ec;
@@ -68,17 +79,19 @@ void AtomicDir::commit() {
 
 void write_file_atomic(const fs::path& path, const std::string& content) {
   const fs::path temp = temp_sibling(path);
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot write", temp);
-    out << content;
-    if (!out.flush()) fail("cannot write", temp);
-  }
-  fsync_path(temp);
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
+  try {
+    {
+      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+      if (!out) fail("cannot write", temp);
+      out << content;
+      if (!out.flush()) throw std::runtime_error("cannot write '" + temp.string() + "' (disk full?)");
+    }
+    fsync_path(temp);
+    if (::rename(temp.c_str(), path.c_str()) != 0) fail("cannot rename into", path);
+  } catch (...) {
     std::error_code ec;
-    fs::remove(temp, ec);
-    fail("cannot rename into", path);
+    fs::remove(temp, ec);  // never leave a half-written sibling behind
+    throw;
   }
   fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path());
 }

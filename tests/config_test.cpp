@@ -164,7 +164,7 @@ TEST_F(ConfigTest, CrossFieldChecks) {
   EXPECT_NE(check({"model.init=hf:/no/such/dir"}).find("does not exist"), std::string::npos);
   EXPECT_NE(check({"model.init=pretrained"}).find("expected scratch, hf:DIR or checkpoint:DIR"), std::string::npos);
   EXPECT_NE(check({"data.store=/no/such/store"}).find("data.store: '/no/such/store' does not exist"), std::string::npos);
-  EXPECT_NE(check({"eval.stride=512"}).find("longer than the evaluation length 256"), std::string::npos);
+  EXPECT_NE(check({"eval.stride=256"}).find("is not shorter than the evaluation length 256"), std::string::npos);
 
   // Feasible combinations pass, including prefix at the smallest feasible L_e.
   EXPECT_NO_THROW(load_config(minimal(), {"data.sampler.method=prefix", "data.train_length=8", "data.extended_length=10",

@@ -38,8 +38,14 @@ std::optional<int64_t> step_of(const fs::path& dir) {
 }
 
 // Keys whose change would make a resumed run compute something else than the
-// interrupted one. Learning-rate and logging settings may change.
-const char* const kResumeKeys[] = {"run.seed", "model.init", "data.store", "data.train_length",
+// interrupted one. Optimizer hyperparameters, logging and evaluation settings may change.
+const char* const kResumeKeys[] = {"run.seed", "model.init", "model.arch", "model.vocab_size", "model.d_model",
+                                   "model.n_layers", "model.n_heads", "model.d_ff", "model.max_positions",
+                                   "model.rope.theta", "model.rope.rotary_pct", "model.extension.method",
+                                   "model.extension.factor", "model.extension.original_length",
+                                   "model.extension.yarn.beta_fast", "model.extension.yarn.beta_slow",
+                                   "model.extension.yarn.attention_factor", "train.precision", "data.store",
+                                   "data.train_length",
                                    "data.extended_length", "data.sampler.method", "data.sampler.alpha",
                                    "data.sampler.targets", "train.micro_batch_size", "train.grad_accum",
                                    "train.budget.tokens", "train.budget.compute_equivalent"};
@@ -68,6 +74,7 @@ std::string state_to_json(const TrainerState& s) {
             {"total_steps", s.total_steps},
             {"world_size", s.world_size},
             {"skipped_steps", s.skipped_steps},
+            {"consecutive_bad_steps", s.consecutive_bad_steps},
             {"data_cursor", {{"epoch", s.cursor.epoch}, {"index", s.cursor.index}}},
             // The data stream is a pure function of (seed, epoch, index) and the
             // model has no dropout, so the cursor is the whole RNG state to keep.
@@ -85,6 +92,7 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
     s.total_steps = j.at("total_steps").get<int64_t>();
     s.world_size = j.value("world_size", int64_t{1});
     s.skipped_steps = j.value("skipped_steps", int64_t{0});
+    s.consecutive_bad_steps = j.value("consecutive_bad_steps", int64_t{0});
     s.cursor.epoch = j.at("data_cursor").at("epoch").get<int64_t>();
     s.cursor.index = j.at("data_cursor").at("index").get<int64_t>();
     return s;
@@ -151,6 +159,12 @@ void load_checkpoint(const fs::path& dir, models::TransformerLM& model, FusedAda
 }
 
 void prune_checkpoints(const fs::path& run_dir, int64_t keep_last) {
+  if (fs::is_directory(run_dir))
+    for (const auto& e : fs::directory_iterator(run_dir))
+      if (e.path().filename().string().rfind("final.tmp-", 0) == 0) {
+        std::error_code ec;
+        fs::remove_all(e.path(), ec);
+      }
   const fs::path dir = run_dir / "checkpoints";
   if (!fs::is_directory(dir)) return;
   std::vector<std::pair<int64_t, fs::path>> steps;

@@ -25,6 +25,7 @@ struct TrainerState {
   int64_t total_steps = 0;
   int64_t world_size = 1;
   int64_t skipped_steps = 0;  // non-finite losses skipped so far
+  int64_t consecutive_bad_steps = 0;  // of those, in a row up to now (the NaN guard's count)
   data::Cursor cursor;        // where the data stream continues
 };
 

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer/commands.h"
+#include "trainer/signals.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -164,6 +165,7 @@ int run_cli(int argc, char** argv) {
     return 2;
   }
 
+  install_exit_handlers();
   try {
     return action ? action() : 2;
   } catch (const InputError& err) {

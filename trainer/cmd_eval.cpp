@@ -36,8 +36,9 @@ int cmd_eval(const EvalOptions& options) {
   eval.stride = options.stride;
   eval.per_position = !options.per_position_csv.empty();
   for (int64_t length : eval.lengths)
-    if (eval.stride > length)
-      throw InputError("--stride " + std::to_string(eval.stride) + " is longer than the length " + std::to_string(length));
+    if (eval.stride >= length)
+      throw InputError("--stride " + std::to_string(eval.stride) + " must be shorter than the length " +
+                       std::to_string(length) + " (0 gives non-overlapping windows)");
   const auto results = evaluate(model, store.split(data::parse_split(options.split)), eval);
   std::vector<PasskeyResult> passkey;
   if (options.passkey_trials > 0) {

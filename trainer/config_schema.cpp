@@ -325,7 +325,7 @@ std::vector<Field> fields(Config& c) {
               "Consecutive non-finite losses (steps skipped) before the run aborts."),
       flag("train.tensorboard", t.tensorboard, "Also write TensorBoard scalars to output_dir/tensorboard."),
 
-      integer_list("eval.lengths", c.eval.lengths, 1, "Sequence lengths to report perplexity at."),
+      integer_list("eval.lengths", c.eval.lengths, 2, "Sequence lengths to report perplexity at."),
       text("eval.split", c.eval.split, "Store split to evaluate on."),
       flag("eval.per_position", c.eval.per_position, "Also write the per-position loss curve (CSV and SVG)."),
       integer("eval.max_sequences", c.eval.max_sequences, 0, kMaxInt, "Windows per length; 0: all."),

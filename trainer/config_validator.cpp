@@ -115,7 +115,7 @@ void check_model(Checker& ck, const Config& c) {
   if (alibi_only && scheme != models::PositionScheme::alibi)
     ck.fail("model.extension.method", method_name + " scales ALiBi slopes and needs arch bloom, not " + arch);
   if (method == ExtensionMethod::none && ck.given("model.extension.factor") && m.extension.factor)
-    ck.fail("model.extension.factor", "has no effect while model.extension.method is none");
+    ck.fail("model.extension.factor", "has no effect while model.extension.method is none; set the method too");
 
   // A learned table has no rows past max_positions: training at L_e positions
   // needs interpolation or a table that is already long enough.
@@ -147,9 +147,9 @@ void check_run_and_eval(Checker& ck, const Config& c) {
   if (c.eval.split != "train" && c.eval.split != "valid")
     ck.fail("eval.split", "expected train or valid, got '" + c.eval.split + "'");
   for (int64_t length : c.eval.lengths)
-    if (c.eval.stride > length) {
-      ck.fail("eval.stride", std::to_string(c.eval.stride) + " is longer than the evaluation length " +
-                                 std::to_string(length) + "; tokens between windows would never be scored");
+    if (c.eval.stride >= length) {
+      ck.fail("eval.stride", std::to_string(c.eval.stride) + " is not shorter than the evaluation length " +
+                                 std::to_string(length) + "; a sliding window must overlap (0 gives non-overlapping windows)");
       break;
     }
 }

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/signals.h"
 #include "trainer/passkey.h"
 
 namespace segtrain::trainer {
@@ -54,6 +55,9 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
   std::vector<LengthResult> results;
   for (int64_t length : options.lengths) {
     if (length < 2) throw InputError("evaluation length " + std::to_string(length) + " is below 2");
+    if (options.stride >= length && options.stride > 0)
+      throw InputError("stride " + std::to_string(options.stride) + " must be shorter than the length " +
+                       std::to_string(length) + " (0 gives non-overlapping windows)");
     LengthResult r;
     r.length = length;
     const auto windows = windows_for(split, length, options.stride, options.max_sequences);
@@ -61,6 +65,7 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
     std::vector<int64_t> position_count(length - 1, 0);
     double total = 0;
     for (size_t first = 0; first < windows.size(); first += options.batch_size) {
+      if (int signal = stop_signal()) throw Interrupted(signal);  // set only while training
       const int64_t b = std::min<int64_t>(options.batch_size, windows.size() - first);
       at::Tensor tokens = at::empty({b, length}, at::kInt);
       at::Tensor scored = at::zeros({b, length - 1}, at::kBool);

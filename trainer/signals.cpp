@@ -1,5 +1,7 @@
 #include "trainer/signals.h"
 
+#include <unistd.h>
+
 #include <csignal>
 
 namespace segtrain::trainer {
@@ -9,15 +11,21 @@ volatile std::sig_atomic_t g_signal = 0;
 
 extern "C" void on_stop(int signal_number) { g_signal = signal_number; }
 
-}  // namespace
+extern "C" void on_exit_now(int signal_number) { _exit(128 + signal_number); }
 
-void install_stop_handlers() {
+void install(void (*handler)(int)) {
   struct sigaction action {};
-  action.sa_handler = on_stop;
+  action.sa_handler = handler;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 }
+
+}  // namespace
+
+void install_exit_handlers() { install(on_exit_now); }
+
+void install_stop_handlers() { install(on_stop); }
 
 int stop_signal() { return g_signal; }
 

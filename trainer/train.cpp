@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <fstream>
 #include <iomanip>
@@ -139,8 +140,8 @@ class Metrics {
       tb_->flush();
     }
     std::ostringstream line;
-    line << "step " << step << "/" << total_steps_ << "  loss " << std::fixed << std::setprecision(4)
-         << row["loss"].get<double>() << "  lr " << std::scientific << std::setprecision(2) << row["lr"].get<double>()
+    const double loss = row["loss"].is_number() ? row["loss"].get<double>() : std::nan("");
+    line << "step " << step << "/" << total_steps_ << "  loss " << std::fixed << std::setprecision(4) << loss << "  lr " << std::scientific << std::setprecision(2) << row["lr"].get<double>()
          << "  " << std::fixed << std::setprecision(0) << row["tokens_per_s"].get<double>() << " tok/s  ETA "
          << format_duration(seconds_left);
     if (live_) {
@@ -228,6 +229,10 @@ int run_training(const LoadedConfig& loaded, bool resume) {
   const Config& c = loaded.config;
   const fs::path run_dir = c.run.output_dir;
   const int64_t rank = 0, world_size = 1;
+  install_stop_handlers();
+  if (const char* ws = std::getenv("WORLD_SIZE"); ws && std::string(ws) != "1")
+    throw InputError("WORLD_SIZE=" + std::string(ws) + ": multi-process training is not built yet (issue 6); "
+                     "run one process");
 
   // --- set up -----------------------------------------------------------------
   const auto previous = newest_checkpoint(run_dir);
@@ -247,6 +252,9 @@ int run_training(const LoadedConfig& loaded, bool resume) {
   const torch::Device device = pick_device(c.run.device);
 
   const data::TokenStore store = data::TokenStore::open(c.data.store);
+  if (c.eval.passkey_trials > 0 && !fs::exists(fs::path(c.data.store) / "tokenizer.model"))
+    throw InputError(where(loaded, "eval.passkey_trials") + ": the store '" + c.data.store +
+                     "' has no sentencepiece tokenizer.model to write passkey prompts with");
   const models::ModelConfig model_config = resolve_model_config(loaded, store.vocab_size());
   // A learned table has no rows past its end: say so now, not after training.
   if (models::position_scheme(model_config.arch) == models::PositionScheme::learned)
@@ -299,18 +307,19 @@ int run_training(const LoadedConfig& loaded, bool resume) {
             plan.samples_per_epoch, " windows); model ", model_config.d_model, "x", model_config.n_layers, " ",
             enum_name(models::kArchs, model_config.arch), " on ", device.str(), ", ", at::get_num_threads(), " threads");
   Metrics metrics(run_dir, c.train.tensorboard, state.step, plan.total_steps);
-  install_stop_handlers();
+  auto save_step = [&] {
+    save_checkpoint(run_dir / "checkpoints" / ("step-" + std::to_string(state.step)), model, optimizer, state, c);
+    prune_checkpoints(run_dir, c.train.keep_last);
+  };
 
   // --- train ------------------------------------------------------------------
   const bool bf16 = c.train.precision == Precision::bf16;
-  int64_t consecutive_bad = 0;
   auto window_start = Clock::now();
   int64_t window_tokens = 0, window_steps = 0;
-  double seconds_per_step = std::nan("");
   while (state.step < plan.total_steps) {
     if (int signal = stop_signal()) {
       metrics.newline();
-      save_checkpoint(run_dir / "checkpoints" / ("step-" + std::to_string(state.step)), model, optimizer, state, c);
+      save_step();
       log::warn("signal ", signal, ": saved step ", state.step, "; continue with --resume");
       throw Interrupted(signal);
     }
@@ -344,20 +353,22 @@ int run_training(const LoadedConfig& loaded, bool resume) {
     state.tokens += plan.tokens_per_step;
     state.loss_tokens += step_loss_tokens;
 
-    if (!std::isfinite(mean_loss)) {
-      optimizer.zero_grad();
+    // A non-finite loss or gradient never reaches the weights; a step without
+    // loss tokens (possible with prefix) has nothing to learn from.
+    const double grad_norm = std::isfinite(mean_loss) ? clip_gradients(params, c.train.grad_clip) : mean_loss;
+    if (!std::isfinite(mean_loss) || !std::isfinite(grad_norm)) {
       ++state.skipped_steps;
-      ++state.step;
-      log::warn("step ", state.step, ": non-finite loss ", mean_loss, "; step skipped (", ++consecutive_bad, " in a row)");
-      if (consecutive_bad >= c.train.max_bad_steps)
-        throw std::runtime_error("aborting: " + std::to_string(consecutive_bad) +
+      ++state.consecutive_bad_steps;
+      log::warn("step ", state.step + 1, ": non-finite ", std::isfinite(mean_loss) ? "gradient norm" : "loss",
+                "; step skipped (", state.consecutive_bad_steps, " in a row)");
+      if (state.consecutive_bad_steps >= c.train.max_bad_steps)
+        throw std::runtime_error("aborting: " + std::to_string(state.consecutive_bad_steps) +
                                  " consecutive steps had a non-finite loss (train.max_bad_steps); check the learning "
                                  "rate, the precision and the initial weights");
-      continue;
+    } else {
+      state.consecutive_bad_steps = 0;
+      if (step_loss_tokens > 0) optimizer.step(lr);
     }
-    consecutive_bad = 0;
-    const double grad_norm = clip_gradients(params, c.train.grad_clip);
-    optimizer.step(lr);
     optimizer.zero_grad();
     ++state.step;
 
@@ -366,7 +377,7 @@ int run_training(const LoadedConfig& loaded, bool resume) {
     const bool last = state.step == plan.total_steps;
     if (state.step % c.train.log_every == 0 || last) {
       const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
-      seconds_per_step = seconds / std::max<int64_t>(window_steps, 1);
+      const double seconds_per_step = seconds / std::max<int64_t>(window_steps, 1);
       metrics.record({{"step", state.step},
                       {"tokens", state.tokens},
                       {"loss", mean_loss},
@@ -379,15 +390,18 @@ int run_training(const LoadedConfig& loaded, bool resume) {
       window_start = Clock::now();
       window_tokens = window_steps = 0;
     }
-    if (c.train.checkpoint_every > 0 && state.step % c.train.checkpoint_every == 0 && !last) {
-      save_checkpoint(run_dir / "checkpoints" / ("step-" + std::to_string(state.step)), model, optimizer, state, c);
-      prune_checkpoints(run_dir, c.train.keep_last);
-    }
+    if (c.train.checkpoint_every > 0 && state.step % c.train.checkpoint_every == 0 && !last) save_step();
     if (c.train.eval_every > 0 && state.step % c.train.eval_every == 0 && !last) {
       metrics.newline();
-      const auto results = evaluate(model, store.split(data::parse_split(c.eval.split)), eval_options(c));
-      metrics.eval_scalars(results, state.step);
-      for (const auto& r : results) log::info("step ", state.step, " eval L=", r.length, " ppl ", r.ppl);
+      try {
+        const auto results = evaluate(model, store.split(data::parse_split(c.eval.split)), eval_options(c));
+        metrics.eval_scalars(results, state.step);
+        for (const auto& r : results) log::info("step ", state.step, " eval L=", r.length, " ppl ", r.ppl);
+      } catch (const Interrupted& stop) {
+        save_step();  // the signal arrived during evaluation: keep this step's state
+        log::warn("signal ", stop.signal, ": saved step ", state.step, "; continue with --resume");
+        throw;
+      }
     }
   }
   metrics.newline();
@@ -399,13 +413,14 @@ int run_training(const LoadedConfig& loaded, bool resume) {
             state.skipped_steps, " steps skipped); saved ", (run_dir / "final").string());
   const auto results = evaluate(model, store.split(data::parse_split(c.eval.split)), eval_options(c));
   metrics.eval_scalars(results, state.step);
-  std::vector<PasskeyResult> passkey;
+  write_eval(run_dir, c, results, {});  // perplexity is kept even if the passkey test fails
   if (c.eval.passkey_trials > 0) {
     const auto tokenizer = data::Tokenizer::load((fs::path(c.data.store) / "tokenizer.model").string());
-    passkey = passkey_accuracy(model, tokenizer, c.eval.passkey_style, c.eval.lengths, c.eval.passkey_trials,
-                               static_cast<uint64_t>(c.run.seed));
+    write_eval(run_dir, c, results,
+               passkey_accuracy(model, tokenizer, c.eval.passkey_style, c.eval.lengths, c.eval.passkey_trials,
+                                static_cast<uint64_t>(c.run.seed)));
   }
-  write_eval(run_dir, c, results, passkey);
+  if (int signal = stop_signal()) throw Interrupted(signal);  // final/ is saved
   return 0;
 }
 

@@ -222,6 +222,13 @@ TEST_F(TrainCli, PeriodicEvalProgressLinesAndTensorBoardScalars) {
   EXPECT_NE(tb.out.find("train/lr [5, 10, 15, 20, 24]"), std::string::npos) << tb.out;
 }
 
+TEST_F(TrainCli, MultiProcessEnvironmentIsRefusedUntilDistributedTrainingExists) {
+  auto r = run("env", {"WORLD_SIZE=2", "RANK=1", kBin, "train", config("ws", "gpt_neox", "truncate")});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("WORLD_SIZE=2: multi-process training is not built yet"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(run_dir("ws") + "/metrics.jsonl"));
+}
+
 // Accumulating 2 micro-batches of 2 covers the same samples per step as one of
 // 4 and normalises by the same loss-token count, so the runs agree.
 TEST_F(TrainCli, GradientAccumulationEqualsALargerMicroBatch) {
