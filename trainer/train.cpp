@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cmath>
 #include <fstream>
@@ -27,6 +28,7 @@
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "trainer/checkpoint.h"
+#include "trainer/distributed.h"
 #include "trainer/evaluate.h"
 #include "trainer/model_setup.h"
 #include "trainer/optimizer.h"
@@ -119,8 +121,12 @@ double clip_gradients(const std::vector<at::Tensor>& params, double max_norm) {
 // metrics.jsonl, TensorBoard and the console progress line.
 class Metrics {
  public:
+  // An empty run_dir (ranks other than 0) records nothing and only logs.
   Metrics(const fs::path& run_dir, bool tensorboard, int64_t resume_step, int64_t total_steps)
-      : path_(run_dir / "metrics.jsonl"), total_steps_(total_steps), live_(::isatty(STDERR_FILENO) != 0) {
+      : path_(run_dir.empty() ? fs::path() : run_dir / "metrics.jsonl"),
+        total_steps_(total_steps),
+        live_(!run_dir.empty() && ::isatty(STDERR_FILENO) != 0) {
+    if (run_dir.empty()) return;
     keep_lines_up_to(resume_step);
     out_.open(path_, std::ios::app);
     if (!out_) throw std::runtime_error("cannot write '" + path_.string() + "'");
@@ -131,8 +137,10 @@ class Metrics {
   }
 
   void record(const nlohmann::json& row, double seconds_left) {
-    out_ << row.dump() << "\n";
-    out_.flush();
+    if (out_.is_open()) {
+      out_ << row.dump() << "\n";
+      out_.flush();
+    }
     const int64_t step = row["step"];
     if (tb_) {
       for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s"})
@@ -228,11 +236,10 @@ void write_eval(const fs::path& run_dir, const Config& c, const std::vector<Leng
 int run_training(const LoadedConfig& loaded, bool resume) {
   const Config& c = loaded.config;
   const fs::path run_dir = c.run.output_dir;
-  const int64_t rank = 0, world_size = 1;
   install_stop_handlers();
-  if (const char* ws = std::getenv("WORLD_SIZE"); ws && std::string(ws) != "1")
-    throw InputError("WORLD_SIZE=" + std::string(ws) + ": multi-process training is not built yet (issue 6); "
-                     "run one process");
+  const DistributedEnv dist = read_distributed_env();
+  const int64_t rank = dist.rank, world_size = dist.world_size;
+  const bool writer = rank == 0;  // rank 0 writes the run directory
 
   // --- set up -----------------------------------------------------------------
   const auto previous = newest_checkpoint(run_dir);
@@ -246,8 +253,14 @@ int run_training(const LoadedConfig& loaded, bool resume) {
   log::Options log_options;
   log_options.level = c.run.log_level;
   log_options.rank = static_cast<int>(rank);
-  log_options.file = (run_dir / "train.log").string();
+  if (writer) log_options.file = (run_dir / "train.log").string();
+  if (c.run.log_all_ranks) {
+    fs::create_directories(run_dir / "logs");
+    log_options.file = (run_dir / "logs" / ("rank-" + std::to_string(rank) + ".log")).string();
+  }
   log::init(log_options);
+  const std::unique_ptr<ProcessGroup> group = connect(dist, c.distributed);
+  if (group) log::info("rank ", rank, " of ", world_size, " connected through ", dist.master_addr, ":", dist.master_port);
   at::set_num_threads(static_cast<int>(thread_count(c.run.threads)));
   const torch::Device device = pick_device(c.run.device);
 
@@ -269,6 +282,11 @@ int run_training(const LoadedConfig& loaded, bool resume) {
   std::vector<std::pair<std::string, at::Tensor>> named;
   std::vector<at::Tensor> params;
   for (const auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value()), params.push_back(item.value());
+  if (group) {  // every rank starts from rank 0's weights
+    std::vector<at::Tensor> data;
+    for (const auto& p : params) data.push_back(p.detach());
+    group->broadcast(data);
+  }
   AdamWOptions adamw;
   adamw.lr = c.train.lr;
   adamw.beta1 = c.train.betas[0];
@@ -300,16 +318,28 @@ int run_training(const LoadedConfig& loaded, bool resume) {
 
   Config resolved = c;
   resolved.model.spec = model_config;
-  write_file_atomic(run_dir / "config.yaml", to_yaml(resolved));
+  if (writer) write_file_atomic(run_dir / "config.yaml", to_yaml(resolved));
   log::info("run ", c.run.name, ": ", data::describe(loader.windows().stats, c.data.extended_length));
   log::info("plan: ", plan.total_steps, " steps of ", plan.global_batch, " x ", plan.sample_length, " tokens = ",
             plan.total_steps * plan.tokens_per_step, " tokens (", std::setprecision(3), plan.epochs, " epochs of ",
             plan.samples_per_epoch, " windows); model ", model_config.d_model, "x", model_config.n_layers, " ",
             enum_name(models::kArchs, model_config.arch), " on ", device.str(), ", ", at::get_num_threads(), " threads");
-  Metrics metrics(run_dir, c.train.tensorboard, state.step, plan.total_steps);
-  auto save_step = [&] {
-    save_checkpoint(run_dir / "checkpoints" / ("step-" + std::to_string(state.step)), model, optimizer, state, c);
-    prune_checkpoints(run_dir, c.train.keep_last);
+  Metrics metrics(writer ? run_dir : fs::path(), c.train.tensorboard, state.step, plan.total_steps);
+  // Rank 0 writes; the others wait so nobody runs ahead of a checkpoint.
+  auto save = [&](const fs::path& dir) {
+    if (writer) {
+      save_checkpoint(dir, model, optimizer, state, c);
+      prune_checkpoints(run_dir, c.train.keep_last);
+    }
+    if (group) group->barrier();
+  };
+  auto save_step = [&] { save(run_dir / "checkpoints" / ("step-" + std::to_string(state.step))); };
+  // Sums over ranks (identity for one process), so every rank takes the same decisions.
+  auto global_sum = [&](std::vector<double> values) {
+    if (!group) return values;
+    std::vector<at::Tensor> t{at::tensor(values, at::kDouble)};
+    group->all_reduce_sum(t);
+    return std::vector<double>(t[0].data_ptr<double>(), t[0].data_ptr<double>() + values.size());
   };
 
   // --- train ------------------------------------------------------------------
@@ -317,7 +347,9 @@ int run_training(const LoadedConfig& loaded, bool resume) {
   auto window_start = Clock::now();
   int64_t window_tokens = 0, window_steps = 0;
   while (state.step < plan.total_steps) {
-    if (int signal = stop_signal()) {
+    const int local_signal = stop_signal();
+    if (int signal = group ? static_cast<int>(global_sum({static_cast<double>(local_signal)})[0] > 0 ? (local_signal ? local_signal : SIGTERM) : 0)
+                           : local_signal) {
       metrics.newline();
       save_step();
       log::warn("signal ", signal, ": saved step ", state.step, "; continue with --resume");
@@ -336,6 +368,7 @@ int run_training(const LoadedConfig& loaded, bool resume) {
       micro.push_back(to_tensors(batch, device));
       step_loss_tokens += micro.back().loss_tokens;
     }
+    step_loss_tokens = static_cast<int64_t>(global_sum({static_cast<double>(step_loss_tokens)})[0]);
     const double denominator = static_cast<double>(std::max<int64_t>(step_loss_tokens, 1));
     double loss_sum = 0;
     for (const MicroBatch& m : micro) {
@@ -348,7 +381,8 @@ int run_training(const LoadedConfig& loaded, bool resume) {
       (loss / denominator).backward();
       loss_sum += loss.item<double>();
     }
-    const double mean_loss = loss_sum / denominator;
+    if (group) all_reduce_gradients(*group, params);
+    const double mean_loss = global_sum({loss_sum})[0] / denominator;
     state.cursor = cursor_after;
     state.tokens += plan.tokens_per_step;
     state.loss_tokens += step_loss_tokens;
@@ -407,14 +441,18 @@ int run_training(const LoadedConfig& loaded, bool resume) {
   metrics.newline();
 
   // --- finish -----------------------------------------------------------------
-  save_checkpoint(run_dir / "final", model, optimizer, state, c);
-  prune_checkpoints(run_dir, c.train.keep_last);
+  save(run_dir / "final");
+  if (world_size > 1 || c.run.log_all_ranks) {
+    double checksum = 0;
+    for (const auto& p : params) checksum += p.detach().to(at::kDouble).sum().item<double>();
+    log::info("rank ", rank, " final parameter checksum ", std::setprecision(17), checksum);
+  }
   log::info("trained ", state.step, " steps, ", state.tokens, " tokens (", state.loss_tokens, " in the loss, ",
             state.skipped_steps, " steps skipped); saved ", (run_dir / "final").string());
   const auto results = evaluate(model, store.split(data::parse_split(c.eval.split)), eval_options(c));
   metrics.eval_scalars(results, state.step);
-  write_eval(run_dir, c, results, {});  // perplexity is kept even if the passkey test fails
-  if (c.eval.passkey_trials > 0) {
+  if (writer) write_eval(run_dir, c, results, {});  // perplexity is kept even if the passkey test fails
+  if (c.eval.passkey_trials > 0 && writer) {
     const auto tokenizer = data::Tokenizer::load((fs::path(c.data.store) / "tokenizer.model").string());
     write_eval(run_dir, c, results,
                passkey_accuracy(model, tokenizer, c.eval.passkey_style, c.eval.lengths, c.eval.passkey_trials,

@@ -222,11 +222,56 @@ TEST_F(TrainCli, PeriodicEvalProgressLinesAndTensorBoardScalars) {
   EXPECT_NE(tb.out.find("train/lr [5, 10, 15, 20, 24]"), std::string::npos) << tb.out;
 }
 
-TEST_F(TrainCli, MultiProcessEnvironmentIsRefusedUntilDistributedTrainingExists) {
-  auto r = run("env", {"WORLD_SIZE=2", "RANK=1", kBin, "train", config("ws", "gpt_neox", "truncate")});
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("WORLD_SIZE=2: multi-process training is not built yet"), std::string::npos) << r.err;
-  EXPECT_FALSE(fs::exists(run_dir("ws") + "/metrics.jsonl"));
+// Two Gloo ranks with micro-batch 2 read the same global batches as one process
+// with micro-batch 4 and normalise by the same global loss-token count.
+TEST_F(TrainCli, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
+  auto single = run(kBin, {"train", config("dp1", "gpt_neox", "chunk"), "--set", "train.budget.tokens=4000",
+                           "--set", "run.log_all_ranks=true"});
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  const std::string port = std::to_string(20000 + getpid() % 20000);
+  const std::string cfg = config("dp2", "gpt_neox", "chunk");
+  auto rank_args = [&](int rank) {
+    return std::vector<std::string>{"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                    "MASTER_PORT=" + port, kBin, "train", cfg, "--set", "train.budget.tokens=4000",
+                                    "--set", "train.micro_batch_size=2", "--set", "run.log_all_ranks=true"};
+  };
+  test::RunResult other;
+  std::thread second([&] { other = run("env", rank_args(1)); });
+  auto first = run("env", rank_args(0));
+  second.join();
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  auto a = values(run_dir("dp1"), "loss"), b = values(run_dir("dp2"), "loss");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "step " << i + 1;
+  auto checksum = [&](const std::string& log) {
+    std::smatch m;
+    const std::string text = test::read_file(log);
+    return std::regex_search(text, m, std::regex("final parameter checksum (\\S+)")) ? m[1].str() : "missing";
+  };
+  const std::string rank0 = checksum(run_dir("dp2") + "/logs/rank-0.log");
+  EXPECT_NE(rank0, "missing");
+  EXPECT_EQ(rank0, checksum(run_dir("dp2") + "/logs/rank-1.log")) << "ranks ended with different weights";
+  EXPECT_NEAR(std::stod(rank0), std::stod(checksum(run_dir("dp1") + "/logs/rank-0.log")), 1e-3);
+}
+
+TEST_F(TrainCli, BadDistributedEnvironmentExitsTwo) {
+  const std::string cfg = config("badenv", "gpt_neox", "truncate");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"WORLD_SIZE=0"}, "WORLD_SIZE=0: expected an integer >= 1"},
+      {{"WORLD_SIZE=2", "RANK=2"}, "RANK=2 is not below WORLD_SIZE=2"},
+      {{"WORLD_SIZE=2", "RANK=1", "MASTER_PORT=http"}, "MASTER_PORT=http: expected an integer >= 1"},
+      {{"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(40000 + getpid() % 20000)},
+       "cannot reach the rendezvous store at 127.0.0.1"},
+  };
+  for (const auto& [vars, expected] : cases) {
+    std::vector<std::string> args = vars;
+    for (const std::string& a : {kBin, std::string("train"), cfg, std::string("--set"), std::string("distributed.timeout_s=3")})
+      args.push_back(a);
+    auto r = run("env", args, 60);
+    EXPECT_EQ(r.exit_code, 2) << vars.back() << "\n" << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  }
 }
 
 // Accumulating 2 micro-batches of 2 covers the same samples per step as one of
