@@ -80,9 +80,6 @@ TEST(Cli, UnbuiltCommandsSaySoAndExitTwo) {
     EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << r.err;
     EXPECT_NE(r.err.find("is not built yet"), std::string::npos) << args[0] << ": " << r.err;
   }
-  auto r = run(kLaunch, {"--nproc-per-node", "2", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("not built yet"), std::string::npos);
 }
 
 TEST(Cli, ConfigCheckPrintsResolvedYamlThatRoundTrips) {

@@ -233,7 +233,7 @@ void write_eval(const fs::path& run_dir, const Config& c, const std::vector<Leng
 
 }  // namespace
 
-int run_training(const LoadedConfig& loaded, bool resume) {
+int run_training(const LoadedConfig& loaded, bool resume_requested) {
   const Config& c = loaded.config;
   const fs::path run_dir = c.run.output_dir;
   install_stop_handlers();
@@ -243,6 +243,8 @@ int run_training(const LoadedConfig& loaded, bool resume) {
 
   // --- set up -----------------------------------------------------------------
   const auto previous = newest_checkpoint(run_dir);
+  // A launcher restart (segtrain-launch, torchrun) continues the interrupted run.
+  const bool resume = resume_requested || (dist.restart > 0 && previous.has_value());
   if (!resume && previous)
     throw InputError("run.output_dir: '" + run_dir.string() + "' already holds a run (" + previous->dir.string() +
                      "); use --resume to continue it or choose another output_dir");

@@ -255,6 +255,59 @@ TEST_F(TrainCli, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
   EXPECT_NEAR(std::stod(rank0), std::stod(checksum(run_dir("dp1") + "/logs/rank-0.log")), 1e-3);
 }
 
+// The pid of the worker whose environment has `rank_var` and whose command line
+// mentions `needle`, found through /proc (the launcher's children).
+pid_t find_worker(const std::string& needle, const std::string& rank_var) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = test::read_file(e.path() / "cmdline"), environ = test::read_file(e.path() / "environ");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(needle) != std::string::npos && cmdline.find(" train ") != std::string::npos &&
+        environ.find(std::string("\0", 1) + rank_var + std::string("\0", 1)) != std::string::npos &&
+        cmdline.find("segtrain-launch") == std::string::npos && cmdline.rfind("env ", 0) != 0)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+TEST_F(TrainCli, LauncherRestartsAfterARankIsKilledAndTheRunFinishesFromItsCheckpoint) {
+  const std::string launch = SEGTRAIN_LAUNCH_BIN;
+  auto args = [&](const std::string& name, int port) {
+    return std::vector<std::string>{"--nproc-per-node", "2", "--max-restarts", "1", "--master-port", std::to_string(port),
+                                    "--", kBin, "train", config(name, "gpt_neox", "chunk"), "--set",
+                                    "train.budget.tokens=60000", "--set", "train.micro_batch_size=2", "--set",
+                                    "train.checkpoint_every=10", "--set", "distributed.timeout_s=20"};
+  };
+  const int port = 21000 + getpid() % 19000;
+  auto whole = run(launch, args("launch-whole", port));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_NE(whole.err.find("[0]: "), std::string::npos) << "output is prefixed with the rank";
+
+  test::RunResult killed;
+  std::thread launcher([&] { killed = run(launch, args("launch-killed", port + 1)); });
+  const std::string metrics = run_dir("launch-killed") + "/metrics.jsonl";
+  pid_t victim = -1;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string text = test::read_file(metrics);
+    if (std::count(text.begin(), text.end(), '\n') >= 25 && fs::exists(run_dir("launch-killed") + "/checkpoints")) {
+      victim = find_worker("launch-killed", "RANK=1");
+      if (victim > 0) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GT(victim, 0) << "no rank-1 worker found while the run was going";
+  kill(victim, SIGKILL);
+  launcher.join();
+  EXPECT_EQ(killed.exit_code, 0) << killed.err;
+  EXPECT_NE(killed.err.find("rank 1 was killed by signal 9; restarting all workers (1 of 1)"), std::string::npos)
+      << killed.err;
+  EXPECT_NE(killed.err.find("resuming from"), std::string::npos) << killed.err;
+  EXPECT_EQ(losses(run_dir("launch-killed")), losses(run_dir("launch-whole")));
+  EXPECT_EQ(test::read_file(run_dir("launch-killed") + "/final/model.safetensors"),
+            test::read_file(run_dir("launch-whole") + "/final/model.safetensors"));
+}
+
 TEST_F(TrainCli, BadDistributedEnvironmentExitsTwo) {
   const std::string cfg = config("badenv", "gpt_neox", "truncate");
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
