@@ -308,6 +308,22 @@ TEST_F(TrainCli, LauncherRestartsAfterARankIsKilledAndTheRunFinishesFromItsCheck
             test::read_file(run_dir("launch-whole") + "/final/model.safetensors"));
 }
 
+// torchrun (from the torch wheel) hosts the store in its agent: every rank is a
+// client under the /worker/attempt_<n> prefix.
+TEST_F(TrainCli, TorchrunNoPythonLaunchesTheSameRun) {
+  const std::string torchrun = (fs::path(SEGTRAIN_PYTHON).parent_path() / "torchrun").string();
+  ASSERT_TRUE(fs::exists(torchrun)) << torchrun;
+  auto r = run(torchrun, {"--standalone", "--nproc-per-node", "2", "--no-python", kBin, "train",
+                          config("torchrun", "gpt_neox", "chunk"), "--set", "train.budget.tokens=4000", "--set",
+                          "train.micro_batch_size=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto single = run(kBin, {"train", config("torchrun-single", "gpt_neox", "chunk"), "--set", "train.budget.tokens=4000"});
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  auto a = values(run_dir("torchrun-single"), "loss"), b = values(run_dir("torchrun"), "loss");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "step " << i + 1;
+}
+
 TEST_F(TrainCli, BadDistributedEnvironmentExitsTwo) {
   const std::string cfg = config("badenv", "gpt_neox", "truncate");
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
