@@ -349,9 +349,10 @@ int run_training(const LoadedConfig& loaded, bool resume_requested) {
   auto window_start = Clock::now();
   int64_t window_tokens = 0, window_steps = 0;
   while (state.step < plan.total_steps) {
-    const int local_signal = stop_signal();
-    if (int signal = group ? static_cast<int>(global_sum({static_cast<double>(local_signal)})[0] > 0 ? (local_signal ? local_signal : SIGTERM) : 0)
-                           : local_signal) {
+    // Every rank stops at the same step when any of them was signalled.
+    int signal = stop_signal();
+    if (group && global_sum({static_cast<double>(signal)})[0] > 0 && signal == 0) signal = SIGTERM;
+    if (signal) {
       metrics.newline();
       save_step();
       log::warn("signal ", signal, ": saved step ", state.step, "; continue with --resume");
