@@ -258,7 +258,7 @@ std::vector<Field> fields(Config& c) {
       integer("run.threads", c.run.threads, 0, 1024, "Intra-op threads per process; 0 uses every core of this process's share."),
       choice("run.log_level", c.run.log_level, kLogLevels, "Console and log-file verbosity."),
       flag("run.log_all_ranks", c.run.log_all_ranks,
-           "Every rank also writes output_dir/logs/rank-<r>.log (rank 0 always logs to the console)."),
+           "Every rank logs to output_dir/logs/rank-<r>.log instead of rank 0 alone to train.log; rank 0 keeps the console."),
 
       text("model.init", c.model.init, "scratch, hf:DIR (a transformers folder) or checkpoint:DIR."),
       choice("model.arch", m.arch, models::kArchs,
