@@ -125,11 +125,16 @@ LoadedConfig load_config(const std::string& file, const std::vector<std::string>
 
 // Parsing only (no cross-field checks); used by load_config and by tests.
 LoadedConfig parse_config_file(const std::string& file);
-LoadedConfig parse_config_text(const std::string& text, const std::string& source_name);
+// Top-level keys in `other_sections` (the `experiment:` of an experiment file)
+// are left to their own reader.
+LoadedConfig parse_config_text(const std::string& text, const std::string& source_name,
+                               const std::vector<std::string>& other_sections = {});
 void apply_override(LoadedConfig& loaded, const std::string& assignment);
 
-// Cross-field and file-system checks; returns one message per problem.
-std::vector<std::string> validate_config(const LoadedConfig& loaded);
+// Cross-field and file-system checks; returns one message per problem. Without
+// `check_paths`, data.store and model.init directories need not exist yet (an
+// experiment checks runs whose inputs earlier runs will write).
+std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_paths = true);
 
 // The resolved config as YAML: every key, in schema order. Parsing it gives back
 // an equal Config.

@@ -104,6 +104,7 @@ struct Walker {
   LoadedConfig& loaded;
   const std::string& source;
   std::vector<std::string>& errors;
+  const std::vector<std::string>& other_sections;  // top-level keys another reader owns
 
   void walk(const YAML::Node& map, const std::string& prefix) {
     std::set<std::string> seen;
@@ -116,6 +117,8 @@ struct Walker {
         continue;
       }
       const std::string path = prefix.empty() ? key.Scalar() : prefix + "." + key.Scalar();
+      if (prefix.empty() && std::find(other_sections.begin(), other_sections.end(), path) != other_sections.end())
+        continue;
       if (!seen.insert(key.Scalar()).second) {
         errors.push_back(where + ": duplicate key '" + path + "'");
         continue;
@@ -163,7 +166,8 @@ void settle_budget(LoadedConfig& loaded, bool tokens_given, bool equivalent_give
 
 }  // namespace
 
-LoadedConfig parse_config_text(const std::string& text, const std::string& source) {
+LoadedConfig parse_config_text(const std::string& text, const std::string& source,
+                               const std::vector<std::string>& other_sections) {
   LoadedConfig loaded;
   loaded.source = source;
   YAML::Node root;
@@ -178,7 +182,7 @@ LoadedConfig parse_config_text(const std::string& text, const std::string& sourc
                      "eval, distributed) at the top level");
   Keys keys(loaded.config);
   std::vector<std::string> errors;
-  Walker{keys, loaded, source, errors}.walk(root, "");
+  Walker{keys, loaded, source, errors, other_sections}.walk(root, "");
   settle_budget(loaded, loaded.origins.count("train.budget.tokens") > 0,
                 loaded.origins.count("train.budget.compute_equivalent") > 0, source, errors);
   if (!errors.empty()) fail(errors);

@@ -18,6 +18,7 @@ bool is_integer(double x) { return std::fabs(x - std::round(x)) < 1e-9; }
 struct Checker {
   const LoadedConfig& loaded;
   std::vector<std::string> errors;
+  bool check_paths = true;
 
   std::string where(const std::string& key) const {
     auto it = loaded.origins.find(key);
@@ -33,6 +34,7 @@ void check_data(Checker& ck, const Config& c) {
   const auto& d = c.data;
   if (d.store.empty()) {
     ck.fail("data.store", "required: the token store directory written by `segtrain prepare`");
+  } else if (!ck.check_paths) {
   } else if (!fs::is_directory(d.store)) {
     ck.fail("data.store", "'" + d.store + "' does not exist or is not a directory; create it with `segtrain prepare`");
   } else if (!fs::exists(fs::path(d.store) / "meta.json")) {
@@ -84,6 +86,7 @@ void check_model(Checker& ck, const Config& c) {
   const std::string& init = c.model.init;
   auto check_dir = [&](const std::string& dir, const char* must_have, const char* what) {
     if (dir.empty()) ck.fail("model.init", std::string("expected ") + what + " directory after the colon");
+    else if (!ck.check_paths) return;
     else if (!fs::is_directory(dir)) ck.fail("model.init", "'" + dir + "' does not exist or is not a directory");
     else if (!fs::exists(fs::path(dir) / must_have))
       ck.fail("model.init", "'" + dir + "' has no " + must_have + "; expected " + what + " directory");
@@ -156,8 +159,8 @@ void check_run_and_eval(Checker& ck, const Config& c) {
 
 }  // namespace
 
-std::vector<std::string> validate_config(const LoadedConfig& loaded) {
-  Checker ck{loaded, {}};
+std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_paths) {
+  Checker ck{loaded, {}, check_paths};
   check_data(ck, loaded.config);
   check_model(ck, loaded.config);
   check_train(ck, loaded.config);

@@ -233,7 +233,7 @@ void write_eval(const fs::path& run_dir, const Config& c, const std::vector<Leng
 
 }  // namespace
 
-int run_training(const LoadedConfig& loaded, bool resume_requested) {
+int run_training(const LoadedConfig& loaded, bool resume_requested, bool final_eval) {
   const Config& c = loaded.config;
   const fs::path run_dir = c.run.output_dir;
   install_stop_handlers();
@@ -452,6 +452,10 @@ int run_training(const LoadedConfig& loaded, bool resume_requested) {
   }
   log::info("trained ", state.step, " steps, ", state.tokens, " tokens (", state.loss_tokens, " in the loss, ",
             state.skipped_steps, " steps skipped); saved ", (run_dir / "final").string());
+  if (!final_eval) {
+    if (int signal = stop_signal()) throw Interrupted(signal);
+    return 0;
+  }
   const auto results = evaluate(model, store.split(data::parse_split(c.eval.split)), eval_options(c));
   metrics.eval_scalars(results, state.step);
   if (writer) write_eval(run_dir, c, results, {});  // perplexity is kept even if the passkey test fails
