@@ -11,8 +11,9 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "trainer/signals.h"
 #include "trainer/passkey.h"
+#include "trainer/plot.h"
+#include "trainer/signals.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -138,41 +139,13 @@ std::string per_position_csv(const std::vector<LengthResult>& results) {
 }
 
 std::string per_position_svg(const std::vector<LengthResult>& results, const std::string& title) {
-  const double width = 720, height = 360, left = 60, right = 20, top = 30, bottom = 40;
-  double max_position = 1, lo = std::numeric_limits<double>::max(), hi = 0;
-  for (const auto& r : results)
-    for (size_t p = 0; p < r.position_loss.size(); ++p)
-      if (std::isfinite(r.position_loss[p])) {
-        max_position = std::max(max_position, static_cast<double>(p + 1));
-        lo = std::min(lo, r.position_loss[p]);
-        hi = std::max(hi, r.position_loss[p]);
-      }
-  if (hi <= lo) hi = lo + 1;
-  auto x = [&](double p) { return left + (width - left - right) * p / max_position; };
-  auto y = [&](double v) { return top + (height - top - bottom) * (1 - (v - lo) / (hi - lo)); };
-  const char* colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
-  std::ostringstream svg;
-  svg << std::fixed << std::setprecision(1);
-  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height << "' font-family='sans-serif' font-size='12'>\n"
-      << "<rect width='100%' height='100%' fill='white'/>\n"
-      << "<text x='" << left << "' y='18'>" << title << " (loss by position)</text>\n"
-      << "<line x1='" << left << "' y1='" << height - bottom << "' x2='" << width - right << "' y2='" << height - bottom << "' stroke='black'/>\n"
-      << "<line x1='" << left << "' y1='" << top << "' x2='" << left << "' y2='" << height - bottom << "' stroke='black'/>\n"
-      << "<text x='" << width / 2 << "' y='" << height - 8 << "'>position</text>\n"
-      << "<text x='4' y='" << top + 10 << "'>" << std::setprecision(2) << hi << "</text>\n"
-      << "<text x='4' y='" << height - bottom << "'>" << lo << "</text>\n"
-      << "<text x='" << width - right - 40 << "' y='" << height - bottom + 16 << "'>" << std::setprecision(0) << max_position << "</text>\n"
-      << std::setprecision(1);
-  for (size_t i = 0; i < results.size(); ++i) {
-    const auto& r = results[i];
-    svg << "<polyline fill='none' stroke-width='1.5' stroke='" << colours[i % 6] << "' points='";
-    for (size_t p = 0; p < r.position_loss.size(); ++p)
-      if (std::isfinite(r.position_loss[p])) svg << x(p + 1) << "," << y(r.position_loss[p]) << " ";
-    svg << "'/>\n<text x='" << width - right - 90 << "' y='" << top + 14 * (i + 1) << "' fill='" << colours[i % 6]
-        << "'>L = " << r.length << "</text>\n";
+  std::vector<PlotSeries> series;
+  for (const auto& r : results) {
+    PlotSeries s{"L = " + std::to_string(r.length), {}};
+    for (size_t p = 0; p < r.position_loss.size(); ++p) s.points.emplace_back(static_cast<double>(p + 1), r.position_loss[p]);
+    series.push_back(std::move(s));
   }
-  svg << "</svg>\n";
-  return svg.str();
+  return line_plot_svg(title + " (loss by position)", "position", series);
 }
 
 }  // namespace segtrain::trainer
