@@ -69,19 +69,6 @@ TEST(Cli, UsageErrorsExitTwo) {
 }
 
 // Commands whose owning issue has not landed must say so and exit 2.
-TEST(Cli, UnbuiltCommandsSaySoAndExitTwo) {
-  TempDir dir;
-  test::write_file(dir.path() / "c.yaml", "data: {store: x}\n");
-  const std::vector<std::vector<std::string>> unbuilt = {
-      {"experiment", dir / "c.yaml"},
-  };
-  for (const auto& args : unbuilt) {
-    auto r = run(kBin, args);
-    EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << r.err;
-    EXPECT_NE(r.err.find("is not built yet"), std::string::npos) << args[0] << ": " << r.err;
-  }
-}
-
 TEST(Cli, ConfigCheckPrintsResolvedYamlThatRoundTrips) {
   TempDir dir;
   test::make_store_stub(dir.path() / "store");

@@ -127,7 +127,8 @@ std::optional<CheckpointRef> newest_checkpoint(const fs::path& run_dir) {
   return best;
 }
 
-void check_resume_compatible(const fs::path& checkpoint_dir, const Config& config, int64_t world_size) {
+void check_resume_compatible(const fs::path& checkpoint_dir, const Config& config, int64_t world_size,
+                             const std::vector<std::string>& extra_keys) {
   const fs::path saved_config = checkpoint_dir / "config.yaml";
   YAML::Node saved;
   try {
@@ -137,9 +138,11 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
   }
   const YAML::Node current = YAML::Load(to_yaml(config));
   std::vector<std::string> differences;
-  for (const char* key : kResumeKeys) {
+  std::vector<std::string> keys(std::begin(kResumeKeys), std::end(kResumeKeys));
+  keys.insert(keys.end(), extra_keys.begin(), extra_keys.end());
+  for (const auto& key : keys) {
     const std::string then = yaml_at(saved, key), now = yaml_at(current, key);
-    if (then != now) differences.push_back(std::string(key) + ": checkpoint has " + then + ", config has " + now);
+    if (then != now) differences.push_back(key + ": checkpoint has " + then + ", config has " + now);
   }
   const TrainerState state =
       state_from_json(read_text(checkpoint_dir / "trainer_state.json"), (checkpoint_dir / "trainer_state.json").string());

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "data/loader.h"
 #include "models/transformer.h"
@@ -45,8 +46,10 @@ struct CheckpointRef {
 std::optional<CheckpointRef> newest_checkpoint(const fs::path& run_dir);
 
 // Refuses (InputError, listing every difference) a checkpoint whose config differs
-// from `config` in a key that changes what resuming would compute.
-void check_resume_compatible(const fs::path& checkpoint_dir, const Config& config, int64_t world_size);
+// from `config` in a key that changes what resuming would compute, or in one of
+// `extra_keys` (an experiment also insists on the same optimizer settings).
+void check_resume_compatible(const fs::path& checkpoint_dir, const Config& config, int64_t world_size,
+                             const std::vector<std::string>& extra_keys = {});
 
 // Loads weights and optimizer state saved by save_checkpoint.
 void load_checkpoint(const fs::path& dir, models::TransformerLM& model, FusedAdamW& optimizer);

@@ -104,13 +104,17 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
       PlannedRun run{label, factor, &method, x.base_template};
       LoadedConfig& r = run.config;
       // The shape comes from the base: the template's model keys describe a
-      // scratch base and must not be compared against a given one.
+      // scratch base (validated with it) and must not be compared against a given one.
+      Config& c = r.config;
+      models::ModelConfig shape_of_the_base;
+      shape_of_the_base.arch = base_arch(x, corpus);
+      shape_of_the_base.activation_checkpointing = c.model.spec.activation_checkpointing;
+      c.model.spec = shape_of_the_base;
       for (const char* key : {"model.arch", "model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads",
                               "model.d_ff", "model.max_positions", "model.layer_norm_eps", "model.rope.theta",
                               "model.rope.rotary_pct"})
         r.origins.erase(key);
       apply_assignments(r, x.extend_set);
-      Config& c = r.config;
       grid_set(r, "run.output_dir", c.run.output_dir, (factor_dir(x, corpus, factor) / method.name).string(), label);
       grid_set(r, "run.name", c.run.name, x.name + "/" + corpus.name + "/" + label, label);
       grid_set(r, "model.init", c.model.init, base_init(x, corpus), label);
@@ -209,22 +213,26 @@ void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const Loa
 }
 
 // Trains one run unless its final/ is there; a run with checkpoints continues.
+// Either way its checkpoint must come from exactly these settings.
 void ensure_trained(const PlannedRun& run, const fs::path& experiment_log) {
   const fs::path dir = run.config.config.run.output_dir;
-  const fs::path final_dir = dir / "final";
-  if (fs::exists(final_dir / "model_config.json")) {
+  const auto previous = newest_checkpoint(dir);
+  if (previous) {
     try {
-      check_resume_compatible(final_dir, run.config.config, 1);
+      check_resume_compatible(previous->dir, run.config.config, 1,
+                              {"train.lr", "train.min_lr", "train.warmup_steps", "train.schedule", "train.weight_decay",
+                               "train.no_decay", "train.betas", "train.eps", "train.grad_clip"});
     } catch (const InputError& e) {
-      throw InputError(std::string(e.what()) + "\nthe experiment's run '" + run.label + "' is already trained with " +
-                       "other settings: delete " + dir.string() + " to train it again");
+      throw InputError(std::string(e.what()) + "\nthe experiment's run '" + run.label + "' was trained with other " +
+                       "settings: delete " + dir.string() + " to train it again");
     }
-    log::info("experiment: ", run.config.config.run.name, " is trained (", final_dir.string(), ")");
+  }
+  if (fs::exists(dir / "final" / "model_config.json")) {
+    log::info("experiment: ", run.config.config.run.name, " is trained (", (dir / "final").string(), ")");
     return;
   }
-  const bool resume = newest_checkpoint(dir).has_value();
-  log::info("experiment: ", resume ? "continuing " : "training ", run.config.config.run.name);
-  run_training(run.config, resume, /*final_eval=*/false);
+  log::info("experiment: ", previous ? "continuing " : "training ", run.config.config.run.name);
+  run_training(run.config, previous.has_value(), /*final_eval=*/false);
   log::Options restore;  // run_training logs into the run's train.log
   restore.file = experiment_log.string();
   log::init(restore);

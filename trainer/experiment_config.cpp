@@ -137,6 +137,12 @@ std::vector<Assignment> read_set(MapReader& parent, const std::string& key, cons
                                   ": the experiment sets this key for every run; it cannot be overridden here");
         continue;
       }
+      if (key == "extend" && name == "train.budget.tokens") {
+        parent.errors().push_back(where + ": " + path + ".set." + name +
+                                  ": every trained row has the compute-equivalent budget (seed 004, eq. 2) so "
+                                  "that rows compare; size it with the corpus instead");
+        continue;
+      }
       YAML::Emitter value;
       value << YAML::Flow << it->second;
       out.push_back({name + "=" + value.c_str(), where});

@@ -1,0 +1,271 @@
+// `segtrain experiment` as a user runs it: a tiny grid end to end, its
+// invariants checked against independent paths (`segtrain eval`, the base's own
+// evaluation, seed 004's equal budgets), resuming after SIGTERM, reuse of
+// finished rows, and clear refusals of bad experiment files.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "test_util.h"
+#include "trainer/experiment.h"
+#include "trainer/experiment_plan.h"
+
+namespace segtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::run;
+
+const std::string kBin = SEGTRAIN_BIN;
+
+// A grid small enough for a test: one factor, five trained rows, a 2-layer model.
+std::string tiny_experiment(const std::string& out, const std::string& arch, const std::string& extra = "") {
+  return "experiment:\n"
+         "  name: tiny\n"
+         "  output_dir: " + out + "\n"
+         "  factors: [2]\n"
+         "  methods: [da, full, chunk-0.5, prefix-0.5, randompos]\n"
+         "  corpora:\n"
+         "    - name: synthetic\n"
+         "      synthetic: {docs: 40, min_tokens: 300, max_tokens: 500, seed: 3}\n"
+         "      vocab_size: 200\n"
+         "  base:\n"
+         "    set: {train.budget.tokens: 30000, train.lr: 3.0e-3}\n" +
+         extra +
+         "run: {seed: 7, threads: 1}\n"
+         "model: {arch: " + arch + ", d_model: 32, n_layers: 2, n_heads: 2}\n"
+         "data: {train_length: 32}\n"
+         "train: {micro_batch_size: 8, lr: 1.0e-3, warmup_steps: 2, log_every: 5, checkpoint_every: 20, "
+         "tensorboard: false}\n"
+         "eval: {max_sequences: 6}\n";
+}
+
+json results_of(const std::string& out) { return json::parse(test::read_file(fs::path(out) / "results.json")); }
+
+const json& row(const json& corpus, const std::string& key) {
+  for (const auto& r : corpus["rows"])
+    if (r["key"] == key) return r;
+  throw std::runtime_error("no row " + key);
+}
+
+double ppl(const json& r, int64_t length) {
+  for (const auto& x : r["results"])
+    if (x["length"] == length) return x["ppl"].get<double>();
+  return NAN;
+}
+
+TEST(Experiment, TinyRopeGridEndToEnd) {
+  test::TempDir dir;
+  const std::string out = dir / "out";
+  test::write_file(dir / "x.yaml", tiny_experiment(out, "gpt_neox"));
+  auto r = run(kBin, {"experiment", dir / "x.yaml"}, 600);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  const json results = results_of(out);
+  ASSERT_EQ(results["corpora"].size(), 1u);
+  const json& c = results["corpora"][0];
+  EXPECT_EQ(c["arch"], "gpt_neox");
+  EXPECT_EQ(c["train_length"], 32);
+  // Every OOTB method that applies to RoPE, then every trained method.
+  std::vector<std::string> keys;
+  for (const auto& x : c["rows"]) keys.push_back(x["key"]);
+  EXPECT_EQ(keys, (std::vector<std::string>{"ootb-none", "ootb-interpolate", "ootb-ntk", "ootb-dynamic_ntk", "ootb-yarn",
+                                            "da", "full", "chunk-0.5", "prefix-0.5", "randompos"}));
+  for (const auto& x : c["rows"]) {
+    EXPECT_TRUE(std::isfinite(ppl(x, 32)) && std::isfinite(ppl(x, 64))) << x["key"];
+    EXPECT_EQ(x["position_loss"].size(), 63u) << x["key"];  // L_e - 1 scored positions
+  }
+  // The base with no extension at L_t is the base: the same windows give the same number.
+  EXPECT_DOUBLE_EQ(ppl(row(c, "ootb-none"), 32), ppl(c["base"], 32));
+  // Seed 004 eq. 2: every trained row sees N * L_e tokens, rounded up to whole
+  // batches of its own sequence length (full's are L_e long).
+  const int64_t tokens = row(c, "chunk-0.5")["train_tokens"];
+  EXPECT_GT(tokens, 0);
+  for (const char* key : {"da", "full", "prefix-0.5", "randompos"})
+    EXPECT_LE(std::abs(row(c, key)["train_tokens"].get<int64_t>() - tokens), 8 * 64) << key;
+  // The grid's numbers are `segtrain eval`'s numbers for the same model.
+  auto eval = run(kBin, {"eval", "--model", out + "/synthetic/x2/chunk-0.5", "--data", out + "/synthetic/store",
+                         "--lengths", "32,64", "--max-sequences", "6", "--out", dir / "eval.json"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const json direct = json::parse(test::read_file(dir / "eval.json"));
+  EXPECT_NEAR(direct["results"][1]["ppl"].get<double>(), ppl(row(c, "chunk-0.5"), 64), 1e-9);
+  // OOTB ntk evaluated by hand with the same override.
+  eval = run(kBin, {"eval", "--model", out + "/synthetic/base", "--data", out + "/synthetic/store", "--lengths", "32,64",
+                    "--max-sequences", "6", "--set", "model.extension.method=ntk", "--set", "model.extension.factor=2",
+                    "--out", dir / "ntk.json"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  EXPECT_NEAR(json::parse(test::read_file(dir / "ntk.json"))["results"][1]["ppl"].get<double>(),
+              ppl(row(c, "ootb-ntk"), 64), 1e-9);
+
+  // The report: a table row per method with the numbers of results.json, and a plot.
+  const std::string md = test::read_file(fs::path(out) / "results.md");
+  EXPECT_NE(md.find("| method | 2·L_t = 64 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| chunk-0.5 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| OOTB ntk |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| DA |"), std::string::npos) << md;
+  const std::string svg = test::read_file(fs::path(out) / "plots/synthetic-x2.svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("randompos"), std::string::npos);
+
+  // Run again: nothing is trained or evaluated twice, and the results stand.
+  const auto stamp = fs::last_write_time(fs::path(out) / "synthetic/x2/full/row.json");
+  r = run(kBin, {"experiment", dir / "x.yaml"}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("training "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is trained"), std::string::npos) << r.err;
+  EXPECT_EQ(fs::last_write_time(fs::path(out) / "synthetic/x2/full/row.json"), stamp);
+  EXPECT_EQ(results_of(out)["corpora"][0]["rows"], c["rows"]);
+
+  // Changing a trained row's settings is refused, not silently reused.
+  test::write_file(dir / "changed.yaml",
+                   tiny_experiment(out, "gpt_neox", "  extend:\n    set: {train.weight_decay: 0.01}\n"));
+  r = run(kBin, {"experiment", dir / "changed.yaml"}, 120);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("train.weight_decay"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("delete " + out + "/synthetic/x2/da"), std::string::npos) << r.err;
+}
+
+TEST(Experiment, InterruptedGridResumesToTheSameResults) {
+  test::TempDir dir;
+  test::write_file(dir / "a.yaml", tiny_experiment(dir / "a", "gpt2"));
+  test::write_file(dir / "b.yaml", tiny_experiment(dir / "b", "gpt2"));
+  auto whole = run(kBin, {"experiment", dir / "a.yaml"}, 600);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+
+  // Stop the second grid with SIGTERM once its first extension run is under way.
+  const pid_t child = fork();
+  if (child == 0) {
+    freopen((dir / "b.log").c_str(), "w", stderr);
+    execl(kBin.c_str(), kBin.c_str(), "experiment", (dir / "b.yaml").c_str(), nullptr);
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (!fs::exists(dir / "b/synthetic/x2/da/metrics.jsonl") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(child, SIGTERM);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << test::read_file(dir / "b.log");
+  // 143 after a checkpoint; 0 if the grid had already finished when the signal came.
+  const int code = WEXITSTATUS(status);
+  ASSERT_TRUE(code == 143 || code == 0) << code << test::read_file(dir / "b.log");
+
+  auto rest = run(kBin, {"experiment", dir / "b.yaml"}, 600);
+  ASSERT_EQ(rest.exit_code, 0) << rest.err;
+  const json a = results_of(dir / "a")["corpora"][0], b = results_of(dir / "b")["corpora"][0];
+  ASSERT_EQ(a["rows"].size(), b["rows"].size());
+  for (size_t i = 0; i < a["rows"].size(); ++i) {
+    EXPECT_EQ(a["rows"][i]["key"], b["rows"][i]["key"]);
+    EXPECT_EQ(a["rows"][i]["results"], b["rows"][i]["results"]) << a["rows"][i]["key"];
+  }
+  // APE's OOTB row is the interpolated table (seed 004, 3.2), its only one.
+  EXPECT_EQ(a["rows"][0]["key"], "ootb-interpolate");
+  EXPECT_EQ(a["rows"][0]["label"], "OOTB");
+}
+
+struct BadExperiment {
+  std::string name;
+  std::string experiment;  // the experiment: section's body lines
+  std::string expected;    // in the error message
+  std::string arch = "gpt_neox";
+};
+
+TEST(Experiment, BadFilesExitTwoNamingTheLineAndKey) {
+  test::TempDir dir;
+  const std::string corpus = "  corpora:\n    - name: s\n      synthetic: {docs: 20}\n";
+  const std::vector<BadExperiment> cases = {
+      {"method", "  methods: [chunk-0.25, chunkk-0.5]\n" + corpus, ":2:25: experiment.methods: unknown method 'chunkk-0.5'"},
+      {"factor", "  factors: [2, 1]\n" + corpus, ":2:16: experiment.factors: expected integers >= 2"},
+      {"unknown key", "  factor: [2]\n" + corpus, ":2:3: unknown key 'experiment.factor'"},
+      {"ootb for the wrong scheme", "  ootb: [ntk_alibi]\n" + corpus, "experiment.ootb: ntk_alibi does not apply"},
+      {"ape without a table", "  ootb: [none]\n" + corpus, "experiment.ootb: none does not apply", "gpt2"},
+      {"two sources", "  corpora:\n    - name: s\n      synthetic: {docs: 20}\n      store: /nonexistent\n",
+       "give exactly one of synthetic, inputs or store"},
+      {"no corpora", "  factors: [2]\n", "experiment.corpora: required"},
+      {"missing input", "  corpora:\n    - name: s\n      inputs: [/nonexistent/linux-doc-6.1]\n",
+       ":4:16: experiment.corpora[0].inputs: '/nonexistent/linux-doc-6.1' does not exist (scripts/setup.sh installs"},
+      {"grid key in set", corpus + "  extend:\n    set: {data.sampler.method: full}\n",
+       ":6:11: experiment.extend.set.data.sampler.method: the experiment sets this key"},
+      {"budget of trained rows", corpus + "  extend:\n    set: {train.budget.tokens: 5}\n",
+       "experiment.extend.set.train.budget.tokens: every trained row has the compute-equivalent budget"},
+      {"bad value in set", corpus + "  base:\n    set: {train.lr: fast}\n", ":6:11: --set train.lr=fast: train.lr: expected"},
+  };
+  for (const auto& c : cases) {
+    test::write_file(dir / "bad.yaml", "experiment:\n" + c.experiment + "model: {arch: " + c.arch + "}\n");
+    auto r = run(kBin, {"experiment", dir / "bad.yaml"});
+    EXPECT_EQ(r.exit_code, 2) << c.name << ": " << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.name << ": " << r.err;
+    EXPECT_FALSE(fs::exists("runs/experiments/bad")) << c.name << ": nothing may run";
+  }
+  // A template problem is found before anything runs, once, naming the runs it breaks.
+  test::write_file(dir / "heads.yaml", "experiment:\n" + corpus + "model: {arch: gpt_neox, d_model: 30, n_heads: 4}\n");
+  auto r = run(kBin, {"experiment", dir / "heads.yaml"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("heads.yaml:5:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("d_model = 30 is not divisible by n_heads = 4"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(in run s/base)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("s/x2/da"), std::string::npos) << r.err;  // trained rows take the base's shape
+  // A run config without an experiment section says what is missing.
+  test::write_file(dir / "plain.yaml", "data: {store: x}\n");
+  r = run(kBin, {"experiment", dir / "plain.yaml"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("needs an `experiment:` section"), std::string::npos) << r.err;
+}
+
+TEST(ExperimentPlan, TrainedRowsFollowSeed004) {
+  test::TempDir dir;
+  for (const char* arch : {"gpt2", "gpt_neox", "bloom"}) {
+    test::write_file(dir / "x.yaml", tiny_experiment(dir / "out", arch));
+    const auto x = trainer::load_experiment(dir / "x.yaml", {"train.grad_clip=0.5"});
+    const auto runs = trainer::plan_training_runs(x, x.corpora[0]);
+    ASSERT_EQ(runs.size(), 1u + 5u);
+    const auto& base = runs[0].config.config;
+    EXPECT_EQ(base.data.extended_length, 32);
+    EXPECT_EQ(base.data.sampler.method, data::SamplerMethod::truncate);
+    EXPECT_EQ(base.train.budget.tokens, 30000);
+    EXPECT_EQ(base.train.lr, 3.0e-3);  // base.set
+    EXPECT_EQ(base.train.grad_clip, 0.5);  // --set reaches every run
+    const bool ape = std::string(arch) == "gpt2";
+    for (size_t i = 1; i < runs.size(); ++i) {
+      const auto& c = runs[i].config.config;
+      const auto& m = *runs[i].method;
+      EXPECT_EQ(c.model.init, "checkpoint:" + (dir / "out") + "/synthetic/base/final");
+      EXPECT_EQ(c.data.extended_length, 64);
+      EXPECT_TRUE(c.train.budget.compute_equivalent && !c.train.budget.tokens);
+      EXPECT_EQ(c.train.lr, 1.0e-3);
+      EXPECT_EQ(c.train.grad_clip, 0.5);
+      // DA stays at the base's positions; APE's segmented rows interpolate the table, RoPE/ALiBi train on plain positions.
+      const auto expected = m.domain_adaptation ? models::ExtensionMethod::none
+                            : ape               ? models::ExtensionMethod::interpolate
+                                                : models::ExtensionMethod::none;
+      EXPECT_EQ(c.model.spec.extension.method, expected) << arch << " " << m.name;
+      if (expected != models::ExtensionMethod::none) EXPECT_EQ(c.model.spec.extension.factor, 2.0);
+      EXPECT_EQ(c.data.sampler.method, m.domain_adaptation ? data::SamplerMethod::truncate : m.sampler);
+      EXPECT_EQ(fs::path(c.run.output_dir), dir.path() / "out/synthetic/x2" / m.name);
+    }
+  }
+}
+
+TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {
+  using trainer::parse_trained_method;
+  EXPECT_EQ(parse_trained_method("chunk-0.125")->sampler, data::SamplerMethod::chunk);
+  EXPECT_EQ(parse_trained_method("chunk-0.125")->alpha, 0.125);
+  EXPECT_EQ(parse_trained_method("prefix-0.5")->sampler, data::SamplerMethod::prefix);
+  EXPECT_TRUE(parse_trained_method("da")->domain_adaptation);
+  EXPECT_EQ(parse_trained_method("randompos")->sampler, data::SamplerMethod::randompos);
+  for (const char* bad : {"chunk", "chunk-", "chunk-0", "chunk-1.5", "chunk-0.25x", "prefix-abc", "truncate", ""})
+    EXPECT_FALSE(parse_trained_method(bad)) << bad;
+  using E = models::ExtensionMethod;
+  EXPECT_EQ(trainer::ootb_methods_for(models::Arch::gpt2), (std::vector<E>{E::interpolate}));
+  EXPECT_EQ(trainer::ootb_methods_for(models::Arch::bloom),
+            (std::vector<E>{E::none, E::interpolate, E::dynamic_interpolate, E::ntk_alibi}));
+}
+
+}  // namespace
+}  // namespace segtrain
