@@ -3,7 +3,7 @@
 BUILD_DIR ?= build
 export BUILD_DIR
 
-.PHONY: all setup build demo test bench clean
+.PHONY: all setup build demo test bench experiments clean
 all: build
 
 setup build:
@@ -17,6 +17,13 @@ test: build
 
 bench: build
 	@bash bench/run.sh
+
+# Seed 004's comparison per position scheme: `make experiment-rope` (or -ape, -alibi);
+# `make experiments` runs all three. Results: runs/experiments/<scheme>/results.md.
+experiment-%: build
+	@$(BUILD_DIR)/trainer/segtrain experiment configs/experiments/$*.yaml
+
+experiments: experiment-ape experiment-rope experiment-alibi
 
 clean:
 	rm -rf $(BUILD_DIR)
