@@ -184,16 +184,15 @@ void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const Loa
   install_exit_handlers();
   std::vector<std::string> inputs = corpus.inputs;
   if (corpus.synthetic) {
+    // Written afresh with the store (it takes seconds), so it always matches the fingerprint.
     const fs::path text = dir / "corpus", partial = dir / "corpus.partial";
-    if (!fs::exists(text / "valid.jsonl")) {
-      fs::remove_all(partial);
-      SynthOptions o = *corpus.synthetic;
-      o.out = partial.string();
-      log::info("experiment ", corpus.name, ": writing the synthetic corpus");
-      cmd_synth(o);
-      fs::remove_all(text);
-      fs::rename(partial, text);
-    }
+    fs::remove_all(partial);
+    SynthOptions o = *corpus.synthetic;
+    o.out = partial.string();
+    log::info("experiment ", corpus.name, ": writing the synthetic corpus");
+    cmd_synth(o);
+    fs::remove_all(text);
+    fs::rename(partial, text);
     inputs = {(text / "train.jsonl").string(), (text / "valid.jsonl").string()};
   }
   const fs::path partial = dir / "store.partial";
