@@ -97,6 +97,7 @@ struct EvalConfig {
 struct DistributedConfig {
   Backend backend = Backend::auto_select;
   int64_t timeout_s = 300;
+  double bucket_mb = 25;  // gradient all-reduce bucket size
 };
 
 struct Config {

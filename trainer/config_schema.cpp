@@ -340,6 +340,8 @@ std::vector<Field> fields(Config& c) {
       choice("distributed.backend", c.distributed.backend, kBackends, "auto: nccl on CUDA, gloo on CPU."),
       integer("distributed.timeout_s", c.distributed.timeout_s, 1, kMaxInt,
               "Seconds a collective may wait before the run fails."),
+      real("distributed.bucket_mb", c.distributed.bucket_mb, above(0), kNoHigh,
+           "Gradient all-reduce bucket size in MB; each bucket is summed over ranks while backward still runs."),
   };
 }
 

@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 #include <unistd.h>
+#if SEGTRAIN_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include <chrono>
 #include <csignal>
@@ -74,13 +77,22 @@ Plan make_plan(const Config& c, int64_t samples_per_epoch, int64_t sample_length
   return p;
 }
 
-torch::Device pick_device(Device wanted) {
+// Each process of a node takes the GPU of its LOCAL_RANK (0 for one process).
+torch::Device pick_device(Device wanted, int64_t local_rank) {
   const bool cuda = torch::cuda::is_available();
   if (wanted == Device::cuda && !cuda)
     throw InputError(std::string("run.device: cuda requested but ") +
                      (SEGTRAIN_WITH_CUDA ? "no CUDA device is visible" : "this build of LibTorch has no CUDA"));
-  return (wanted == Device::cuda || (wanted == Device::auto_select && cuda)) ? torch::Device(torch::kCUDA)
-                                                                             : torch::Device(torch::kCPU);
+  if (wanted == Device::cpu || (wanted == Device::auto_select && !cuda)) return torch::Device(torch::kCPU);
+  const int64_t visible = torch::cuda::device_count();
+  if (local_rank >= visible)
+    throw InputError("LOCAL_RANK=" + std::to_string(local_rank) + ": only " + std::to_string(visible) +
+                     " CUDA devices are visible to this process");
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+#if SEGTRAIN_WITH_CUDA
+  c10::cuda::set_device(device.index());  // NCCL and new CUDA tensors use the current device
+#endif
+  return device;
 }
 
 int64_t thread_count(int64_t configured) {
@@ -261,10 +273,10 @@ int run_training(const LoadedConfig& loaded, bool resume_requested, bool final_e
     log_options.file = (run_dir / "logs" / ("rank-" + std::to_string(rank) + ".log")).string();
   }
   log::init(log_options);
-  const std::unique_ptr<ProcessGroup> group = connect(dist, c.distributed);
+  const torch::Device device = pick_device(c.run.device, dist.local_rank);
+  const std::unique_ptr<ProcessGroup> group = connect(dist, c.distributed, device);
   if (group) log::info("rank ", rank, " of ", world_size, " connected through ", dist.master_addr, ":", dist.master_port);
   at::set_num_threads(static_cast<int>(thread_count(c.run.threads)));
-  const torch::Device device = pick_device(c.run.device);
 
   const data::TokenStore store = data::TokenStore::open(c.data.store);
   if (c.eval.passkey_trials > 0 && !fs::exists(fs::path(c.data.store) / "tokenizer.model"))
@@ -289,6 +301,10 @@ int run_training(const LoadedConfig& loaded, bool resume_requested, bool final_e
     for (const auto& p : params) data.push_back(p.detach());
     group->broadcast(data);
   }
+  // Sums gradients over ranks in buckets while the step's last backward runs.
+  std::unique_ptr<GradientSync> sync;
+  if (group)
+    sync = std::make_unique<GradientSync>(*group, params, static_cast<int64_t>(c.distributed.bucket_mb * (1 << 20)));
   AdamWOptions adamw;
   adamw.lr = c.train.lr;
   adamw.beta1 = c.train.betas[0];
@@ -374,17 +390,18 @@ int run_training(const LoadedConfig& loaded, bool resume_requested, bool final_e
     step_loss_tokens = static_cast<int64_t>(global_sum({static_cast<double>(step_loss_tokens)})[0]);
     const double denominator = static_cast<double>(std::max<int64_t>(step_loss_tokens, 1));
     double loss_sum = 0;
-    for (const MicroBatch& m : micro) {
+    for (size_t k = 0; k < micro.size(); ++k) {
       at::Tensor logits;
       {
         Autocast autocast(bf16, device.type());
-        logits = model->forward(m.tokens, m.positions);
+        logits = model->forward(micro[k].tokens, micro[k].positions);
       }
-      at::Tensor loss = summed_loss(logits, m.targets);
+      at::Tensor loss = summed_loss(logits, micro[k].targets);
+      if (sync && k + 1 == micro.size()) sync->arm();  // the last micro-batch's backward all-reduces
       (loss / denominator).backward();
       loss_sum += loss.item<double>();
     }
-    if (group) all_reduce_gradients(*group, params);
+    if (sync) sync->finish();
     const double mean_loss = global_sum({loss_sum})[0] / denominator;
     state.cursor = cursor_after;
     state.tokens += plan.tokens_per_step;

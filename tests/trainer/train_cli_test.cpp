@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <regex>
 #include <nlohmann/json.hpp>
@@ -67,6 +68,8 @@ class TrainCli : public ::testing::Test {
     for (std::string line; std::getline(lines, line);) out.push_back(json::parse(line)[key].get<double>());
     return out;
   }
+  void expect_two_ranks_equal_one(const std::string& name, const std::vector<std::string>& sets,
+                                  const std::vector<std::string>& rank_sets);
   static test::TempDir* dir_;
 };
 test::TempDir* TrainCli::dir_ = nullptr;
@@ -222,18 +225,26 @@ TEST_F(TrainCli, PeriodicEvalProgressLinesAndTensorBoardScalars) {
   EXPECT_NE(tb.out.find("train/lr [5, 10, 15, 20, 24]"), std::string::npos) << tb.out;
 }
 
-// Two Gloo ranks with micro-batch 2 read the same global batches as one process
-// with micro-batch 4 and normalise by the same global loss-token count.
-TEST_F(TrainCli, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
-  auto single = run(kBin, {"train", config("dp1", "gpt_neox", "chunk"), "--set", "train.budget.tokens=4000",
-                           "--set", "run.log_all_ranks=true"});
+// Two Gloo ranks with micro-batch 2 (or 1 with grad_accum 2) read the same
+// global batches as one process with micro-batch 4 and normalise by the same
+// global loss-token count. Tiny buckets (distributed.bucket_mb) make backward
+// start several all-reduces while it runs.
+void TrainCli::expect_two_ranks_equal_one(const std::string& name, const std::vector<std::string>& sets,
+                                          const std::vector<std::string>& rank_sets) {
+  std::vector<std::string> single_args = {"train", config(name + "-1", "gpt_neox", "chunk"), "--set",
+                                          "train.budget.tokens=4000", "--set", "run.log_all_ranks=true"};
+  single_args.insert(single_args.end(), sets.begin(), sets.end());
+  auto single = run(kBin, single_args);
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  const std::string port = std::to_string(20000 + getpid() % 20000);
-  const std::string cfg = config("dp2", "gpt_neox", "chunk");
+  const std::string port = std::to_string(20000 + (getpid() + 7919 * std::hash<std::string>{}(name)) % 20000);
+  const std::string cfg = config(name + "-2", "gpt_neox", "chunk");
   auto rank_args = [&](int rank) {
-    return std::vector<std::string>{"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
-                                    "MASTER_PORT=" + port, kBin, "train", cfg, "--set", "train.budget.tokens=4000",
-                                    "--set", "train.micro_batch_size=2", "--set", "run.log_all_ranks=true"};
+    std::vector<std::string> a = {"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                  "MASTER_PORT=" + port, kBin, "train", cfg, "--set", "train.budget.tokens=4000",
+                                  "--set", "run.log_all_ranks=true", "--set", "distributed.bucket_mb=0.005"};
+    a.insert(a.end(), sets.begin(), sets.end());
+    a.insert(a.end(), rank_sets.begin(), rank_sets.end());
+    return a;
   };
   test::RunResult other;
   std::thread second([&] { other = run("env", rank_args(1)); });
@@ -241,7 +252,7 @@ TEST_F(TrainCli, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
   second.join();
   ASSERT_EQ(first.exit_code, 0) << first.err;
   ASSERT_EQ(other.exit_code, 0) << other.err;
-  auto a = values(run_dir("dp1"), "loss"), b = values(run_dir("dp2"), "loss");
+  auto a = values(run_dir(name + "-1"), "loss"), b = values(run_dir(name + "-2"), "loss");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "step " << i + 1;
   auto checksum = [&](const std::string& log) {
@@ -249,10 +260,75 @@ TEST_F(TrainCli, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
     const std::string text = test::read_file(log);
     return std::regex_search(text, m, std::regex("final parameter checksum (\\S+)")) ? m[1].str() : "missing";
   };
-  const std::string rank0 = checksum(run_dir("dp2") + "/logs/rank-0.log");
+  const std::string rank0 = checksum(run_dir(name + "-2") + "/logs/rank-0.log");
   EXPECT_NE(rank0, "missing");
-  EXPECT_EQ(rank0, checksum(run_dir("dp2") + "/logs/rank-1.log")) << "ranks ended with different weights";
-  EXPECT_NEAR(std::stod(rank0), std::stod(checksum(run_dir("dp1") + "/logs/rank-0.log")), 1e-3);
+  EXPECT_EQ(rank0, checksum(run_dir(name + "-2") + "/logs/rank-1.log")) << "ranks ended with different weights";
+  EXPECT_NEAR(std::stod(rank0), std::stod(checksum(run_dir(name + "-1") + "/logs/rank-0.log")), 1e-3);
+}
+
+TEST_F(TrainCli, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
+  expect_two_ranks_equal_one("dp", {}, {"--set", "train.micro_batch_size=2"});
+}
+
+// Reentrant activation checkpointing accumulates gradients in a nested backward:
+// the all-reduce hooks must see them there.
+TEST_F(TrainCli, TwoRanksEqualOneRankWithActivationCheckpointing) {
+  expect_two_ranks_equal_one("dp-ckpt", {"--set", "model.activation_checkpointing=true"},
+                             {"--set", "train.micro_batch_size=2"});
+}
+
+// Gradients are summed over ranks only on the last micro-batch of a step.
+TEST_F(TrainCli, TwoRanksWithGradientAccumulationEqualOneRank) {
+  expect_two_ranks_equal_one("dp-accum", {}, {"--set", "train.micro_batch_size=1", "--set", "train.grad_accum=2"});
+}
+
+// Without a launcher to tear it down, a rank whose peer was SIGKILLed fails its
+// next collective (Gloo sees the closed connection, or distributed.timeout_s
+// runs out) and exits 1 with a message saying so, instead of hanging.
+TEST_F(TrainCli, ARankWhosePeerIsKilledExitsWithAnError) {
+  const int timeout_s = 15;
+  const std::string port = std::to_string(20000 + (getpid() + 4001) % 20000);
+  const std::string cfg = config("peer-death", "gpt_neox", "chunk");
+  auto rank_args = [&](int rank) {
+    return std::vector<std::string>{"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                    "MASTER_PORT=" + port, kBin, "train", cfg, "--set",
+                                    "train.budget.tokens=200000", "--set", "train.micro_batch_size=2", "--set",
+                                    "distributed.timeout_s=" + std::to_string(timeout_s)};
+  };
+  std::vector<std::string> args1 = rank_args(1);
+  const pid_t victim = fork();  // `env` execs segtrain in the same process
+  if (victim == 0) {
+    std::vector<char*> argv = {const_cast<char*>("env")};
+    for (auto& a : args1) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    freopen("/dev/null", "w", stderr);
+    execvp("env", argv.data());
+    _exit(127);
+  }
+  test::RunResult survivor;
+  std::atomic<bool> done = false;
+  std::thread rank0([&] {
+    survivor = run("env", rank_args(0), 300);
+    done = true;
+  });
+  const std::string metrics = run_dir("peer-death") + "/metrics.jsonl";
+  for (int i = 0; i < 6000 && !done; ++i) {
+    const std::string text = test::read_file(metrics);
+    if (std::count(text.begin(), text.end(), '\n') >= 5) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(done) << "rank 0 ended before rank 1 was killed\n" << survivor.err;
+  kill(victim, SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  int status = 0;
+  waitpid(victim, &status, 0);
+  rank0.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_FALSE(survivor.signaled) << survivor.err;
+  EXPECT_EQ(survivor.exit_code, 1) << survivor.err;
+  EXPECT_LT(seconds, timeout_s + 30) << survivor.err;
+  EXPECT_NE(survivor.err.find("a peer rank died or did not answer"), std::string::npos) << survivor.err;
+  EXPECT_FALSE(fs::exists(run_dir("peer-death") + "/final"));
 }
 
 // The pid of the worker whose environment has `rank_var` and whose command line

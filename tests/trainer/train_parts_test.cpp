@@ -1,4 +1,5 @@
-// The pieces of a training step and of evaluation, against direct computations.
+// The pieces of a training step and of evaluation, against direct computations;
+// the overlapped gradient all-reduce against a stand-in process group.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,6 +11,7 @@
 #include "data/token_store.h"
 #include "models/transformer.h"
 #include "test_util.h"
+#include "trainer/distributed.h"
 #include "trainer/evaluate.h"
 #include "common/error.h"
 #include "data/tokenizer.h"
@@ -202,6 +204,123 @@ TEST(Passkey, AccuracyCountsEveryTrial) {
     EXPECT_GE(r.correct, 0);
     EXPECT_LE(r.correct, 3);
   }
+}
+
+// Stands in for a 2-rank group whose other rank computed the same gradients:
+// an all-reduce doubles the tensor, but only when waited for, as a real one
+// lands later; it records what was started and when.
+class DoublingGroup : public ProcessGroup {
+ public:
+  int64_t rank() const override { return 0; }
+  int64_t world_size() const override { return 2; }
+  void broadcast(std::vector<at::Tensor>&) override {}
+  void all_reduce_sum(std::vector<at::Tensor>& tensors) override {
+    for (auto& t : tensors) t.mul_(2);
+  }
+  std::unique_ptr<PendingCollective> all_reduce_sum_async(const at::Tensor& tensor) override {
+    struct Later : PendingCollective {
+      at::Tensor t;
+      void wait() override { t.mul_(2); }
+    };
+    started.push_back(tensor.numel());
+    auto later = std::make_unique<Later>();
+    later->t = tensor;
+    return later;
+  }
+  void barrier() override {}
+  std::vector<int64_t> started;  // sizes of the all-reduces, in order
+};
+
+struct SyncCase {
+  models::TransformerLM model;
+  std::vector<at::Tensor> params;
+  at::Tensor inputs, targets, positions;
+};
+
+SyncCase sync_case(bool checkpointing, int64_t batch = 2) {
+  torch::manual_seed(0);
+  auto config = tiny(models::Arch::gpt_neox);
+  config.activation_checkpointing = checkpointing;
+  SyncCase s{models::TransformerLM(config), {}, {}, {}, {}};
+  s.model->train();
+  for (auto& p : s.model->parameters()) s.params.push_back(p);
+  at::Tensor tokens = torch::randint(0, 32, {batch, 17}, at::kLong);
+  s.inputs = tokens.narrow(1, 0, 16);
+  s.targets = tokens.narrow(1, 1, 16).contiguous();
+  s.positions = torch::arange(16).unsqueeze(0).expand({batch, 16}).contiguous();
+  return s;
+}
+
+void backward(SyncCase& s, int64_t row) {
+  summed_loss(s.model->forward(s.inputs.narrow(0, row, 1), s.positions.narrow(0, row, 1)),
+              s.targets.narrow(0, row, 1))
+      .backward();
+}
+
+std::vector<at::Tensor> grads_of(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : params) out.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+  return out;
+}
+
+// Gradients are summed bucket by bucket while backward runs, with and without
+// (reentrant) activation checkpointing, and only on the step's last micro-batch.
+TEST(GradientSync, StartsEveryBucketDuringTheLastBackwardAndSumsExactly) {
+  for (bool checkpointing : {false, true}) {
+    SyncCase reference = sync_case(checkpointing);
+    backward(reference, 0);
+    backward(reference, 1);
+    const auto expected = grads_of(reference.params);
+
+    SyncCase s = sync_case(checkpointing);
+    DoublingGroup group;
+    GradientSync sync(group, s.params, 4096);
+    const int64_t buckets = sync.stats().buckets;
+    ASSERT_GT(buckets, 3);
+    backward(s, 0);  // an earlier micro-batch: nothing is reduced
+    EXPECT_TRUE(group.started.empty()) << "checkpointing " << checkpointing;
+    sync.arm();
+    backward(s, 1);
+    EXPECT_EQ(static_cast<int64_t>(group.started.size()), buckets) << "checkpointing " << checkpointing;
+    sync.finish();
+    EXPECT_EQ(sync.stats().started_in_backward, buckets);
+    EXPECT_EQ(sync.stats().reduced_again, 0);
+    // Buckets follow reverse registration order and hold every parameter once.
+    int64_t total = 0;
+    for (auto n : group.started) total += n;
+    int64_t numel = 0;
+    for (const auto& p : s.params) numel += p.numel();
+    EXPECT_EQ(total, numel);
+    for (size_t i = 0; i < s.params.size(); ++i)
+      EXPECT_TRUE(s.params[i].grad().equal(expected[i] * 2)) << "parameter " << i << " checkpointing " << checkpointing;
+  }
+}
+
+// A parameter that gets no gradient holds its bucket back (and, buckets going
+// in order, every later one); finish() starts them instead of waiting forever,
+// and the parameter keeps no gradient.
+TEST(GradientSync, AParameterWithoutAGradientDoesNotBlockTheStep) {
+  SyncCase s = sync_case(false);
+  at::Tensor unused = torch::zeros({8}, at::requires_grad());
+  std::vector<at::Tensor> params = s.params;
+  params.push_back(unused);  // registered last: in the first bucket, which every other one waits for
+  DoublingGroup group;
+  {
+    GradientSync sync(group, params, 8192);  // the unused parameter shares its bucket
+    ASSERT_GT(sync.stats().buckets, 2);
+    sync.arm();
+    backward(s, 0);
+    sync.finish();
+    const auto stats = sync.stats();
+    EXPECT_EQ(stats.started_in_backward, 0);
+    EXPECT_EQ(static_cast<int64_t>(group.started.size()), stats.buckets);
+    EXPECT_FALSE(unused.grad().defined());
+  }
+  // Destroyed, the sync leaves no hook behind.
+  for (auto& p : s.params) p.mutable_grad() = at::Tensor();
+  group.started.clear();
+  backward(s, 0);
+  EXPECT_TRUE(group.started.empty());
 }
 
 }  // namespace
