@@ -22,9 +22,31 @@ set(SEGTRAIN_WITH_CUDA OFF)
 if(TARGET torch_cuda OR TORCH_LIBRARIES MATCHES "torch_cuda|c10_cuda")
   set(SEGTRAIN_WITH_CUDA ON)
 endif()
-# NCCL is part of every CUDA wheel of torch on Linux; c10d's NCCL process group is
-# only compiled when LibTorch itself was built with it.
-set(SEGTRAIN_WITH_NCCL ${SEGTRAIN_WITH_CUDA})
+# NCCL: c10d's ProcessGroupNCCL is compiled in only for a CUDA LibTorch that was
+# itself built with it (torch.distributed.is_nccl_available()) and whose nccl.h
+# is at hand (CUDA wheels depend on nvidia-nccl-cu*, which ships it). Elsewhere,
+# this CPU machine included, the NCCL branch of trainer/distributed.cpp compiles
+# away and `distributed.backend: nccl` is refused. -DSEGTRAIN_NCCL=OFF forces that.
+option(SEGTRAIN_NCCL "Use c10d's ProcessGroupNCCL when LibTorch has it" ON)
+set(SEGTRAIN_WITH_NCCL OFF)
+if(SEGTRAIN_WITH_CUDA AND SEGTRAIN_NCCL)
+  find_package(Python3 COMPONENTS Interpreter)
+  set(_nccl_in_torch 0)
+  set(_nccl_hint "")
+  if(Python3_Interpreter_FOUND)
+    execute_process(
+      COMMAND ${Python3_EXECUTABLE} -c "import torch.distributed as d; print(int(d.is_available() and d.is_nccl_available()))"
+      OUTPUT_VARIABLE _nccl_in_torch OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    execute_process(
+      COMMAND ${Python3_EXECUTABLE} -c "import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], 'include'))"
+      OUTPUT_VARIABLE _nccl_hint OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  endif()
+  find_path(SEGTRAIN_NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hint} ENV NCCL_INCLUDE_DIR)
+  find_file(_pg_nccl torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp PATHS ${TORCH_INCLUDE_DIRS} NO_DEFAULT_PATH)
+  if(_nccl_in_torch STREQUAL "1" AND SEGTRAIN_NCCL_INCLUDE_DIR AND _pg_nccl)
+    set(SEGTRAIN_WITH_NCCL ON)
+  endif()
+endif()
 
 # Torch headers as SYSTEM so our warnings stay about our code.
 add_library(segtrain_torch INTERFACE)
@@ -32,6 +54,9 @@ target_link_libraries(segtrain_torch INTERFACE ${TORCH_LIBRARIES})
 get_target_property(_torch_inc torch INTERFACE_INCLUDE_DIRECTORIES)
 if(_torch_inc)
   target_include_directories(segtrain_torch SYSTEM INTERFACE ${_torch_inc})
+endif()
+if(SEGTRAIN_WITH_NCCL)
+  target_include_directories(segtrain_torch SYSTEM INTERFACE ${SEGTRAIN_NCCL_INCLUDE_DIR})
 endif()
 target_compile_definitions(segtrain_torch INTERFACE
   SEGTRAIN_WITH_CUDA=$<BOOL:${SEGTRAIN_WITH_CUDA}>
