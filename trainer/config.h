@@ -97,7 +97,7 @@ struct EvalConfig {
 struct DistributedConfig {
   Backend backend = Backend::auto_select;
   int64_t timeout_s = 300;
-  double bucket_mb = 25;  // gradient all-reduce bucket size
+  double bucket_mb = 4;  // gradient all-reduce bucket size: small enough that buckets overlap backward on small models
 };
 
 struct Config {
