@@ -1,17 +1,87 @@
-"""Prints bench/results/*.json as one markdown section per benchmark."""
+"""Prints bench/results/*.json as markdown: first the headline figures with their
+targets (training speed against PyTorch, peak memory by method, data pipeline
+rates), then one table per benchmark with every figure."""
 import json
 import pathlib
 import sys
 
 results = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results")
+
+
+def load(name):
+    path = results / f"{name}.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    return data if isinstance(data, list) else data.get("results", [data])
+
+
+def rate(x):
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g}"
+
+
+def verdict(ok):
+    return "met" if ok else "**not met**"
+
+
+headline = []
+for r in load("train_speed_bench"):
+    target = 1.15 if r["model"] == "quickstart" else 1.0
+    headline.append((
+        f"training speed, {r['model']} (d {r['d_model']} x {r['layers']} layers, vocab {r['vocab']}, "
+        f"{r['micro_batch']} x {r['length']} tokens, {r['threads']} threads)",
+        f"segtrain {rate(r['segtrain_tokens_per_s'])} vs PyTorch {rate(r['pytorch_tokens_per_s'])} tokens/s = "
+        f"**{r['ratio']:.2f}x**; MFU {100 * r['mfu_segtrain']:.1f}% vs {100 * r['mfu_pytorch']:.1f}% of "
+        f"{r['matmul_peak_gflops']:.0f} GFLOP/s",
+        f">= {target}x: {verdict(r['ratio'] >= target)}"))
+for r in load("train_memory_bench"):
+    headline.append((
+        f"peak RSS, {r['model']} (d {r['d_model']} x {r['layers']} layers, micro-batch {r['micro_batch']}, "
+        f"L_t {r['L_t']}, L_e {r['L_e']})",
+        f"truncate {r['peak_rss_mb_truncate']:.0f} MB, chunk-0.25 {r['peak_rss_mb_chunk']:.0f} MB "
+        f"(**{r['chunk_over_truncate']:.3f}x**), full {r['peak_rss_mb_full']:.0f} MB ({r['full_over_truncate']:.2f}x)",
+        f"chunk <= 1.05x truncate: {verdict(r['chunk_over_truncate'] <= 1.05)}"))
+data = load("data_bench")
+samplers = [r for r in data if r.get("measure") == "sampler"]
+if samplers:
+    figures = ", ".join(f"{r['method']}{' (document targets)' if r['targets'] == 'document' else ''} "
+                        f"{rate(r['tokens_per_s_1_core'])}" for r in samplers)
+    slowest = min(r["tokens_per_s_1_core"] for r in samplers)
+    headline.append(("samplers, one core (tokens/s)", figures, f">= 20 M: {verdict(slowest >= 20e6)}"))
+for r in data:
+    if r.get("measure", "").startswith("loader"):
+        headline.append((f"{r['measure']} ({r['method']})", f"{rate(r['tokens_per_s_1_core'])} tokens/s", ""))
+tokenize = [r for r in data if r.get("measure", "").startswith("tokenize")]
+if tokenize:
+    figures = ", ".join(f"{r['method']} {r['mb_per_s']:.1f} MB/s" for r in tokenize)
+    ratio = next((r["segtrain_1_thread_over_spm_encode"] for r in tokenize if "segtrain_1_thread_over_spm_encode" in r), None)
+    headline.append((tokenize[0]["measure"], figures + (f" (segtrain 1 thread = **{ratio:.2f}x** spm_encode)" if ratio else ""), ""))
+for r in load("distributed_bench"):
+    headline.append(("data parallel, " + r["setup"],
+                     f"2 x 1 thread {rate(r['two_processes_1_thread_tokens_per_s'])} tokens/s = **{r['speedup']:.2f}x** "
+                     f"1 x 1 thread; efficiency {100 * r['scaling_efficiency']:.0f}%", ""))
+
+if headline:
+    print("### Summary\n")
+    print("| what | figure | target |")
+    print("|---|---|---|")
+    for row in headline:
+        print("| " + " | ".join(row) + " |")
+    print()
+
 for path in sorted(results.glob("*.json")):
     data = json.loads(path.read_text())
     print(f"### {path.stem}\n")
+    if isinstance(data, dict) and data.get("setup"):
+        print(data["setup"] + "\n")
     rows = data if isinstance(data, list) else data.get("results", [data])
     keys = []
     for row in rows:
         for k in row:
-            if k not in keys and not isinstance(row[k], (dict, list)):
+            if k not in keys and not isinstance(row[k], dict):
                 keys.append(k)
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
@@ -19,6 +89,8 @@ for path in sorted(results.glob("*.json")):
         cells = []
         for k in keys:
             v = row.get(k, "")
+            if isinstance(v, list):
+                v = ", ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in v)
             cells.append(f"{v:.4g}" if isinstance(v, float) else str(v))
         print("| " + " | ".join(cells) + " |")
     print()
