@@ -7,24 +7,22 @@
 
 namespace segtrain {
 
-// LibTorch's CPU tensors come straight from malloc. With glibc's defaults a
-// block above the (dynamic, at most 32 MiB) mmap threshold goes back to the
-// kernel on free, and free space above 128 KiB at the top of the heap is
-// trimmed, so each training step page-faults its activations, logits and
-// gradients in again and the kernel zeroes every page (perf: exc_page_fault,
-// clear_page, memcg charge): 6% of the CPU time of a quickstart-sized step and
-// 1 s of system time per GPT-2-small step on 2 threads. Serving every block
-// from the heap and never trimming it keeps those pages for the next step.
-// The heap then holds the largest working set any step (or checkpoint write)
-// had: peak RSS is within a few percent for GPT-2 small (2815 -> 2845 MB, 2
-// threads) and about 10% higher for a d512 x 8 model (1070 -> 1173 MB), while
-// a fixed 32 MiB mmap threshold cost 20% and a trim threshold alone (which also
-// freezes glibc's dynamic mmap threshold at 128 KiB) made steps 40% slower.
-// Threads other than the main one still get mmap for blocks larger than their
-// 64 MiB arena heaps.
+// LibTorch's CPU tensors come straight from malloc. With glibc's defaults free
+// space above 128 KiB at the top of the heap is given back to the kernel, and
+// blocks above a dynamic threshold are mmapped and unmapped, so each training
+// step page-faults its activations in again and the kernel zeroes every page
+// (perf: exc_page_fault, clear_page, memcg charge): 6% of the CPU time of a
+// quickstart-sized step. A heap that is never trimmed, with blocks up to 16 MiB
+// served from it, keeps those pages for the next step (quickstart model, 1
+// thread: 175 -> 160 ms CPU per step, system time 11 -> 0 ms). Setting the trim
+// threshold alone is worse than the default: it also freezes the mmap
+// threshold at 128 KiB. Larger thresholds, or no mmap at all, save a little more
+// system time on GPT-2-sized logits but fragment the heap: peak RSS of a d512 x 8
+// model rose 10-20% and moved by 9% between two runs of the same config, while
+// 16 MiB stays within 1% of glibc's default (bench/train_bench.py memory).
 void keep_freed_memory() {
 #if defined(__GLIBC__)
-  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_MMAP_THRESHOLD, 16 * 1024 * 1024);
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
 #endif
 }
