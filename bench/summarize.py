@@ -32,7 +32,7 @@ for r in load("train_speed_bench"):
     target = 1.15 if r["model"] == "quickstart" else 1.0
     headline.append((
         f"training speed, {r['model']} (d {r['d_model']} x {r['layers']} layers, vocab {r['vocab']}, "
-        f"{r['micro_batch']} x {r['length']} tokens, {r['threads']} threads)",
+        f"{r['micro_batch']} x {r['length']} tokens, {r['threads']} thread{'s' if r['threads'] != 1 else ''})",
         f"segtrain {rate(r['segtrain_tokens_per_s'])} vs PyTorch {rate(r['pytorch_tokens_per_s'])} tokens/s = "
         f"**{r['ratio']:.2f}x**; MFU {100 * r['mfu_segtrain']:.1f}% vs {100 * r['mfu_pytorch']:.1f}% of "
         f"{r['matmul_peak_gflops']:.0f} GFLOP/s",
