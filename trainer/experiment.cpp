@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -211,11 +212,32 @@ void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const Loa
   install_stop_handlers();
 }
 
+// Names, sizes and write times of a model folder's files: a base trained
+// again in the same place has another identity, so nothing built on the old
+// one is reused.
+std::string model_identity(const std::string& dir) {
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file())
+      entries.push_back(e.path().filename().string() + ":" + std::to_string(e.file_size()) + ":" +
+                        std::to_string(e.last_write_time().time_since_epoch().count()));
+  std::sort(entries.begin(), entries.end());
+  std::string out;
+  for (const auto& e : entries) out += e + ";";
+  return out;
+}
+
 // Trains one run unless its final/ is there; a run with checkpoints continues.
-// Either way its checkpoint must come from exactly these settings.
+// Either way its checkpoint must come from exactly these settings and this base.
 void ensure_trained(const PlannedRun& run, const fs::path& experiment_log) {
   const fs::path dir = run.config.config.run.output_dir;
   const auto previous = newest_checkpoint(dir);
+  const fs::path base_record = dir / "base_identity.txt";
+  const std::string base = run.method ? model_identity(init_dir(run.config.config.model.init)) : "";
+  if (previous && run.method && (!fs::exists(base_record) || read_text(base_record) != base))
+    throw InputError("the experiment's run '" + run.label + "' in " + dir.string() + " was trained from another base (" +
+                     init_dir(run.config.config.model.init) + " has changed since): delete " + dir.string() +
+                     " to train it again");
   if (previous) {
     try {
       check_resume_compatible(previous->dir, run.config.config, 1,
@@ -231,6 +253,10 @@ void ensure_trained(const PlannedRun& run, const fs::path& experiment_log) {
     return;
   }
   log::info("experiment: ", previous ? "continuing " : "training ", run.config.config.run.name);
+  if (run.method) {
+    fs::create_directories(dir);
+    write_file_atomic(base_record, base);
+  }
   run_training(run.config, previous.has_value(), /*final_eval=*/false);
   log::Options restore;  // run_training logs into the run's train.log
   restore.file = experiment_log.string();
@@ -246,7 +272,8 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   eval.stride = templ.eval.stride;
   eval.batch_size = templ.eval.batch_size;
   eval.per_position = true;
-  const nlohmann::json settings = {{"model", model_dir},     {"overrides", overrides},
+  const nlohmann::json settings = {{"model", model_dir},     {"model_files", model_identity(model_dir)},
+                                   {"overrides", overrides},
                                    {"lengths", eval.lengths}, {"max_sequences", eval.max_sequences},
                                    {"stride", eval.stride},   {"split", templ.eval.split}};
   const fs::path record = row_dir / "row.json";

@@ -129,6 +129,12 @@ TEST(Experiment, TinyRopeGridEndToEnd) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("train.weight_decay"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("delete " + out + "/synthetic/x2/da"), std::string::npos) << r.err;
+
+  // A base trained again invalidates what was built on it: refused, not reused.
+  fs::remove_all(fs::path(out) / "synthetic/base");
+  r = run(kBin, {"experiment", dir / "x.yaml"}, 300);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("was trained from another base"), std::string::npos) << r.err;
 }
 
 TEST(Experiment, InterruptedGridResumesToTheSameResults) {
