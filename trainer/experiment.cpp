@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "data/token_store.h"
 #include "models/model_io.h"
+#include "models/positions.h"
 #include "trainer/checkpoint.h"
 #include "trainer/evaluate.h"
 #include "trainer/experiment_plan.h"
@@ -285,6 +286,10 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   }
   const int64_t longest = *std::max_element(eval.lengths.begin(), eval.lengths.end());
   const models::ModelConfig config = apply_model_overrides(models::read_model_config(model_dir), overrides, longest);
+  if (store.vocab_size() > models::vocab_size_of(config))
+    throw InputError("experiment: the store's vocabulary (" + std::to_string(store.vocab_size()) +
+                     ") is larger than the model's (" + std::to_string(models::vocab_size_of(config)) + ", " + model_dir +
+                     "); a given base needs a store tokenized with its own tokenizer");
   models::TransformerLM model = models::load_model(model_dir, config);
   log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", eval.lengths.front(), "..", longest);
   row.results = evaluate(model, store.split(data::parse_split(templ.eval.split)), eval);
