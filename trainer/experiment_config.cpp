@@ -107,13 +107,12 @@ class MapReader {
   std::vector<std::string> known_;
 };
 
-std::optional<YAML::Node> section(MapReader& parent, const std::string& key, const std::string& path) {
+std::optional<YAML::Node> section(MapReader& parent, const std::string& key) {
   auto node = parent.get(key);
   if (node && !node->IsMap()) {
     parent.fail(*node, key, "expected a mapping");
     return std::nullopt;
   }
-  (void)path;
   return node;
 }
 
@@ -125,10 +124,10 @@ const char* const kGridKeys[] = {"run.output_dir", "run.name", "model.init", "mo
 
 std::vector<Assignment> read_set(MapReader& parent, const std::string& key, const std::string& path) {
   std::vector<Assignment> out;
-  auto map = section(parent, key, path);
+  auto map = section(parent, key);
   if (!map) return out;
   MapReader reader(*map, path, parent.source(), parent.errors());
-  if (auto set = section(reader, "set", path + ".set")) {
+  if (auto set = section(reader, "set")) {
     for (auto it = set->begin(); it != set->end(); ++it) {
       const std::string name = it->first.Scalar();
       const std::string where = at(parent.source(), it->first.Mark());
@@ -169,7 +168,7 @@ void read_corpus(const YAML::Node& node, size_t index, MapReader& parent, Experi
     r.errors().push_back(corpus.origin + ": " + path + ".name: '" + corpus.name +
                          "' must be a plain folder name (no slashes, spaces or leading dot)");
   int sources = 0;
-  if (auto synth = section(r, "synthetic", path + ".synthetic")) {
+  if (auto synth = section(r, "synthetic")) {
     ++sources;
     MapReader s(*synth, path + ".synthetic", parent.source(), parent.errors());
     SynthOptions o;

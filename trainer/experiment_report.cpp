@@ -155,8 +155,9 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     for (const auto& r : j.at("results")) {
       LengthResult l;
       l.length = r.at("length");
-      l.loss = r.at("loss").is_null() ? INFINITY : r.at("loss").get<double>();
-      l.ppl = r.at("ppl").is_null() ? INFINITY : r.at("ppl").get<double>();
+      // null is what evaluate()'s NaN (no window of that length) was written as.
+      l.loss = r.at("loss").is_null() ? NAN : r.at("loss").get<double>();
+      l.ppl = r.at("ppl").is_null() ? NAN : r.at("ppl").get<double>();
       l.sequences = r.at("sequences");
       l.tokens = r.at("tokens");
       row.results.push_back(l);

@@ -14,6 +14,7 @@
 #include "test_util.h"
 #include "trainer/experiment.h"
 #include "trainer/experiment_plan.h"
+#include "trainer/experiment_report.h"
 
 namespace segtrain {
 namespace {
@@ -271,6 +272,29 @@ TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {
   EXPECT_EQ(trainer::ootb_methods_for(models::Arch::gpt2), (std::vector<E>{E::interpolate}));
   EXPECT_EQ(trainer::ootb_methods_for(models::Arch::bloom),
             (std::vector<E>{E::none, E::interpolate, E::dynamic_interpolate, E::ntk_alibi}));
+}
+
+TEST(ExperimentReport, RowRecordsRoundTripAndMissingLengthsStayMissing) {
+  trainer::RowResult row;
+  row.key = "chunk-0.25";
+  row.label = "chunk-0.25";
+  row.kind = "trained";
+  row.factor = 4;
+  row.lengths = {128, 512};
+  row.evaluated_with = R"({"model":"m"})";
+  trainer::LengthResult at_lt{128, 1.5, std::exp(1.5), 3, 381, {}};
+  trainer::LengthResult at_le{512, NAN, NAN, 0, 0, {2.0, NAN, 1.0}};  // no validation document is 512 long
+  row.results = {at_lt, at_le};
+  const auto back = trainer::row_from_json(trainer::row_to_json(row), "row.json");
+  EXPECT_EQ(back.key, row.key);
+  EXPECT_EQ(back.evaluated_with, row.evaluated_with);
+  ASSERT_EQ(back.results.size(), 2u);
+  EXPECT_DOUBLE_EQ(back.results[0].ppl, std::exp(1.5));
+  EXPECT_TRUE(std::isnan(back.results[1].ppl));  // "no data", not an infinite perplexity
+  ASSERT_EQ(back.results[1].position_loss.size(), 3u);
+  EXPECT_TRUE(std::isnan(back.results[1].position_loss[1]));
+  // A damaged record is never taken for a finished row.
+  EXPECT_NE(trainer::row_from_json("{\"key\": ", "row.json").evaluated_with, row.evaluated_with);
 }
 
 }  // namespace
