@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "models/activation_checkpoint.h"
 #include "models/attention.h"
-#include "models/checkpoint.h"
 #include "models/positions.h"
 
 namespace segtrain::models {

@@ -1,4 +1,4 @@
-#include "models/checkpoint.h"
+#include "models/activation_checkpoint.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/autograd.h>
