@@ -4,11 +4,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
 
+#include "common/atomic_write.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/log.h"
 #include "models/positions.h"
 
@@ -78,10 +79,9 @@ bool ignorable(const std::string& key) {
 }
 
 json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path.string() + ": cannot open");
+  const std::string text = read_file(path, "HF config");
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw InputError(path.string() + ": not valid JSON (" + e.what() + ")");
   }
@@ -343,13 +343,7 @@ void export_hf(const TransformerLM& model, const std::string& dir) {
   }
   fs::create_directories(dir);
   write_safetensors_dir(dir, tensors);
-  const fs::path path = fs::path(dir) / "config.json";
-  {
-    std::ofstream out(path.string() + ".tmp");
-    out << cfg.dump(2) << "\n";
-    if (!out) throw std::runtime_error(path.string() + ": write failed");
-  }
-  fs::rename(path.string() + ".tmp", path);
+  write_file_atomic(fs::path(dir) / "config.json", cfg.dump(2) + "\n");
 }
 
 }  // namespace segtrain::models

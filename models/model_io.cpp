@@ -3,10 +3,10 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "common/atomic_write.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "models/hf.h"
 #include "models/safetensors.h"
 
@@ -116,10 +116,7 @@ ModelConfig read_model_config(const std::string& dir) {
                            "or config.json + safetensors from transformers)");
   if (*format == ModelFormat::hf) return read_hf_config(resolved);
   const fs::path path = fs::path(resolved) / "model_config.json";
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return model_config_from_json(text.str(), path.string());
+  return model_config_from_json(read_file(path, "model config"), path.string());
 }
 
 TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig>& config) {
@@ -138,14 +135,7 @@ TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig
 void save_model_dir(const TransformerLM& model, const std::string& dir) {
   fs::create_directories(dir);
   write_safetensors_dir(dir, model->tensors());
-  const fs::path path = fs::path(dir) / "model_config.json";
-  {
-    std::ofstream out(path.string() + ".tmp");
-    out << model_config_to_json(model->config());
-    out.flush();
-    if (!out) throw std::runtime_error(path.string() + ": write failed");
-  }
-  fs::rename(path.string() + ".tmp", path);
+  write_file_atomic(fs::path(dir) / "model_config.json", model_config_to_json(model->config()));
 }
 
 TransformerLM load_model_dir(const std::string& dir) {

@@ -8,10 +8,11 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
+#include "common/atomic_write.h"
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace segtrain::models {
 
@@ -129,34 +130,27 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<at::Tensor> contiguous;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    auto c = t.detach().to(at::kCPU).contiguous();
-    const uint64_t bytes = static_cast<uint64_t>(c.numel()) * c.element_size();
-    header[name] = {{"dtype", dtype_name(c.scalar_type())},
-                    {"shape", c.sizes().vec()},
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+    header[name] = {{"dtype", dtype_name(t.scalar_type())},
+                    {"shape", t.sizes().vec()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    contiguous.push_back(c);
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path + ": cannot write");
-    unsigned char raw[8];
-    uint64_t n = text.size();
-    for (int i = 0; i < 8; ++i) raw[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
-    out.write(reinterpret_cast<const char*>(raw), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& c : contiguous)
-      out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * c.element_size()));
-    out.flush();
-    if (!out) throw std::runtime_error(path + ": write failed");
+  // The file is built in memory (one extra copy of the weights; device tensors are
+  // brought to the CPU one at a time) and written atomically: no half file on a crash.
+  std::string file;
+  file.reserve(8 + text.size() + offset);
+  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>((text.size() >> (8 * i)) & 0xff));
+  file += text;
+  for (const auto& [name, t] : tensors) {
+    const auto c = t.detach().to(at::kCPU).contiguous();
+    if (c.numel() > 0) file.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
   }
-  fs::rename(tmp, path);
+  write_file_atomic(path, file);
 }
 
 bool has_safetensors(const std::string& dir) {
@@ -171,7 +165,7 @@ TensorMap read_safetensors_dir(const std::string& dir) {
     throw InputError(dir + ": no model.safetensors or model.safetensors.index.json (pytorch_model.bin is not supported)");
   json index;
   try {
-    index = json::parse(std::ifstream(index_path));
+    index = json::parse(read_file(index_path, "safetensors index"));
   } catch (const json::exception& e) {
     throw InputError(index_path.string() + ": not valid JSON (" + e.what() + ")");
   }
@@ -222,7 +216,7 @@ void write_safetensors_dir(const std::string& dir, const TensorMap& tensors, int
     for (const auto& [name, t] : shards[i]) weight_map[name] = file;
   }
   json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  std::ofstream(fs::path(dir) / "model.safetensors.index.json") << index.dump(2) << "\n";
+  write_file_atomic(fs::path(dir) / "model.safetensors.index.json", index.dump(2) + "\n");
 }
 
 }  // namespace segtrain::models

@@ -18,7 +18,7 @@ using TensorMap = std::map<std::string, at::Tensor>;
 TensorMap read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
 
 // Writes CPU copies of the tensors; names sorted, header padded to 8 bytes.
-// Written to a temporary sibling and renamed, so a crash leaves no half file.
+// Written atomically (common/atomic_write.h), so a crash leaves no half file.
 void write_safetensors(const std::string& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
