@@ -4,13 +4,13 @@
 
 #include <cmath>
 #include <filesystem>
-#include <regex>
 #include <set>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
+#include "models/hf_names.h"
 #include "models/positions.h"
 
 namespace segtrain::models {
@@ -20,62 +20,17 @@ using json = nlohmann::json;
 
 namespace {
 
-struct HfName {
-  std::string name;        // without the base-model prefix
-  bool prefixed = true;    // lives under "transformer." / "gpt_neox."
-  bool transpose = false;  // GPT-2 Conv1D stores [in, out]
-};
-
-const char* prefix_of(Arch arch) { return arch == Arch::gpt_neox ? "gpt_neox." : "transformer."; }
-
-HfName hf_name(Arch arch, const std::string& ours) {
-  static const std::regex block(R"(blocks\.(\d+)\.(\w+)\.(weight|bias))");
-  std::smatch m;
-  if (std::regex_match(ours, m, block)) {
-    const std::string i = m[1], sub = m[2], param = m[3];
-    const bool weight = param == "weight";
-    if (arch == Arch::gpt2) {
-      if (sub == "ln1") return {"h." + i + ".ln_1." + param};
-      if (sub == "ln2") return {"h." + i + ".ln_2." + param};
-      if (sub == "qkv") return {"h." + i + ".attn.c_attn." + param, true, weight};
-      if (sub == "proj") return {"h." + i + ".attn.c_proj." + param, true, weight};
-      if (sub == "fc") return {"h." + i + ".mlp.c_fc." + param, true, weight};
-      if (sub == "fc_out") return {"h." + i + ".mlp.c_proj." + param, true, weight};
-    } else {
-      const std::string layer = (arch == Arch::gpt_neox ? "layers." : "h.") + i + ".";
-      const std::string attn = arch == Arch::gpt_neox ? "attention." : "self_attention.";
-      if (sub == "ln1") return {layer + "input_layernorm." + param};
-      if (sub == "ln2") return {layer + "post_attention_layernorm." + param};
-      if (sub == "qkv") return {layer + attn + "query_key_value." + param};
-      if (sub == "proj") return {layer + attn + "dense." + param};
-      if (sub == "fc") return {layer + "mlp.dense_h_to_4h." + param};
-      if (sub == "fc_out") return {layer + "mlp.dense_4h_to_h." + param};
-    }
-  }
-  const auto dot = ours.find('.');
-  const std::string module = ours.substr(0, dot), param = ours.substr(dot + 1);
-  switch (arch) {
-    case Arch::gpt2:
-      if (module == "wte" || module == "wpe" || module == "ln_f") return {ours};
-      break;
-    case Arch::gpt_neox:
-      if (module == "wte") return {"embed_in." + param};
-      if (module == "ln_f") return {"final_layer_norm." + param};
-      if (module == "lm_head") return {"embed_out." + param, false};
-      break;
-    case Arch::bloom:
-      if (module == "wte") return {"word_embeddings." + param};
-      if (module == "emb_ln") return {"word_embeddings_layernorm." + param};
-      if (module == "ln_f") return {"ln_f." + param};
-      break;
-  }
+// The table row for one of our parameter names, and its full HF key.
+std::pair<const HfTensorName*, std::string> hf_key(const HfNameTable& table, const std::string& ours) {
+  for (const auto& row : table.tensors)
+    if (auto hf = rename_slot(row.ours, row.hf, ours)) return {&row, (row.prefixed ? table.prefix : "") + *hf};
   throw std::logic_error("no HF name for parameter " + ours);
 }
 
-bool ignorable(const std::string& key) {
-  static const std::regex buffers(R"((.*\.)?(attn\.bias|attn\.masked_bias|attention\.bias|attention\.masked_bias|)"
-                                  R"(rotary_emb\.inv_freq|lm_head\.weight))");
-  return std::regex_match(key, buffers);
+bool ignored(const HfNameTable& table, const std::string& key) {
+  for (const auto& buffer : table.ignored)
+    if (key == buffer || key.ends_with("." + buffer)) return true;
+  return false;
 }
 
 json read_json(const fs::path& path) {
@@ -221,38 +176,31 @@ ModelConfig read_hf_config(const std::string& dir) {
 }
 
 TensorMap read_hf_tensors(const std::string& dir, Arch arch) {
-  TensorMap raw = read_safetensors_dir(dir);
-  // Parameter names of a model of this arch, built from the layer indices found.
+  const HfNameTable& table = hf_names(arch);
+  const TensorMap raw = read_safetensors_dir(dir);
   TensorMap out;
   std::set<std::string> used;
-  const std::string prefix = prefix_of(arch);
-  auto take = [&](const std::string& ours) {
-    const HfName hf = hf_name(arch, ours);
-    for (const std::string& key : {hf.prefixed ? prefix + hf.name : hf.name, hf.name}) {
-      auto it = raw.find(key);
-      if (it == raw.end()) continue;
-      used.insert(key);
-      auto t = it->second.to(at::kFloat);
-      out[ours] = hf.transpose ? t.t().contiguous() : t;
-      return;
+  // Keys under the base-model prefix first, so they win over an unprefixed copy;
+  // hub files without the prefix name the same base-model tensors.
+  for (const bool under_prefix : {true, false}) {
+    for (const auto& [key, t] : raw) {
+      if (key.starts_with(table.prefix) != under_prefix) continue;
+      const std::string name = under_prefix ? key.substr(table.prefix.size()) : key;
+      for (const auto& row : table.tensors) {
+        if (under_prefix && !row.prefixed) continue;  // e.g. gpt_neox's embed_out
+        const auto ours = rename_slot(row.hf, row.ours, name);
+        if (!ours) continue;
+        if (!out.count(*ours)) {
+          const auto value = t.to(at::kFloat);
+          out[*ours] = row.transpose ? value.t().contiguous() : value;
+          used.insert(key);
+        }
+        break;
+      }
     }
-  };
-  std::set<int64_t> layers;
-  static const std::regex layer_key(R"((?:.*\.)?(?:h|layers)\.(\d+)\..*)");
-  for (const auto& [key, t] : raw) {
-    std::smatch m;
-    if (std::regex_match(key, m, layer_key)) layers.insert(std::stoll(m[1]));
   }
-  std::vector<std::string> names = {"wte.weight", "ln_f.weight", "ln_f.bias"};
-  if (arch == Arch::gpt2) names.push_back("wpe.weight");
-  if (arch == Arch::bloom) names.insert(names.end(), {"emb_ln.weight", "emb_ln.bias"});
-  if (arch == Arch::gpt_neox) names.push_back("lm_head.weight");
-  for (int64_t i : layers)
-    for (const char* sub : {"ln1", "ln2", "qkv", "proj", "fc", "fc_out"})
-      for (const char* param : {"weight", "bias"}) names.push_back("blocks." + std::to_string(i) + "." + sub + "." + param);
-  for (const auto& n : names) take(n);
   for (const auto& [key, t] : raw)
-    if (!used.count(key) && !ignorable(key)) log::warn(dir, ": ignoring unexpected tensor ", key);
+    if (!used.count(key) && !ignored(table, key)) log::warn(dir, ": ignoring unexpected tensor ", key);
   return out;
 }
 
@@ -335,11 +283,11 @@ void export_hf(const TransformerLM& model, const std::string& dir) {
   cfg["torch_dtype"] = "float32";
 
   TensorMap tensors;
-  const std::string prefix = prefix_of(c.arch);
+  const HfNameTable& table = hf_names(c.arch);
   for (const auto& [ours, t] : model->tensors()) {
-    const HfName hf = hf_name(c.arch, ours);
+    const auto [row, key] = hf_key(table, ours);
     auto value = t.to(at::kCPU);
-    tensors[(hf.prefixed ? prefix : "") + hf.name] = hf.transpose ? value.t().contiguous() : value;
+    tensors[key] = row->transpose ? value.t().contiguous() : value;
   }
   fs::create_directories(dir);
   write_safetensors_dir(dir, tensors);

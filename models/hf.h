@@ -16,10 +16,11 @@ namespace segtrain::models {
 // config.json and the field on an unknown model type or unsupported variant.
 ModelConfig read_hf_config(const std::string& dir);
 
-// The folder's weights renamed to TransformerLM's parameter names: accepts keys
-// with or without the "transformer." / "gpt_neox." prefix, drops attention
-// mask/bias and inv_freq buffers and tied lm_head copies, transposes GPT-2's
-// Conv1D weights, converts to fp32.
+// The folder's weights renamed to TransformerLM's parameter names by the arch's
+// table in models/hf_names.h: accepts keys with or without the "transformer." /
+// "gpt_neox." prefix, drops the table's ignored buffers (attention masks,
+// inv_freq, tied lm_head copies) and warns about any other unknown tensor,
+// transposes GPT-2's Conv1D weights, converts to fp32.
 TensorMap read_hf_tensors(const std::string& dir, Arch arch);
 
 // Writes config.json and model.safetensors that transformers loads:

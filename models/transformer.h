@@ -5,8 +5,8 @@
 //   bloom    ALiBi, LayerNorm after the embedding, tanh GELU, tied head
 // forward(tokens [B,T], positions [B,T]) -> logits [B,T,V]. Positions are any
 // per-sample ids (segmented sequences keep their original ones); the causal mask
-// follows sequence order. Parameter names are segtrain's own; models/hf.h maps
-// them to transformers'.
+// follows sequence order. Parameter names are segtrain's own; models/hf_names.h
+// maps them to transformers'.
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>

@@ -1,0 +1,38 @@
+#pragma once
+// How transformers names each architecture's tensors: one declarative table per
+// architecture (in the spirit of torchtitan's per-model state_dict_adapter), read
+// by both import (read_hf_tensors) and export (export_hf) so the two directions
+// cannot drift apart. Supporting a new family is a new table in hf_names.cpp plus
+// its config.json mapping in hf.cpp.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/config.h"
+
+namespace segtrain::models {
+
+// One parameter. "{}" is the layer slot: the same index on both sides.
+struct HfTensorName {
+  std::string ours;        // TransformerLM's parameter name, e.g. "blocks.{}.qkv.weight"
+  std::string hf;          // transformers' name without the base-model prefix, e.g. "h.{}.attn.c_attn.weight"
+  bool prefixed = true;    // lives under the base-model prefix ("transformer." / "gpt_neox.")
+  bool transpose = false;  // GPT-2's Conv1D stores [in, out]; our Linear is [out, in]
+};
+
+struct HfNameTable {
+  std::string prefix;                // the base-model prefix, with its dot
+  std::vector<HfTensorName> tensors;
+  // Tensors import drops without a warning, matched as a name's last components:
+  // attention mask buffers, rotary inv_freq, the copy of a tied head.
+  std::vector<std::string> ignored;
+};
+
+const HfNameTable& hf_names(Arch arch);
+
+// `name` renamed from `from` to `to` when it has the shape of pattern `from`
+// ("{}" matching a layer index written without leading zeros), else nullopt:
+// rename_slot("blocks.{}.ln1.bias", "h.{}.ln_1.bias", "blocks.3.ln1.bias") == "h.3.ln_1.bias".
+std::optional<std::string> rename_slot(const std::string& from, const std::string& to, const std::string& name);
+
+}  // namespace segtrain::models
