@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <stdexcept>
 
 namespace segtrain {
@@ -77,23 +76,39 @@ void AtomicDir::commit() {
   committed_ = true;
 }
 
-void write_file_atomic(const fs::path& path, const std::string& content) {
-  const fs::path temp = temp_sibling(path);
-  try {
-    {
-      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-      if (!out) fail("cannot write", temp);
-      out << content;
-      if (!out.flush()) throw std::runtime_error("cannot write '" + temp.string() + "' (disk full?)");
-    }
-    fsync_path(temp);
-    if (::rename(temp.c_str(), path.c_str()) != 0) fail("cannot rename into", path);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(temp, ec);  // never leave a half-written sibling behind
-    throw;
+AtomicFile::AtomicFile(fs::path final_path) : final_(std::move(final_path)), temp_(temp_sibling(final_)) {
+  file_ = std::fopen(temp_.c_str(), "wb");
+  if (!file_) fail("cannot create", temp_);
+}
+
+AtomicFile::~AtomicFile() {
+  if (!file_) return;
+  std::fclose(file_);
+  std::remove(temp_.c_str());  // never leave a half-written sibling behind
+}
+
+void AtomicFile::write(const void* data, std::size_t bytes) {
+  if (bytes && std::fwrite(data, 1, bytes, file_) != bytes) fail("cannot write", temp_);
+}
+
+void AtomicFile::commit() {
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) fail("cannot write", temp_);
+  std::fclose(file_);
+  file_ = nullptr;
+  if (::rename(temp_.c_str(), final_.c_str()) != 0) {
+    const int saved = errno;
+    std::remove(temp_.c_str());
+    errno = saved;
+    fail("cannot rename into", final_);
   }
-  fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+  // The rename itself is only durable once the directory entry is on disk.
+  fsync_path(final_.parent_path().empty() ? fs::path(".") : final_.parent_path());
+}
+
+void write_file_atomic(const fs::path& path, const std::string& content) {
+  AtomicFile file(path);
+  file.write(content.data(), content.size());
+  file.commit();
 }
 
 bool is_incomplete_write(const fs::path& path) {

@@ -1,6 +1,8 @@
 #pragma once
 // Crash-safe writes: a checkpoint directory (or file) is built beside its final
 // place, fsynced, and renamed in, so a reader sees all of it or none of it.
+#include <cstddef>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -28,7 +30,26 @@ class AtomicDir {
   bool committed_ = false;
 };
 
-// Whole-file replacement with the same guarantee.
+// A file written as a stream (a token store's .bin can be far larger than
+// memory) that appears complete or not at all: written to a temporary sibling,
+// fsynced, then renamed over the target. Errors name the file and the OS's reason.
+class AtomicFile {
+ public:
+  explicit AtomicFile(fs::path final_path);
+  ~AtomicFile();  // removes the temporary file unless commit() ran
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, std::size_t bytes);
+  void commit();  // flush, fsync, rename onto the target, fsync the directory
+  const fs::path& final_path() const { return final_; }
+
+ private:
+  fs::path final_, temp_;
+  std::FILE* file_ = nullptr;
+};
+
+// Whole-file replacement with the same guarantee (an AtomicFile written at once).
 void write_file_atomic(const fs::path& path, const std::string& content);
 
 // True for the temporary siblings AtomicDir leaves behind if the process dies.

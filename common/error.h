@@ -1,5 +1,5 @@
 #pragma once
-// The two kinds of failure every command distinguishes (DESIGN.md, exit codes):
+// The two kinds of failure every command distinguishes (docs/architecture.md, "Exit codes"):
 // bad usage or input is the user's to fix (exit 2); anything else is ours (exit 1).
 #include <stdexcept>
 #include <string>

@@ -1,6 +1,7 @@
 #include "common/log.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -30,6 +31,20 @@ spdlog::level::level_enum to_spdlog(Level level) {
 std::mutex g_mutex;
 std::shared_ptr<spdlog::logger> g_logger;
 Level g_level = Level::info;
+// Files runs add and remove (ScopedFile); dist_sink makes that safe while logging.
+std::shared_ptr<spdlog::sinks::dist_sink_mt> g_files = std::make_shared<spdlog::sinks::dist_sink_mt>();
+std::string g_rank_tag = "[rank 0] ";
+
+std::shared_ptr<spdlog::sinks::basic_file_sink_mt> open_file(const std::string& path) {
+  std::shared_ptr<spdlog::sinks::basic_file_sink_mt> file;
+  try {
+    file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
+  } catch (const spdlog::spdlog_ex& e) {
+    throw InputError("cannot open log file '" + path + "': " + e.what());
+  }
+  file->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] " + g_rank_tag + "%v");
+  return file;
+}
 
 std::shared_ptr<spdlog::logger> make_logger(const Options& options) {
   std::vector<spdlog::sink_ptr> sinks;
@@ -41,16 +56,8 @@ std::shared_ptr<spdlog::logger> make_logger(const Options& options) {
                                                    : "[%H:%M:%S] [%^%l%$] %v");
     sinks.push_back(console);
   }
-  if (!options.file.empty()) {
-    std::shared_ptr<spdlog::sinks::basic_file_sink_mt> file;
-    try {
-      file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(options.file, /*truncate=*/false);
-    } catch (const spdlog::spdlog_ex& e) {
-      throw InputError("cannot open log file '" + options.file + "': " + e.what());
-    }
-    file->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] " + rank_tag + "%v");
-    sinks.push_back(file);
-  }
+  if (!options.file.empty()) sinks.push_back(open_file(options.file));
+  sinks.push_back(g_files);
   auto logger = std::make_shared<spdlog::logger>("segtrain", sinks.begin(), sinks.end());
   logger->set_level(to_spdlog(options.level));
   logger->flush_on(spdlog::level::warn);
@@ -75,11 +82,27 @@ Level parse_level(const std::string& name, const std::string& what) {
 const char* level_name(Level level) { return kNames[static_cast<size_t>(level)]; }
 
 void init(const Options& options) {
+  g_rank_tag = "[rank " + std::to_string(options.rank) + "] ";
   auto logger = make_logger(options);
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_logger) g_logger->flush();
   g_logger = std::move(logger);
   g_level = options.level;
+}
+
+struct ScopedFile::Sink {
+  std::shared_ptr<spdlog::sinks::basic_file_sink_mt> file;
+};
+
+ScopedFile::ScopedFile(const std::string& path) : sink_(new Sink{open_file(path)}) {
+  current();  // the logger exists before its first file
+  g_files->add_sink(sink_->file);
+}
+
+ScopedFile::~ScopedFile() {
+  sink_->file->flush();
+  g_files->remove_sink(sink_->file);
+  delete sink_;
 }
 
 bool enabled(Level level) { return level >= g_level && level != Level::off; }

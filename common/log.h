@@ -20,8 +20,24 @@ struct Options {
 Level parse_level(const std::string& name, const std::string& what);
 const char* level_name(Level level);
 
-// Replaces the current sinks. Safe to call again (for example once the rank is known).
+// Sets up the process's logger: console, level, rank and an optional file. The
+// command does this once, before any work; runs add their own files below.
 void init(const Options& options);
+
+// While alive, everything logged also goes to `path` (appended): a training
+// run's train.log, or an experiment's experiment.log, without touching the
+// console or the level the command chose. InputError when it cannot be opened.
+class ScopedFile {
+ public:
+  explicit ScopedFile(const std::string& path);
+  ~ScopedFile();
+  ScopedFile(const ScopedFile&) = delete;
+  ScopedFile& operator=(const ScopedFile&) = delete;
+
+ private:
+  struct Sink;
+  Sink* sink_;
+};
 bool enabled(Level level);
 void write(Level level, const std::string& message);
 void flush();

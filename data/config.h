@@ -1,5 +1,5 @@
 #pragma once
-// The data section of a run config (DESIGN.md, "Config keys"): which store to read
+// The data section of a run config (docs/architecture.md, "Config keys"): which store to read
 // and how L_t-long training samples are cut from L_e-long windows (seed 004, 3.3).
 #include <cstdint>
 #include <string>

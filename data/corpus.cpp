@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace segtrain::data {
 
@@ -192,11 +193,7 @@ std::string read_text_file(const std::string& path) {
     if (failed) throw InputError(path + ": corrupt gzip data (" + reason + ")");
     return out;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open");
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  return read_file(path, "corpus file");
 }
 
 std::vector<std::string> read_corpus(const std::vector<std::string>& inputs, const CorpusOptions& options,

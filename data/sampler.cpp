@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/numbers.h"
 #include "data/rng.h"
 #include "data/token_store.h"
 #include "data/windows.h"
@@ -40,12 +41,6 @@ void sample_sorted_distinct(Rng& rng, int64_t n, int64_t k, int32_t* out) {
     for (uint64_t word = bits[w]; word; word &= word - 1)
       out[m++] = static_cast<int32_t>(static_cast<int64_t>(w * 64) + __builtin_ctzll(word));
 }
-
-namespace {
-
-bool is_integer(double x) { return std::fabs(x - std::round(x)) < 1e-9; }
-
-}  // namespace
 
 Sampler::Sampler(const IndexedDataset& split, const Windows& windows, const DataConfig& c)
     : split_(&split),

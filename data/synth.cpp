@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "data/atomic_file.h"
+#include "common/atomic_write.h"
 #include "data/rng.h"
 
 namespace segtrain::data {

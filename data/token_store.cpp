@@ -16,7 +16,8 @@
 
 #include "common/atomic_write.h"
 #include "common/error.h"
-#include "data/atomic_file.h"
+#include "common/file_io.h"
+#include "common/atomic_write.h"
 #include "data/rng.h"
 
 namespace segtrain::data {
@@ -287,11 +288,10 @@ std::string meta_json(const StoreMeta& m) {
 
 StoreMeta read_meta(const std::string& dir) {
   const std::string path = (fs::path(dir) / "meta.json").string();
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot open (is '" + dir + "' a store written by `segtrain prepare`?)");
+  if (!fs::exists(path)) throw InputError(path + ": cannot open (is '" + dir + "' a store written by `segtrain prepare`?)");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(read_file(path, "store metadata"));
   } catch (const std::exception& e) {
     throw InputError(path + ": not valid JSON: " + e.what());
   }

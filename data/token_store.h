@@ -1,5 +1,5 @@
 #pragma once
-// The token store (DESIGN.md, "Token store"): one Megatron-LM indexed dataset,
+// The token store (docs/architecture.md, "Token store"): one Megatron-LM indexed dataset,
 // version 1, per split (`train.{bin,idx}`, `valid.{bin,idx}`) plus `meta.json`.
 //
 // .idx layout (little endian): magic "MMIDIDX\0\0", u64 version = 1, u8 dtype code

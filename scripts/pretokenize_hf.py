@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Pretokenize text with a Hugging Face tokenizer.json into a segtrain token store.
 
-The store is the one `segtrain prepare` writes (DESIGN.md, "Token store"): Megatron-LM
+The store is the one `segtrain prepare` writes (docs/architecture.md, "Token store"): Megatron-LM
 indexed dataset v1 (`train.{bin,idx}`, `valid.{bin,idx}`), `meta.json`, plus a copy of
 the tokenizer. Use it to continue real checkpoints (GPT-2, Pythia, BLOOM) whose
 vocabulary is not sentencepiece:

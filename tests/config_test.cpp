@@ -3,7 +3,7 @@
 
 #include "common/error.h"
 #include "test_util.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace segtrain::trainer {
 namespace {

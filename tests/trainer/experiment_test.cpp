@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "test_util.h"
-#include "trainer/experiment.h"
-#include "trainer/experiment_plan.h"
-#include "trainer/experiment_report.h"
+#include "trainer/experiment/experiment.h"
+#include "trainer/experiment/plan.h"
+#include "trainer/experiment/report.h"
 
 namespace segtrain {
 namespace {
@@ -252,7 +252,9 @@ TEST(ExperimentPlan, TrainedRowsFollowSeed004) {
                             : ape               ? models::ExtensionMethod::interpolate
                                                 : models::ExtensionMethod::none;
       EXPECT_EQ(c.model.spec.extension.method, expected) << arch << " " << m.name;
-      if (expected != models::ExtensionMethod::none) EXPECT_EQ(c.model.spec.extension.factor, 2.0);
+      if (expected != models::ExtensionMethod::none) {
+        EXPECT_EQ(c.model.spec.extension.factor, 2.0);
+      }
       EXPECT_EQ(c.data.sampler.method, m.domain_adaptation ? data::SamplerMethod::truncate : m.sampler);
       EXPECT_EQ(fs::path(c.run.output_dir), dir.path() / "out/synthetic/x2" / m.name);
     }

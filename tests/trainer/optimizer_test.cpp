@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "trainer/optimizer.h"
+#include "trainer/train/optimizer.h"
 
 namespace segtrain::trainer {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "trainer/schedule.h"
+#include "trainer/train/lr_schedule.h"
 
 namespace segtrain::trainer {
 namespace {

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
-#include "trainer/tensorboard.h"
+#include "trainer/train/tensorboard.h"
 
 namespace segtrain::trainer {
 namespace {

@@ -11,13 +11,13 @@
 #include "data/token_store.h"
 #include "models/transformer.h"
 #include "test_util.h"
-#include "trainer/distributed.h"
-#include "trainer/evaluate.h"
+#include "trainer/train/distributed.h"
+#include "trainer/eval/perplexity.h"
 #include "common/error.h"
 #include "data/tokenizer.h"
-#include "trainer/optimizer.h"
-#include "trainer/passkey.h"
-#include "trainer/step_loss.h"
+#include "trainer/train/optimizer.h"
+#include "trainer/eval/passkey.h"
+#include "trainer/train/step_loss.h"
 
 namespace segtrain::trainer {
 namespace {

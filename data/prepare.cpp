@@ -1,0 +1,141 @@
+#include "data/prepare.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/atomic_write.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "data/corpus.h"
+#include "data/token_store.h"
+#include "data/tokenizer.h"
+
+namespace segtrain::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// "x.bin", "x.idx" or the prefix "x" of a Megatron indexed dataset, else "".
+std::string megatron_prefix(const std::string& input) {
+  auto has = [](const std::string& p) { return fs::is_regular_file(p + ".idx") && fs::is_regular_file(p + ".bin"); };
+  for (const char* ext : {".bin", ".idx"}) {
+    const std::string e = ext;
+    if (input.size() > e.size() && input.compare(input.size() - e.size(), e.size(), e) == 0) {
+      const std::string prefix = input.substr(0, input.size() - e.size());
+      if (!has(prefix)) throw InputError(input + ": a Megatron dataset needs both " + prefix + ".bin and " + prefix + ".idx");
+      return prefix;
+    }
+  }
+  return !fs::exists(input) && has(input) ? input : "";
+}
+
+// Re-splits existing Megatron datasets by document into a store. Without
+// --tokenizer the vocabulary is --vocab-size and the EOS id is unknown (-1).
+void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::string>& prefixes) {
+  StoreMeta meta;
+  meta.vocab_size = o.vocab_size;
+  meta.tokenizer = "megatron";
+  if (!o.tokenizer.empty()) {
+    auto tok = Tokenizer::load(o.tokenizer);
+    meta.vocab_size = tok.vocab_size();
+    meta.eos_id = tok.eos_id();
+    meta.tokenizer = "tokenizer.model";
+    fs::create_directories(o.out);
+    write_file_atomic(fs::path(o.out) / "tokenizer.model", tok.serialized());
+  }
+  std::vector<IndexedDataset> inputs;
+  std::vector<std::pair<size_t, int64_t>> docs;  // (input, document)
+  for (const auto& p : prefixes) {
+    inputs.push_back(IndexedDataset::open(p, 0));
+    if (inputs.back().max_token() >= meta.vocab_size)
+      throw InputError(p + ".bin: token id " + std::to_string(inputs.back().max_token()) +
+                       " is outside the vocabulary [0, " + std::to_string(meta.vocab_size) +
+                       "); give the model's vocabulary with --vocab-size (or its --tokenizer)");
+    for (int64_t d = 0; d < inputs.back().documents(); ++d) docs.emplace_back(inputs.size() - 1, d);
+    log::info("prepare: ", p, ".{bin,idx}: ", inputs.back().documents(), " documents, ", inputs.back().tokens(),
+              " tokens (", dtype_name(inputs.back().dtype()), ")");
+  }
+  std::vector<int32_t> scratch;
+  auto m = write_store(
+      o.out, static_cast<int64_t>(docs.size()),
+      [&](int64_t i) {
+        const auto [input, d] = docs[static_cast<size_t>(i)];
+        scratch = inputs[input].document(d);
+        return std::span<const int32_t>(scratch);
+      },
+      meta, o.valid_fraction, static_cast<uint64_t>(o.seed));
+  log::info("prepare: wrote ", o.out, ": ", m.train_documents, " train documents (", m.train_tokens, " tokens), ",
+            m.valid_documents, " valid documents (", m.valid_tokens, " tokens), vocabulary ", m.vocab_size);
+}
+
+}  // namespace
+
+void prepare_store(const PrepareOptions& o) {
+  std::vector<std::string> megatron, text;
+  for (const auto& input : o.inputs) {
+    auto prefix = megatron_prefix(input);
+    (prefix.empty() ? text : megatron).push_back(prefix.empty() ? input : prefix);
+  }
+  if (!megatron.empty() && !text.empty())
+    throw InputError("--input mixes Megatron datasets (" + megatron.front() + ") with text (" + text.front() +
+                     "); prepare them separately");
+  if (!megatron.empty()) return prepare_from_megatron(o, megatron);
+
+  CorpusStats stats;
+  auto docs = read_corpus(text, {o.text_field}, stats);
+  log::info("prepare: read ", describe(stats));
+  if (docs.empty()) throw InputError("no usable documents in --input (" + describe(stats) + ")");
+
+  auto tokenizer = [&] {
+    if (!o.tokenizer.empty()) return Tokenizer::load(o.tokenizer);
+    TokenizerTrainOptions t;
+    t.vocab_size = o.vocab_size;
+    t.model_type = o.model_type;
+    t.character_coverage = o.character_coverage;
+    t.sample_size = o.sample_size;
+    t.seed = static_cast<uint64_t>(o.seed);
+    t.threads = o.threads;
+    log::info("prepare: training a ", o.model_type, " sentencepiece model with ", o.vocab_size, " pieces");
+    return Tokenizer::train(docs, t);
+  }();
+  fs::create_directories(o.out);
+  write_file_atomic(fs::path(o.out) / "tokenizer.model", tokenizer.serialized());
+  StoreMeta meta;
+  meta.vocab_size = tokenizer.vocab_size();
+  meta.eos_id = tokenizer.eos_id();
+  meta.tokenizer = "tokenizer.model";
+
+  // Encode in batches of about 64 MB as the writer asks for documents, freeing
+  // each batch's text: token vectors never pile up beside the whole corpus.
+  EncodeStats total;
+  std::vector<std::vector<int32_t>> batch;
+  size_t batch_begin = 0;
+  auto document = [&](int64_t i) {
+    const auto d = static_cast<size_t>(i);
+    if (d >= batch_begin + batch.size()) {
+      batch_begin = d;
+      size_t end = d, bytes = 0;
+      while (end < docs.size() && (end == d || bytes < (size_t{64} << 20))) bytes += docs[end++].size();
+      EncodeStats es;
+      batch = encode_documents(tokenizer, std::span(docs).subspan(d, end - d), o.threads, es);
+      for (size_t k = d; k < end; ++k) std::string().swap(docs[k]);
+      total.documents += es.documents;
+      total.bytes += es.bytes;
+      total.tokens += es.tokens;
+      total.seconds += es.seconds;
+      total.threads = es.threads;
+    }
+    return std::span<const int32_t>(batch[d - batch_begin]);
+  };
+  auto m = write_store(o.out, static_cast<int64_t>(docs.size()), document, meta, o.valid_fraction,
+                             static_cast<uint64_t>(o.seed));
+  log::info("prepare: encoded ", total.documents, " documents, ", total.bytes, " bytes -> ", total.tokens,
+            " tokens in ", total.seconds, " s on ", total.threads, " threads (", total.mb_per_s(), " MB/s, ",
+            total.mb_per_s() / static_cast<double>(total.threads), " MB/s per thread)");
+  log::info("prepare: wrote ", o.out, ": ", m.train_documents, " train documents (", m.train_tokens, " tokens), ",
+            m.valid_documents, " valid documents (", m.valid_tokens, " tokens), vocabulary ", m.vocab_size, ", ",
+            dtype_name(m.dtype));
+}
+
+}  // namespace segtrain::data

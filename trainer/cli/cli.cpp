@@ -1,0 +1,72 @@
+// Every failure becomes an exit code (docs/architecture.md, "Exit codes"): 2 for
+// bad usage or input, 1 for runtime failures, 128+signal after an interrupt.
+// Nothing escapes run_cli.
+#include <iostream>
+#include <sstream>
+
+#include "common/error.h"
+#include "trainer/cli/command.h"
+
+namespace segtrain::trainer::cli {
+namespace {
+
+void print_error(const std::string& command, const std::string& message) {
+  std::istringstream lines(message);
+  std::string line;
+  while (std::getline(lines, line)) std::cerr << command << ": error: " << line << "\n";
+}
+
+}  // namespace
+
+void choose_on(CLI::App* sub, Chosen& chosen, const std::string& name, OnSignal on_signal, std::function<int()> run) {
+  sub->callback([&chosen, name, on_signal, run = std::move(run)] {
+    chosen.name = "segtrain " + name;
+    chosen.on_signal = on_signal;
+    chosen.run = run;
+  });
+}
+
+CLI::Option* add_overrides(CLI::App* app, std::vector<std::string>& overrides) {
+  return app->add_option("--set", overrides, "Override a config key, e.g. --set train.lr=1e-4 (repeatable)")
+      ->type_name("KEY=VALUE");
+}
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"segtrain: extend the context window of decoder-only LMs by training on segmented sequences"};
+  app.set_version_flag("--version", [] { return version_text(); });
+  app.require_subcommand(1);
+  app.fallthrough(false);
+
+  Chosen chosen;
+  for (auto add : {add_synth, add_prepare, add_sample, add_train, add_eval, add_export, add_inspect, add_experiment,
+                   add_config})
+    add(app, chosen);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+
+  install_signal_handlers(chosen.on_signal);
+  try {
+    return chosen.run ? chosen.run() : 2;
+  } catch (const InputError& err) {
+    print_error(chosen.name, err.what());
+    return 2;
+  } catch (const Interrupted& err) {
+    print_error(chosen.name, err.what());
+    return 128 + err.signal;
+  } catch (const std::exception& err) {
+    print_error(chosen.name, err.what());
+    return 1;
+  } catch (...) {
+    print_error(chosen.name, "unknown failure");
+    return 1;
+  }
+}
+
+}  // namespace segtrain::trainer::cli

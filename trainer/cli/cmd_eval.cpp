@@ -1,0 +1,33 @@
+// `segtrain eval`: perplexity by length of a checkpoint, run or HF folder (eval/evaluate_model.h).
+#include "trainer/cli/command.h"
+#include "trainer/eval/evaluate_model.h"
+
+namespace segtrain::trainer::cli {
+
+void add_eval(CLI::App& app, Chosen& chosen) {
+  auto o = std::make_shared<EvalOptions>();
+  auto* e = app.add_subcommand("eval", "Perplexity by length of a checkpoint, run or HF folder");
+  e->add_option("--model", o->model, "Checkpoint, run directory or HF folder")->required();
+  e->add_option("--data", o->data, "Token store")->required();
+  e->add_option("--split", o->split, "Store split")->check(CLI::IsMember({"train", "valid"}));
+  e->add_option("--lengths", o->lengths, "Comma-separated lengths")
+      ->delimiter(',')
+      ->required()
+      ->check(CLI::PositiveNumber);
+  add_overrides(e, o->overrides);
+  e->add_option("--out", o->out, "Output JSON")->required();
+  e->add_option("--per-position", o->per_position_csv, "Also write the per-position loss curve to this CSV");
+  e->add_option("--stride", o->stride, "Sliding-window stride; 0: non-overlapping windows")
+      ->check(CLI::NonNegativeNumber);
+  e->add_option("--max-sequences", o->max_sequences, "Windows per length; 0: all")->check(CLI::NonNegativeNumber);
+  e->add_option("--passkey-trials", o->passkey_trials, "Passkey-retrieval prompts per length; 0: off")
+      ->check(CLI::NonNegativeNumber);
+  e->add_option("--passkey-style", o->passkey_style, "digits, or recall for models trained on `segtrain synth`")
+      ->check(CLI::IsMember({"digits", "recall"}));
+  choose_on(e, chosen, "eval", OnSignal::exit_now, [o] {
+    evaluate_stored_model(*o);
+    return 0;
+  });
+}
+
+}  // namespace segtrain::trainer::cli

@@ -1,0 +1,27 @@
+// `segtrain experiment FILE.yaml`: seed 004's comparison grid (experiment/experiment.h).
+#include "common/log.h"
+#include "trainer/cli/command.h"
+#include "trainer/experiment/experiment.h"
+
+namespace segtrain::trainer::cli {
+
+void add_experiment(CLI::App& app, Chosen& chosen) {
+  struct Options {
+    std::string file;
+    std::vector<std::string> overrides;
+  };
+  auto o = std::make_shared<Options>();
+  auto* x = app.add_subcommand("experiment", "Run a grid of runs and write one comparison table");
+  x->add_option("file", o->file, "Experiment YAML")->required();
+  add_overrides(x, o->overrides);
+  choose_on(x, chosen, "experiment", OnSignal::stop_at_checkpoint, [o] {
+    const ExperimentConfig experiment = load_experiment(o->file, o->overrides);
+    log::Options logging;  // the console; the grid and each run add their own log files
+    logging.level = experiment.base_template.config.run.log_level;
+    log::init(logging);
+    run_experiment(experiment);
+    return 0;
+  });
+}
+
+}  // namespace segtrain::trainer::cli

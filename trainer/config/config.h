@@ -1,0 +1,165 @@
+#pragma once
+// A run's configuration: plain structs, one per YAML section (docs/architecture.md,
+// "Config keys"). Parsing (parser.cpp) and cross-field validation (validator.cpp)
+// are separate steps, as in marian-nmt; the list of keys, their types, ranges,
+// defaults, docs and roles lives in one place, schema.cpp. No torch here: this
+// library builds and tests without LibTorch.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/enum_names.h"
+#include "common/log.h"
+#include "data/config.h"
+#include "models/config.h"
+
+namespace segtrain::trainer {
+
+inline constexpr EnumName<log::Level> kLogLevels[] = {
+    {"trace", log::Level::trace}, {"debug", log::Level::debug}, {"info", log::Level::info},
+    {"warn", log::Level::warn},   {"error", log::Level::error}, {"off", log::Level::off}};
+
+enum class Device { auto_select, cpu, cuda };
+inline constexpr EnumName<Device> kDevices[] = {
+    {"auto", Device::auto_select}, {"cpu", Device::cpu}, {"cuda", Device::cuda}};
+
+enum class Schedule { cosine, linear, constant };
+inline constexpr EnumName<Schedule> kSchedules[] = {
+    {"cosine", Schedule::cosine}, {"linear", Schedule::linear}, {"constant", Schedule::constant}};
+
+enum class Precision { fp32, bf16 };
+inline constexpr EnumName<Precision> kPrecisions[] = {{"fp32", Precision::fp32},
+                                                      {"bf16", Precision::bf16}};
+
+enum class Backend { auto_select, gloo, nccl };
+inline constexpr EnumName<Backend> kBackends[] = {
+    {"auto", Backend::auto_select}, {"gloo", Backend::gloo}, {"nccl", Backend::nccl}};
+
+struct RunConfig {
+  std::string name = "segtrain";
+  std::string output_dir = "runs/segtrain";
+  int64_t seed = 1234;
+  Device device = Device::auto_select;
+  int64_t threads = 0;  // 0: all cores of this process's share
+  log::Level log_level = log::Level::info;
+  bool log_all_ranks = false;  // every rank logs to output_dir/logs/rank-<r>.log
+};
+
+struct ModelSection {
+  std::string init = "scratch";  // scratch | hf:DIR | checkpoint:DIR
+  models::ModelConfig spec;
+};
+
+struct Budget {
+  std::optional<int64_t> tokens;   // training tokens (input positions) to process
+  bool compute_equivalent = true;  // seed 004 eq. 2: L_e/L_t epochs, 1 for full
+};
+
+struct TrainConfig {
+  Budget budget;
+  int64_t micro_batch_size = 8;
+  int64_t grad_accum = 1;
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  int64_t warmup_steps = 100;
+  Schedule schedule = Schedule::cosine;
+  double weight_decay = 0.1;
+  std::vector<std::string> no_decay = {"bias", "norm", "ln_"};
+  std::vector<double> betas = {0.9, 0.95};
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0: no clipping
+  Precision precision = Precision::fp32;
+  int64_t checkpoint_every = 500;  // steps; 0: only the final checkpoint
+  int64_t keep_last = 2;           // step checkpoints kept; 0: keep all
+  int64_t eval_every = 0;          // steps; 0: evaluate only at the end
+  int64_t log_every = 10;
+  int64_t max_bad_steps = 10;      // consecutive non-finite losses before aborting
+  bool tensorboard = true;
+};
+
+// Passkey prompt form (trainer/passkey.h): the usual digits, or the synthetic corpus's recall sentences.
+enum class PasskeyStyle { digits, recall };
+inline constexpr EnumName<PasskeyStyle> kPasskeyStyles[] = {{"digits", PasskeyStyle::digits},
+                                                            {"recall", PasskeyStyle::recall}};
+
+struct EvalConfig {
+  std::vector<int64_t> lengths = {256, 512, 768, 1024};
+  std::string split = "valid";
+  bool per_position = false;
+  int64_t max_sequences = 64;  // per length; 0: all
+  int64_t stride = 0;          // 0: non-overlapping windows (seed 004); else sliding
+  int64_t batch_size = 4;
+  int64_t passkey_trials = 0;  // passkey prompts per length; 0: off
+  PasskeyStyle passkey_style = PasskeyStyle::digits;
+};
+
+struct DistributedConfig {
+  Backend backend = Backend::auto_select;
+  int64_t timeout_s = 300;
+  double bucket_mb = 4;  // gradient all-reduce bucket size: small enough that buckets overlap backward on small models
+};
+
+struct Config {
+  RunConfig run;
+  ModelSection model;
+  data::DataConfig data;
+  TrainConfig train;
+  EvalConfig eval;
+  DistributedConfig distributed;
+};
+
+// Where each key's value came from ("file.yaml:12:5", "--set train.lr=1e-4", or
+// absent for defaults), so validation errors can point at it.
+using Origins = std::map<std::string, std::string>;
+
+struct LoadedConfig {
+  Config config;
+  Origins origins;
+  std::string source;  // the file name
+};
+
+// Reads FILE, applies `--set key=value` overrides in order, and validates.
+// Throws InputError listing every problem found, each naming file:line:col or
+// the --set argument, the key, and what was expected.
+LoadedConfig load_config(const std::string& file, const std::vector<std::string>& overrides);
+
+// Parsing only (no cross-field checks); used by load_config and by tests.
+LoadedConfig parse_config_file(const std::string& file);
+// Top-level keys in `other_sections` (the `experiment:` of an experiment file)
+// are left to their own reader.
+LoadedConfig parse_config_text(const std::string& text, const std::string& source_name,
+                               const std::vector<std::string>& other_sections = {});
+void apply_override(LoadedConfig& loaded, const std::string& assignment);
+
+// Cross-field and file-system checks; returns one message per problem. Without
+// `check_paths`, data.store and model.init directories need not exist yet (an
+// experiment checks runs whose inputs earlier runs will write).
+std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_paths = true);
+
+// The resolved config as YAML: every key, in schema order. Parsing it gives back
+// an equal Config.
+std::string to_yaml(const Config& config);
+
+// Markdown table of every key with type, default and meaning (README reference).
+std::string reference_markdown();
+
+// Dotted names of every key, in schema order.
+std::vector<std::string> config_keys();
+
+// The rules that depend on which key is which, declared once on the schema
+// field (config/schema.cpp) instead of as lists beside each rule.
+enum class KeyRole {
+  model_shape,   // describes the weights' shapes: a run from a stored base may only repeat it
+  resume,        // changing it would make a resumed run compute something else
+  stored_model,  // may be `--set` on a stored model (eval, export, inspect): nothing the weights depend on
+  optimizer,     // optimizer settings: an experiment refuses to reuse a run trained with others
+};
+std::vector<std::string> keys_with(KeyRole role);
+bool key_has(const std::string& key, KeyRole role);
+
+// The YAML text of one key's value in `config` ("0.0003", "auto", "[256, 512]").
+std::string key_text(const Config& config, const std::string& key);
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,27 @@
+#pragma once
+// `model.init` and an experiment corpus's `base`: where a model comes from.
+#include <optional>
+#include <string>
+
+namespace segtrain::trainer {
+
+struct ModelRef {
+  enum class Kind { scratch, hf, checkpoint };
+  Kind kind = Kind::scratch;
+  std::string dir;  // the folder after "hf:" / "checkpoint:"; empty for scratch
+
+  bool from_folder() const { return kind != Kind::scratch; }
+  // What the folder must contain, and what it is, for messages.
+  const char* marker_file() const { return kind == Kind::hf ? "config.json" : "model_config.json"; }
+  const char* description() const {
+    return kind == Kind::hf ? "a transformers model" : "a segtrain checkpoint or run";
+  }
+};
+
+// "scratch", "hf:DIR" or "checkpoint:DIR"; nullopt for anything else.
+std::optional<ModelRef> parse_model_ref(const std::string& text);
+
+// The folder of a reference that parses, else "" (scratch and malformed ones).
+std::string model_ref_dir(const std::string& text);
+
+}  // namespace segtrain::trainer

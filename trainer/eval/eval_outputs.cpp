@@ -1,0 +1,75 @@
+#include "trainer/eval/eval_outputs.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+
+#include "common/atomic_write.h"
+#include "common/log.h"
+#include "trainer/eval/plot.h"
+
+namespace segtrain::trainer {
+
+std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results,
+                      const std::vector<PasskeyResult>& passkey) {
+  nlohmann::json out = {{"model", model_name}, {"results", nlohmann::json::array()}};
+  for (const auto& r : results) {
+    nlohmann::json row = {{"length", r.length}, {"sequences", r.sequences}, {"tokens", r.tokens}};
+    row["loss"] = std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json(nullptr);
+    row["ppl"] = std::isfinite(r.ppl) ? nlohmann::json(r.ppl) : nlohmann::json(nullptr);
+    out["results"].push_back(row);
+  }
+  if (!passkey.empty()) {
+    out["passkey"] = nlohmann::json::array();
+    for (const auto& p : passkey)
+      out["passkey"].push_back(
+          {{"length", p.length}, {"trials", p.trials}, {"correct", p.correct}, {"accuracy", p.accuracy()}});
+  }
+  return out.dump(2) + "\n";
+}
+
+std::string per_position_csv(const std::vector<LengthResult>& results) {
+  std::ostringstream out;
+  out << "length,position,loss\n" << std::setprecision(8);
+  for (const auto& r : results)
+    for (size_t p = 0; p < r.position_loss.size(); ++p) out << r.length << "," << p + 1 << "," << r.position_loss[p] << "\n";
+  return out.str();
+}
+
+std::string per_position_svg(const std::vector<LengthResult>& results, const std::string& title) {
+  std::vector<PlotSeries> series;
+  for (const auto& r : results) {
+    PlotSeries s{"L = " + std::to_string(r.length), {}};
+    for (size_t p = 0; p < r.position_loss.size(); ++p) s.points.emplace_back(static_cast<double>(p + 1), r.position_loss[p]);
+    series.push_back(std::move(s));
+  }
+  return line_plot_svg(title + " (loss by position)", "position", series);
+}
+
+EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_position) {
+  EvalOutputs o{run_dir / "eval.json", {}, {}};
+  if (per_position) o.per_position_csv = run_dir / "eval_per_position.csv", o.per_position_svg = run_dir / "eval_per_position.svg";
+  return o;
+}
+
+void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_name,
+                        const std::vector<LengthResult>& results, const std::vector<PasskeyResult>& passkey) {
+  write_file_atomic(outputs.json, eval_json(model_name, results, passkey));
+  if (!outputs.per_position_csv.empty()) write_file_atomic(outputs.per_position_csv, per_position_csv(results));
+  if (!outputs.per_position_svg.empty())
+    write_file_atomic(outputs.per_position_svg, per_position_svg(results, model_name));
+}
+
+void log_perplexity(const std::string& split, const std::vector<LengthResult>& results) {
+  for (const auto& r : results)
+    log::info("eval ", split, " L=", r.length, ": ppl ", r.ppl, " (loss ", r.loss, ") over ", r.tokens, " tokens in ",
+              r.sequences, " sequences");
+}
+
+void log_passkey(const std::vector<PasskeyResult>& passkey) {
+  for (const auto& p : passkey) log::info("passkey L=", p.length, ": ", p.correct, "/", p.trials, " correct");
+}
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,38 @@
+#pragma once
+// The files an evaluation writes (docs/architecture.md, "eval JSON"): eval.json,
+// and the per-position loss curve as CSV and SVG; and its log lines.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "trainer/eval/passkey.h"
+#include "trainer/eval/perplexity.h"
+
+namespace segtrain::trainer {
+
+// {"model": ..., "results": [{"length", "loss", "ppl", "sequences", "tokens"}, ...],
+//  "passkey": [{"length", "trials", "correct", "accuracy"}, ...] (when measured)}
+std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results,
+                      const std::vector<PasskeyResult>& passkey = {});
+
+// CSV "length,position,loss" of every per-position curve, and an SVG plot of them.
+std::string per_position_csv(const std::vector<LengthResult>& results);
+std::string per_position_svg(const std::vector<LengthResult>& results, const std::string& title);
+
+struct EvalOutputs {
+  std::filesystem::path json;
+  std::filesystem::path per_position_csv;  // empty: not written
+  std::filesystem::path per_position_svg;  // empty: not written
+};
+
+// A run directory's eval.json and, with per_position, eval_per_position.{csv,svg}.
+EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_position);
+
+// Each file is written atomically.
+void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_name,
+                        const std::vector<LengthResult>& results, const std::vector<PasskeyResult>& passkey);
+
+void log_perplexity(const std::string& split, const std::vector<LengthResult>& results);
+void log_passkey(const std::vector<PasskeyResult>& passkey);
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,56 @@
+#include "trainer/eval/evaluate_model.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/error.h"
+#include "data/token_store.h"
+#include "data/tokenizer.h"
+#include "models/model_io.h"
+#include "trainer/eval/eval_outputs.h"
+#include "trainer/eval/passkey.h"
+#include "trainer/eval/perplexity.h"
+#include "trainer/eval/stored_model.h"
+
+namespace segtrain::trainer {
+
+void evaluate_stored_model(const EvalOptions& options) {
+  namespace fs = std::filesystem;
+  // factor auto: stretch the model to the longest evaluated length.
+  const int64_t longest = *std::max_element(options.lengths.begin(), options.lengths.end());
+  const StoredModel stored = open_stored_model(options.model, options.overrides, longest);
+  models::TransformerLM model = models::load_model(stored.dir, stored.config);
+  const data::TokenStore store = data::TokenStore::open(options.data);
+  check_store_fits(stored, store.vocab_size(), "--data");
+
+  PerplexityOptions eval;
+  eval.lengths = options.lengths;
+  eval.max_sequences = options.max_sequences;
+  eval.stride = options.stride;
+  eval.per_position = !options.per_position_csv.empty();
+  for (int64_t length : eval.lengths)
+    if (eval.stride >= length)
+      throw InputError("--stride " + std::to_string(eval.stride) + " must be shorter than the length " +
+                       std::to_string(length) + " (0 gives non-overlapping windows)");
+  const auto results = evaluate(model, store.split(data::parse_split(options.split)), eval);
+  std::vector<PasskeyResult> passkey;
+  if (options.passkey_trials > 0) {
+    const fs::path tokenizer_model = fs::path(options.data) / "tokenizer.model";
+    if (!fs::exists(tokenizer_model))
+      throw InputError("--passkey-trials: the store '" + options.data +
+                       "' has no sentencepiece tokenizer.model to write prompts with");
+    const auto tokenizer = data::Tokenizer::load(tokenizer_model.string());
+    passkey = passkey_accuracy(model, tokenizer, *enum_from_name(kPasskeyStyles, options.passkey_style),
+                               options.lengths, options.passkey_trials, /*seed=*/1234);
+  }
+  EvalOutputs outputs{options.out, {}, {}};
+  if (eval.per_position) {
+    outputs.per_position_csv = options.per_position_csv;
+    outputs.per_position_svg = fs::path(options.per_position_csv).replace_extension(".svg");
+  }
+  write_eval_outputs(outputs, options.model, results, passkey);
+  log_passkey(passkey);
+  log_perplexity(options.split, results);
+}
+
+}  // namespace segtrain::trainer

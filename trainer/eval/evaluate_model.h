@@ -1,0 +1,26 @@
+#pragma once
+// `segtrain eval`: perplexity by length (and optionally passkey accuracy) of a
+// stored model on a token store, written as eval JSON.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace segtrain::trainer {
+
+struct EvalOptions {
+  std::string model;  // checkpoint, run directory or HF folder
+  std::string data;   // token store
+  std::string split = "valid";
+  std::vector<int64_t> lengths;
+  std::vector<std::string> overrides;  // --set model.extension...
+  std::string out;                     // eval JSON
+  std::string per_position_csv;        // empty: none; the SVG goes beside it
+  int64_t stride = 0;                  // 0: non-overlapping windows
+  int64_t max_sequences = 0;           // per length; 0: all
+  int64_t passkey_trials = 0;          // per length; 0: off
+  std::string passkey_style = "digits";
+};
+
+void evaluate_stored_model(const EvalOptions& options);
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,120 @@
+#include "trainer/eval/perplexity.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/signals.h"
+
+namespace segtrain::trainer {
+namespace {
+
+struct Window {
+  int64_t doc, start;
+  int64_t scored_from;  // first position (1-based prediction index) that counts
+};
+
+// Non-overlapping: floor(len / L) windows per document. Sliding: a window every
+// `stride` tokens while it fits; after the first, only its last `stride`
+// predictions are new and scored, so each token is scored once.
+std::vector<Window> windows_for(const data::IndexedDataset& split, int64_t length, int64_t stride,
+                                int64_t max_sequences) {
+  std::vector<Window> out;
+  for (int64_t doc = 0; doc < split.documents(); ++doc) {
+    const int64_t n = split.length(doc);
+    if (n < length) continue;
+    if (stride <= 0) {
+      for (int64_t start = 0; start + length <= n; start += length) out.push_back({doc, start, 1});
+    } else {
+      out.push_back({doc, 0, 1});
+      for (int64_t start = stride; start + length <= n; start += stride)
+        out.push_back({doc, start, length - stride});
+    }
+    if (max_sequences > 0 && static_cast<int64_t>(out.size()) >= max_sequences) break;
+  }
+  if (max_sequences > 0 && static_cast<int64_t>(out.size()) > max_sequences) out.resize(max_sequences);
+  return out;
+}
+
+}  // namespace
+
+std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::IndexedDataset& split,
+                                   const PerplexityOptions& options) {
+  at::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  const auto device = model->parameters().front().device();
+  std::vector<LengthResult> results;
+  for (int64_t length : options.lengths) {
+    if (length < 2) throw InputError("evaluation length " + std::to_string(length) + " is below 2");
+    if (options.stride >= length && options.stride > 0)
+      throw InputError("stride " + std::to_string(options.stride) + " must be shorter than the length " +
+                       std::to_string(length) + " (0 gives non-overlapping windows)");
+    LengthResult r;
+    r.length = length;
+    const auto windows = windows_for(split, length, options.stride, options.max_sequences);
+    std::vector<double> position_sum(length - 1, 0.0);
+    std::vector<int64_t> position_count(length - 1, 0);
+    double total = 0;
+    for (size_t first = 0; first < windows.size(); first += options.batch_size) {
+      throw_if_stopped();  // a stop is noted only under OnSignal::stop_at_checkpoint (training)
+      const int64_t b = std::min<int64_t>(options.batch_size, windows.size() - first);
+      at::Tensor tokens = at::empty({b, length}, at::kInt);
+      at::Tensor scored = at::zeros({b, length - 1}, at::kBool);
+      for (int64_t i = 0; i < b; ++i) {
+        const Window& w = windows[first + i];
+        split.copy(w.doc, w.start, length, tokens[i].data_ptr<int32_t>());
+        scored[i].narrow(0, w.scored_from - 1, length - w.scored_from).fill_(true);
+      }
+      tokens = tokens.to(at::kLong);
+      at::Tensor positions = at::arange(length, at::kLong).unsqueeze(0).expand({b, length}).contiguous();
+      at::Tensor logits = model->forward(tokens.to(device), positions.to(device)).to(at::kFloat);
+      at::Tensor nll = at::cross_entropy_loss(logits.narrow(1, 0, length - 1).reshape({-1, logits.size(2)}),
+                                              tokens.narrow(1, 1, length - 1).reshape(-1).to(device), {},
+                                              at::Reduction::None)
+                           .view({b, length - 1})
+                           .cpu()
+                           .to(at::kDouble);
+      at::Tensor mask = scored.to(at::kDouble);
+      total += (nll * mask).sum().item<double>();
+      r.tokens += scored.sum().item<int64_t>();
+      r.sequences += b;
+      if (options.per_position) {
+        at::Tensor sums = (nll * mask).sum(0), counts = scored.sum(0);
+        auto s = sums.accessor<double, 1>();
+        auto c = counts.accessor<int64_t, 1>();
+        for (int64_t p = 0; p < length - 1; ++p) position_sum[p] += s[p], position_count[p] += c[p];
+      }
+    }
+    if (r.tokens == 0) {
+      log::warn("eval: no validation document has ", length, " tokens; length ", length, " is reported as null");
+      r.loss = r.ppl = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      r.loss = total / static_cast<double>(r.tokens);
+      r.ppl = std::exp(r.loss);
+    }
+    if (options.per_position)
+      for (int64_t p = 0; p < length - 1; ++p)
+        r.position_loss.push_back(position_count[p] ? position_sum[p] / position_count[p]
+                                                    : std::numeric_limits<double>::quiet_NaN());
+    results.push_back(std::move(r));
+  }
+  if (was_training) model->train();
+  return results;
+}
+
+PerplexityOptions perplexity_options(const EvalConfig& eval) {
+  PerplexityOptions o;
+  o.lengths = eval.lengths;
+  o.max_sequences = eval.max_sequences;
+  o.stride = eval.stride;
+  o.batch_size = eval.batch_size;
+  o.per_position = eval.per_position;
+  return o;
+}
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,40 @@
+#pragma once
+// Perplexity by length (seed 004, 4.5): windows of exactly L tokens from the
+// documents of a split that have at least L tokens, non-overlapping unless a
+// sliding stride is given; each window is scored on its L-1 next-token
+// predictions, as transformers scores `model(ids, labels=ids)`.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/token_store.h"
+#include "models/transformer.h"
+#include "trainer/config/config.h"
+
+namespace segtrain::trainer {
+
+struct PerplexityOptions {
+  std::vector<int64_t> lengths;
+  int64_t max_sequences = 0;  // per length; 0: all windows
+  int64_t stride = 0;         // 0: non-overlapping; else windows every `stride` tokens
+  int64_t batch_size = 4;
+  bool per_position = false;
+};
+
+struct LengthResult {
+  int64_t length = 0;
+  double loss = 0;  // mean negative log-likelihood per scored token (nats)
+  double ppl = 0;
+  int64_t sequences = 0;
+  int64_t tokens = 0;  // scored tokens
+  // Mean loss at each position 1..L-1 (index p-1), when per_position.
+  std::vector<double> position_loss;
+};
+
+std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::IndexedDataset& split,
+                                   const PerplexityOptions& options);
+
+// eval.lengths, max_sequences, stride, batch_size and per_position of a run config.
+PerplexityOptions perplexity_options(const EvalConfig& eval);
+
+}  // namespace segtrain::trainer

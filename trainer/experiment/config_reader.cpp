@@ -1,0 +1,385 @@
+// The `experiment:` section of an experiment file -> ExperimentConfig. Like the
+// run config, every problem is collected with its file:line:col and reported at
+// once; then every run of the grid is built and validated before anything runs.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/strings.h"
+#include "trainer/experiment/experiment.h"
+#include "trainer/experiment/plan.h"
+#include "models/model_io.h"
+#include "trainer/config/model_ref.h"
+#include "trainer/config/yaml_text.h"
+
+namespace segtrain::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Reads one mapping's keys, each at most once, and complains about the rest.
+class MapReader {
+ public:
+  MapReader(const YAML::Node& map, std::string path, const std::string& source, std::vector<std::string>& errors)
+      : map_(map), path_(std::move(path)), source_(source), errors_(errors) {}
+
+  std::optional<YAML::Node> get(const std::string& key) {
+    known_.push_back(key);
+    if (!map_.IsMap()) return std::nullopt;
+    const YAML::Node value = map_[key];
+    if (!value.IsDefined() || value.IsNull()) return std::nullopt;
+    return value;
+  }
+  void fail(const YAML::Node& node, const std::string& key, const std::string& message) {
+    errors_.push_back(location(source_, node.Mark()) + ": " + path_ + "." + key + ": " + message);
+  }
+  std::optional<std::string> string(const std::string& key) {
+    auto node = get(key);
+    if (!node) return std::nullopt;
+    if (!node->IsScalar() || node->Scalar().empty()) {
+      fail(*node, key, "expected a non-empty string");
+      return std::nullopt;
+    }
+    return node->Scalar();
+  }
+  std::optional<int64_t> integer(const std::string& key, int64_t lo) {
+    auto node = get(key);
+    if (!node) return std::nullopt;
+    int64_t value = 0;
+    if (!node->IsScalar() || !YAML::convert<int64_t>::decode(*node, value) || value < lo) {
+      fail(*node, key, "expected an integer >= " + std::to_string(lo));
+      return std::nullopt;
+    }
+    return value;
+  }
+  std::optional<double> fraction(const std::string& key) {
+    auto node = get(key);
+    if (!node) return std::nullopt;
+    double value = 0;
+    if (!node->IsScalar() || !YAML::convert<double>::decode(*node, value) || !(value > 0 && value < 1)) {
+      fail(*node, key, "expected a number in (0, 1)");
+      return std::nullopt;
+    }
+    return value;
+  }
+  // Items of a list key, or nullopt (an error) when it is not a list.
+  std::optional<std::vector<YAML::Node>> list(const std::string& key) {
+    auto node = get(key);
+    if (!node) return std::nullopt;
+    if (!node->IsSequence() || node->size() == 0) {
+      fail(*node, key, "expected a non-empty list");
+      return std::nullopt;
+    }
+    return std::vector<YAML::Node>(node->begin(), node->end());
+  }
+  // Unknown keys are errors, with the known ones listed.
+  void finish() {
+    if (!map_.IsMap()) return;
+    for (auto it = map_.begin(); it != map_.end(); ++it) {
+      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "?";
+      if (std::find(known_.begin(), known_.end(), key) == known_.end())
+        errors_.push_back(location(source_, it->first.Mark()) + ": unknown key '" + path_ + "." + key + "'; expected one of " +
+                          join(known_, ", "));
+    }
+  }
+  const std::string& source() const { return source_; }
+  std::vector<std::string>& errors() { return errors_; }
+
+ private:
+  YAML::Node map_;
+  std::string path_;
+  const std::string& source_;
+  std::vector<std::string>& errors_;
+  std::vector<std::string> known_;
+};
+
+std::optional<YAML::Node> section(MapReader& parent, const std::string& key) {
+  auto node = parent.get(key);
+  if (node && !node->IsMap()) {
+    parent.fail(*node, key, "expected a mapping");
+    return std::nullopt;
+  }
+  return node;
+}
+
+// Keys the grid sets itself for every run; a `set:` may not touch them.
+const char* const kGridKeys[] = {"run.output_dir", "run.name", "model.init", "model.extension.method",
+                                 "model.extension.factor", "model.extension.original_length", "data.store",
+                                 "data.extended_length", "data.sampler.method", "data.sampler.alpha",
+                                 "train.budget.compute_equivalent"};
+
+std::vector<Assignment> read_set(MapReader& parent, const std::string& key, const std::string& path) {
+  std::vector<Assignment> out;
+  auto map = section(parent, key);
+  if (!map) return out;
+  MapReader reader(*map, path, parent.source(), parent.errors());
+  if (auto set = section(reader, "set")) {
+    for (auto it = set->begin(); it != set->end(); ++it) {
+      const std::string name = it->first.Scalar();
+      const std::string where = location(parent.source(), it->first.Mark());
+      if (std::find(std::begin(kGridKeys), std::end(kGridKeys), name) != std::end(kGridKeys)) {
+        parent.errors().push_back(where + ": " + path + ".set." + name +
+                                  ": the experiment sets this key for every run; it cannot be overridden here");
+        continue;
+      }
+      if (key == "extend" && name == "train.budget.tokens") {
+        parent.errors().push_back(where + ": " + path + ".set." + name +
+                                  ": every trained row has the compute-equivalent budget (seed 004, eq. 2) so "
+                                  "that rows compare; size it with the corpus instead");
+        continue;
+      }
+      YAML::Emitter value;
+      value << YAML::Flow << it->second;
+      out.push_back({name + "=" + value.c_str(), where});
+    }
+  }
+  reader.finish();
+  return out;
+}
+
+void read_corpus(const YAML::Node& node, size_t index, MapReader& parent, ExperimentConfig& x) {
+  const std::string path = "experiment.corpora[" + std::to_string(index) + "]";
+  CorpusSpec corpus;
+  corpus.origin = location(parent.source(), node.Mark());
+  if (!node.IsMap()) {
+    parent.errors().push_back(corpus.origin + ": " + path +
+                              ": expected a mapping with name and one of synthetic, inputs or store");
+    return;
+  }
+  MapReader r(node, path, parent.source(), parent.errors());
+  corpus.name = r.string("name").value_or("");
+  if (corpus.name.empty())
+    r.errors().push_back(corpus.origin + ": " + path + ".name: required (names the corpus's folder and table)");
+  else if (corpus.name.find_first_of("/\\ ") != std::string::npos || corpus.name[0] == '.')
+    r.errors().push_back(corpus.origin + ": " + path + ".name: '" + corpus.name +
+                         "' must be a plain folder name (no slashes, spaces or leading dot)");
+  int sources = 0;
+  if (auto synth = section(r, "synthetic")) {
+    ++sources;
+    MapReader s(*synth, path + ".synthetic", parent.source(), parent.errors());
+    data::SynthOptions o;
+    o.documents = s.integer("docs", 10).value_or(o.documents);
+    o.min_words = s.integer("min_tokens", 16).value_or(o.min_words);
+    o.max_words = s.integer("max_tokens", 16).value_or(o.max_words);
+    o.seed = static_cast<uint64_t>(s.integer("seed", 0).value_or(static_cast<int64_t>(o.seed)));
+    if (o.max_words < o.min_words)
+      parent.errors().push_back(location(parent.source(), synth->Mark()) + ": " + path +
+                                ".synthetic: max_tokens is below min_tokens");
+    s.finish();
+    corpus.synthetic = o;
+  }
+  if (auto inputs = r.list("inputs")) {
+    ++sources;
+    for (const auto& item : *inputs) {
+      if (!item.IsScalar()) {
+        r.errors().push_back(location(parent.source(), item.Mark()) + ": " + path + ".inputs: expected file or folder paths");
+        continue;
+      }
+      if (!fs::exists(item.Scalar()))
+        r.errors().push_back(location(parent.source(), item.Mark()) + ": " + path + ".inputs: '" + item.Scalar() +
+                             "' does not exist" +
+                             (item.Scalar().find("linux-doc") != std::string::npos
+                                  ? " (scripts/setup.sh installs linux-doc-6.1 from scripts/apt-packages.txt)"
+                                  : ""));
+      corpus.inputs.push_back(item.Scalar());
+    }
+  }
+  if (auto store = r.string("store")) {
+    ++sources;
+    corpus.store = *store;
+    if (!fs::exists(fs::path(*store) / "meta.json"))
+      r.errors().push_back(corpus.origin + ": " + path + ".store: '" + *store +
+                           "' is not a token store (no meta.json); create it with `segtrain prepare`");
+  }
+  if (sources != 1)
+    r.errors().push_back(corpus.origin + ": " + path + ": give exactly one of synthetic, inputs or store (got " +
+                         std::to_string(sources) + ")");
+  corpus.vocab_size = r.integer("vocab_size", 16).value_or(corpus.vocab_size);
+  corpus.valid_fraction = r.fraction("valid_fraction").value_or(corpus.valid_fraction);
+  if (auto base = r.string("base")) {
+    corpus.base = *base;
+    const auto ref = parse_model_ref(*base);
+    const std::string dir = ref ? ref->dir : "";
+    if (!ref || !ref->from_folder())
+      r.errors().push_back(corpus.origin + ": " + path + ".base: expected hf:DIR or checkpoint:DIR, got '" + *base + "'");
+    else if (!fs::is_directory(dir))
+      r.errors().push_back(corpus.origin + ": " + path + ".base: '" + dir + "' does not exist or is not a directory");
+    else if (corpus.store.empty())
+      r.errors().push_back(corpus.origin + ": " + path +
+                           ".base: a given base needs the corpus as a store tokenized with its vocabulary "
+                           "(corpora[].store), not text to train a new tokenizer on");
+  }
+  r.finish();
+  for (const auto& other : x.corpora)
+    if (other.name == corpus.name && !corpus.name.empty())
+      r.errors().push_back(corpus.origin + ": " + path + ".name: '" + corpus.name + "' is used by another corpus");
+  x.corpora.push_back(std::move(corpus));
+}
+
+void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::vector<std::string>& errors) {
+  MapReader r(node, "experiment", x.file, errors);
+  x.name = r.string("name").value_or(fs::path(x.file).stem().string());
+  x.output_dir = r.string("output_dir").value_or("runs/experiments/" + x.name);
+  if (auto factors = r.list("factors")) {
+    x.factors.clear();
+    for (const auto& item : *factors) {
+      int64_t f = 0;
+      if (!item.IsScalar() || !YAML::convert<int64_t>::decode(item, f) || f < 2)
+        errors.push_back(location(x.file, item.Mark()) + ": experiment.factors: expected integers >= 2 (L_e = factor * L_t)");
+      else if (std::find(x.factors.begin(), x.factors.end(), f) != x.factors.end())
+        errors.push_back(location(x.file, item.Mark()) + ": experiment.factors: " + std::to_string(f) + " is listed twice");
+      else
+        x.factors.push_back(f);
+    }
+  }
+  std::vector<std::string> method_names = {"da",         "full",        "chunk-0.125", "chunk-0.25",
+                                           "chunk-0.5",  "prefix-0.25", "prefix-0.5",  "randompos"};
+  std::vector<YAML::Mark> method_marks(method_names.size(), YAML::Mark::null_mark());
+  if (auto methods = r.list("methods")) {
+    method_names.clear();
+    method_marks.clear();
+    for (const auto& item : *methods) {
+      method_names.push_back(item.IsScalar() ? item.Scalar() : "?");
+      method_marks.push_back(item.Mark());
+    }
+  }
+  for (size_t i = 0; i < method_names.size(); ++i) {
+    auto method = parse_trained_method(method_names[i]);
+    if (!method)
+      errors.push_back(location(x.file, method_marks[i]) + ": experiment.methods: unknown method '" + method_names[i] +
+                       "'; expected da, full, randompos, pose, chunk-<alpha> or prefix-<alpha>");
+    else if (std::any_of(x.methods.begin(), x.methods.end(), [&](const auto& m) { return m.name == method->name; }))
+      errors.push_back(location(x.file, method_marks[i]) + ": experiment.methods: '" + method->name + "' is listed twice");
+    else
+      x.methods.push_back(*method);
+  }
+  auto extension_name = [&](const YAML::Node& item, const std::string& key) -> std::optional<models::ExtensionMethod> {
+    auto method = item.IsScalar() ? enum_from_name(models::kExtensionMethods, item.Scalar()) : std::nullopt;
+    if (!method) {
+      std::vector<std::string> names;
+      for (const auto& e : models::kExtensionMethods) names.emplace_back(e.first);
+      errors.push_back(location(x.file, item.Mark()) + ": experiment." + key + ": expected one of " + join(names, ", ") +
+                       (item.IsScalar() ? ", got '" + item.Scalar() + "'" : ""));
+    }
+    return method;
+  };
+  std::optional<YAML::Mark> ootb_mark;
+  if (auto ootb = r.list("ootb")) {
+    ootb_mark = ootb->front().Mark();
+    for (const auto& item : *ootb)
+      if (auto m = extension_name(item, "ootb")) x.ootb.push_back(*m);
+  }
+  if (auto te = r.get("train_extension"); te && !(te->IsScalar() && te->Scalar() == "auto"))
+    x.train_extension = extension_name(*te, "train_extension");
+  if (auto corpora = r.list("corpora")) {
+    for (size_t i = 0; i < corpora->size(); ++i) read_corpus((*corpora)[i], i, r, x);
+  } else if (!r.get("corpora")) {
+    errors.push_back(location(x.file, node.Mark()) +
+                     ": experiment.corpora: required: a list of corpora, e.g. [{name: synthetic, synthetic: {docs: 200}}]");
+  }
+  x.base_set = read_set(r, "base", "experiment.base");
+  x.extend_set = read_set(r, "extend", "experiment.extend");
+  r.finish();
+
+  // Which OOTB methods fit depends on each corpus's base architecture.
+  for (const auto& corpus : x.corpora) {
+    if (!corpus.base.empty() && !fs::is_directory(model_ref_dir(corpus.base))) continue;  // reported above
+    const models::Arch arch = base_arch(x, corpus);
+    const auto applicable = ootb_methods_for(arch);
+    for (auto m : x.ootb)
+      if (std::find(applicable.begin(), applicable.end(), m) == applicable.end()) {
+        std::vector<std::string> names;
+        for (auto a : applicable) names.emplace_back(enum_name(models::kExtensionMethods, a));
+        errors.push_back((ootb_mark ? location(x.file, *ootb_mark) : x.file) + ": experiment.ootb: " +
+                         enum_name(models::kExtensionMethods, m) + " does not apply out of the box to the " +
+                         enum_name(models::kArchs, arch) + " base of corpus '" + corpus.name + "'; choose from " +
+                         join(names, ", "));
+      }
+  }
+}
+
+}  // namespace
+
+std::optional<TrainedMethod> parse_trained_method(const std::string& name) {
+  TrainedMethod m;
+  m.name = name;
+  if (name == "da") {
+    m.domain_adaptation = true;
+    return m;
+  }
+  if (name == "full") return m.sampler = data::SamplerMethod::full, m;
+  if (name == "randompos") return m.sampler = data::SamplerMethod::randompos, m;
+  if (name == "pose") return m.sampler = data::SamplerMethod::pose, m;
+  for (auto [prefix, sampler] : {std::pair{"chunk-", data::SamplerMethod::chunk}, {"prefix-", data::SamplerMethod::prefix}}) {
+    const std::string p = prefix;
+    if (name.rfind(p, 0) != 0) continue;
+    const std::string number = name.substr(p.size());
+    try {
+      size_t used = 0;
+      const double alpha = std::stod(number, &used);
+      if (used != number.size() || !(alpha > 0 && alpha <= 1)) return std::nullopt;
+      m.sampler = sampler;
+      m.alpha = alpha;
+      return m;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<models::ExtensionMethod> ootb_methods_for(models::Arch arch) {
+  using E = models::ExtensionMethod;
+  switch (models::position_scheme(arch)) {
+    case models::PositionScheme::learned: return {E::interpolate};  // a table has no rows past L_t otherwise
+    case models::PositionScheme::rope: return {E::none, E::interpolate, E::ntk, E::dynamic_ntk, E::yarn};
+    case models::PositionScheme::alibi: return {E::none, E::interpolate, E::dynamic_interpolate, E::ntk_alibi};
+  }
+  return {};
+}
+
+models::ExtensionMethod default_train_extension(models::Arch arch) {
+  return models::position_scheme(arch) == models::PositionScheme::learned ? models::ExtensionMethod::interpolate
+                                                                          : models::ExtensionMethod::none;
+}
+
+ExperimentConfig load_experiment(const std::string& file, const std::vector<std::string>& overrides) {
+  const std::string text = read_file(file, "experiment file");
+  ExperimentConfig x;
+  x.file = file;
+  x.base_template = parse_config_text(text, file, {"experiment"});
+  for (const auto& assignment : overrides) {
+    if (assignment.rfind("experiment.", 0) == 0)
+      throw InputError("--set " + assignment + ": experiment.* keys are read from the file only; edit " + file);
+    apply_override(x.base_template, assignment);
+  }
+  const YAML::Node root = YAML::Load(text);  // parse_config_text has checked the syntax
+  std::vector<std::string> errors;
+  if (!root["experiment"] || !root["experiment"].IsMap())
+    throw InputError(file + ": an experiment file needs an `experiment:` section (name, factors, methods, corpora...) "
+                     "beside the run sections; see configs/experiments/");
+  read_experiment_section(root["experiment"], x, errors);
+  if (!errors.empty()) throw InputError(join(errors, "\n"));
+
+  // Build every run of the grid now, so a bad combination fails in the first
+  // second rather than after an hour of training. A problem of the template
+  // shows up in many runs: report it once, naming them.
+  std::vector<std::pair<std::string, std::vector<std::string>>> problems;
+  for (const auto& corpus : x.corpora)
+    for (const auto& run : plan_training_runs(x, corpus))
+      for (const auto& p : validate_config(run.config, /*check_paths=*/false)) {
+        auto it = std::find_if(problems.begin(), problems.end(), [&](const auto& e) { return e.first == p; });
+        if (it == problems.end()) it = problems.insert(problems.end(), {p, {}});
+        it->second.push_back(corpus.name + "/" + run.label);
+      }
+  for (const auto& [problem, runs] : problems) errors.push_back(problem + " (in run " + join(runs, ", ") + ")");
+  if (!errors.empty()) throw InputError(join(errors, "\n"));
+  return x;
+}
+
+}  // namespace segtrain::trainer

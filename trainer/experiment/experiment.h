@@ -1,0 +1,90 @@
+#pragma once
+// `segtrain experiment FILE.yaml`: seed 004's comparison as one command. For each
+// corpus: a base model at L_t (given, or pretrained), then for each extension
+// factor f (L_e = f * L_t) the out-of-the-box rows (no training, each applicable
+// extension method) and the trained rows (DA, full, chunk-a, prefix-a,
+// randompos), all under the same compute-equivalent budget, each evaluated at
+// L_t and L_e on the same held-out windows. Every row lives in its own
+// directory and counts as done once its eval.json is there, so an interrupted
+// grid resumes where it stopped.
+//
+// The file is a run config (run, model, data, train, eval, distributed: the
+// template every run starts from) plus an `experiment:` section:
+//   experiment:
+//     name, output_dir, factors: [2, 4], methods: [...], ootb: [...],
+//     train_extension: auto | <method>,
+//     corpora: [{name, synthetic: {docs, min_tokens, max_tokens, seed} | inputs: [...] | store: DIR,
+//                vocab_size, valid_fraction, base: hf:DIR | checkpoint:DIR}],
+//     base:   {set: {key: value, ...}}   # the pretraining run at L_t
+//     extend: {set: {key: value, ...}}   # every trained row
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/config.h"
+#include "models/config.h"
+#include "data/synth.h"
+#include "trainer/config/config.h"
+
+namespace segtrain::trainer {
+
+// One way to reach L_e with training. `da` is seed 004's domain-adaptation
+// control: more truncate training at L_t, then the OOTB extension at eval.
+struct TrainedMethod {
+  std::string name;  // "da", "full", "chunk-0.25", "prefix-0.5", "randompos", "pose"
+  data::SamplerMethod sampler = data::SamplerMethod::truncate;
+  double alpha = 0.25;
+  bool domain_adaptation = false;
+};
+
+struct CorpusSpec {
+  std::string name;
+  std::string origin;  // file:line:col of its entry
+  // Exactly one source: a synthetic corpus, text inputs, or a ready store.
+  std::optional<data::SynthOptions> synthetic;  // docs, min_tokens, max_tokens (words), seed
+  std::vector<std::string> inputs;
+  std::string store;
+  int64_t vocab_size = 1024;
+  double valid_fraction = 0.05;
+  std::string base;  // "hf:DIR" | "checkpoint:DIR": a given base; empty: pretrain one at L_t
+};
+
+// A `key: value` of base.set / extend.set, kept as a --set assignment plus where it was written.
+struct Assignment {
+  std::string text;    // "train.lr=1e-3"
+  std::string origin;  // "exp.yaml:12:7"
+};
+
+struct ExperimentConfig {
+  std::string file;
+  std::string name;
+  std::string output_dir;
+  std::vector<int64_t> factors = {2, 4};
+  std::vector<TrainedMethod> methods;
+  std::vector<models::ExtensionMethod> ootb;  // empty: every method that applies to the base
+  std::optional<models::ExtensionMethod> train_extension;  // nullopt: the scheme's default
+  std::vector<CorpusSpec> corpora;
+  std::vector<Assignment> base_set, extend_set;
+  LoadedConfig base_template;  // the file's run sections with the command line's --set applied
+};
+
+// Parses and checks FILE (every problem at once, each naming file:line:col and
+// the key), and checks every run the grid will make before anything runs.
+ExperimentConfig load_experiment(const std::string& file, const std::vector<std::string>& overrides);
+
+// Runs (or resumes) the grid and writes results.md, results.json and the plots.
+void run_experiment(const ExperimentConfig& experiment);
+
+// The trained-row names the grid knows: "da", "full", "randompos", "pose",
+// "chunk-<alpha>", "prefix-<alpha>".
+std::optional<TrainedMethod> parse_trained_method(const std::string& name);
+
+// Extension methods that apply to an architecture out of the box, in table order.
+std::vector<models::ExtensionMethod> ootb_methods_for(models::Arch arch);
+
+// The extension the trained rows use when train_extension is auto: seed 004
+// interpolates the gpt2 table and trains RoPE and ALiBi on plain positions.
+models::ExtensionMethod default_train_extension(models::Arch arch);
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,265 @@
+// The experiment grid: corpus -> store -> base -> per factor, OOTB rows and
+// trained rows -> results. Each step checks whether its output is already there
+// (and made from the same settings) before doing any work.
+#include "trainer/experiment/experiment.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "common/atomic_write.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/log.h"
+#include "common/signals.h"
+#include "data/prepare.h"
+#include "data/synth.h"
+#include "data/token_store.h"
+#include "models/model_io.h"
+#include "models/positions.h"
+#include "trainer/config/model_ref.h"
+#include "trainer/eval/eval_outputs.h"
+#include "trainer/eval/perplexity.h"
+#include "trainer/eval/stored_model.h"
+#include "trainer/experiment/plan.h"
+#include "trainer/experiment/report.h"
+#include "trainer/train/run_checkpoint.h"
+#include "trainer/train/trainer.h"
+
+namespace segtrain::trainer {
+
+namespace {
+
+// The corpus settings a store was made from; a store made from others is stale.
+nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
+  nlohmann::json j = {{"vocab_size", corpus.vocab_size}, {"valid_fraction", corpus.valid_fraction}};
+  if (corpus.synthetic)
+    j["synthetic"] = {{"docs", corpus.synthetic->documents},
+                      {"min_tokens", corpus.synthetic->min_words},
+                      {"max_tokens", corpus.synthetic->max_words},
+                      {"seed", static_cast<int64_t>(corpus.synthetic->seed)}};
+  else
+    j["inputs"] = corpus.inputs;
+  return j;
+}
+
+void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const LoadedConfig& base_template) {
+  if (!corpus.store.empty()) return;
+  const fs::path dir = corpus_dir(x, corpus);
+  const fs::path store = store_dir(x, corpus), made_from = dir / "corpus.json";
+  const nlohmann::json fingerprint = corpus_fingerprint(corpus);
+  if (fs::exists(store / "meta.json") && fs::exists(made_from)) {
+    if (nlohmann::json::parse(read_file(made_from, "corpus record")) != fingerprint)
+      throw InputError(corpus.origin + ": experiment.corpora '" + corpus.name + "' differs from the corpus " +
+                       store.string() + " was made from (" + made_from.string() +
+                       "); every run of it would be stale: delete " + dir.string() +
+                       " or choose another experiment.output_dir");
+    return;
+  }
+  fs::create_directories(dir);
+  // The store is built beside its place and renamed in: a killed prepare leaves
+  // only a .partial folder that the next attempt replaces. A stop requested
+  // meanwhile takes effect once the store is in place.
+  std::vector<std::string> inputs = corpus.inputs;
+  if (corpus.synthetic) {
+    // Written afresh with the store (it takes seconds), so it always matches the fingerprint.
+    const fs::path text = dir / "corpus", partial = dir / "corpus.partial";
+    fs::remove_all(partial);
+    log::info("experiment ", corpus.name, ": writing the synthetic corpus");
+    data::write_synth_corpus(partial.string(), *corpus.synthetic);
+    fs::remove_all(text);
+    fs::rename(partial, text);
+    inputs = {(text / "train.jsonl").string(), (text / "valid.jsonl").string()};
+  }
+  const fs::path partial = dir / "store.partial";
+  fs::remove_all(partial);
+  data::PrepareOptions p;
+  p.inputs = inputs;
+  p.out = partial.string();
+  p.vocab_size = corpus.vocab_size;
+  p.valid_fraction = corpus.valid_fraction;
+  p.seed = base_template.config.run.seed;
+  log::info("experiment ", corpus.name, ": tokenizing into ", store.string());
+  data::prepare_store(p);
+  fs::remove_all(store);
+  fs::rename(partial, store);
+  write_file_atomic(made_from, fingerprint.dump(2) + "\n");
+}
+
+// Names, sizes and write times of a model folder's files: a base trained
+// again in the same place has another identity, so nothing built on the old
+// one is reused.
+std::string model_identity(const std::string& dir) {
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file())
+      entries.push_back(e.path().filename().string() + ":" + std::to_string(e.file_size()) + ":" +
+                        std::to_string(e.last_write_time().time_since_epoch().count()));
+  std::sort(entries.begin(), entries.end());
+  std::string out;
+  for (const auto& e : entries) out += e + ";";
+  return out;
+}
+
+// Trains one run unless its final/ is there; a run with checkpoints continues.
+// Either way its checkpoint must come from exactly these settings and this base.
+void ensure_trained(const PlannedRun& run) {
+  const fs::path dir = run.config.config.run.output_dir;
+  const auto previous = newest_checkpoint(dir);
+  const fs::path base_record = dir / "base_identity.txt";
+  const std::string base = run.method ? model_identity(model_ref_dir(run.config.config.model.init)) : "";
+  if (previous && run.method && (!fs::exists(base_record) || read_file(base_record, "base identity record") != base))
+    throw InputError("the experiment's run '" + run.label + "' in " + dir.string() + " was trained from another base (" +
+                     model_ref_dir(run.config.config.model.init) + " has changed since): delete " + dir.string() +
+                     " to train it again");
+  if (previous) {
+    try {
+      check_resume_compatible(previous->dir, run.config.config, 1, keys_with(KeyRole::optimizer));
+    } catch (const InputError& e) {
+      throw InputError(std::string(e.what()) + "\nthe experiment's run '" + run.label + "' was trained with other " +
+                       "settings: delete " + dir.string() + " to train it again");
+    }
+  }
+  if (fs::exists(dir / "final" / "model_config.json")) {
+    log::info("experiment: ", run.config.config.run.name, " is trained (", (dir / "final").string(), ")");
+    return;
+  }
+  log::info("experiment: ", previous ? "continuing " : "training ", run.config.config.run.name);
+  if (run.method) {
+    fs::create_directories(dir);
+    write_file_atomic(base_record, base);
+  }
+  run_training(run.config, previous.has_value(), /*final_eval=*/false);
+}
+
+// Evaluates one row's model unless row.json holds this exact evaluation.
+RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string& model_dir,
+                       const std::vector<std::string>& overrides, const Config& templ, const data::TokenStore& store) {
+  PerplexityOptions eval;
+  eval.lengths = row.lengths;
+  eval.max_sequences = templ.eval.max_sequences;
+  eval.stride = templ.eval.stride;
+  eval.batch_size = templ.eval.batch_size;
+  eval.per_position = true;
+  const nlohmann::json settings = {{"model", model_dir},     {"model_files", model_identity(model_dir)},
+                                   {"overrides", overrides},
+                                   {"lengths", eval.lengths}, {"max_sequences", eval.max_sequences},
+                                   {"stride", eval.stride},   {"split", templ.eval.split}};
+  const fs::path record = row_dir / "row.json";
+  if (fs::exists(record)) {
+    if (auto saved = row_from_json(read_file(record, "row record"), record.string()); saved.evaluated_with == settings.dump()) {
+      log::info("experiment: ", row_dir.string(), " is evaluated");
+      return saved;
+    }
+  }
+  const int64_t longest = *std::max_element(eval.lengths.begin(), eval.lengths.end());
+  const StoredModel stored = open_stored_model(model_dir, overrides, longest);
+  try {
+    check_store_fits(stored, store.vocab_size(), "experiment");
+  } catch (const InputError& e) {
+    throw InputError(std::string(e.what()) + "; a given base needs a store tokenized with its own tokenizer");
+  }
+  models::TransformerLM model = models::load_model(stored.dir, stored.config);
+  log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", eval.lengths.front(), "..", longest);
+  row.results = evaluate(model, store.split(data::parse_split(templ.eval.split)), eval);
+  row.model = model_dir;
+  row.evaluated_with = settings.dump();
+  fs::create_directories(row_dir);
+  write_file_atomic(row_dir / "eval.json", eval_json(model_dir, row.results));
+  write_file_atomic(record, row_to_json(row));
+  for (const auto& r : row.results) log::info("  L=", r.length, ": ppl ", r.ppl);
+  return row;
+}
+
+RowResult new_row(std::string key, std::string label, std::string kind, int64_t factor, std::vector<int64_t> lengths) {
+  RowResult row;
+  row.key = std::move(key);
+  row.label = std::move(label);
+  row.kind = std::move(kind);
+  row.factor = factor;
+  row.lengths = std::move(lengths);
+  return row;
+}
+
+std::string extension_override(models::ExtensionMethod method) {
+  return std::string("model.extension.method=") + enum_name(models::kExtensionMethods, method);
+}
+
+std::string ootb_label(const ExperimentConfig& x, const CorpusSpec& corpus, models::ExtensionMethod method) {
+  const bool learned = models::position_scheme(base_arch(x, corpus)) == models::PositionScheme::learned;
+  if (method == models::ExtensionMethod::none) return "OOTB";
+  // Seed 004's APE OOTB row is the interpolated table.
+  if (learned && method == models::ExtensionMethod::interpolate) return "OOTB";
+  return std::string("OOTB ") + enum_name(models::kExtensionMethods, method);
+}
+
+CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
+  const Config& templ = x.base_template.config;
+  const int64_t lt = templ.data.train_length;
+  ensure_store(x, corpus, x.base_template);
+  throw_if_stopped();
+  const auto runs = plan_training_runs(x, corpus);
+  if (corpus.base.empty()) ensure_trained(runs.front());
+  throw_if_stopped();
+
+  const data::TokenStore store = data::TokenStore::open(store_dir(x, corpus));
+  CorpusResults out;
+  out.name = corpus.name;
+  out.store = store_dir(x, corpus);
+  out.train_length = lt;
+  out.factors = x.factors;
+  out.arch = enum_name(models::kArchs, base_arch(x, corpus));
+  const RowResult base_row = new_row("base", "base at L_t", "base", 1, {lt});
+  out.base = evaluate_row(base_row, corpus_dir(x, corpus) / "base-eval", base_model_dir(x, corpus), {}, templ, store);
+
+  for (int64_t factor : x.factors) {
+    const int64_t le = factor * lt;
+    const fs::path fdir = factor_dir(x, corpus, factor);
+    const std::string factor_set = "model.extension.factor=" + std::to_string(factor);
+    for (auto method : ootb_rows(x, corpus)) {
+      throw_if_stopped();
+      const RowResult row = new_row("ootb-" + std::string(enum_name(models::kExtensionMethods, method)),
+                                    ootb_label(x, corpus, method), "ootb", factor, {lt, le});
+      std::vector<std::string> overrides;
+      if (method != models::ExtensionMethod::none) overrides = {extension_override(method), factor_set};
+      out.rows.push_back(evaluate_row(row, fdir / row.key, base_model_dir(x, corpus), overrides, templ, store));
+    }
+    for (const auto& run : runs) {
+      if (run.factor != factor || !run.method) continue;
+      throw_if_stopped();
+      ensure_trained(run);
+      throw_if_stopped();
+      RowResult row = new_row(run.method->name, run.method->domain_adaptation ? "DA" : run.method->name, "trained",
+                              factor, {lt, le});
+      std::vector<std::string> overrides;
+      const auto ootb_extension = default_train_extension(base_arch(x, corpus));
+      if (run.method->domain_adaptation && ootb_extension != models::ExtensionMethod::none)
+        overrides = {extension_override(ootb_extension), factor_set};
+      const fs::path run_dir = run.config.config.run.output_dir;
+      row.train_tokens = newest_checkpoint(run_dir)->state.tokens;
+      out.rows.push_back(evaluate_row(row, run_dir, (run_dir / "final").string(), overrides, templ, store));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void run_experiment(const ExperimentConfig& x) {
+  if (const char* world = std::getenv("WORLD_SIZE"); world && std::string(world) != "1")
+    throw InputError("WORLD_SIZE=" + std::string(world) +
+                     ": `segtrain experiment` runs its grid in one process; launch single runs with segtrain-launch");
+  fs::create_directories(x.output_dir);
+  const log::ScopedFile experiment_log((fs::path(x.output_dir) / "experiment.log").string());
+  log::info("experiment ", x.name, ": ", x.corpora.size(), " corpora x ", x.factors.size(), " factors; writing ",
+            x.output_dir);
+  std::vector<CorpusResults> corpora;
+  for (const auto& corpus : x.corpora) {
+    corpora.push_back(run_corpus(x, corpus));
+    // Tables so far are worth having even if a later corpus fails.
+    write_reports(x, corpora);
+  }
+  log::info("experiment ", x.name, ": wrote ", (fs::path(x.output_dir) / "results.md").string());
+}
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,120 @@
+// Where an experiment keeps each corpus, store, run and row, and the run
+// configs it derives from the template (experiment/plan.h).
+#include "trainer/experiment/plan.h"
+
+#include "common/error.h"
+#include "models/model_io.h"
+#include "trainer/config/model_ref.h"
+
+namespace segtrain::trainer {
+
+fs::path corpus_dir(const ExperimentConfig& x, const CorpusSpec& corpus) { return fs::path(x.output_dir) / corpus.name; }
+
+std::string store_dir(const ExperimentConfig& x, const CorpusSpec& corpus) {
+  return corpus.store.empty() ? (corpus_dir(x, corpus) / "store").string() : corpus.store;
+}
+
+fs::path factor_dir(const ExperimentConfig& x, const CorpusSpec& corpus, int64_t factor) {
+  return corpus_dir(x, corpus) / ("x" + std::to_string(factor));
+}
+
+std::string base_init(const ExperimentConfig& x, const CorpusSpec& corpus) {
+  return corpus.base.empty() ? "checkpoint:" + (corpus_dir(x, corpus) / "base" / "final").string() : corpus.base;
+}
+
+std::string base_model_dir(const ExperimentConfig& x, const CorpusSpec& corpus) {
+  return model_ref_dir(base_init(x, corpus));
+}
+
+models::Arch base_arch(const ExperimentConfig& x, const CorpusSpec& corpus) {
+  return corpus.base.empty() ? x.base_template.config.model.spec.arch
+                             : models::read_model_config(model_ref_dir(corpus.base)).arch;
+}
+
+std::vector<models::ExtensionMethod> ootb_rows(const ExperimentConfig& x, const CorpusSpec& corpus) {
+  return x.ootb.empty() ? ootb_methods_for(base_arch(x, corpus)) : x.ootb;
+}
+
+models::ExtensionMethod train_extension(const ExperimentConfig& x, const CorpusSpec& corpus) {
+  return x.train_extension.value_or(default_train_extension(base_arch(x, corpus)));
+}
+
+namespace {
+
+// Sets a key the grid owns, recording where it came from for error messages.
+template <class T>
+void grid_set(LoadedConfig& run, const std::string& key, T& field, const T& value, const std::string& label) {
+  field = value;
+  run.origins[key] = run.source + " (experiment grid, run " + label + ")";
+}
+
+void apply_assignments(LoadedConfig& run, const std::vector<Assignment>& assignments) {
+  for (const auto& a : assignments) {
+    try {
+      apply_override(run, a.text);
+    } catch (const InputError& e) {
+      throw InputError(a.origin + ": " + e.what());
+    }
+    run.origins[a.text.substr(0, a.text.find('='))] = a.origin;
+  }
+}
+
+}  // namespace
+
+std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const CorpusSpec& corpus) {
+  std::vector<PlannedRun> runs;
+  const int64_t lt = x.base_template.config.data.train_length;
+  const std::string store = store_dir(x, corpus);
+  if (corpus.base.empty()) {
+    PlannedRun base{"base", 1, nullptr, x.base_template};
+    LoadedConfig& r = base.config;
+    apply_assignments(r, x.base_set);
+    Config& c = r.config;
+    grid_set(r, "run.output_dir", c.run.output_dir, (corpus_dir(x, corpus) / "base").string(), "base");
+    grid_set(r, "run.name", c.run.name, x.name + "/" + corpus.name + "/base", "base");
+    grid_set(r, "data.store", c.data.store, store, "base");
+    grid_set(r, "data.extended_length", c.data.extended_length, lt, "base");
+    grid_set(r, "data.sampler.method", c.data.sampler.method, data::SamplerMethod::truncate, "base");
+    grid_set(r, "model.extension.method", c.model.spec.extension.method, models::ExtensionMethod::none, "base");
+    grid_set(r, "eval.lengths", c.eval.lengths, std::vector<int64_t>{lt}, "base");
+    runs.push_back(std::move(base));
+  }
+  for (int64_t factor : x.factors)
+    for (const auto& method : x.methods) {
+      const std::string label = "x" + std::to_string(factor) + "/" + method.name;
+      PlannedRun run{label, factor, &method, x.base_template};
+      LoadedConfig& r = run.config;
+      // The shape comes from the base: the template's model keys describe a
+      // scratch base (validated with it) and must not be compared against a given one.
+      Config& c = r.config;
+      models::ModelConfig shape_of_the_base;
+      shape_of_the_base.arch = base_arch(x, corpus);
+      shape_of_the_base.activation_checkpointing = c.model.spec.activation_checkpointing;
+      c.model.spec = shape_of_the_base;
+      for (const auto& key : keys_with(KeyRole::model_shape)) r.origins.erase(key);
+      apply_assignments(r, x.extend_set);
+      grid_set(r, "run.output_dir", c.run.output_dir, (factor_dir(x, corpus, factor) / method.name).string(), label);
+      grid_set(r, "run.name", c.run.name, x.name + "/" + corpus.name + "/" + label, label);
+      grid_set(r, "model.init", c.model.init, base_init(x, corpus), label);
+      grid_set(r, "data.store", c.data.store, store, label);
+      grid_set(r, "data.extended_length", c.data.extended_length, factor * lt, label);
+      grid_set(r, "data.sampler.method", c.data.sampler.method,
+               method.domain_adaptation ? data::SamplerMethod::truncate : method.sampler, label);
+      grid_set(r, "data.sampler.alpha", c.data.sampler.alpha, method.alpha, label);
+      // DA trains at L_t on the positions the base knows; it is extended only
+      // when evaluated, like the OOTB rows.
+      const auto extension = method.domain_adaptation ? models::ExtensionMethod::none : train_extension(x, corpus);
+      grid_set(r, "model.extension.method", c.model.spec.extension.method, extension, label);
+      std::optional<double> factor_value;
+      if (extension != models::ExtensionMethod::none) factor_value = static_cast<double>(factor);
+      grid_set(r, "model.extension.factor", c.model.spec.extension.factor, factor_value, label);
+      // Every trained row sees the same number of tokens (seed 004, eq. 2).
+      grid_set(r, "train.budget.compute_equivalent", c.train.budget.compute_equivalent, true, label);
+      c.train.budget.tokens.reset();
+      grid_set(r, "eval.lengths", c.eval.lengths, std::vector<int64_t>{lt}, label);
+      runs.push_back(std::move(run));
+    }
+  return runs;
+}
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,38 @@
+#pragma once
+// Where an experiment keeps each corpus, store, run and row, and the run
+// configs it derives from the template. Shared by the loader (which validates
+// every run up front) and the runner.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "trainer/experiment/experiment.h"
+
+namespace segtrain::trainer {
+
+namespace fs = std::filesystem;
+
+// <output_dir>/<corpus>/ holds corpus/ (synthetic text), store/, base/ and
+// x<f>/<row>/ for each factor f and row.
+fs::path corpus_dir(const ExperimentConfig& x, const CorpusSpec& corpus);
+std::string store_dir(const ExperimentConfig& x, const CorpusSpec& corpus);
+fs::path factor_dir(const ExperimentConfig& x, const CorpusSpec& corpus, int64_t factor);
+// "checkpoint:<dir>/base/final", or the corpus's given base.
+std::string base_init(const ExperimentConfig& x, const CorpusSpec& corpus);
+std::string base_model_dir(const ExperimentConfig& x, const CorpusSpec& corpus);
+models::Arch base_arch(const ExperimentConfig& x, const CorpusSpec& corpus);
+std::vector<models::ExtensionMethod> ootb_rows(const ExperimentConfig& x, const CorpusSpec& corpus);
+models::ExtensionMethod train_extension(const ExperimentConfig& x, const CorpusSpec& corpus);
+
+struct PlannedRun {
+  std::string label;  // "base", "x2/chunk-0.25"
+  int64_t factor = 1;
+  const TrainedMethod* method = nullptr;  // nullptr for the base
+  LoadedConfig config;
+};
+
+// The base pretraining run (unless the corpus gives one), then one run per
+// factor and trained method, in the order they run.
+std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const CorpusSpec& corpus);
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,238 @@
+#include "trainer/experiment/report.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "common/atomic_write.h"
+#include "common/error.h"
+#include "trainer/eval/plot.h"
+
+namespace segtrain::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json number_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+json row_json(const RowResult& row) {
+  json results = json::array();
+  for (const auto& r : row.results)
+    results.push_back({{"length", r.length},
+                       {"loss", number_or_null(r.loss)},
+                       {"ppl", number_or_null(r.ppl)},
+                       {"sequences", r.sequences},
+                       {"tokens", r.tokens}});
+  json out = {{"key", row.key},       {"label", row.label},   {"kind", row.kind},
+              {"factor", row.factor}, {"lengths", row.lengths}, {"model", row.model},
+              {"train_tokens", row.train_tokens}, {"results", results}};
+  // The curve at the longest length is the one the plots show.
+  if (!row.results.empty()) {
+    json curve = json::array();
+    for (double v : row.results.back().position_loss) curve.push_back(number_or_null(v));
+    out["position_loss"] = curve;
+  }
+  out["evaluated_with"] = row.evaluated_with.empty() ? json(nullptr) : json::parse(row.evaluated_with);
+  return out;
+}
+
+// The row evaluated at `length`, or nullptr.
+const LengthResult* at_length(const RowResult& row, int64_t length) {
+  for (const auto& r : row.results)
+    if (r.length == length) return &r;
+  return nullptr;
+}
+
+double ppl_at(const CorpusResults& c, const std::string& label, int64_t factor, int64_t length) {
+  for (const auto& row : c.rows)
+    if (row.label == label && row.factor == factor)
+      if (const LengthResult* r = at_length(row, length)) return r->ppl;
+  return std::nan("");
+}
+
+std::string cell(double ppl) {
+  if (std::isnan(ppl)) return "-";
+  if (!std::isfinite(ppl)) return "inf";
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(ppl >= 1000 ? 0 : 3) << ppl;
+  return out.str();
+}
+
+std::vector<std::string> row_labels(const CorpusResults& c) {
+  std::vector<std::string> labels;
+  for (const auto& row : c.rows)
+    if (std::find(labels.begin(), labels.end(), row.label) == labels.end()) labels.push_back(row.label);
+  return labels;
+}
+
+// The best (lowest perplexity at L_e) row among those whose label starts with `prefix`.
+std::pair<std::string, double> best_of(const CorpusResults& c, const std::string& prefix, int64_t factor) {
+  std::pair<std::string, double> best{"", std::nan("")};
+  for (const auto& label : row_labels(c)) {
+    if (label.rfind(prefix, 0) != 0) continue;
+    const double ppl = ppl_at(c, label, factor, factor * c.train_length);
+    if (!std::isnan(ppl) && (std::isnan(best.second) || ppl < best.second)) best = {label, ppl};
+  }
+  return best;
+}
+
+void table(std::ostringstream& md, const CorpusResults& c, bool at_extended_length) {
+  md << "| method |";
+  for (int64_t f : c.factors)
+    md << " " << (at_extended_length ? std::to_string(f) + "·L_t = " + std::to_string(f * c.train_length)
+                                     : "extended to " + std::to_string(f) + "·L_t")
+       << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < c.factors.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const auto& label : row_labels(c)) {
+    md << "| " << label << " |";
+    for (int64_t f : c.factors) md << " " << cell(ppl_at(c, label, f, at_extended_length ? f * c.train_length : c.train_length)) << " |";
+    md << "\n";
+  }
+}
+
+std::string percent(double ratio) {
+  std::ostringstream out;
+  out << std::showpos << std::fixed << std::setprecision(1) << 100.0 * (ratio - 1.0) << "%";
+  return out.str();
+}
+
+// Seed 004's findings, checked against this grid's numbers; each line says
+// whether it holds here.
+void findings(std::ostringstream& md, const CorpusResults& c) {
+  const double base = c.base.results.empty() ? std::nan("") : c.base.results.front().ppl;
+  md << "Checks of seed 004's findings on this grid:\n\n";
+  for (int64_t f : c.factors) {
+    const int64_t le = f * c.train_length;
+    const std::string at = "at " + std::to_string(f) + "·L_t = " + std::to_string(le);
+    const double ootb = ppl_at(c, "OOTB", f, le);
+    if (!std::isnan(ootb) && std::isfinite(base))
+      md << "- " << at << ": out of the box the base has perplexity " << cell(ootb) << ", " << cell(ootb / base)
+         << "× its perplexity at L_t (" << cell(base) << ").\n";
+    const auto chunk = best_of(c, "chunk-", f);
+    if (chunk.first.empty()) continue;
+    auto compare = [&](const std::string& name, std::pair<std::string, double> other) {
+      if (other.first.empty() || std::isnan(other.second)) return;
+      const bool beats = chunk.second < other.second;
+      md << "- " << at << ": " << chunk.first << " (" << cell(chunk.second) << ") " << (beats ? "beats" : "does NOT beat")
+         << " " << name << " (" << other.first << ", " << cell(other.second) << "): " << percent(chunk.second / other.second)
+         << ".\n";
+    };
+    compare("the best OOTB row", best_of(c, "OOTB", f));
+    compare("full", best_of(c, "full", f));
+    compare("the best prefix", best_of(c, "prefix-", f));
+    compare("RandomPos", best_of(c, "randompos", f));
+    compare("DA", best_of(c, "DA", f));
+  }
+  md << "\n";
+}
+
+std::string plot_name(const CorpusResults& c, int64_t factor) {
+  return c.name + "-x" + std::to_string(factor) + ".svg";
+}
+
+}  // namespace
+
+std::string row_to_json(const RowResult& row) { return row_json(row).dump(2) + "\n"; }
+
+RowResult row_from_json(const std::string& text, const std::string& source) {
+  try {
+    const json j = json::parse(text);
+    RowResult row;
+    row.key = j.at("key");
+    row.label = j.at("label");
+    row.kind = j.at("kind");
+    row.factor = j.at("factor");
+    row.lengths = j.at("lengths").get<std::vector<int64_t>>();
+    row.model = j.at("model");
+    row.train_tokens = j.at("train_tokens");
+    row.evaluated_with = j.at("evaluated_with").is_null() ? "" : j.at("evaluated_with").dump();
+    for (const auto& r : j.at("results")) {
+      LengthResult l;
+      l.length = r.at("length");
+      // null is what evaluate()'s NaN (no window of that length) was written as.
+      l.loss = r.at("loss").is_null() ? NAN : r.at("loss").get<double>();
+      l.ppl = r.at("ppl").is_null() ? NAN : r.at("ppl").get<double>();
+      l.sequences = r.at("sequences");
+      l.tokens = r.at("tokens");
+      row.results.push_back(l);
+    }
+    if (!row.results.empty() && j.contains("position_loss"))
+      for (const auto& v : j.at("position_loss"))
+        row.results.back().position_loss.push_back(v.is_null() ? NAN : v.get<double>());
+    return row;
+  } catch (const json::exception& e) {
+    // A damaged record is not trusted; the caller evaluates the row again.
+    RowResult stale;
+    stale.evaluated_with = std::string("unreadable: ") + source + ": " + e.what();
+    return stale;
+  }
+}
+
+std::string results_markdown(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora) {
+  std::ostringstream md;
+  md << "# Experiment " << x.name << "\n\n"
+     << "Made by `segtrain experiment " << x.file << "`. Every number is perplexity (lower is better) on the same "
+     << "non-overlapping windows of each corpus's validation split (seed 004, 4.5). OOTB rows are the base model "
+     << "with no training and the named extension method; every trained row starts from the base and sees the same "
+     << "number of training tokens (seed 004, eq. 2). DA is more truncate training at L_t, evaluated like OOTB.\n\n";
+  for (const auto& c : corpora) {
+    md << "## " << c.name << " (" << c.arch << ", L_t = " << c.train_length << ")\n\n";
+    if (!c.base.results.empty())
+      md << "The base model at L_t = " << c.train_length << ": perplexity " << cell(c.base.results.front().ppl)
+         << ".\n\n";
+    md << "Perplexity at L_e, for models extended to L_e:\n\n";
+    table(md, c, true);
+    md << "\nPerplexity at L_t = " << c.train_length << " of the same models (what extending costs on short inputs):\n\n";
+    table(md, c, false);
+    md << "\nTraining tokens per trained row:";
+    for (int64_t f : c.factors)
+      for (const auto& row : c.rows)
+        if (row.factor == f && row.kind == "trained") {
+          md << " " << f << "·L_t: " << row.train_tokens << ";";
+          break;
+        }
+    md << "\n\n";
+    findings(md, c);
+    for (int64_t f : c.factors)
+      md << "![loss by position at " << f << "·L_t](plots/" << plot_name(c, f) << ")\n";
+    md << "\n";
+  }
+  return md.str();
+}
+
+void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora) {
+  const fs::path out = x.output_dir;
+  json all = {{"experiment", x.name}, {"file", x.file}, {"corpora", json::array()}};
+  for (const auto& c : corpora) {
+    json rows = json::array();
+    for (const auto& row : c.rows) rows.push_back(row_json(row));
+    all["corpora"].push_back({{"name", c.name},
+                              {"arch", c.arch},
+                              {"store", c.store},
+                              {"train_length", c.train_length},
+                              {"factors", c.factors},
+                              {"base", row_json(c.base)},
+                              {"rows", rows}});
+    fs::create_directories(out / "plots");
+    for (int64_t f : c.factors) {
+      std::vector<PlotSeries> series;
+      for (const auto& row : c.rows)
+        if (row.factor == f && !row.results.empty())
+          series.push_back(bucketed(row.label, row.results.back().position_loss, 64));
+      write_file_atomic(out / "plots" / plot_name(c, f),
+                        line_plot_svg(x.name + " / " + c.name + ": mean loss by position at L_e = " +
+                                          std::to_string(f * c.train_length),
+                                      "position", series));
+    }
+  }
+  write_file_atomic(out / "results.json", all.dump(2) + "\n");
+  write_file_atomic(out / "results.md", results_markdown(x, corpora));
+}
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,44 @@
+#pragma once
+// An experiment's results: one record per evaluated row (row.json in the row's
+// folder, so a resumed grid reads what it already has), and the reports made
+// from all of them: results.json, results.md (seed 004's Tables 3-5: rows are
+// methods, columns are extension lengths) and per-position loss plots.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainer/eval/perplexity.h"
+#include "trainer/experiment/experiment.h"
+
+namespace segtrain::trainer {
+
+struct RowResult {
+  std::string key;    // folder name: "ootb-ntk", "chunk-0.25", "base"
+  std::string label;  // table row: "OOTB ntk", "chunk-0.25", "DA"
+  std::string kind;   // "base" | "ootb" | "trained"
+  int64_t factor = 1;
+  std::vector<int64_t> lengths;  // evaluated: L_t and L_e = factor * L_t
+  std::vector<LengthResult> results;
+  std::string model;           // the model folder evaluated
+  std::string evaluated_with;  // settings (model, overrides, windows) as JSON: equal means reusable
+  int64_t train_tokens = 0;    // trained rows: tokens seen in training
+};
+
+struct CorpusResults {
+  std::string name, store, arch;
+  int64_t train_length = 0;
+  std::vector<int64_t> factors;
+  RowResult base;
+  std::vector<RowResult> rows;
+};
+
+std::string row_to_json(const RowResult& row);
+RowResult row_from_json(const std::string& text, const std::string& source);
+
+// Writes results.json, results.md and plots/<corpus>-x<f>.svg in the output folder.
+void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora);
+
+// results.md's text (tests read it without touching the disk).
+std::string results_markdown(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora);
+
+}  // namespace segtrain::trainer

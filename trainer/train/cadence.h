@@ -1,0 +1,33 @@
+#pragma once
+// When a run logs, saves, evaluates and stops: named predicates over the step
+// count, so the training loop reads as a list of decisions (marian-nmt's
+// Scheduler). `step` is the number of optimizer steps completed.
+#include <cstdint>
+
+#include "trainer/config/config.h"
+
+namespace segtrain::trainer {
+
+struct Cadence {
+  int64_t total_steps = 0;
+  int64_t log_every = 10;
+  int64_t checkpoint_every = 0;  // 0: only final/
+  int64_t eval_every = 0;        // 0: only at the end
+
+  Cadence(const TrainConfig& train, int64_t total)
+      : total_steps(total),
+        log_every(train.log_every),
+        checkpoint_every(train.checkpoint_every),
+        eval_every(train.eval_every) {}
+
+  bool finished(int64_t step) const { return step >= total_steps; }
+  // The last step is always logged; it is saved as final/ and evaluated at the end instead.
+  bool should_log(int64_t step) const { return step % log_every == 0 || finished(step); }
+  bool should_checkpoint(int64_t step) const { return every(checkpoint_every, step) && !finished(step); }
+  bool should_evaluate(int64_t step) const { return every(eval_every, step) && !finished(step); }
+
+ private:
+  static bool every(int64_t period, int64_t step) { return period > 0 && step % period == 0; }
+};
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,102 @@
+#pragma once
+// Data parallelism on PyTorch's own c10d: Gloo on CPU, NCCL on CUDA builds of
+// LibTorch (compiled only when CMake finds c10d's ProcessGroupNCCL and nccl.h,
+// SEGTRAIN_WITH_NCCL). The environment is torchrun's (RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*) or
+// SLURM's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID); a single process needs
+// none of it. c10d stays behind this interface so only distributed.cpp sees the
+// Gloo and NCCL headers.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/config/config.h"
+
+namespace segtrain::trainer {
+
+struct DistributedEnv {
+  int64_t rank = 0, world_size = 1, local_rank = 0, local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29500;
+  bool agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE: every rank is a store client
+  int64_t restart = 0;       // TORCHELASTIC_RESTART_COUNT
+};
+
+// Reads the launcher's variables; InputError naming the variable when one is
+// malformed or inconsistent (WORLD_SIZE=0, RANK >= WORLD_SIZE, a bad port).
+DistributedEnv read_distributed_env();
+
+// A collective in flight. wait() returns once its result is in place and throws
+// (std::runtime_error) when a peer failed or distributed.timeout_s ran out.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int64_t rank() const = 0;
+  virtual int64_t world_size() const = 0;
+  virtual void broadcast(std::vector<at::Tensor>& tensors) = 0;   // from rank 0, in place
+  virtual void all_reduce_sum(std::vector<at::Tensor>& tensors) = 0;
+  // Starts summing `tensor` over all ranks in place and returns at once. Every
+  // rank must start its collectives in the same order.
+  virtual std::unique_ptr<PendingCollective> all_reduce_sum_async(const at::Tensor& tensor) = 0;
+  virtual void barrier() = 0;
+};
+
+// Which c10d backend `distributed.backend` means on this build and device:
+// auto is nccl for a CUDA device when this build has NCCL, gloo otherwise;
+// nccl on a build without it (or on a CPU device) is an InputError.
+Backend resolve_backend(Backend wanted, bool cuda_device);
+
+// nullptr for a single process; otherwise a connected group for the backend
+// resolve_backend picks (NCCL works on `device`, the rank's cuda:LOCAL_RANK).
+// Failing to reach the master within distributed.timeout_s is an InputError
+// naming it; so is an unavailable backend, even for one process.
+std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const DistributedConfig& config,
+                                      const at::Device& device);
+
+// Sums gradients over all ranks while backward is still running, the way DDP's
+// reducer does. Parameters are packed into buckets of about `bucket_bytes` in
+// reverse registration order, roughly the order backward produces their
+// gradients. Only on a step's last micro-batch (after arm()) a hook on each
+// parameter notes when its gradient has been accumulated; as soon as all of a
+// bucket's gradients are there, the bucket is flattened and its all-reduce
+// starts, buckets strictly in index order so every rank issues the same
+// sequence of collectives. finish() then starts what backward left (buckets
+// with a parameter that got no gradient this step), waits, and writes the sums
+// back into .grad. Reentrant activation checkpointing accumulates gradients in
+// a nested backward; the hooks fire there just the same. A gradient that is
+// accumulated again after its bucket started (a parameter used in two places
+// of a reentrant graph) makes that bucket be reduced once more in finish().
+// Ranks must agree on which parameters get a gradient, as they do for one model.
+class GradientSync {
+ public:
+  GradientSync(ProcessGroup& group, const std::vector<at::Tensor>& params, int64_t bucket_bytes = 25 << 20);
+  ~GradientSync();  // removes the hooks
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
+
+  void arm();     // before the backward of the step's last micro-batch
+  void finish();  // after it: every .grad holds the sum over ranks
+
+  struct Stats {
+    int64_t buckets = 0;
+    int64_t started_in_backward = 0;  // in the last finish(); the rest were started by finish() itself
+    int64_t reduced_again = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+  std::vector<at::Tensor> params_;
+};
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,90 @@
+#include "trainer/train/metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "common/atomic_write.h"
+#include "common/log.h"
+
+namespace segtrain::trainer {
+namespace {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto s = static_cast<int64_t>(seconds);
+  std::ostringstream out;
+  if (s >= 3600) out << s / 3600 << "h";
+  out << (s % 3600) / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
+  return out.str();
+}
+
+}  // namespace
+
+Metrics::Metrics(const fs::path& run_dir, bool tensorboard, int64_t resume_step, int64_t total_steps)
+    : path_(run_dir.empty() ? fs::path() : run_dir / "metrics.jsonl"),
+      total_steps_(total_steps),
+      live_(!run_dir.empty() && ::isatty(STDERR_FILENO) != 0) {
+  if (run_dir.empty()) return;
+  keep_lines_up_to(resume_step);
+  out_.open(path_, std::ios::app);
+  if (!out_) throw std::runtime_error("cannot write '" + path_.string() + "'");
+  if (tensorboard) tb_ = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
+}
+
+Metrics::~Metrics() {
+  if (live_ && printed_live_) std::cerr << "\n";
+}
+
+void Metrics::record(const nlohmann::json& row, double seconds_left) {
+  if (out_.is_open()) {
+    out_ << row.dump() << "\n";
+    out_.flush();
+  }
+  const int64_t step = row["step"];
+  if (tb_) {
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s"})
+      if (row[key].is_number()) tb_->scalar(std::string("train/") + key, row[key].get<double>(), step);
+    tb_->flush();
+  }
+  std::ostringstream line;
+  const double loss = row["loss"].is_number() ? row["loss"].get<double>() : std::nan("");
+  line << "step " << step << "/" << total_steps_ << "  loss " << std::fixed << std::setprecision(4) << loss
+       << "  lr " << std::scientific << std::setprecision(2) << row["lr"].get<double>() << "  " << std::fixed
+       << std::setprecision(0) << row["tokens_per_s"].get<double>() << " tok/s  ETA " << format_duration(seconds_left);
+  if (live_) {
+    std::cerr << "\r\033[K" << line.str() << std::flush;
+    printed_live_ = true;
+  } else {
+    log::info(line.str());
+  }
+}
+
+void Metrics::eval_scalars(const std::vector<LengthResult>& results, int64_t step) {
+  if (!tb_) return;
+  for (const auto& r : results)
+    if (std::isfinite(r.ppl)) tb_->scalar("eval/ppl@" + std::to_string(r.length), r.ppl, step);
+  tb_->flush();
+}
+
+void Metrics::newline() {
+  if (live_ && printed_live_) std::cerr << "\n", printed_live_ = false;
+}
+
+void Metrics::keep_lines_up_to(int64_t step) {
+  if (!fs::exists(path_)) return;
+  std::ifstream in(path_);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    try {
+      if (nlohmann::json::parse(line).value("step", int64_t{0}) <= step) kept += line + "\n";
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  write_file_atomic(path_, kept);
+}
+
+}  // namespace segtrain::trainer

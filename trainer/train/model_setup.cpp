@@ -1,0 +1,30 @@
+#include "trainer/train/model_setup.h"
+
+#include <torch/utils.h>  // torch::manual_seed
+
+#include "models/model_io.h"
+#include "models/positions.h"
+#include "trainer/config/model_ref.h"
+#include "trainer/config/model_values.h"
+
+namespace segtrain::trainer {
+
+models::ModelConfig run_model_config(const LoadedConfig& loaded, int64_t store_vocab_size) {
+  const std::string base_dir = model_ref_dir(loaded.config.model.init);
+  std::optional<models::ModelConfig> base;
+  if (!base_dir.empty()) base = models::read_model_config(base_dir);
+  models::ModelConfig m = resolve_model_config(loaded, base, store_vocab_size);
+  models::check_model_config(m);
+  return m;
+}
+
+models::TransformerLM build_model(const LoadedConfig& loaded, const models::ModelConfig& model_config) {
+  const std::string base_dir = model_ref_dir(loaded.config.model.init);
+  if (base_dir.empty()) {
+    torch::manual_seed(static_cast<uint64_t>(loaded.config.run.seed));
+    return models::TransformerLM(model_config);
+  }
+  return models::load_model(base_dir, model_config);
+}
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,90 @@
+#include "trainer/train/optimizer.h"
+
+#include "common/error.h"
+
+namespace segtrain::trainer {
+
+FusedAdamW::FusedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                       AdamWOptions options)
+    : options_(std::move(options)) {
+  groups_.resize(2);
+  groups_[0].weight_decay = options_.weight_decay;
+  groups_[1].weight_decay = 0.0;
+  for (const auto& [name, param] : named_parameters) {
+    if (!param.requires_grad()) continue;
+    Group& g = decays(name) && param.dim() >= 2 ? groups_[0] : groups_[1];
+    g.names.push_back(name);
+    g.params.push_back(param);
+    g.exp_avg.push_back(at::zeros_like(param, at::MemoryFormat::Preserve));
+    g.exp_avg_sq.push_back(at::zeros_like(param, at::MemoryFormat::Preserve));
+    // The fused kernel reads the step count from a float tensor on the param's device.
+    g.steps.push_back(at::zeros({}, param.options().dtype(at::kFloat)));
+  }
+}
+
+bool FusedAdamW::decays(const std::string& name) const {
+  for (const auto& pattern : options_.no_decay)
+    if (!pattern.empty() && name.find(pattern) != std::string::npos) return false;
+  return true;
+}
+
+void FusedAdamW::step_group(Group& g, double lr) {
+  std::vector<at::Tensor> params, grads, m, v, steps;
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const at::Tensor& grad = g.params[i].grad();
+    if (!grad.defined()) continue;
+    params.push_back(g.params[i]);
+    grads.push_back(grad);
+    m.push_back(g.exp_avg[i]);
+    v.push_back(g.exp_avg_sq[i]);
+    steps.push_back(g.steps[i]);
+  }
+  if (params.empty()) return;
+  at::_foreach_add_(steps, 1.0);  // the kernel expects the already-incremented step
+  at::NoGradGuard no_grad;
+  at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1, options_.beta2,
+                    g.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+}
+
+void FusedAdamW::step(double lr) {
+  for (auto& g : groups_) step_group(g, lr);
+  ++steps_taken_;
+}
+
+void FusedAdamW::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params)
+      if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+}
+
+std::map<std::string, at::Tensor> FusedAdamW::state_dict() const {
+  std::map<std::string, at::Tensor> state;
+  for (const auto& g : groups_)
+    for (size_t i = 0; i < g.names.size(); ++i) {
+      state["exp_avg." + g.names[i]] = g.exp_avg[i];
+      state["exp_avg_sq." + g.names[i]] = g.exp_avg_sq[i];
+      state["step." + g.names[i]] = g.steps[i];
+    }
+  return state;
+}
+
+void FusedAdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
+  auto fetch = [&](const std::string& key, const at::Tensor& like) {
+    auto it = state.find(key);
+    if (it == state.end()) throw InputError("optimizer state has no entry '" + key + "'");
+    if (it->second.sizes() != like.sizes())
+      throw InputError("optimizer state '" + key + "' has the wrong shape for this model");
+    return it->second;
+  };
+  at::NoGradGuard no_grad;
+  for (auto& g : groups_)
+    for (size_t i = 0; i < g.names.size(); ++i) {
+      g.exp_avg[i].copy_(fetch("exp_avg." + g.names[i], g.exp_avg[i]));
+      g.exp_avg_sq[i].copy_(fetch("exp_avg_sq." + g.names[i], g.exp_avg_sq[i]));
+      g.steps[i].copy_(fetch("step." + g.names[i], g.steps[i]));
+    }
+  if (!groups_.empty() && !groups_[0].steps.empty()) steps_taken_ = groups_[0].steps[0].item<int64_t>();
+  else if (groups_.size() > 1 && !groups_[1].steps.empty()) steps_taken_ = groups_[1].steps[0].item<int64_t>();
+}
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,152 @@
+#include "trainer/train/run_checkpoint.h"
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+
+#include "common/atomic_write.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "models/model_io.h"
+#include "models/safetensors.h"
+#include "trainer/config/yaml_text.h"
+
+namespace segtrain::trainer {
+namespace {
+
+using nlohmann::json;
+
+std::optional<int64_t> step_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (name.rfind("step-", 0) != 0 || is_incomplete_write(dir)) return std::nullopt;
+  try {
+    size_t used = 0;
+    int64_t step = std::stoll(name.substr(5), &used);
+    if (used == name.size() - 5) return step;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string state_to_json(const TrainerState& s) {
+  json j = {{"step", s.step},
+            {"tokens", s.tokens},
+            {"loss_tokens", s.loss_tokens},
+            {"total_steps", s.total_steps},
+            {"world_size", s.world_size},
+            {"skipped_steps", s.skipped_steps},
+            {"consecutive_bad_steps", s.consecutive_bad_steps},
+            {"data_cursor", {{"epoch", s.cursor.epoch}, {"index", s.cursor.index}}},
+            // The data stream is a pure function of (seed, epoch, index) and the
+            // model has no dropout, so the cursor is the whole RNG state to keep.
+            {"rng", "stateless: data keyed by (run.seed, epoch, index)"}};
+  return j.dump(2) + "\n";
+}
+
+TrainerState state_from_json(const std::string& text, const std::string& source) {
+  try {
+    json j = json::parse(text);
+    TrainerState s;
+    s.step = j.at("step").get<int64_t>();
+    s.tokens = j.at("tokens").get<int64_t>();
+    s.loss_tokens = j.value("loss_tokens", int64_t{0});
+    s.total_steps = j.at("total_steps").get<int64_t>();
+    s.world_size = j.value("world_size", int64_t{1});
+    s.skipped_steps = j.value("skipped_steps", int64_t{0});
+    s.consecutive_bad_steps = j.value("consecutive_bad_steps", int64_t{0});
+    s.cursor.epoch = j.at("data_cursor").at("epoch").get<int64_t>();
+    s.cursor.index = j.at("data_cursor").at("index").get<int64_t>();
+    return s;
+  } catch (const json::exception& e) {
+    throw InputError(source + ": not a valid trainer state: " + e.what());
+  }
+}
+
+void save_checkpoint(const fs::path& dir, const models::TransformerLM& model, const FusedAdamW& optimizer,
+                     const TrainerState& state, const Config& config) {
+  AtomicDir out(dir);
+  models::save_model_dir(model, out.path().string());
+  models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer.state_dict());
+  write_file_atomic(out.path() / "trainer_state.json", state_to_json(state));
+  write_file_atomic(out.path() / "config.yaml", to_yaml(config));
+  out.commit();
+}
+
+std::optional<CheckpointRef> newest_checkpoint(const fs::path& run_dir) {
+  std::vector<fs::path> candidates;
+  if (fs::is_directory(run_dir / "checkpoints"))
+    for (const auto& e : fs::directory_iterator(run_dir / "checkpoints"))
+      if (e.is_directory() && step_of(e.path())) candidates.push_back(e.path());
+  if (fs::exists(run_dir / "final" / "trainer_state.json")) candidates.push_back(run_dir / "final");
+  std::optional<CheckpointRef> best;
+  for (const auto& dir : candidates) {
+    const fs::path state_file = dir / "trainer_state.json";
+    if (!fs::exists(state_file)) continue;
+    TrainerState state = state_from_json(read_file(state_file, "trainer state"), state_file.string());
+    if (!best || state.step > best->state.step) best = CheckpointRef{dir, state};
+  }
+  return best;
+}
+
+void check_resume_compatible(const fs::path& checkpoint_dir, const Config& config, int64_t world_size,
+                             const std::vector<std::string>& extra_keys) {
+  const fs::path saved_config = checkpoint_dir / "config.yaml";
+  YAML::Node saved;
+  try {
+    saved = YAML::Load(read_file(saved_config, "checkpoint config"));
+  } catch (const YAML::Exception& e) {
+    throw InputError(saved_config.string() + ": " + e.what());
+  }
+  const YAML::Node current = YAML::Load(to_yaml(config));
+  std::vector<std::string> differences;
+  // Optimizer hyperparameters, logging and evaluation settings may change on resume.
+  std::vector<std::string> keys = keys_with(KeyRole::resume);
+  keys.insert(keys.end(), extra_keys.begin(), extra_keys.end());
+  for (const auto& key : keys) {
+    const std::string then = key_text(saved, key), now = key_text(current, key);
+    if (then != now) differences.push_back(key + ": checkpoint has " + then + ", config has " + now);
+  }
+  const TrainerState state =
+      state_from_json(read_file(checkpoint_dir / "trainer_state.json", "trainer state"), (checkpoint_dir / "trainer_state.json").string());
+  if (state.world_size != world_size)
+    differences.push_back("world size: checkpoint was written by " + std::to_string(state.world_size) +
+                          " ranks, this run has " + std::to_string(world_size));
+  if (!differences.empty()) {
+    std::string message = "cannot resume from " + checkpoint_dir.string() + ": its config differs:";
+    for (const auto& d : differences) message += "\n  " + d;
+    throw InputError(message);
+  }
+}
+
+void load_checkpoint(const fs::path& dir, models::TransformerLM& model, FusedAdamW& optimizer) {
+  model->load_tensors(models::read_safetensors((dir / "model.safetensors").string()), (dir / "model.safetensors").string());
+  optimizer.load_state_dict(models::read_safetensors((dir / "optimizer.safetensors").string()));
+}
+
+void prune_checkpoints(const fs::path& run_dir, int64_t keep_last) {
+  if (fs::is_directory(run_dir))
+    for (const auto& e : fs::directory_iterator(run_dir))
+      if (e.path().filename().string().rfind("final.tmp-", 0) == 0) {
+        std::error_code ec;
+        fs::remove_all(e.path(), ec);
+      }
+  const fs::path dir = run_dir / "checkpoints";
+  if (!fs::is_directory(dir)) return;
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (is_incomplete_write(e.path())) {
+      std::error_code ec;
+      fs::remove_all(e.path(), ec);
+    } else if (auto step = step_of(e.path())) {
+      steps.emplace_back(*step, e.path());
+    }
+  }
+  if (keep_last <= 0 || static_cast<int64_t>(steps.size()) <= keep_last) return;
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < steps.size(); ++i) fs::remove_all(steps[i].second);
+}
+
+}  // namespace segtrain::trainer

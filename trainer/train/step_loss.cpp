@@ -1,0 +1,28 @@
+#include "trainer/train/step_loss.h"
+
+#include "data/sampler.h"
+
+namespace segtrain::trainer {
+
+MicroBatch to_tensors(const data::Batch& b, const c10::Device& device) {
+  const std::vector<int64_t> shape = {b.batch_size, b.length};
+  auto as_tensor = [&](const std::vector<int32_t>& v) {
+    return at::from_blob(const_cast<int32_t*>(v.data()), shape, at::kInt).to(at::kLong);
+  };
+  MicroBatch m;
+  at::Tensor mask = at::from_blob(const_cast<uint8_t*>(b.loss_mask.data()), shape, at::kByte).to(at::kBool);
+  // A target the sampler marked as absent is never scored, whatever the mask says.
+  mask = mask & (as_tensor(b.targets) != data::kNoTarget);
+  m.tokens = as_tensor(b.tokens).to(device);
+  m.positions = as_tensor(b.positions).to(device);
+  m.targets = at::where(mask, as_tensor(b.targets), at::full({}, data::kNoTarget, at::kLong)).to(device);
+  m.loss_tokens = mask.sum().item<int64_t>();
+  return m;
+}
+
+at::Tensor summed_loss(const at::Tensor& logits, const at::Tensor& targets) {
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape(-1), {},
+                                at::Reduction::Sum, data::kNoTarget);
+}
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,386 @@
+// The training loop, readable top to bottom: Trainer's constructor sets the run
+// up (checkpoint to resume, device, process group, model, optimizer, data,
+// budget); train() is the loop; each step fetches the micro-batches, takes the
+// masked cross-entropy over the loss tokens of the whole step, clips and
+// updates; the Cadence decides when to log, save and evaluate.
+#include "trainer/train/trainer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <iomanip>
+#include <memory>
+#include <optional>
+
+#include "common/atomic_write.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/signals.h"
+#include "data/loader.h"
+#include "data/token_store.h"
+#include "data/tokenizer.h"
+#include "models/positions.h"
+#include "trainer/eval/eval_outputs.h"
+#include "trainer/eval/passkey.h"
+#include "trainer/eval/perplexity.h"
+#include "trainer/train/budget.h"
+#include "trainer/train/cadence.h"
+#include "trainer/train/device.h"
+#include "trainer/train/distributed.h"
+#include "trainer/train/lr_schedule.h"
+#include "trainer/train/metrics.h"
+#include "trainer/train/model_setup.h"
+#include "trainer/train/optimizer.h"
+#include "trainer/train/run_checkpoint.h"
+#include "trainer/train/step_loss.h"
+
+namespace segtrain::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string where(const LoadedConfig& loaded, const std::string& key) {
+  auto it = loaded.origins.find(key);
+  return (it != loaded.origins.end() ? it->second : loaded.source + " (default)") + ": " + key;
+}
+
+// Global-norm clipping with two foreach kernels instead of a loop over parameters.
+double clip_gradients(const std::vector<at::Tensor>& params, double max_norm) {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  const double norm = at::stack(at::_foreach_norm(grads, 2, at::kFloat)).norm().item<double>();
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
+  return norm;
+}
+
+AdamWOptions adamw_options(const TrainConfig& t) {
+  AdamWOptions o;
+  o.lr = t.lr;
+  o.beta1 = t.betas[0];
+  o.beta2 = t.betas[1];
+  o.eps = t.eps;
+  o.weight_decay = t.weight_decay;
+  o.no_decay = t.no_decay;
+  return o;
+}
+
+// What one optimizer step measured.
+struct StepResult {
+  double loss = 0;  // mean over the step's loss tokens, all ranks
+  double lr = 0;
+  double grad_norm = 0;
+  int64_t loss_tokens = 0;
+};
+
+// Where the run's files are, which checkpoint it continues from, and its log file.
+struct RunDirectory {
+  fs::path dir;
+  std::optional<CheckpointRef> resume_from;
+  std::unique_ptr<log::ScopedFile> log_file;
+};
+
+// A launcher restart (segtrain-launch, torchrun) continues the interrupted run;
+// otherwise an existing run is only continued with --resume.
+RunDirectory open_run_directory(const Config& c, const DistributedEnv& dist, bool resume_requested) {
+  RunDirectory run{c.run.output_dir, newest_checkpoint(c.run.output_dir), nullptr};
+  const bool resume = resume_requested || (dist.restart > 0 && run.resume_from.has_value());
+  if (!resume && run.resume_from)
+    throw InputError("run.output_dir: '" + run.dir.string() + "' already holds a run (" +
+                     run.resume_from->dir.string() + "); use --resume to continue it or choose another output_dir");
+  if (resume && !run.resume_from)
+    throw InputError("--resume: '" + run.dir.string() + "' has no complete checkpoint to continue from");
+  if (resume) check_resume_compatible(run.resume_from->dir, c, dist.world_size);
+  if (!resume) run.resume_from.reset();
+  fs::create_directories(run.dir);
+  if (c.run.log_all_ranks) {
+    fs::create_directories(run.dir / "logs");
+    run.log_file = std::make_unique<log::ScopedFile>((run.dir / "logs" / ("rank-" + std::to_string(dist.rank) + ".log")).string());
+  } else if (dist.rank == 0) {
+    run.log_file = std::make_unique<log::ScopedFile>((run.dir / "train.log").string());
+  }
+  return run;
+}
+
+class Trainer {
+ public:
+  Trainer(const LoadedConfig& loaded, bool resume);
+
+  void train();
+  void save_final();
+  void evaluate_final();
+
+ private:
+  StepResult train_step();
+  void log_step(const StepResult& step);
+  void save(const fs::path& dir);
+  void save_step_checkpoint() { save(run_.dir / "checkpoints" / ("step-" + std::to_string(state_.step))); }
+  void stop_if_signalled();
+  void evaluate_during_training();
+  std::vector<double> global_sum(std::vector<double> values);
+
+  const LoadedConfig& loaded_;
+  const Config& c_;
+  DistributedEnv dist_;
+  RunDirectory run_;
+  bool writer_;  // rank 0 writes the run directory
+  c10::Device device_;
+  std::unique_ptr<ProcessGroup> group_;
+  data::TokenStore store_;
+  models::ModelConfig model_config_;
+  models::TransformerLM model_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<FusedAdamW> optimizer_;
+  TrainerState state_;
+  std::unique_ptr<data::Loader> loader_;
+  TrainingPlan plan_;
+  LrSchedule schedule_;
+  std::unique_ptr<Cadence> cadence_;
+  std::unique_ptr<Metrics> metrics_;
+  // Throughput since the last logged step.
+  Clock::time_point window_start_ = Clock::now();
+  int64_t window_tokens_ = 0, window_steps_ = 0;
+};
+
+Trainer::Trainer(const LoadedConfig& loaded, bool resume)
+    : loaded_(loaded),
+      c_(loaded.config),
+      dist_(read_distributed_env()),
+      run_(open_run_directory(c_, dist_, resume)),
+      writer_(dist_.rank == 0),
+      device_(pick_device(c_.run.device, dist_.local_rank)),
+      group_(connect(dist_, c_.distributed, device_)),
+      store_(data::TokenStore::open(c_.data.store)),
+      model_config_(run_model_config(loaded, store_.vocab_size())),
+      model_(nullptr) {
+  if (group_)
+    log::info("rank ", dist_.rank, " of ", dist_.world_size, " connected through ", dist_.master_addr, ":",
+              dist_.master_port);
+  at::set_num_threads(static_cast<int>(thread_count(c_.run.threads)));
+  if (c_.eval.passkey_trials > 0 && !fs::exists(fs::path(c_.data.store) / "tokenizer.model"))
+    throw InputError(where(loaded, "eval.passkey_trials") + ": the store '" + c_.data.store +
+                     "' has no sentencepiece tokenizer.model to write passkey prompts with");
+  // A learned table has no rows past its end: say so now, not after training.
+  if (models::position_scheme(model_config_.arch) == models::PositionScheme::learned)
+    for (int64_t length : c_.eval.lengths)
+      if (length > models::ape_rows(model_config_))
+        throw InputError(where(loaded, "eval.lengths") + ": length " + std::to_string(length) +
+                         " is longer than the model's " + std::to_string(models::ape_rows(model_config_)) +
+                         " positions; evaluate an extended model (model.extension.method: interpolate) or drop it");
+
+  model_ = build_model(loaded, model_config_);
+  model_->to(device_);
+  model_->train();
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& item : model_->named_parameters()) {
+    named.emplace_back(item.key(), item.value());
+    params_.push_back(item.value());
+  }
+  if (group_) {  // every rank starts from rank 0's weights
+    std::vector<at::Tensor> data;
+    for (const auto& p : params_) data.push_back(p.detach());
+    group_->broadcast(data);
+    // Sums gradients over ranks in buckets while the step's last backward runs.
+    sync_ = std::make_unique<GradientSync>(*group_, params_,
+                                           static_cast<int64_t>(c_.distributed.bucket_mb * (1 << 20)));
+  }
+  optimizer_ = std::make_unique<FusedAdamW>(named, adamw_options(c_.train));
+  state_.world_size = dist_.world_size;
+  if (run_.resume_from) {
+    load_checkpoint(run_.resume_from->dir, model_, *optimizer_);
+    state_ = run_.resume_from->state;
+    log::info("resuming from ", run_.resume_from->dir.string(), " at step ", state_.step);
+  }
+
+  data::LoaderOptions loader_options;
+  loader_options.seed = static_cast<uint64_t>(c_.run.seed);
+  loader_options.rank = dist_.rank;
+  loader_options.world_size = dist_.world_size;
+  loader_options.micro_batch_size = c_.train.micro_batch_size;
+  loader_options.start = state_.cursor;
+  loader_options.threads = 1;
+  loader_ = std::make_unique<data::Loader>(store_, c_.data, loader_options);
+  plan_ = plan_training(c_, loader_->samples_per_epoch(), loader_->sample_length(), dist_.world_size);
+  state_.total_steps = plan_.total_steps;
+  schedule_ = LrSchedule{c_.train.schedule, c_.train.lr, c_.train.min_lr, c_.train.warmup_steps, plan_.total_steps};
+  cadence_ = std::make_unique<Cadence>(c_.train, plan_.total_steps);
+
+  Config resolved = c_;
+  resolved.model.spec = model_config_;
+  if (writer_) write_file_atomic(run_.dir / "config.yaml", to_yaml(resolved));
+  log::info("run ", c_.run.name, ": ", data::describe(loader_->windows().stats, c_.data.extended_length));
+  log::info("plan: ", plan_.total_steps, " steps of ", plan_.global_batch, " x ", plan_.sample_length, " tokens = ",
+            plan_.total_steps * plan_.tokens_per_step, " tokens (", std::setprecision(3), plan_.epochs, " epochs of ",
+            plan_.samples_per_epoch, " windows); model ", model_config_.d_model, "x", model_config_.n_layers, " ",
+            enum_name(models::kArchs, model_config_.arch), " on ", device_.str(), ", ", at::get_num_threads(),
+            " threads");
+  metrics_ = std::make_unique<Metrics>(writer_ ? run_.dir : fs::path(), c_.train.tensorboard, state_.step,
+                                       plan_.total_steps);
+}
+
+void Trainer::train() {
+  while (!cadence_->finished(state_.step)) {
+    stop_if_signalled();
+    const StepResult step = train_step();
+    if (cadence_->should_log(state_.step)) log_step(step);
+    if (cadence_->should_checkpoint(state_.step)) save_step_checkpoint();
+    if (cadence_->should_evaluate(state_.step)) evaluate_during_training();
+  }
+  metrics_->newline();
+}
+
+// The loss is the mean over the loss tokens of the whole step (all micro-batches,
+// all ranks), so each micro-batch's summed loss is divided by that count.
+StepResult Trainer::train_step() {
+  StepResult result;
+  result.lr = schedule_.at(state_.step);
+  std::vector<MicroBatch> micro;
+  data::Cursor cursor_after;
+  for (int64_t k = 0; k < c_.train.grad_accum; ++k) {
+    data::Batch batch = loader_->next();
+    cursor_after = batch.cursor;
+    micro.push_back(to_tensors(batch, device_));
+    result.loss_tokens += micro.back().loss_tokens;
+  }
+  result.loss_tokens = static_cast<int64_t>(global_sum({static_cast<double>(result.loss_tokens)})[0]);
+  const double denominator = static_cast<double>(std::max<int64_t>(result.loss_tokens, 1));
+  double loss_sum = 0;
+  for (size_t k = 0; k < micro.size(); ++k) {
+    at::Tensor logits;
+    {
+      Autocast autocast(c_.train.precision == Precision::bf16, device_.type());
+      logits = model_->forward(micro[k].tokens, micro[k].positions);
+    }
+    at::Tensor loss = summed_loss(logits, micro[k].targets);
+    if (sync_ && k + 1 == micro.size()) sync_->arm();  // the last micro-batch's backward all-reduces
+    (loss / denominator).backward();
+    loss_sum += loss.item<double>();
+  }
+  if (sync_) sync_->finish();
+  result.loss = global_sum({loss_sum})[0] / denominator;
+  state_.cursor = cursor_after;
+  state_.tokens += plan_.tokens_per_step;
+  state_.loss_tokens += result.loss_tokens;
+
+  // A non-finite loss or gradient never reaches the weights; a step without
+  // loss tokens (possible with prefix) has nothing to learn from.
+  result.grad_norm = std::isfinite(result.loss) ? clip_gradients(params_, c_.train.grad_clip) : result.loss;
+  if (!std::isfinite(result.loss) || !std::isfinite(result.grad_norm)) {
+    ++state_.skipped_steps;
+    ++state_.consecutive_bad_steps;
+    log::warn("step ", state_.step + 1, ": non-finite ", std::isfinite(result.loss) ? "gradient norm" : "loss",
+              "; step skipped (", state_.consecutive_bad_steps, " in a row)");
+    if (state_.consecutive_bad_steps >= c_.train.max_bad_steps)
+      throw std::runtime_error("aborting: " + std::to_string(state_.consecutive_bad_steps) +
+                               " consecutive steps had a non-finite loss (train.max_bad_steps); check the learning "
+                               "rate, the precision and the initial weights");
+  } else {
+    state_.consecutive_bad_steps = 0;
+    if (result.loss_tokens > 0) optimizer_->step(result.lr);
+  }
+  optimizer_->zero_grad();
+  ++state_.step;
+  window_tokens_ += plan_.tokens_per_step;
+  ++window_steps_;
+  return result;
+}
+
+void Trainer::log_step(const StepResult& step) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - window_start_).count();
+  const double seconds_per_step = seconds / static_cast<double>(std::max<int64_t>(window_steps_, 1));
+  metrics_->record({{"step", state_.step},
+                    {"tokens", state_.tokens},
+                    {"loss", step.loss},
+                    {"lr", step.lr},
+                    {"grad_norm", step.grad_norm},
+                    {"tokens_per_s", static_cast<double>(window_tokens_) / std::max(seconds, 1e-9)},
+                    {"loss_tokens", step.loss_tokens},
+                    {"skipped_steps", state_.skipped_steps}},
+                   seconds_per_step * static_cast<double>(plan_.total_steps - state_.step));
+  window_start_ = Clock::now();
+  window_tokens_ = window_steps_ = 0;
+}
+
+// Rank 0 writes; the others wait so nobody runs ahead of a checkpoint.
+void Trainer::save(const fs::path& dir) {
+  if (writer_) {
+    save_checkpoint(dir, model_, *optimizer_, state_, c_);
+    prune_checkpoints(run_.dir, c_.train.keep_last);
+  }
+  if (group_) group_->barrier();
+}
+
+// Every rank stops at the same step when any of them was signalled.
+void Trainer::stop_if_signalled() {
+  int signal = stop_signal();
+  if (group_ && global_sum({static_cast<double>(signal)})[0] > 0 && signal == 0) signal = SIGTERM;
+  if (!signal) return;
+  metrics_->newline();
+  save_step_checkpoint();
+  log::warn("signal ", signal, ": saved step ", state_.step, "; continue with --resume");
+  throw Interrupted(signal);
+}
+
+void Trainer::evaluate_during_training() {
+  metrics_->newline();
+  try {
+    const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), perplexity_options(c_.eval));
+    metrics_->eval_scalars(results, state_.step);
+    for (const auto& r : results) log::info("step ", state_.step, " eval L=", r.length, " ppl ", r.ppl);
+  } catch (const Interrupted& stop) {
+    save_step_checkpoint();  // the signal arrived during evaluation: keep this step's state
+    log::warn("signal ", stop.signal, ": saved step ", state_.step, "; continue with --resume");
+    throw;
+  }
+}
+
+void Trainer::save_final() {
+  save(run_.dir / "final");
+  if (dist_.world_size > 1 || c_.run.log_all_ranks) {
+    double checksum = 0;
+    for (const auto& p : params_) checksum += p.detach().to(at::kDouble).sum().item<double>();
+    log::info("rank ", dist_.rank, " final parameter checksum ", std::setprecision(17), checksum);
+  }
+  log::info("trained ", state_.step, " steps, ", state_.tokens, " tokens (", state_.loss_tokens, " in the loss, ",
+            state_.skipped_steps, " steps skipped); saved ", (run_.dir / "final").string());
+}
+
+void Trainer::evaluate_final() {
+  const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), perplexity_options(c_.eval));
+  metrics_->eval_scalars(results, state_.step);
+  if (!writer_) return;
+  const EvalOutputs outputs = run_eval_outputs(run_.dir, c_.eval.per_position);
+  write_eval_outputs(outputs, c_.run.name, results, {});  // perplexity is kept even if the passkey test fails
+  log_perplexity(c_.eval.split, results);
+  if (c_.eval.passkey_trials == 0) return;
+  const auto tokenizer = data::Tokenizer::load((fs::path(c_.data.store) / "tokenizer.model").string());
+  const auto passkey = passkey_accuracy(model_, tokenizer, c_.eval.passkey_style, c_.eval.lengths,
+                                        c_.eval.passkey_trials, static_cast<uint64_t>(c_.run.seed));
+  write_eval_outputs(outputs, c_.run.name, results, passkey);
+  log_passkey(passkey);
+}
+
+// Sums over ranks (identity for one process), so every rank takes the same decisions.
+std::vector<double> Trainer::global_sum(std::vector<double> values) {
+  if (!group_) return values;
+  std::vector<at::Tensor> t{at::tensor(values, at::kDouble)};
+  group_->all_reduce_sum(t);
+  return std::vector<double>(t[0].data_ptr<double>(), t[0].data_ptr<double>() + values.size());
+}
+
+}  // namespace
+
+int run_training(const LoadedConfig& loaded, bool resume, bool final_eval) {
+  Trainer trainer(loaded, resume);
+  trainer.train();
+  trainer.save_final();
+  if (final_eval) trainer.evaluate_final();
+  throw_if_stopped();  // final/ is saved; a signal during the evaluation still ends with 128 + signal
+  return 0;
+}
+
+}  // namespace segtrain::trainer
