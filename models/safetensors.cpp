@@ -140,17 +140,19 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  // The file is built in memory (one extra copy of the weights; device tensors are
-  // brought to the CPU one at a time) and written atomically: no half file on a crash.
-  std::string file;
-  file.reserve(8 + text.size() + offset);
-  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>((text.size() >> (8 * i)) & 0xff));
-  file += text;
+  // Streamed tensor by tensor (device tensors come to the CPU one at a time, so
+  // saving never holds a second copy of the weights) into a file that appears
+  // whole or not at all.
+  AtomicFile file(path);
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>((text.size() >> (8 * i)) & 0xff);
+  file.write(length, sizeof length);
+  file.write(text.data(), text.size());
   for (const auto& [name, t] : tensors) {
     const auto c = t.detach().to(at::kCPU).contiguous();
-    if (c.numel() > 0) file.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+    file.write(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
   }
-  write_file_atomic(path, file);
+  file.commit();
 }
 
 bool has_safetensors(const std::string& dir) {
