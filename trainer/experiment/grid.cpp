@@ -56,33 +56,31 @@ void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const Loa
                        " or choose another experiment.output_dir");
     return;
   }
+  // The corpus text and the store are built beside their places and renamed in
+  // (AtomicDir); what a killed build leaves is a .tmp- sibling, removed here. A
+  // stop requested meanwhile takes effect once the store is in place.
   fs::create_directories(dir);
-  // The store is built beside its place and renamed in: a killed prepare leaves
-  // only a .partial folder that the next attempt replaces. A stop requested
-  // meanwhile takes effect once the store is in place.
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (is_incomplete_write(entry.path())) fs::remove_all(entry.path());
   std::vector<std::string> inputs = corpus.inputs;
   if (corpus.synthetic) {
     // Written afresh with the store (it takes seconds), so it always matches the fingerprint.
-    const fs::path text = dir / "corpus", partial = dir / "corpus.partial";
-    fs::remove_all(partial);
+    AtomicDir text(dir / "corpus");
     log::info("experiment ", corpus.name, ": writing the synthetic corpus");
-    data::write_synth_corpus(partial.string(), *corpus.synthetic);
-    fs::remove_all(text);
-    fs::rename(partial, text);
-    inputs = {(text / "train.jsonl").string(), (text / "valid.jsonl").string()};
+    data::write_synth_corpus(text.path().string(), *corpus.synthetic);
+    text.commit();
+    inputs = {(text.final_path() / "train.jsonl").string(), (text.final_path() / "valid.jsonl").string()};
   }
-  const fs::path partial = dir / "store.partial";
-  fs::remove_all(partial);
+  AtomicDir staged_store(store);
   data::PrepareOptions p;
   p.inputs = inputs;
-  p.out = partial.string();
+  p.out = staged_store.path().string();
   p.vocab_size = corpus.vocab_size;
   p.valid_fraction = corpus.valid_fraction;
   p.seed = base_template.config.run.seed;
   log::info("experiment ", corpus.name, ": tokenizing into ", store.string());
   data::prepare_store(p);
-  fs::remove_all(store);
-  fs::rename(partial, store);
+  staged_store.commit();
   write_file_atomic(made_from, fingerprint.dump(2) + "\n");
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/atomic_write.h"
+#include "common/file_io.h"
 #include "common/log.h"
 
 namespace segtrain::trainer {
@@ -76,7 +77,7 @@ void Metrics::newline() {
 
 void Metrics::keep_lines_up_to(int64_t step) {
   if (!fs::exists(path_)) return;
-  std::ifstream in(path_);
+  std::istringstream in(read_file(path_, "metrics"));
   std::string kept, line;
   while (std::getline(in, line)) {
     try {
