@@ -94,15 +94,17 @@ struct ScopedFile::Sink {
   std::shared_ptr<spdlog::sinks::basic_file_sink_mt> file;
 };
 
-ScopedFile::ScopedFile(const std::string& path) : sink_(new Sink{open_file(path)}) {
+ScopedFile::ScopedFile(const std::string& path) : sink_(std::make_unique<Sink>(Sink{open_file(path)})) {
   current();  // the logger exists before its first file
   g_files->add_sink(sink_->file);
 }
 
 ScopedFile::~ScopedFile() {
-  sink_->file->flush();
+  try {
+    sink_->file->flush();
+  } catch (const std::exception&) {  // the error that unwinds us says what went wrong
+  }
   g_files->remove_sink(sink_->file);
-  delete sink_;
 }
 
 bool enabled(Level level) { return level >= g_level && level != Level::off; }

@@ -2,6 +2,7 @@
 // Rank-aware logging. The interface is free of fmt and spdlog on purpose: this
 // header is included next to LibTorch, whose bundled fmt differs from the one
 // Debian's spdlog was built with. Messages are assembled with operator<<.
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -30,13 +31,13 @@ void init(const Options& options);
 class ScopedFile {
  public:
   explicit ScopedFile(const std::string& path);
-  ~ScopedFile();
+  ~ScopedFile();  // never throws: a failing flush (disk full) must not abort the process
   ScopedFile(const ScopedFile&) = delete;
   ScopedFile& operator=(const ScopedFile&) = delete;
 
  private:
   struct Sink;
-  Sink* sink_;
+  std::unique_ptr<Sink> sink_;
 };
 bool enabled(Level level);
 void write(Level level, const std::string& message);

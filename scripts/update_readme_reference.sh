@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's config reference from the schema (trainer/config_schema.cpp).
+# Regenerates the README's config reference from the schema (trainer/config/schema.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BUILD_DIR:-build}/trainer/segtrain

@@ -51,6 +51,7 @@ TEST(Cli, UsageErrorsExitTwo) {
       {"fly"},                                 // unknown subcommand
       {"synth"},                               // missing required --out
       {"synth", "--out", "x", "--docs", "-3"}, // invalid number
+      {"synth", "--out", "x", "--seed", "-1"}, // a seed is never negative
       {"eval", "--model", "m", "--data", "d", "--lengths", "256,abc", "--out", "o"},
       {"config", "check"},                     // missing file
       {"config", "check", "/nonexistent/config.yaml"},

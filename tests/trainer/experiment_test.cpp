@@ -199,6 +199,8 @@ TEST(Experiment, BadFilesExitTwoNamingTheLineAndKey) {
        ":4:16: experiment.corpora[0].inputs: '/nonexistent/linux-doc-6.1' does not exist (scripts/setup.sh installs"},
       {"grid key in set", corpus + "  extend:\n    set: {data.sampler.method: full}\n",
        ":6:11: experiment.extend.set.data.sampler.method: the experiment sets this key"},
+      {"evaluation lengths in set", corpus + "  base:\n    set: {eval.lengths: [64]}\n",
+       ":6:11: experiment.base.set.eval.lengths: the experiment sets this key"},
       {"budget of trained rows", corpus + "  extend:\n    set: {train.budget.tokens: 5}\n",
        "experiment.extend.set.train.budget.tokens: every trained row has the compute-equivalent budget"},
       {"bad value in set", corpus + "  base:\n    set: {train.lr: fast}\n", ":6:11: --set train.lr=fast: train.lr: expected"},

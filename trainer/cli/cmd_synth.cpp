@@ -13,7 +13,7 @@ void add_synth(CLI::App& app, Chosen& chosen) {
   s->add_option("--docs", o->documents, "Number of documents")->check(CLI::PositiveNumber);
   s->add_option("--min-tokens", o->min_words, "Shortest document, in words")->check(CLI::PositiveNumber);
   s->add_option("--max-tokens", o->max_words, "Longest document, in words")->check(CLI::PositiveNumber);
-  s->add_option("--seed", o->seed, "Random seed");
+  s->add_option("--seed", o->seed, "Random seed")->check(CLI::NonNegativeNumber);
   choose_on(s, chosen, "synth", OnSignal::exit_now, [o, out] {
     const auto r = data::write_synth_corpus(*out, *o);
     log::info("synth: wrote ", r.train_documents, " train and ", r.valid_documents, " valid documents (", r.words,

@@ -62,9 +62,9 @@ void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_nam
     write_file_atomic(outputs.per_position_svg, per_position_svg(results, model_name));
 }
 
-void log_perplexity(const std::string& split, const std::vector<LengthResult>& results) {
+void log_perplexity(const std::string& label, const std::vector<LengthResult>& results) {
   for (const auto& r : results)
-    log::info("eval ", split, " L=", r.length, ": ppl ", r.ppl, " (loss ", r.loss, ") over ", r.tokens, " tokens in ",
+    log::info(label, "L=", r.length, ": ppl ", r.ppl, " (loss ", r.loss, ") over ", r.tokens, " tokens in ",
               r.sequences, " sequences");
 }
 

@@ -32,7 +32,8 @@ EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_posi
 void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_name,
                         const std::vector<LengthResult>& results, const std::vector<PasskeyResult>& passkey);
 
-void log_perplexity(const std::string& split, const std::vector<LengthResult>& results);
+// One line per length, after `label` ("eval valid ", or nothing).
+void log_perplexity(const std::string& label, const std::vector<LengthResult>& results);
 void log_passkey(const std::vector<PasskeyResult>& passkey);
 
 }  // namespace segtrain::trainer

@@ -50,7 +50,7 @@ void evaluate_stored_model(const EvalOptions& options) {
   }
   write_eval_outputs(outputs, options.model, results, passkey);
   log_passkey(passkey);
-  log_perplexity(options.split, results);
+  log_perplexity("", results);
 }
 
 }  // namespace segtrain::trainer

@@ -107,12 +107,6 @@ std::optional<YAML::Node> section(MapReader& parent, const std::string& key) {
   return node;
 }
 
-// Keys the grid sets itself for every run; a `set:` may not touch them.
-const char* const kGridKeys[] = {"run.output_dir", "run.name", "model.init", "model.extension.method",
-                                 "model.extension.factor", "model.extension.original_length", "data.store",
-                                 "data.extended_length", "data.sampler.method", "data.sampler.alpha",
-                                 "train.budget.compute_equivalent"};
-
 std::vector<Assignment> read_set(MapReader& parent, const std::string& key, const std::string& path) {
   std::vector<Assignment> out;
   auto map = section(parent, key);
@@ -122,7 +116,7 @@ std::vector<Assignment> read_set(MapReader& parent, const std::string& key, cons
     for (auto it = set->begin(); it != set->end(); ++it) {
       const std::string name = it->first.Scalar();
       const std::string where = location(parent.source(), it->first.Mark());
-      if (std::find(std::begin(kGridKeys), std::end(kGridKeys), name) != std::end(kGridKeys)) {
+      if (is_grid_key(name)) {
         parent.errors().push_back(where + ": " + path + ".set." + name +
                                   ": the experiment sets this key for every run; it cannot be overridden here");
         continue;

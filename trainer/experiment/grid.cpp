@@ -60,8 +60,10 @@ void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const Loa
   // (AtomicDir); what a killed build leaves is a .tmp- sibling, removed here. A
   // stop requested meanwhile takes effect once the store is in place.
   fs::create_directories(dir);
+  std::vector<fs::path> leftovers;
   for (const auto& entry : fs::directory_iterator(dir))
-    if (is_incomplete_write(entry.path())) fs::remove_all(entry.path());
+    if (is_incomplete_write(entry.path())) leftovers.push_back(entry.path());
+  for (const auto& path : leftovers) fs::remove_all(path);
   std::vector<std::string> inputs = corpus.inputs;
   if (corpus.synthetic) {
     // Written afresh with the store (it takes seconds), so it always matches the fingerprint.

@@ -2,6 +2,9 @@
 // configs it derives from the template (experiment/plan.h).
 #include "trainer/experiment/plan.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "common/error.h"
 #include "models/model_io.h"
 #include "trainer/config/model_ref.h"
@@ -41,9 +44,15 @@ models::ExtensionMethod train_extension(const ExperimentConfig& x, const CorpusS
 
 namespace {
 
+const char* const kGridKeys[] = {"run.output_dir", "run.name", "model.init", "model.extension.method",
+                                 "model.extension.factor", "model.extension.original_length", "data.store",
+                                 "data.extended_length", "data.sampler.method", "data.sampler.alpha",
+                                 "train.budget.compute_equivalent", "eval.lengths"};
+
 // Sets a key the grid owns, recording where it came from for error messages.
 template <class T>
 void grid_set(LoadedConfig& run, const std::string& key, T& field, const T& value, const std::string& label) {
+  if (!is_grid_key(key)) throw std::logic_error("experiment plan sets " + key + ", which is not a grid key");
   field = value;
   run.origins[key] = run.source + " (experiment grid, run " + label + ")";
 }
@@ -60,6 +69,10 @@ void apply_assignments(LoadedConfig& run, const std::vector<Assignment>& assignm
 }
 
 }  // namespace
+
+bool is_grid_key(const std::string& key) {
+  return std::find(std::begin(kGridKeys), std::end(kGridKeys), key) != std::end(kGridKeys);
+}
 
 std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const CorpusSpec& corpus) {
   std::vector<PlannedRun> runs;

@@ -24,6 +24,10 @@ models::Arch base_arch(const ExperimentConfig& x, const CorpusSpec& corpus);
 std::vector<models::ExtensionMethod> ootb_rows(const ExperimentConfig& x, const CorpusSpec& corpus);
 models::ExtensionMethod train_extension(const ExperimentConfig& x, const CorpusSpec& corpus);
 
+// Keys the grid sets itself for every run (plan_training_runs sets no other);
+// an experiment's `base.set` / `extend.set` may not touch them.
+bool is_grid_key(const std::string& key);
+
 struct PlannedRun {
   std::string label;  // "base", "x2/chunk-0.25"
   int64_t factor = 1;

@@ -122,7 +122,6 @@ class Trainer {
   void evaluate_during_training();
   std::vector<double> global_sum(std::vector<double> values);
 
-  const LoadedConfig& loaded_;
   const Config& c_;
   DistributedEnv dist_;
   RunDirectory run_;
@@ -142,13 +141,12 @@ class Trainer {
   std::unique_ptr<Cadence> cadence_;
   std::unique_ptr<Metrics> metrics_;
   // Throughput since the last logged step.
-  Clock::time_point window_start_ = Clock::now();
+  Clock::time_point window_start_;
   int64_t window_tokens_ = 0, window_steps_ = 0;
 };
 
 Trainer::Trainer(const LoadedConfig& loaded, bool resume)
-    : loaded_(loaded),
-      c_(loaded.config),
+    : c_(loaded.config),
       dist_(read_distributed_env()),
       run_(open_run_directory(c_, dist_, resume)),
       writer_(dist_.rank == 0),
@@ -223,6 +221,7 @@ Trainer::Trainer(const LoadedConfig& loaded, bool resume)
 }
 
 void Trainer::train() {
+  window_start_ = Clock::now();
   while (!cadence_->finished(state_.step)) {
     stop_if_signalled();
     const StepResult step = train_step();
@@ -355,7 +354,7 @@ void Trainer::evaluate_final() {
   if (!writer_) return;
   const EvalOutputs outputs = run_eval_outputs(run_.dir, c_.eval.per_position);
   write_eval_outputs(outputs, c_.run.name, results, {});  // perplexity is kept even if the passkey test fails
-  log_perplexity(c_.eval.split, results);
+  log_perplexity("eval " + c_.eval.split + " ", results);
   if (c_.eval.passkey_trials == 0) return;
   const auto tokenizer = data::Tokenizer::load((fs::path(c_.data.store) / "tokenizer.model").string());
   const auto passkey = passkey_accuracy(model_, tokenizer, c_.eval.passkey_style, c_.eval.lengths,
@@ -375,6 +374,7 @@ std::vector<double> Trainer::global_sum(std::vector<double> values) {
 }  // namespace
 
 int run_training(const LoadedConfig& loaded, bool resume, bool final_eval) {
+  throw_if_stopped();  // a signal while the command read its config: nothing to save yet
   Trainer trainer(loaded, resume);
   trainer.train();
   trainer.save_final();
