@@ -1,13 +1,21 @@
 # The two commands of the README: `make demo` (quickstart) and `make test`.
 # Both set up a fresh machine first (scripts/setup.sh is idempotent).
+# SEGTRAIN_CUDA=1 selects the CUDA configuration (.venv-cuda, build-cuda); `make build-cuda` is the same.
+ifeq ($(SEGTRAIN_CUDA),1)
+BUILD_DIR ?= build-cuda
+else
 BUILD_DIR ?= build
+endif
 export BUILD_DIR
 
-.PHONY: all setup build demo test bench experiments clean
+.PHONY: all setup build build-cuda demo test bench experiments clean
 all: build
 
 setup build:
 	@bash scripts/setup.sh
+
+build-cuda:
+	@SEGTRAIN_CUDA=1 BUILD_DIR=build-cuda bash scripts/setup.sh
 
 demo: build
 	@bash scripts/quickstart.sh

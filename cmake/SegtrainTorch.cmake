@@ -12,6 +12,17 @@ if(NOT Torch_DIR AND NOT CMAKE_PREFIX_PATH MATCHES "torch")
   endif()
   list(APPEND CMAKE_PREFIX_PATH ${_torch_prefix})
 endif()
+# A CUDA build of torch needs nvcc, a GPU architecture list and the CUDA
+# libraries of the nvidia-* pip packages found before Caffe2 looks for them.
+find_package(Python3 COMPONENTS Interpreter)
+set(_torch_cuda "")
+if(Python3_Interpreter_FOUND)
+  execute_process(COMMAND ${Python3_EXECUTABLE} -c "import torch; print(torch.version.cuda or '')"
+                  OUTPUT_VARIABLE _torch_cuda OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+endif()
+if(_torch_cuda)
+  include(SegtrainCuda)
+endif()
 find_package(Torch REQUIRED)
 
 # The wheel's TorchConfig appends its flags to CMAKE_CXX_FLAGS; keep only the ABI
@@ -57,6 +68,10 @@ if(_torch_inc)
 endif()
 if(SEGTRAIN_WITH_NCCL)
   target_include_directories(segtrain_torch SYSTEM INTERFACE ${SEGTRAIN_NCCL_INCLUDE_DIR})
+endif()
+if(SEGTRAIN_CUDA_INCLUDE_DIRS)
+  # ATen/cuda headers include cusparse.h, cublas_v2.h, ... from the nvidia-* packages.
+  target_include_directories(segtrain_torch SYSTEM INTERFACE ${SEGTRAIN_CUDA_INCLUDE_DIRS})
 endif()
 target_compile_definitions(segtrain_torch INTERFACE
   SEGTRAIN_WITH_CUDA=$<BOOL:${SEGTRAIN_WITH_CUDA}>

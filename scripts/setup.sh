@@ -1,19 +1,41 @@
 #!/usr/bin/env bash
 # Installs everything segtrain needs on a Debian 12 machine and builds it.
 # Idempotent: with nothing changed, a second run takes seconds.
-#   apt packages (scripts/apt-packages.txt) -> .venv with torch + test packages -> cmake configure -> build
+#   apt packages (scripts/apt-packages.txt) -> venv with torch + test packages -> cmake configure -> build
 # Environment: TORCH_VERSION (default 2.13.0), BUILD_DIR (default build), BUILD_TYPE (default Release),
-#              PYTHON (default python3), SEGTRAIN_SKIP_APT=1 to skip the apt step.
+#              PYTHON (default python3), SEGTRAIN_SKIP_APT=1 to skip the apt step,
+#              SEGTRAIN_CUDA=1 for the CUDA configuration: the CUDA build of torch (default 2.14.1) in
+#              .venv-cuda, built in build-cuda with nvcc ($CUDACXX, PATH, $CUDA_HOME or /usr/local/cuda)
+#              for TORCH_CUDA_ARCH_LIST (default 8.0;9.0 when no GPU is visible).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-TORCH_VERSION=${TORCH_VERSION:-2.13.0}
-BUILD_DIR=${BUILD_DIR:-build}
+CUDA=${SEGTRAIN_CUDA:-0}
+if [[ $CUDA == 1 ]]; then
+  TORCH_VERSION=${TORCH_VERSION:-2.14.1}
+  BUILD_DIR=${BUILD_DIR:-build-cuda}
+  VENV=$ROOT/.venv-cuda
+else
+  TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+  BUILD_DIR=${BUILD_DIR:-build}
+  VENV=$ROOT/.venv
+fi
 BUILD_TYPE=${BUILD_TYPE:-Release}
 PYTHON=${PYTHON:-python3}
-VENV=$ROOT/.venv
 
 say() { printf '[setup] %s\n' "$*" >&2; }
+# A missing piece of the CUDA configuration: what is missing and the fix, exit 2.
+missing() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }
+
+if [[ $CUDA == 1 ]]; then
+  NVCC=${CUDACXX:-}
+  [[ -z $NVCC ]] && NVCC=$(command -v nvcc || true)
+  for prefix in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    [[ -z $NVCC && -n $prefix && -x $prefix/bin/nvcc ]] && NVCC=$prefix/bin/nvcc
+  done
+  [[ -n $NVCC && -x $NVCC ]] || missing "SEGTRAIN_CUDA=1 needs nvcc (CUDA 12 or 13): install the CUDA toolkit and put nvcc on PATH, or set CUDACXX=/path/to/nvcc"
+  export CUDACXX=$NVCC
+fi
 
 # --- apt --------------------------------------------------------------------
 if [[ "${SEGTRAIN_SKIP_APT:-0}" != 1 ]]; then
@@ -45,10 +67,16 @@ if [[ "$(cat "$VENV/.segtrain-stamp" 2>/dev/null)" != "$want" ]]; then
   pip install -q -r scripts/requirements.txt "torch==$TORCH_VERSION"
   echo "$want" >"$VENV/.segtrain-stamp"
 fi
+if [[ $CUDA == 1 ]]; then
+  "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null ||
+    missing "torch==$TORCH_VERSION in $VENV is not a CUDA build: pick a CUDA release with TORCH_VERSION=2.x.y (the CPU wheel has no CUDA)"
+  "$VENV/bin/python" -c "import nvidia.nccl, os, sys; sys.exit(0 if any(os.path.exists(os.path.join(p, 'include', 'nccl.h')) for p in nvidia.nccl.__path__) else 1)" 2>/dev/null ||
+    missing "no nccl.h beside torch in $VENV: install the NCCL headers that match it (pip install nvidia-nccl-cu13, or -cu12 for a CUDA 12 torch)"
+fi
 
 # --- configure and build ----------------------------------------------------
 if [[ ! -f $BUILD_DIR/CMakeCache.txt ]] || ! grep -q "CMAKE_BUILD_TYPE:STRING=$BUILD_TYPE\$" "$BUILD_DIR/CMakeCache.txt"; then
-  say "configuring $BUILD_DIR ($BUILD_TYPE)"
+  say "configuring $BUILD_DIR ($BUILD_TYPE$([[ $CUDA == 1 ]] && echo ", CUDA with $NVCC"))"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
     -DPython3_EXECUTABLE="$VENV/bin/python" >/dev/null
 fi

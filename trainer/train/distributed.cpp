@@ -8,9 +8,11 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if SEGTRAIN_WITH_NCCL
 // Only on CUDA builds of LibTorch with c10d NCCL (cmake/SegtrainTorch.cmake
-// decides). Written against the 2.13 headers but never compiled or run here:
-// the machine this was developed on has no GPU and a CPU-only wheel.
+// decides). Compiled against torch 2.14.1+cu130 on a machine without a GPU;
+// never run there. The CUDA wheel's CMake flags define USE_C10D_NCCL already.
+#ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL  // ProcessGroupNCCL.hpp is empty without it
+#endif
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
