@@ -59,7 +59,7 @@ if [[ ! -x $VENV/bin/python ]]; then
   "$PYTHON" -m venv "$VENV"
 fi
 if [[ "$(cat "$VENV/.segtrain-stamp" 2>/dev/null)" != "$want" ]]; then
-  say "installing torch==$TORCH_VERSION and test packages into .venv"
+  say "installing torch==$TORCH_VERSION and test packages into $VENV"
   pip() { "$VENV/bin/pip" "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
   pip install -q --upgrade pip >/dev/null
   pip install -q "torch==$TORCH_VERSION"
