@@ -94,7 +94,6 @@ RunDirectory open_run_directory(const Config& c, const DistributedEnv& dist, boo
   if (resume && !run.resume_from)
     throw InputError("--resume: '" + run.dir.string() + "' has no complete checkpoint to continue from");
   if (resume) check_resume_compatible(run.resume_from->dir, c, dist.world_size);
-  if (!resume) run.resume_from.reset();
   fs::create_directories(run.dir);
   if (c.run.log_all_ranks) {
     fs::create_directories(run.dir / "logs");
