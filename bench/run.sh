@@ -1,26 +1,47 @@
 #!/usr/bin/env bash
-# `make bench`: runs every built benchmark (build/bench/*_bench) and every
-# bench/*_bench.sh script, and keeps its
-# JSON in bench/results/<name>.json; then prints a markdown summary.
+# `make bench`: runs every built benchmark ($BUILD_DIR/bench/*_bench) and every
+# bench/*_bench.sh script, keeps each one's JSON in bench/results/<name>.json,
+# then prints a markdown summary (bench/summarize.py).
+#   bench/run.sh [NAME...]   only the named benchmarks (e.g. gpu_speed_bench), and
+#                            a summary of those alone
+# The configuration (bench/env.sh): SEGTRAIN_CUDA=1 runs build-cuda with .venv-cuda.
+# A benchmark that cannot run here (the GPU ones without a visible GPU) prints
+# {"benchmark": ..., "skipped": "why"}, which the summary shows as such.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
+source bench/env.sh
 mkdir -p bench/results
 shopt -s nullglob
-ran=0
+wanted=("$@")
+selected() {
+  ((${#wanted[@]} == 0)) && return 0
+  local w
+  for w in "${wanted[@]}"; do [[ $w == "$1" ]] && return 0; done
+  return 1
+}
+ran=()
+run_one() {  # NAME COMMAND...
+  local name=$1
+  shift
+  echo "== $name" >&2
+  "$@" >"bench/results/$name.json.tmp"
+  mv "bench/results/$name.json.tmp" "bench/results/$name.json"
+  ran+=("$name")
+}
 for exe in "$BUILD_DIR"/bench/*_bench; do
   name=$(basename "$exe")
-  echo "== $name" >&2
-  "$exe" >"bench/results/$name.json.tmp"
-  mv "bench/results/$name.json.tmp" "bench/results/$name.json"
-  ran=$((ran + 1))
+  selected "$name" && run_one "$name" "$exe"
 done
 for script in bench/*_bench.sh; do
   name=$(basename "$script" .sh)
-  echo "== $name" >&2
-  BUILD_DIR=$BUILD_DIR bash "$script" >"bench/results/$name.json.tmp"
-  mv "bench/results/$name.json.tmp" "bench/results/$name.json"
-  ran=$((ran + 1))
+  selected "$name" && run_one "$name" bash "$script"
 done
-[[ $ran -gt 0 ]] || { echo "bench: no benchmarks are built yet" >&2; exit 0; }
-.venv/bin/python bench/summarize.py bench/results
+for w in "${wanted[@]}"; do
+  [[ " ${ran[*]} " == *" $w "* ]] || { echo "bench: no benchmark named '$w' (bench/*_bench.sh or $BUILD_DIR/bench/*_bench)" >&2; exit 2; }
+done
+((${#ran[@]})) || { echo "bench: no benchmarks are built yet" >&2; exit 0; }
+if ((${#wanted[@]})); then
+  "$BENCH_PYTHON" bench/summarize.py bench/results --only "$(IFS=,; echo "${ran[*]}")"
+else
+  "$BENCH_PYTHON" bench/summarize.py bench/results
+fi

@@ -1,19 +1,44 @@
 """Prints bench/results/*.json as markdown: first the headline figures with their
 targets (training speed against PyTorch, peak memory by method, data pipeline
-rates), then one table per benchmark with every figure."""
+rates), then one table per benchmark with every figure. A benchmark that did not
+run prints {"benchmark": ..., "skipped": "why"} and shows as "skipped: why".
+
+  summarize.py [DIR] [--only NAME,...] [--brief]
+    --only   only these results (file stems, e.g. gpu_speed_bench)
+    --brief  the headline table alone (no per-benchmark tables)
+"""
+import argparse
 import json
 import pathlib
-import sys
 
-results = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results")
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("results", nargs="?", default="bench/results")
+parser.add_argument("--only", default="", help="comma-separated result names (file stems)")
+parser.add_argument("--brief", action="store_true", help="the headline table alone")
+args = parser.parse_args()
+results = pathlib.Path(args.results)
+only = [n for n in args.only.split(",") if n]
+for name in only:
+    if not (results / f"{name}.json").exists():
+        raise SystemExit(f"summarize: {results / name}.json does not exist")
+
+
+def read(name):
+    """The JSON of one result, or None when it is absent or not selected."""
+    path = results / f"{name}.json"
+    if (only and name not in only) or not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def rows_of(data):
+    if data is None or (isinstance(data, dict) and "skipped" in data):
+        return []
+    return data if isinstance(data, list) else data.get("results", [data])
 
 
 def load(name):
-    path = results / f"{name}.json"
-    if not path.exists():
-        return []
-    data = json.loads(path.read_text())
-    return data if isinstance(data, list) else data.get("results", [data])
+    return rows_of(read(name))
 
 
 def rate(x):
@@ -27,16 +52,23 @@ def verdict(ok):
     return "met" if ok else "**not met**"
 
 
+def spread(r):
+    return f"**{r['ratio']:.2f}x** (median of {r['rounds']} rounds, {r['ratio_min']:.2f}..{r['ratio_max']:.2f})"
+
+
 headline = []
+for path in sorted(results.glob("*.json")):
+    data = read(path.stem)
+    if isinstance(data, dict) and "skipped" in data:
+        headline.append((path.stem, f"skipped: {data['skipped']}", ""))
 for r in load("train_speed_bench"):
-    target = 1.15 if r["model"] == "quickstart" else 1.0
     headline.append((
         f"training speed, {r['model']} (d {r['d_model']} x {r['layers']} layers, vocab {r['vocab']}, "
         f"{r['micro_batch']} x {r['length']} tokens, {r['threads']} thread{'s' if r['threads'] != 1 else ''})",
         f"segtrain {rate(r['segtrain_tokens_per_s'])} vs PyTorch {rate(r['pytorch_tokens_per_s'])} tokens/s = "
-        f"**{r['ratio']:.2f}x**; MFU {100 * r['mfu_segtrain']:.1f}% vs {100 * r['mfu_pytorch']:.1f}% of "
+        f"{spread(r)}; MFU {100 * r['mfu_segtrain']:.1f}% vs {100 * r['mfu_pytorch']:.1f}% of "
         f"{r['matmul_peak_gflops']:.0f} GFLOP/s",
-        f">= {target}x: {verdict(r['ratio'] >= target)}"))
+        f">= {r['target_ratio']}x: {verdict(r['ratio'] >= r['target_ratio'])}"))
 for r in load("train_memory_bench"):
     headline.append((
         f"peak RSS, {r['model']} (d {r['d_model']} x {r['layers']} layers, micro-batch {r['micro_batch']}, "
@@ -72,12 +104,19 @@ if headline:
         print("| " + " | ".join(row) + " |")
     print()
 
+if args.brief:
+    raise SystemExit(0)
 for path in sorted(results.glob("*.json")):
-    data = json.loads(path.read_text())
+    data = read(path.stem)
+    if data is None:
+        continue
     print(f"### {path.stem}\n")
+    if isinstance(data, dict) and "skipped" in data:
+        print(f"skipped: {data['skipped']}\n")
+        continue
     if isinstance(data, dict) and data.get("setup"):
         print(data["setup"] + "\n")
-    rows = data if isinstance(data, list) else data.get("results", [data])
+    rows = rows_of(data)
     keys = []
     for row in rows:
         for k in row:

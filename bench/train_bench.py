@@ -5,6 +5,11 @@
                           shape, micro-batch, threads and optimizer: tokens/s and model
                           FLOPs utilisation against this machine's fp32 matmul peak,
                           measured in the same run with the same thread count.
+                          BENCH_ROUNDS interleaved rounds, the order alternated (round
+                          r runs segtrain first when r is even); ratio = median over
+                          the rounds of segtrain_r / pytorch_r, with its min and max
+                          and every round's figures, since whichever program runs
+                          first in a round can pay a cold start.
   train_bench.py memory   peak RSS of `segtrain train` with truncate at L_t, chunk-0.25
                           at L_e = 4 L_t and full at L_e, same model and micro-batch.
   train_bench.py loop ... one PyTorch training run (a child of `speed`).
@@ -13,7 +18,7 @@ Every run is its own child process; its peak RSS comes from os.wait4's rusage, s
 no tool beyond Python is needed. Token stores are random tokens written here in the
 Megatron indexed-dataset format segtrain reads (the content does not change speed).
 Environment: BUILD_DIR (default build), BENCH_THREADS (default 1), BENCH_ROUNDS
-(default 2), BENCH_SHAPES (e.g. quickstart; default all).
+(default 5), BENCH_SHAPES (e.g. quickstart; default all).
 
 One thread per process by default: on the 2-core machine these figures come from,
 2 OpenMP threads slow down 4-8x (in both programs, unevenly) as soon as anything
@@ -27,6 +32,7 @@ import json
 import math
 import os
 import pathlib
+import statistics
 import struct
 import subprocess
 import sys
@@ -40,18 +46,34 @@ BUILD_DIR = pathlib.Path(os.environ.get("BUILD_DIR", "build"))
 if not BUILD_DIR.is_absolute():
     BUILD_DIR = ROOT / BUILD_DIR
 SEGTRAIN = BUILD_DIR / "trainer" / "segtrain"
-THREADS = int(os.environ.get("BENCH_THREADS", "1"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+
+
+def positive_env(name, default):
+    text = os.environ.get(name, str(default))
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SystemExit(f"train_bench: {name}={text!r}: expected an integer >= 1")
+    return value
+
+
+THREADS = positive_env("BENCH_THREADS", 1)
+ROUNDS = positive_env("BENCH_ROUNDS", 5)
 WARMUP_STEPS = 2  # first steps (allocation, kernel selection, optimizer state) are left out
 # GPT-2's own "gelu_new" is the tanh GELU written as five Python tensor ops;
 # "gelu_pytorch_tanh" is the same function as one fused kernel, which segtrain
 # also uses, so the PyTorch side is not slowed down by the composite.
 ACTIVATION = "gelu_pytorch_tanh"
 
-# The two shapes of the issue: the quickstart model and GPT-2 small.
+# The two shapes of the issue: the quickstart model and GPT-2 small;
+# target_ratio: the issues' targets for segtrain / PyTorch tokens/s.
 SHAPES = {
-    "quickstart": dict(vocab=1024, d_model=128, n_layers=4, n_heads=4, length=128, micro_batch=16, steps=40),
-    "gpt2-small": dict(vocab=50257, d_model=768, n_layers=12, n_heads=12, length=256, micro_batch=2, steps=8),
+    "quickstart": dict(vocab=1024, d_model=128, n_layers=4, n_heads=4, length=128, micro_batch=16, steps=40,
+                       target_ratio=1.15),
+    "gpt2-small": dict(vocab=50257, d_model=768, n_layers=12, n_heads=12, length=256, micro_batch=2, steps=8,
+                       target_ratio=1.0),
 }
 
 
@@ -288,9 +310,12 @@ def speed():
     peak = max(peaks)
     rows = []
     for name, shape, runs in results:
-        # Best of the rounds: the run least disturbed by whatever else the machine did.
-        seg = max(r["tokens_per_s"] for r in runs["segtrain"])
-        py = max(r["tokens_per_s"] for r in runs["pytorch"])
+        # Rounds are pairs (both programs back to back, the order alternated):
+        # the ratio is the median of the per-round ratios, with their spread.
+        seg_rounds = [r["tokens_per_s"] for r in runs["segtrain"]]
+        py_rounds = [r["tokens_per_s"] for r in runs["pytorch"]]
+        ratios = [s / p for s, p in zip(seg_rounds, py_rounds)]
+        seg, py = statistics.median(seg_rounds), statistics.median(py_rounds)
         fpt = flops_per_token(shape)
         rows.append({
             "model": name, "d_model": shape["d_model"], "layers": shape["n_layers"], "heads": shape["n_heads"],
@@ -298,19 +323,24 @@ def speed():
             "micro_batch": shape["micro_batch"], "params": param_count(shape), "threads": THREADS,
             "steps": shape["steps"], "warmup_steps_excluded": WARMUP_STEPS, "rounds": ROUNDS,
             "segtrain_tokens_per_s": round(seg, 1), "pytorch_tokens_per_s": round(py, 1),
-            "ratio": round(seg / py, 3),
+            "ratio": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
+            "ratio_max": round(max(ratios), 3), "target_ratio": shape["target_ratio"],
             "mfu_segtrain": round(seg * fpt / (peak * 1e9), 4), "mfu_pytorch": round(py * fpt / (peak * 1e9), 4),
             "matmul_peak_gflops": round(peak, 1), "flops_per_token": fpt,
             "segtrain_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["segtrain"]), 1),
             "pytorch_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["pytorch"]), 1),
-            "segtrain_rounds_tokens_per_s": [round(r["tokens_per_s"], 1) for r in runs["segtrain"]],
-            "pytorch_rounds_tokens_per_s": [round(r["tokens_per_s"], 1) for r in runs["pytorch"]],
+            "first_in_round": [("segtrain" if r % 2 == 0 else "pytorch") for r in range(ROUNDS)],
+            "segtrain_rounds_tokens_per_s": [round(x, 1) for x in seg_rounds],
+            "pytorch_rounds_tokens_per_s": [round(x, 1) for x in py_rounds],
+            "ratio_rounds": [round(x, 3) for x in ratios],
         })
     print(json.dumps({
         "benchmark": "train_speed",
         "setup": (f"segtrain train vs a PyTorch loop (transformers GPT2LMHeadModel, sdpa, {ACTIVATION}, "
                   f"fused AdamW, foreach clip) on the same store, shape, micro-batch and {THREADS} thread(s); "
-                  f"tokens/s over the steps after the first {WARMUP_STEPS}, best of {ROUNDS} interleaved rounds; "
+                  f"tokens/s over the steps after the first {WARMUP_STEPS}; {ROUNDS} interleaved rounds, the order "
+                  f"alternated (segtrain first in even rounds); ratio = median of the per-round ratios "
+                  f"segtrain_r / pytorch_r [min, max], tokens/s = median of the rounds; "
                   f"MFU = tokens/s x (6N + 12 layers d L) / fp32 {2048}^3 matmul GFLOP/s on as many threads, "
                   f"N = parameters in matmuls (all but the position table)"),
         "matmul_peak_gflops": [round(p, 1) for p in peaks],

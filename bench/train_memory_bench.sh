@@ -3,4 +3,5 @@
 # (bench/train_bench.py memory). Prints JSON; run by bench/run.sh (`make bench`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build} exec .venv/bin/python bench/train_bench.py memory
+source bench/env.sh
+exec "$BENCH_PYTHON" bench/train_bench.py memory

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Training speed: segtrain train vs an equivalent PyTorch loop, tokens/s and MFU
+# Training speed: segtrain train vs an equivalent PyTorch loop, tokens/s and MFU,
+# median of BENCH_ROUNDS (default 5) interleaved rounds with the spread
 # (bench/train_bench.py speed). Prints JSON; run by bench/run.sh (`make bench`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build} exec .venv/bin/python bench/train_bench.py speed
+source bench/env.sh
+exec "$BENCH_PYTHON" bench/train_bench.py speed
