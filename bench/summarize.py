@@ -49,7 +49,11 @@ def rate(x):
 
 
 def verdict(ok):
-    return "met" if ok else "**not met**"
+    return "✓ met" if ok else "✗ **not met**"
+
+
+def pct(x):
+    return f"{100 * x:.1f}%"
 
 
 def spread(r):
@@ -66,16 +70,43 @@ for r in load("train_speed_bench"):
         f"training speed, {r['model']} (d {r['d_model']} x {r['layers']} layers, vocab {r['vocab']}, "
         f"{r['micro_batch']} x {r['length']} tokens, {r['threads']} thread{'s' if r['threads'] != 1 else ''})",
         f"segtrain {rate(r['segtrain_tokens_per_s'])} vs PyTorch {rate(r['pytorch_tokens_per_s'])} tokens/s = "
-        f"{spread(r)}; MFU {100 * r['mfu_segtrain']:.1f}% vs {100 * r['mfu_pytorch']:.1f}% of "
+        f"{spread(r)}; MFU {pct(r['mfu_segtrain'])} vs {pct(r['mfu_pytorch'])} of "
         f"{r['matmul_peak_gflops']:.0f} GFLOP/s",
         f">= {r['target_ratio']}x: {verdict(r['ratio'] >= r['target_ratio'])}"))
+for r in load("gpu_speed_bench"):
+    mfu = (f"MFU {pct(r['mfu_segtrain'])} vs {pct(r['mfu_pytorch'])} of the measured bf16 matmul peak "
+           f"{r['matmul_peak_gflops'] / 1000:.0f} TFLOP/s")
+    if r["nominal_bf16_tflops"]:
+        mfu += (f"; {pct(r['mfu_segtrain_nominal'])} vs {pct(r['mfu_pytorch_nominal'])} of {r['gpu_part']}'s "
+                f"nominal {r['nominal_bf16_tflops']:g} TFLOP/s")
+    target = f">= {r['target_ratio']}x: {verdict(r['ratio'] >= r['target_ratio'])}"
+    if r["target_mfu"]:
+        # Against the nominal peak when the GPU is in the table (the usual MFU), else the measured one.
+        nominal = r["mfu_segtrain_nominal"] is not None
+        got = r["mfu_segtrain_nominal"] if nominal else r["mfu_segtrain"]
+        target += (f"; MFU >= {pct(r['target_mfu'])} ({'nominal' if nominal else 'measured'} peak): "
+                   f"{verdict(got >= r['target_mfu'])}")
+    headline.append((
+        f"GPU training speed, {r['model']} ({r['params'] / 1e6:.0f}M: d {r['d_model']} x {r['layers']} layers, "
+        f"{r['heads']} heads, vocab {r['vocab']}, {r['micro_batch']} x {r['length']} tokens, bf16, {r['gpu']})",
+        f"segtrain {rate(r['segtrain_tokens_per_s'])} vs PyTorch {rate(r['pytorch_tokens_per_s'])} tokens/s = "
+        f"{spread(r)}; {mfu}", target))
 for r in load("train_memory_bench"):
     headline.append((
         f"peak RSS, {r['model']} (d {r['d_model']} x {r['layers']} layers, micro-batch {r['micro_batch']}, "
         f"L_t {r['L_t']}, L_e {r['L_e']})",
         f"truncate {r['peak_rss_mb_truncate']:.0f} MB, chunk-0.25 {r['peak_rss_mb_chunk']:.0f} MB "
         f"(**{r['chunk_over_truncate']:.3f}x**), full {r['peak_rss_mb_full']:.0f} MB ({r['full_over_truncate']:.2f}x)",
-        f"chunk <= 1.05x truncate: {verdict(r['chunk_over_truncate'] <= 1.05)}"))
+        f"chunk <= {r['target_chunk_over_truncate']}x truncate: "
+        f"{verdict(r['chunk_over_truncate'] <= r['target_chunk_over_truncate'])}"))
+for r in load("gpu_memory_bench"):
+    headline.append((
+        f"peak GPU memory, {r['model']} (d {r['d_model']} x {r['layers']} layers, micro-batch {r['micro_batch']}, "
+        f"L_t {r['L_t']}, L_e {r['L_e']}, bf16, {r['gpu']})",
+        f"truncate {r['peak_gpu_mb_truncate']:.0f} MiB, chunk-0.25 {r['peak_gpu_mb_chunk']:.0f} MiB "
+        f"(**{r['chunk_over_truncate']:.3f}x**), full {r['peak_gpu_mb_full']:.0f} MiB ({r['full_over_truncate']:.2f}x)",
+        f"chunk <= {r['target_chunk_over_truncate']}x truncate: "
+        f"{verdict(r['chunk_over_truncate'] <= r['target_chunk_over_truncate'])}"))
 data = load("data_bench")
 samplers = [r for r in data if r.get("measure") == "sampler"]
 if samplers:

@@ -3,22 +3,38 @@
   train_bench.py speed    segtrain vs an equivalent PyTorch loop (HF GPT2LMHeadModel,
                           sdpa attention, fused AdamW) on the same token store, same
                           shape, micro-batch, threads and optimizer: tokens/s and model
-                          FLOPs utilisation against this machine's fp32 matmul peak,
-                          measured in the same run with the same thread count.
+                          FLOPs utilisation against the matmul peak measured in the
+                          same run (CPU: fp32 2048^3 on as many threads; CUDA: bf16
+                          8192^3) and, on a GPU of the table below, against its
+                          nominal dense bf16 peak.
                           BENCH_ROUNDS interleaved rounds, the order alternated (round
                           r runs segtrain first when r is even); ratio = median over
                           the rounds of segtrain_r / pytorch_r, with its min and max
                           and every round's figures, since whichever program runs
                           first in a round can pay a cold start.
-  train_bench.py memory   peak RSS of `segtrain train` with truncate at L_t, chunk-0.25
-                          at L_e = 4 L_t and full at L_e, same model and micro-batch.
+  train_bench.py memory   peak memory of `segtrain train` with truncate at L_t, chunk-0.25
+                          at L_e = 4 L_t and full at L_e, same model and micro-batch:
+                          CPU the process's peak RSS; CUDA the caching allocator's peak
+                          (peak_gpu_mb, peak_gpu_reserved_mb of segtrain's metrics.jsonl).
+  train_bench.py probe    torch version, its CUDA and the visible GPUs, as JSON.
+  train_bench.py peak     the matmul peak of BENCH_DEVICE, as JSON (a child of `speed`).
   train_bench.py loop ... one PyTorch training run (a child of `speed`).
+
+BENCH_DEVICE=cpu (default) measures on the CPU in fp32; BENCH_DEVICE=cuda on the
+first GPU in bf16: segtrain with run.device cuda and train.precision bf16, the
+PyTorch loop under torch.autocast("cuda", bfloat16) with fused AdamW on the GPU,
+each step timed between torch.cuda.synchronize() calls (segtrain's step rate is
+its metrics.jsonl tokens_per_s; its loss and gradient-norm reads synchronize every
+step). With no GPU visible (or a torch without CUDA) a cuda benchmark prints
+{"benchmark": ..., "skipped": "why"} and exits 0.
 
 Every run is its own child process; its peak RSS comes from os.wait4's rusage, so
 no tool beyond Python is needed. Token stores are random tokens written here in the
 Megatron indexed-dataset format segtrain reads (the content does not change speed).
-Environment: BUILD_DIR (default build), BENCH_THREADS (default 1), BENCH_ROUNDS
-(default 5), BENCH_SHAPES (e.g. quickstart; default all).
+Environment: BENCH_DEVICE (cpu or cuda; default cpu), BUILD_DIR (default build, or
+build-cuda with BENCH_DEVICE=cuda), BENCH_THREADS (default 1), BENCH_ROUNDS
+(default 5), BENCH_SHAPES (speed shapes to run, e.g. quickstart; default all of
+the device's).
 
 One thread per process by default: on the 2-core machine these figures come from,
 2 OpenMP threads slow down 4-8x (in both programs, unevenly) as soon as anything
@@ -32,6 +48,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import statistics
 import struct
 import subprocess
@@ -42,7 +59,11 @@ import time
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BUILD_DIR = pathlib.Path(os.environ.get("BUILD_DIR", "build"))
+DEVICE = os.environ.get("BENCH_DEVICE", "cpu")
+if DEVICE not in ("cpu", "cuda"):
+    raise SystemExit(f"train_bench: BENCH_DEVICE={DEVICE!r}: expected cpu or cuda")
+CUDA = DEVICE == "cuda"
+BUILD_DIR = pathlib.Path(os.environ.get("BUILD_DIR", "build-cuda" if CUDA else "build"))
 if not BUILD_DIR.is_absolute():
     BUILD_DIR = ROOT / BUILD_DIR
 SEGTRAIN = BUILD_DIR / "trainer" / "segtrain"
@@ -61,20 +82,74 @@ def positive_env(name, default):
 
 THREADS = positive_env("BENCH_THREADS", 1)
 ROUNDS = positive_env("BENCH_ROUNDS", 5)
-WARMUP_STEPS = 2  # first steps (allocation, kernel selection, optimizer state) are left out
+# First steps (allocation, kernel selection, optimizer state; on CUDA also cuBLAS
+# and the caching allocator warming up) are left out of the rates.
+WARMUP_STEPS = 5 if CUDA else 2
+PRECISION = "bf16" if CUDA else "fp32"
 # GPT-2's own "gelu_new" is the tanh GELU written as five Python tensor ops;
 # "gelu_pytorch_tanh" is the same function as one fused kernel, which segtrain
 # also uses, so the PyTorch side is not slowed down by the composite.
 ACTIVATION = "gelu_pytorch_tanh"
 
-# The two shapes of the issue: the quickstart model and GPT-2 small;
-# target_ratio: the issues' targets for segtrain / PyTorch tokens/s.
+# Speed shapes by device; target_ratio (and target_mfu) are the issues' targets
+# for segtrain / PyTorch tokens/s (and segtrain's MFU).
 SHAPES = {
-    "quickstart": dict(vocab=1024, d_model=128, n_layers=4, n_heads=4, length=128, micro_batch=16, steps=40,
-                       target_ratio=1.15),
-    "gpt2-small": dict(vocab=50257, d_model=768, n_layers=12, n_heads=12, length=256, micro_batch=2, steps=8,
-                       target_ratio=1.0),
-}
+    # The CPU shapes of the issue: the quickstart model and GPT-2 small.
+    "cpu": {
+        "quickstart": dict(vocab=1024, d_model=128, n_layers=4, n_heads=4, length=128, micro_batch=16, steps=40,
+                           target_ratio=1.15),
+        "gpt2-small": dict(vocab=50257, d_model=768, n_layers=12, n_heads=12, length=256, micro_batch=2, steps=8,
+                           target_ratio=1.0),
+    },
+    # GPT-2 small (124M) and GPT-2 medium (355M) at L_t = 1024, micro-batches
+    # sized for an 80 GB H100 (both fit far below it), 30 measured steps.
+    "cuda": {
+        "gpt2-small": dict(vocab=50257, d_model=768, n_layers=12, n_heads=12, length=1024, micro_batch=8, steps=35,
+                           target_ratio=1.0),
+        "gpt2-medium": dict(vocab=50257, d_model=1024, n_layers=24, n_heads=16, length=1024, micro_batch=8,
+                            steps=35, target_ratio=1.0, target_mfu=0.40),
+    },
+}[DEVICE]
+
+# Memory shapes: every method uses the same model (a 4 L_t position table) and
+# micro-batch, so only the sequences the sampler builds differ. On CUDA, full at
+# 4 L_t = 4096 tokens holds 4x the activations and logits of truncate; GPT-2
+# medium takes micro-batch 4 so that it stays well inside 80 GB.
+MEMORY_SHAPES = {
+    "cpu": {
+        "quickstart": dict(vocab=1024, d_model=128, n_layers=4, n_heads=4, length=128, micro_batch=16, steps=8),
+        "d512x8": dict(vocab=1024, d_model=512, n_layers=8, n_heads=8, length=256, micro_batch=8, steps=3),
+    },
+    "cuda": {
+        "gpt2-small": dict(vocab=50257, d_model=768, n_layers=12, n_heads=12, length=1024, micro_batch=8, steps=4),
+        "gpt2-medium": dict(vocab=50257, d_model=1024, n_layers=24, n_heads=16, length=1024, micro_batch=4, steps=4),
+    },
+}[DEVICE]
+TARGET_CHUNK_OVER_TRUNCATE = 1.05
+
+# Nominal dense (no sparsity) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data
+# sheets; GeForce cards with FP32 accumulation, as PyTorch's bf16 matmuls use.
+# Matched in order against torch.cuda.get_device_name().
+NOMINAL_BF16_TFLOPS = [
+    (("H100", "PCIe"), "H100 PCIe", 756.0),
+    (("H100", "NVL"), "H100 NVL", 835.0),
+    (("H100",), "H100 SXM", 989.0),
+    (("GH200",), "GH200", 989.0),
+    (("H200",), "H200", 989.0),
+    (("A100",), "A100", 312.0),
+    (("L40S",), "L40S", 362.0),
+    (("L40",), "L40", 181.0),
+    (("L4",), "L4", 121.0),
+    (("RTX 4090",), "GeForce RTX 4090", 165.2),
+]
+
+
+def nominal_peak(device_name):
+    """(part, dense bf16 TFLOP/s) of a GPU of the table, else (None, None)."""
+    for needles, part, tflops in NOMINAL_BF16_TFLOPS:
+        if all(n in device_name for n in needles):
+            return part, tflops
+    return None, None
 
 
 def log(*args):
@@ -140,17 +215,53 @@ def run_child(cmd, log_path):
     return usage.ru_maxrss / 1024.0  # KiB on Linux
 
 
+def run_json(args):
+    """Runs this script with args in a child Python; returns the JSON it prints."""
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"train_bench: {' '.join(args)} failed with exit code {proc.returncode}")
+    return json.loads(proc.stdout)
+
+
+def cuda_or_skip(benchmark):
+    """On CUDA: the visible GPUs (probe), after checking segtrain is a CUDA build;
+    with no GPU to run on, prints the skipped result and exits 0."""
+    info = run_json(["probe"])
+    reason = None
+    if not info["cuda_build"]:
+        reason = (f"torch {info['torch']} ({sys.executable}) has no CUDA: the GPU benchmarks run in the CUDA "
+                  f"configuration (SEGTRAIN_CUDA=1 make bench, or make gpu-check)")
+    elif not info["devices"]:
+        reason = "no CUDA device visible"
+    if reason:
+        print(json.dumps({"benchmark": benchmark, "skipped": reason}, indent=1))
+        raise SystemExit(0)
+    check_segtrain()
+    version = subprocess.run([str(SEGTRAIN), "--version"], capture_output=True, text=True).stdout
+    if "CUDA yes" not in version:
+        raise SystemExit(f"train_bench: {SEGTRAIN} is built without CUDA ('segtrain --version' says no): "
+                         f"build the CUDA configuration (make build-cuda) and run with BUILD_DIR=build-cuda")
+    return info
+
+
+def check_segtrain():
+    if not SEGTRAIN.exists():
+        raise SystemExit(f"train_bench: {SEGTRAIN} is not built")
+
+
 def segtrain_config(path, out_dir, store, shape, *, threads, extended=None, method="truncate", max_positions=None,
                     steps=None, sample_length=None):
     L = shape["length"]
     Le = extended or L
     tokens = (steps or shape["steps"]) * shape["micro_batch"] * (sample_length or L)
-    config = f"""run: {{name: bench, output_dir: {out_dir}, threads: {threads}, log_level: warn}}
+    config = f"""run: {{name: bench, output_dir: {out_dir}, threads: {threads}, log_level: warn, device: {DEVICE}}}
 model: {{arch: gpt2, d_model: {shape['d_model']}, n_layers: {shape['n_layers']}, n_heads: {shape['n_heads']},
         max_positions: {max_positions or Le}}}
 data: {{store: {store}, train_length: {L}, extended_length: {Le}, sampler: {{method: {method}, alpha: 0.25}}}}
 train: {{budget: {{tokens: {tokens}}}, micro_batch_size: {shape['micro_batch']}, warmup_steps: 2, log_every: 1,
-        checkpoint_every: 0, tensorboard: false, lr: 3.0e-4, weight_decay: 0.1, betas: [0.9, 0.95], grad_clip: 1.0}}
+        checkpoint_every: 0, tensorboard: false, lr: 3.0e-4, weight_decay: 0.1, betas: [0.9, 0.95], grad_clip: 1.0,
+        precision: {PRECISION}}}
 eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
 """
     pathlib.Path(path).write_text(config)
@@ -159,7 +270,22 @@ eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
 def steady_rate(rates):
     """Tokens/s over the steps after the warm-up: equal tokens per step, so the harmonic mean."""
     rates = rates[WARMUP_STEPS:]
+    if not rates:
+        raise SystemExit(f"train_bench: no step left after the {WARMUP_STEPS} warm-up steps")
     return len(rates) / sum(1.0 / r for r in rates)
+
+
+def metrics_rows(run_dir):
+    return [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+
+
+def gpu_peaks(rows, run_dir):
+    """(peak_gpu_mb, peak_gpu_reserved_mb): the largest over a CUDA run's metrics rows."""
+    for key in ("peak_gpu_mb", "peak_gpu_reserved_mb"):
+        if not rows or any(key not in r for r in rows):
+            raise SystemExit(f"train_bench: {run_dir}/metrics.jsonl has rows without {key}: "
+                             f"this segtrain does not report GPU memory")
+    return max(r["peak_gpu_mb"] for r in rows), max(r["peak_gpu_reserved_mb"] for r in rows)
 
 
 def run_segtrain(work, store, shape, tag):
@@ -167,9 +293,12 @@ def run_segtrain(work, store, shape, tag):
     config = os.path.join(work, f"segtrain-{tag}.yaml")
     segtrain_config(config, out, store, shape, threads=THREADS)
     rss = run_child([str(SEGTRAIN), "train", config], out + ".log")
-    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    rows = metrics_rows(out)
     params = safetensors_numel(os.path.join(out, "final", "model.safetensors"))
-    return steady_rate([r["tokens_per_s"] for r in rows]), rss, params
+    peak_gpu = gpu_peaks(rows, out)[0] if CUDA else None
+    shutil.rmtree(out)  # its final checkpoint: up to 4 GB for GPT-2 medium, per round
+    return {"tokens_per_s": steady_rate([r["tokens_per_s"] for r in rows]), "peak_rss_mb": rss, "params": params,
+            "peak_gpu_mb": peak_gpu}
 
 
 def safetensors_numel(path):
@@ -183,7 +312,8 @@ def run_pytorch(work, store, shape, tag):
     out = os.path.join(work, f"pytorch-{tag}.json")
     rss = run_child([sys.executable, __file__, "loop", store, json.dumps(shape), out], out + ".log")
     result = json.loads(pathlib.Path(out).read_text())
-    return steady_rate(result["tokens_per_s"]), rss, result["params"]
+    return {"tokens_per_s": steady_rate(result["tokens_per_s"]), "peak_rss_mb": rss, "params": result["params"],
+            "peak_gpu_mb": result.get("peak_gpu_mb")}
 
 
 # --- the PyTorch loop -------------------------------------------------------------
@@ -196,6 +326,8 @@ def pytorch_loop(store, shape, out):
 
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
+    dev = torch.device(DEVICE)
+    sync = torch.cuda.synchronize if CUDA else (lambda: None)
     L, B, V = shape["length"], shape["micro_batch"], shape["vocab"]
     # segtrain's gpt2 block: pre-LN, tanh GELU, d_ff = 4 d, LayerNorm eps 1e-5,
     # learned positions with max_positions = L rows, tied head, no dropout anywhere.
@@ -204,7 +336,7 @@ def pytorch_loop(store, shape, out):
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
                         tie_word_embeddings=True, use_cache=False,
                         bos_token_id=None, eos_token_id=None)
-    model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+    model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa").to(dev)
     model.train()
     assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
     named = dict(model.named_parameters())  # tied lm_head appears once, as in segtrain
@@ -218,22 +350,29 @@ def pytorch_loop(store, shape, out):
 
     # The same store and windows as segtrain's truncate at L_e = L_t: floor(len / L)
     # windows per document, a seeded permutation, sequence targets (the last token
-    # of a window has none).
+    # of a window has none). Batches are built on the host; on CUDA pinned and
+    # copied without blocking.
     docs = read_split(os.path.join(store, "train"))
     windows = [(d, s) for d in range(len(docs)) for s in range(0, len(docs[d]) - L + 1, L)]
     order = np.random.default_rng(1234).permutation(len(windows))
-    positions = torch.arange(L).repeat(B, 1)
+    positions = torch.arange(L, device=dev).repeat(B, 1)
     rates = []
     for step in range(shape["steps"]):
+        sync()
         start = time.perf_counter()
         picks = [windows[order[(step * B + b) % len(windows)]] for b in range(B)]
         batch = torch.from_numpy(np.stack([docs[d][s:s + L] for d, s in picks]).astype(np.int64))
         targets = torch.full((B, L), -100, dtype=torch.long)
         targets[:, :-1] = batch[:, 1:]
         loss_tokens = int((targets != -100).sum())
+        if CUDA:
+            batch = batch.pin_memory().to(dev, non_blocking=True)
+            targets = targets.pin_memory().to(dev, non_blocking=True)
         for group in optimizer.param_groups:
             group["lr"] = 3e-4 * min(1.0, (step + 1) / 2)
-        logits = model(input_ids=batch, position_ids=positions, use_cache=False).logits
+        # bf16 autocast on CUDA (segtrain's train.precision: bf16); off on the CPU (fp32).
+        with torch.autocast(device_type=DEVICE, dtype=torch.bfloat16, enabled=CUDA):
+            logits = model(input_ids=batch, position_ids=positions, use_cache=False).logits
         loss = F.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1), ignore_index=-100, reduction="sum")
         (loss / loss_tokens).backward()
         loss_value = loss.item() / loss_tokens
@@ -241,29 +380,52 @@ def pytorch_loop(store, shape, out):
         if math.isfinite(loss_value) and math.isfinite(grad_norm):
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        sync()
         rates.append(B * L / (time.perf_counter() - start))
-    pathlib.Path(out).write_text(json.dumps({"tokens_per_s": rates, "params": params, "loss": loss_value}))
+    result = {"tokens_per_s": rates, "params": params, "loss": loss_value}
+    if CUDA:
+        result["peak_gpu_mb"] = torch.cuda.max_memory_allocated(dev) / 2 ** 20
+        result["peak_gpu_reserved_mb"] = torch.cuda.max_memory_reserved(dev) / 2 ** 20
+    pathlib.Path(out).write_text(json.dumps(result))
 
 
 # --- measurements -----------------------------------------------------------------
 
 
-def matmul_peak_gflops(n=2048, seconds=1.5):
-    """Best fp32 GFLOP/s of an n x n matmul on THREADS threads (the ceiling for MFU)."""
+def probe():
+    """torch's version and CUDA, and the names of the visible GPUs."""
+    import torch
+
+    devices = []
+    if torch.version.cuda and torch.cuda.is_available():
+        devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    print(json.dumps({"torch": torch.__version__, "cuda_build": torch.version.cuda, "devices": devices}))
+
+
+def matmul_peak():
+    """Best GFLOP/s of a square matmul, the ceiling for MFU: on the CPU fp32 2048^3
+    on THREADS threads; on CUDA bf16 8192^3 (tensor cores), synchronized."""
     import torch
 
     torch.set_num_threads(THREADS)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    c = torch.empty(n, n)
-    for _ in range(2):
+    if CUDA:
+        n, dtype, reps, seconds, sync = 8192, torch.bfloat16, 10, 3.0, torch.cuda.synchronize
+    else:
+        n, dtype, reps, seconds, sync = 2048, torch.float32, 3, 1.5, (lambda: None)
+    a = torch.randn(n, n, device=DEVICE, dtype=dtype)
+    b = torch.randn(n, n, device=DEVICE, dtype=dtype)
+    c = torch.empty(n, n, device=DEVICE, dtype=dtype)
+    for _ in range(3):
         torch.mm(a, b, out=c)
+    sync()
     best, deadline = 0.0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         start = time.perf_counter()
-        for _ in range(3):
+        for _ in range(reps):
             torch.mm(a, b, out=c)
-        best = max(best, 3 * 2 * n ** 3 / (time.perf_counter() - start) / 1e9)
-    return best
+        sync()
+        best = max(best, reps * 2 * n ** 3 / (time.perf_counter() - start) / 1e9)
+    print(json.dumps({"gflops": best, "n": n, "dtype": str(dtype).removeprefix("torch.")}))
 
 
 def flops_per_token(shape):
@@ -280,15 +442,22 @@ def param_count(shape):
     return V * d + T * d + layers * (12 * d * d + 13 * d) + 2 * d
 
 
+def selected_shapes():
+    names = [n for n in os.environ.get("BENCH_SHAPES", "").split(",") if n]
+    for n in names:
+        if n not in SHAPES:
+            raise SystemExit(f"train_bench: BENCH_SHAPES: no {DEVICE} shape '{n}'; expected some of {', '.join(SHAPES)}")
+    return {n: s for n, s in SHAPES.items() if not names or n in names}
+
+
 def speed():
-    if not SEGTRAIN.exists():
-        raise SystemExit(f"train_bench: {SEGTRAIN} is not built")
-    peaks = [matmul_peak_gflops()]
+    benchmark = "gpu_train_speed" if CUDA else "train_speed"
+    gpu = cuda_or_skip(benchmark) if CUDA else None
+    check_segtrain()
+    peaks = [run_json(["peak"])]
     results = []
     with tempfile.TemporaryDirectory(prefix="segtrain-train-bench-") as work:
-        for name, shape in SHAPES.items():
-            if os.environ.get("BENCH_SHAPES") and name not in os.environ["BENCH_SHAPES"].split(","):
-                continue
+        for name, shape in selected_shapes().items():
             store = os.path.join(work, f"store-{name}")
             write_store(store, shape["vocab"], docs=64, doc_tokens=4 * shape["length"] * 4)
             runs = {"segtrain": [], "pytorch": []}
@@ -297,17 +466,20 @@ def speed():
                 order = ("segtrain", "pytorch") if r % 2 == 0 else ("pytorch", "segtrain")
                 for who in order:
                     fn = run_segtrain if who == "segtrain" else run_pytorch
-                    rate, rss, params = fn(work, store, shape, f"{name}-{r}")
-                    runs[who].append({"tokens_per_s": rate, "peak_rss_mb": rss, "params": params})
-                    log(f"{name} round {r} {who}: {rate:.1f} tokens/s, peak RSS {rss:.0f} MB, {params} parameters")
+                    run = fn(work, store, shape, f"{name}-{r}")
+                    runs[who].append(run)
+                    log(f"{name} round {r} {who}: {run['tokens_per_s']:.1f} tokens/s, peak RSS {run['peak_rss_mb']:.0f} MB"
+                        + (f", peak GPU {run['peak_gpu_mb']:.0f} MiB" if CUDA else "") + f", {run['params']} parameters")
             expected = param_count(shape)
             for who, rows in runs.items():
                 for row in rows:
                     if row["params"] != expected:
                         raise SystemExit(f"train_bench: {who} {name} has {row['params']} parameters, expected {expected}")
             results.append((name, shape, runs))
-    peaks.append(matmul_peak_gflops())
-    peak = max(peaks)
+    peaks.append(run_json(["peak"]))
+    peak = max(p["gflops"] for p in peaks)
+    matmul = f"{peaks[0]['dtype']} {peaks[0]['n']}^3"
+    part, nominal = nominal_peak(gpu["devices"][0]) if CUDA else (None, None)
     rows = []
     for name, shape, runs in results:
         # Rounds are pairs (both programs back to back, the order alternated):
@@ -317,8 +489,9 @@ def speed():
         ratios = [s / p for s, p in zip(seg_rounds, py_rounds)]
         seg, py = statistics.median(seg_rounds), statistics.median(py_rounds)
         fpt = flops_per_token(shape)
-        rows.append({
-            "model": name, "d_model": shape["d_model"], "layers": shape["n_layers"], "heads": shape["n_heads"],
+        row = {
+            "model": name, "device": DEVICE, "precision": PRECISION,
+            "d_model": shape["d_model"], "layers": shape["n_layers"], "heads": shape["n_heads"],
             "d_ff": 4 * shape["d_model"], "vocab": shape["vocab"], "length": shape["length"],
             "micro_batch": shape["micro_batch"], "params": param_count(shape), "threads": THREADS,
             "steps": shape["steps"], "warmup_steps_excluded": WARMUP_STEPS, "rounds": ROUNDS,
@@ -326,7 +499,18 @@ def speed():
             "ratio": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
             "ratio_max": round(max(ratios), 3), "target_ratio": shape["target_ratio"],
             "mfu_segtrain": round(seg * fpt / (peak * 1e9), 4), "mfu_pytorch": round(py * fpt / (peak * 1e9), 4),
-            "matmul_peak_gflops": round(peak, 1), "flops_per_token": fpt,
+            "matmul_peak_gflops": round(peak, 1), "matmul": matmul, "flops_per_token": fpt,
+        }
+        if CUDA:
+            row.update({
+                "gpu": gpu["devices"][0], "gpu_part": part, "nominal_bf16_tflops": nominal,
+                "mfu_segtrain_nominal": round(seg * fpt / (nominal * 1e12), 4) if nominal else None,
+                "mfu_pytorch_nominal": round(py * fpt / (nominal * 1e12), 4) if nominal else None,
+                "target_mfu": shape.get("target_mfu"),
+                "segtrain_peak_gpu_mb": round(max(r["peak_gpu_mb"] for r in runs["segtrain"]), 1),
+                "pytorch_peak_gpu_mb": round(max(r["peak_gpu_mb"] for r in runs["pytorch"]), 1),
+            })
+        row.update({
             "segtrain_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["segtrain"]), 1),
             "pytorch_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["pytorch"]), 1),
             "first_in_round": [("segtrain" if r % 2 == 0 else "pytorch") for r in range(ROUNDS)],
@@ -334,64 +518,103 @@ def speed():
             "pytorch_rounds_tokens_per_s": [round(x, 1) for x in py_rounds],
             "ratio_rounds": [round(x, 3) for x in ratios],
         })
-    print(json.dumps({
-        "benchmark": "train_speed",
+        rows.append(row)
+    if CUDA:
+        compute = (f"bf16 on {gpu['devices'][0]} (segtrain run.device cuda, train.precision bf16; PyTorch "
+                   f"torch.autocast('cuda', bfloat16), each step between torch.cuda.synchronize() calls)")
+        ceiling = (f"MFU = tokens/s x (6N + 12 layers d L) / the bf16 8192^3 matmul GFLOP/s measured here"
+                   + (f", and _nominal against {part}'s {nominal:g} dense bf16 TFLOP/s" if nominal else
+                      " (no nominal peak: this GPU is not in bench/train_bench.py's table)"))
+    else:
+        compute = f"fp32 on {THREADS} CPU thread(s)"
+        ceiling = "MFU = tokens/s x (6N + 12 layers d L) / fp32 2048^3 matmul GFLOP/s on as many threads"
+    out = {
+        "benchmark": benchmark,
         "setup": (f"segtrain train vs a PyTorch loop (transformers GPT2LMHeadModel, sdpa, {ACTIVATION}, "
-                  f"fused AdamW, foreach clip) on the same store, shape, micro-batch and {THREADS} thread(s); "
+                  f"fused AdamW, foreach clip) on the same store, shape and micro-batch, {compute}; "
                   f"tokens/s over the steps after the first {WARMUP_STEPS}; {ROUNDS} interleaved rounds, the order "
                   f"alternated (segtrain first in even rounds); ratio = median of the per-round ratios "
-                  f"segtrain_r / pytorch_r [min, max], tokens/s = median of the rounds; "
-                  f"MFU = tokens/s x (6N + 12 layers d L) / fp32 {2048}^3 matmul GFLOP/s on as many threads, "
+                  f"segtrain_r / pytorch_r [min, max], tokens/s = median of the rounds; {ceiling}; "
                   f"N = parameters in matmuls (all but the position table)"),
-        "matmul_peak_gflops": [round(p, 1) for p in peaks],
-        "results": rows}, indent=1))
+        "matmul_peak_gflops": [round(p["gflops"], 1) for p in peaks],
+    }
+    if CUDA:
+        out["gpus"] = gpu["devices"]
+        out["torch"] = gpu["torch"]
+    out["results"] = rows
+    print(json.dumps(out, indent=1))
 
 
 def memory():
-    if not SEGTRAIN.exists():
-        raise SystemExit(f"train_bench: {SEGTRAIN} is not built")
-    # The quickstart model; every method uses the same model (a 4 L_t position table)
-    # and micro-batch, so only the sequences the sampler builds differ.
-    shapes = {
-        "quickstart": dict(vocab=1024, d_model=128, n_layers=4, n_heads=4, length=128, micro_batch=16, steps=8),
-        "d512x8": dict(vocab=1024, d_model=512, n_layers=8, n_heads=8, length=256, micro_batch=8, steps=3),
-    }
+    benchmark = "gpu_train_memory" if CUDA else "train_memory"
+    gpu = cuda_or_skip(benchmark) if CUDA else None
+    check_segtrain()
     rows = []
     with tempfile.TemporaryDirectory(prefix="segtrain-memory-bench-") as work:
-        for name, shape in shapes.items():
+        for name, shape in MEMORY_SHAPES.items():
             L = shape["length"]
             store = os.path.join(work, f"store-{name}")
             write_store(store, shape["vocab"], docs=16, doc_tokens=4 * L * 4)
-            peaks = {}
+            rss, gpu_mb, reserved_mb = {}, {}, {}
             for method, sample_length in (("truncate", L), ("chunk", L), ("full", 4 * L)):
                 out = os.path.join(work, f"{name}-{method}")
                 config = out + ".yaml"
                 segtrain_config(config, out, store, shape, threads=THREADS, extended=4 * L, method=method,
                                 max_positions=4 * L, sample_length=sample_length)
-                peaks[method] = run_child([str(SEGTRAIN), "train", config], out + ".log")
-                log(f"{name} {method}: peak RSS {peaks[method]:.0f} MB")
-            rows.append({
-                "model": name, "d_model": shape["d_model"], "layers": shape["n_layers"], "vocab": shape["vocab"],
-                "micro_batch": shape["micro_batch"], "L_t": L, "L_e": 4 * L, "threads": THREADS,
-                "peak_rss_mb_truncate": round(peaks["truncate"], 1), "peak_rss_mb_chunk": round(peaks["chunk"], 1),
-                "peak_rss_mb_full": round(peaks["full"], 1),
-                "chunk_over_truncate": round(peaks["chunk"] / peaks["truncate"], 3),
-                "full_over_truncate": round(peaks["full"] / peaks["truncate"], 3),
-            })
-    print(json.dumps({
-        "benchmark": "train_memory",
-        "setup": ("peak RSS (wait4) of segtrain train at L_e = 4 L_t: truncate (L_t tokens), chunk-0.25 at L_e = 4 L_t, "
-                  "full (L_e tokens); same model (4 L_t position rows) and micro-batch; the whole process, final checkpoint and evaluation included; target chunk <= 1.05 x truncate"),
-        "results": rows}, indent=1))
+                rss[method] = run_child([str(SEGTRAIN), "train", config], out + ".log")
+                if CUDA:
+                    gpu_mb[method], reserved_mb[method] = gpu_peaks(metrics_rows(out), out)
+                    log(f"{name} {method}: peak GPU {gpu_mb[method]:.0f} MiB allocated, "
+                        f"{reserved_mb[method]:.0f} MiB reserved; peak RSS {rss[method]:.0f} MB")
+                else:
+                    log(f"{name} {method}: peak RSS {rss[method]:.0f} MB")
+                shutil.rmtree(out)
+            row = {"model": name, "device": DEVICE, "precision": PRECISION, "d_model": shape["d_model"],
+                   "layers": shape["n_layers"], "vocab": shape["vocab"], "micro_batch": shape["micro_batch"],
+                   "L_t": L, "L_e": 4 * L, "threads": THREADS}
+            if CUDA:
+                row.update({
+                    "gpu": gpu["devices"][0],
+                    "peak_gpu_mb_truncate": gpu_mb["truncate"], "peak_gpu_mb_chunk": gpu_mb["chunk"],
+                    "peak_gpu_mb_full": gpu_mb["full"],
+                    "chunk_over_truncate": round(gpu_mb["chunk"] / gpu_mb["truncate"], 3),
+                    "full_over_truncate": round(gpu_mb["full"] / gpu_mb["truncate"], 3),
+                    "peak_gpu_reserved_mb_truncate": reserved_mb["truncate"],
+                    "peak_gpu_reserved_mb_chunk": reserved_mb["chunk"],
+                    "peak_gpu_reserved_mb_full": reserved_mb["full"],
+                })
+            else:
+                row.update({
+                    "peak_rss_mb_truncate": round(rss["truncate"], 1), "peak_rss_mb_chunk": round(rss["chunk"], 1),
+                    "peak_rss_mb_full": round(rss["full"], 1),
+                    "chunk_over_truncate": round(rss["chunk"] / rss["truncate"], 3),
+                    "full_over_truncate": round(rss["full"] / rss["truncate"], 3),
+                })
+            row["target_chunk_over_truncate"] = TARGET_CHUNK_OVER_TRUNCATE
+            rows.append(row)
+    if CUDA:
+        setup = ("peak GPU memory of segtrain train in bf16 at L_e = 4 L_t: truncate (L_t tokens), chunk-0.25 at "
+                 "L_e = 4 L_t, full (L_e tokens); same model (4 L_t position rows) and micro-batch; the CUDA caching "
+                 "allocator's peak allocated MiB since the run started (the largest peak_gpu_mb of its metrics.jsonl; "
+                 "reserved: peak_gpu_reserved_mb); target chunk <= 1.05 x truncate")
+    else:
+        setup = ("peak RSS (wait4) of segtrain train at L_e = 4 L_t: truncate (L_t tokens), chunk-0.25 at L_e = 4 L_t, "
+                 "full (L_e tokens); same model (4 L_t position rows) and micro-batch; the whole process, final "
+                 "checkpoint and evaluation included; target chunk <= 1.05 x truncate")
+    print(json.dumps({"benchmark": benchmark, "setup": setup, "results": rows}, indent=1))
 
 
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "speed"
-    if command == "loop":
+    if command == "loop" and len(sys.argv) == 5:
         pytorch_loop(sys.argv[2], json.loads(sys.argv[3]), sys.argv[4])
     elif command == "speed":
         speed()
     elif command == "memory":
         memory()
+    elif command == "probe":
+        probe()
+    elif command == "peak":
+        matmul_peak()
     else:
-        raise SystemExit(f"usage: {sys.argv[0]} speed|memory")
+        raise SystemExit(f"usage: {sys.argv[0]} speed|memory|probe|peak (BENCH_DEVICE=cpu|cuda)")
