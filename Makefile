@@ -8,7 +8,7 @@ BUILD_DIR ?= build
 endif
 export BUILD_DIR
 
-.PHONY: all setup build build-cuda demo test bench experiments clean
+.PHONY: all setup build build-cuda demo test bench gpu-check experiments clean
 all: build
 
 setup build:
@@ -25,6 +25,11 @@ test: build
 
 bench: build
 	@bash bench/run.sh
+
+# On a GPU machine: builds the CUDA configuration, runs the `gpu` tests and the GPU
+# benchmarks, prints a report (scripts/gpu_check.sh). Exit 2 when no GPU is visible.
+gpu-check:
+	@bash scripts/gpu_check.sh
 
 # Seed 004's comparison per position scheme: `make experiment-rope` (or -ape, -alibi);
 # `make experiments` runs all three. Results: runs/experiments/<scheme>/results.md.

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `make gpu-check`: everything a user checks on a GPU machine, in one command.
+#   1. builds the CUDA configuration (SEGTRAIN_CUDA=1 BUILD_DIR=build-cuda scripts/setup.sh,
+#      as `make build-cuda` does);
+#   2. runs the tests labelled `gpu` (ctest -L gpu in build-cuda; they skip themselves,
+#      visibly, when no CUDA device is visible);
+#   3. with a GPU: the GPU benchmarks (bench/gpu_speed_bench.sh, bench/gpu_memory_bench.sh
+#      through bench/run.sh; JSON in bench/results/), then a short report: the GPUs, the
+#      test counts, the figures against their targets, how to run the GPU experiment grid.
+# Exit: 0 the tests passed and the benchmarks ran (a target not met shows as ✗ in the
+# report, not in the exit code); 1 a gpu test or a benchmark failed; 2 no CUDA device is
+# visible (the tests skipped, no benchmark ran) or the CUDA configuration cannot be built.
+# Environment: GPU_CHECK_SKIP_BUILD=1 uses the build directory as it is (no setup.sh);
+# GPU_CHECK_BUILD_DIR (default build-cuda); bench/run.sh's BENCH_* variables.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${GPU_CHECK_BUILD_DIR:-build-cuda}
+PY=.venv-cuda/bin/python
+RESULTS=bench/results
+say() { printf '[gpu-check] %s\n' "$*" >&2; }
+fail() { printf 'gpu-check: %s\n' "$1"; exit "${2:-1}"; }
+
+# --- 1. build ---------------------------------------------------------------------
+if [[ ${GPU_CHECK_SKIP_BUILD:-0} == 1 ]]; then
+  say "GPU_CHECK_SKIP_BUILD=1: using $BUILD_DIR as it is"
+else
+  SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR bash scripts/setup.sh || fail "building the CUDA configuration failed (above)" $?
+fi
+[[ -x $BUILD_DIR/trainer/segtrain ]] || fail "$BUILD_DIR/trainer/segtrain is not built: run make build-cuda" 2
+[[ -x $PY ]] || fail "$PY does not exist: run make build-cuda" 2
+
+# --- what the CUDA torch sees ------------------------------------------------------
+probe=$("$PY" bench/train_bench.py probe) || fail "probing torch.cuda with $PY failed (above)" 1
+field() { "$PY" -c "import json, sys; print(eval(sys.argv[1], {}, json.loads(sys.argv[2])))" "$1" "$probe"; }
+torch_version=$(field torch)
+cuda_version=$(field cuda_build)
+gpu_count=$(field 'len(devices)')
+gpus=$(field '", ".join(f"{n} x {d}" for d, n in __import__("collections").Counter(devices).items())')
+[[ $cuda_version != None ]] || fail "torch $torch_version in .venv-cuda has no CUDA: rebuild with make build-cuda" 2
+
+# --- 2. the gpu tests --------------------------------------------------------------
+mkdir -p "$RESULTS"
+test_log=$RESULTS/gpu-check-tests.log
+say "running the gpu tests: (cd $BUILD_DIR && ctest -L gpu --output-on-failure)"
+(cd "$BUILD_DIR" && ctest -L gpu --output-on-failure --no-tests=error) 2>&1 | tee "$test_log" >&2
+ctest_status=${PIPESTATUS[0]}
+grep -q "No tests were found" "$test_log" &&
+  fail "$BUILD_DIR has no tests labelled gpu (tests/gpu/ is not built): rebuild with make build-cuda" 1
+total=$(sed -n 's/.*tests failed out of \([0-9][0-9]*\).*/\1/p' "$test_log" | tail -1)
+failed=$(sed -n 's/.*, \([0-9][0-9]*\) tests\{0,1\} failed out of.*/\1/p' "$test_log" | tail -1)
+[[ -n $total && -n $failed ]] || fail "could not read ctest's summary (see $test_log); ctest exited $ctest_status" 1
+skipped=$(grep -c '(Skipped)' "$test_log")
+passed=$((total - failed - skipped))
+tests="$passed passed, $failed failed, $skipped skipped (of $total gpu tests in $BUILD_DIR)"
+
+if [[ $gpu_count == 0 ]]; then
+  status=2
+  ((failed > 0)) && status=1
+  printf 'gpu-check: no CUDA device is visible (torch %s, CUDA %s, finds none%s): %s gpu tests skipped, benchmarks not run%s\n' \
+    "$torch_version" "$cuda_version" "${CUDA_VISIBLE_DEVICES+; CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES}" \
+    "$skipped" "$( ((failed + passed > 0)) && echo " ($passed passed, $failed failed)")"
+  exit $status
+fi
+
+# --- 3. the GPU benchmarks ---------------------------------------------------------
+bench_status=0
+if ((failed > 0)); then
+  say "a gpu test failed: the benchmarks are not run"
+else
+  say "running the GPU benchmarks (bench/run.sh gpu_speed_bench gpu_memory_bench); several minutes"
+  SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR BENCH_PYTHON=$PY bash bench/run.sh gpu_speed_bench gpu_memory_bench \
+    >"$RESULTS/gpu-check-bench.md" || bench_status=$?
+fi
+
+# --- report ------------------------------------------------------------------------
+echo
+echo "## gpu-check"
+echo
+echo "GPUs: $gpu_count visible: $gpus (torch $torch_version, CUDA $cuda_version)"
+echo "gpu tests: $tests; log $test_log"
+if ((failed > 0)); then
+  echo
+  grep -A100 "The following tests FAILED" "$test_log"
+  exit 1
+fi
+if ((bench_status != 0)); then
+  echo "benchmarks: failed (exit $bench_status; the error is above)"
+  exit 1
+fi
+echo
+"$PY" bench/summarize.py "$RESULTS" --only gpu_speed_bench,gpu_memory_bench --brief
+echo "Every figure: $RESULTS/gpu_speed_bench.json, $RESULTS/gpu_memory_bench.json ($RESULTS/gpu-check-bench.md as tables)."
+echo
+echo "Next, seed 004's RoPE grid sized for one GPU (configs/experiments/rope-gpu.yaml; its header gives the token"
+echo "budget and the time estimate):"
+echo "  $BUILD_DIR/trainer/segtrain experiment configs/experiments/rope-gpu.yaml"
+echo "  -> runs/experiments/rope-gpu/results.md"
