@@ -22,10 +22,17 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   if (!mask.defined()) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
   const auto device = q.device().type();
   if (!at::autocast::is_autocast_enabled(device)) return at::scaled_dot_product_attention(q, k, v, mask);
-  // Autocast would round the ALiBi bias to 16 bits; cast q/k/v ourselves and
-  // keep the mask fp32, which the fused kernels accept.
+  // Autocast would round the ALiBi bias to 16 bits (seed 002: positional math
+  // stays fp32), so autocast is bypassed here and the mask kept fp32.
   const auto dtype = at::autocast::get_autocast_dtype(device);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  if (device == at::kCUDA) {
+    // CUDA's fused kernel for an additive bias (memory-efficient attention)
+    // takes the bias only in q's dtype: q/k/v go fp32 with the fp32 bias, and
+    // the output returns to the autocast dtype for the projections after it.
+    return at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), mask).to(dtype);
+  }
+  // The CPU fused kernel takes 16-bit q/k/v with an fp32 bias.
   return at::scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), mask);
 }
 

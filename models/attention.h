@@ -10,8 +10,10 @@ namespace segtrain::models {
 // positions: [B, T] integer; slopes: [H] fp32.
 at::Tensor alibi_causal_mask(const at::Tensor& positions, const at::Tensor& slopes);
 
-// q, k, v: [B, H, T, hd]. Without a mask the causal mask is implicit. Under
-// autocast q/k/v run in the autocast dtype but the mask stays fp32 (seed 002).
+// q, k, v: [B, H, T, hd]. Without a mask the causal mask is implicit (SDPA's
+// flash kernel on CUDA under bf16 autocast). With a mask it stays fp32 (seed
+// 002): under autocast q/k/v run in the autocast dtype on CPU, and in fp32 on
+// CUDA, whose fused bias kernel (memory-efficient) needs q's dtype for the bias.
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& mask = {});
 

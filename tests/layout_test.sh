@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # trainer/'s libraries include only downward (docs/architecture.md):
-#   config -> eval -> train -> experiment -> cli
+#   config -> runtime -> eval -> train -> experiment -> cli
 # and trainer/config sees no LibTorch header. Prints every violation; exit 1 if any.
 set -euo pipefail
 root=${1:?usage: layout_test.sh SOURCE_DIR}
 cd "$root"
-order=(config eval train experiment cli)
+order=(config runtime eval train experiment cli)
 status=0
 for i in "${!order[@]}"; do
   lib=${order[$i]}

@@ -9,6 +9,7 @@
 #include <regex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <torch/cuda.h>
 
 #include "data/token_store.h"
 #include "data/windows.h"
@@ -198,9 +199,33 @@ TEST_F(TrainCli, EvalReportsPerplexityByLengthAndRefusesPositionsPastTheTable) {
   EXPECT_EQ(csv.rfind("length,position,loss\n", 0), 0u);
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 31 + 63);
   EXPECT_NE(test::read_file(*dir_ / "curve.svg").find("<polyline"), std::string::npos);
+  // Where it ran and the process's peak memory (metrics.jsonl rows carry it too).
+  EXPECT_EQ(j["device"], "cpu");
+  EXPECT_GT(j["peak_rss_mb"].get<double>(), 10.0);
+  EXPECT_FALSE(j.contains("peak_gpu_mb")) << "a CPU evaluation has no GPU peak";
   // The run's own end-of-training evaluation is in eval.json.
   auto own = json::parse(test::read_file(run_dir("eval-base") + "/eval.json"));
   EXPECT_EQ(own["results"][0]["length"], 32);
+  EXPECT_EQ(own["device"], "cpu");
+  for (double rss : values(run_dir("eval-base"), "peak_rss_mb")) EXPECT_GT(rss, 10.0);
+}
+
+// run.device: cuda (and `segtrain eval --device cuda`) where there is no CUDA:
+// exit 2 naming the key and why, before anything is written.
+TEST_F(TrainCli, CudaWithoutACudaDeviceExitsTwoNamingWhy) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is visible: nothing to refuse";
+  auto train = run(kBin, {"train", config("no-cuda", "gpt2", "truncate"), "--set", "run.device=cuda"});
+  EXPECT_EQ(train.exit_code, 2) << train.err;
+  EXPECT_TRUE(std::regex_search(train.err, std::regex("run\\.device: cuda requested but (no CUDA device is visible|"
+                                                      "this build has no CUDA)")))
+      << train.err;
+  EXPECT_EQ(std::count(train.err.begin(), train.err.end(), '\n'), 1) << train.err;
+  EXPECT_FALSE(fs::exists(run_dir("no-cuda") + "/metrics.jsonl"));
+  // The device is checked first, before the model is read.
+  auto eval = run(kBin, {"eval", "--model", run_dir("no-cuda"), "--data", *dir_ / "store", "--lengths", "32",
+                         "--device", "cuda", "--out", *dir_ / "no-cuda.json"});
+  EXPECT_EQ(eval.exit_code, 2) << eval.err;
+  EXPECT_NE(eval.err.find("--device: cuda requested but"), std::string::npos) << eval.err;
 }
 
 TEST_F(TrainCli, PeriodicEvalProgressLinesAndTensorBoardScalars) {

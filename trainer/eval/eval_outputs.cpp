@@ -13,7 +13,7 @@
 namespace segtrain::trainer {
 
 std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results,
-                      const std::vector<PasskeyResult>& passkey) {
+                      const std::vector<PasskeyResult>& passkey, const std::optional<EvalDevice>& device) {
   nlohmann::json out = {{"model", model_name}, {"results", nlohmann::json::array()}};
   for (const auto& r : results) {
     nlohmann::json row = {{"length", r.length}, {"sequences", r.sequences}, {"tokens", r.tokens}};
@@ -26,6 +26,10 @@ std::string eval_json(const std::string& model_name, const std::vector<LengthRes
     for (const auto& p : passkey)
       out["passkey"].push_back(
           {{"length", p.length}, {"trials", p.trials}, {"correct", p.correct}, {"accuracy", p.accuracy()}});
+  }
+  if (device) {
+    out["device"] = device->device.str();
+    out.update(peak_memory_json(device->peak));
   }
   return out.dump(2) + "\n";
 }
@@ -55,8 +59,9 @@ EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_posi
 }
 
 void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_name,
-                        const std::vector<LengthResult>& results, const std::vector<PasskeyResult>& passkey) {
-  write_file_atomic(outputs.json, eval_json(model_name, results, passkey));
+                        const std::vector<LengthResult>& results, const std::vector<PasskeyResult>& passkey,
+                        const EvalDevice& device) {
+  write_file_atomic(outputs.json, eval_json(model_name, results, passkey, device));
   if (!outputs.per_position_csv.empty()) write_file_atomic(outputs.per_position_csv, per_position_csv(results));
   if (!outputs.per_position_svg.empty())
     write_file_atomic(outputs.per_position_svg, per_position_svg(results, model_name));

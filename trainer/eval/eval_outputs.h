@@ -1,19 +1,31 @@
 #pragma once
 // The files an evaluation writes (docs/architecture.md, "eval JSON"): eval.json,
 // and the per-position loss curve as CSV and SVG; and its log lines.
+#include <c10/core/Device.h>
+
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "trainer/eval/passkey.h"
 #include "trainer/eval/perplexity.h"
+#include "trainer/runtime/memory.h"
 
 namespace segtrain::trainer {
 
+// Where an evaluation ran and the process's peak memory by then.
+struct EvalDevice {
+  c10::Device device = c10::kCPU;
+  PeakMemory peak;
+};
+
 // {"model": ..., "results": [{"length", "loss", "ppl", "sequences", "tokens"}, ...],
-//  "passkey": [{"length", "trials", "correct", "accuracy"}, ...] (when measured)}
+//  "passkey": [{"length", "trials", "correct", "accuracy"}, ...] (when measured),
+//  "device", "peak_rss_mb", and on CUDA "peak_gpu_mb", "peak_gpu_reserved_mb" (with `device`)}
 std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results,
-                      const std::vector<PasskeyResult>& passkey = {});
+                      const std::vector<PasskeyResult>& passkey = {},
+                      const std::optional<EvalDevice>& device = std::nullopt);
 
 // CSV "length,position,loss" of every per-position curve, and an SVG plot of them.
 std::string per_position_csv(const std::vector<LengthResult>& results);
@@ -30,7 +42,8 @@ EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_posi
 
 // Each file is written atomically.
 void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_name,
-                        const std::vector<LengthResult>& results, const std::vector<PasskeyResult>& passkey);
+                        const std::vector<LengthResult>& results, const std::vector<PasskeyResult>& passkey,
+                        const EvalDevice& device);
 
 // One line per length, after `label` ("eval valid ", or nothing).
 void log_perplexity(const std::string& label, const std::vector<LengthResult>& results);

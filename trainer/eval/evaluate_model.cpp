@@ -11,6 +11,8 @@
 #include "trainer/eval/passkey.h"
 #include "trainer/eval/perplexity.h"
 #include "trainer/eval/stored_model.h"
+#include "trainer/runtime/device.h"
+#include "trainer/runtime/memory.h"
 
 namespace segtrain::trainer {
 
@@ -18,8 +20,11 @@ void evaluate_stored_model(const EvalOptions& options) {
   namespace fs = std::filesystem;
   // factor auto: stretch the model to the longest evaluated length.
   const int64_t longest = *std::max_element(options.lengths.begin(), options.lengths.end());
+  const c10::Device device = pick_device(*enum_from_name(kDevices, options.device), /*local_rank=*/0, "--device");
   const StoredModel stored = open_stored_model(options.model, options.overrides, longest);
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
+  model->to(device);
+  reset_peak_memory(device);
   const data::TokenStore store = data::TokenStore::open(options.data);
   check_store_fits(stored, store.vocab_size(), "--data");
 
@@ -48,7 +53,7 @@ void evaluate_stored_model(const EvalOptions& options) {
     outputs.per_position_csv = options.per_position_csv;
     outputs.per_position_svg = fs::path(options.per_position_csv).replace_extension(".svg");
   }
-  write_eval_outputs(outputs, options.model, results, passkey);
+  write_eval_outputs(outputs, options.model, results, passkey, EvalDevice{device, peak_memory(device)});
   log_passkey(passkey);
   log_perplexity("", results);
 }

@@ -19,6 +19,7 @@ struct EvalOptions {
   int64_t max_sequences = 0;           // per length; 0: all
   int64_t passkey_trials = 0;          // per length; 0: off
   std::string passkey_style = "digits";
+  std::string device = "auto";  // auto|cpu|cuda, as run.device
 };
 
 void evaluate_stored_model(const EvalOptions& options);

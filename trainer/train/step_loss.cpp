@@ -1,6 +1,7 @@
 #include "trainer/train/step_loss.h"
 
 #include "data/sampler.h"
+#include "trainer/runtime/device.h"
 
 namespace segtrain::trainer {
 
@@ -13,9 +14,9 @@ MicroBatch to_tensors(const data::Batch& b, const c10::Device& device) {
   at::Tensor mask = at::from_blob(const_cast<uint8_t*>(b.loss_mask.data()), shape, at::kByte).to(at::kBool);
   // A target the sampler marked as absent is never scored, whatever the mask says.
   mask = mask & (as_tensor(b.targets) != data::kNoTarget);
-  m.tokens = as_tensor(b.tokens).to(device);
-  m.positions = as_tensor(b.positions).to(device);
-  m.targets = at::where(mask, as_tensor(b.targets), at::full({}, data::kNoTarget, at::kLong)).to(device);
+  m.tokens = to_device(as_tensor(b.tokens), device);
+  m.positions = to_device(as_tensor(b.positions), device);
+  m.targets = to_device(at::where(mask, as_tensor(b.targets), at::full({}, data::kNoTarget, at::kLong)), device);
   m.loss_tokens = mask.sum().item<int64_t>();
   return m;
 }

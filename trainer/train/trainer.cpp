@@ -25,9 +25,10 @@
 #include "trainer/eval/eval_outputs.h"
 #include "trainer/eval/passkey.h"
 #include "trainer/eval/perplexity.h"
+#include "trainer/runtime/device.h"
+#include "trainer/runtime/memory.h"
 #include "trainer/train/budget.h"
 #include "trainer/train/cadence.h"
-#include "trainer/train/device.h"
 #include "trainer/train/distributed.h"
 #include "trainer/train/lr_schedule.h"
 #include "trainer/train/metrics.h"
@@ -158,6 +159,7 @@ Trainer::Trainer(const LoadedConfig& loaded, bool resume)
     log::info("rank ", dist_.rank, " of ", dist_.world_size, " connected through ", dist_.master_addr, ":",
               dist_.master_port);
   at::set_num_threads(static_cast<int>(thread_count(c_.run.threads)));
+  reset_peak_memory(device_);
   if (c_.eval.passkey_trials > 0 && !fs::exists(fs::path(c_.data.store) / "tokenizer.model"))
     throw InputError(where(loaded, "eval.passkey_trials") + ": the store '" + c_.data.store +
                      "' has no sentencepiece tokenizer.model to write passkey prompts with");
@@ -246,7 +248,8 @@ StepResult Trainer::train_step() {
   }
   result.loss_tokens = static_cast<int64_t>(global_sum({static_cast<double>(result.loss_tokens)})[0]);
   const double denominator = static_cast<double>(std::max<int64_t>(result.loss_tokens, 1));
-  double loss_sum = 0;
+  // Summed on the device: one host sync per step, not one per micro-batch.
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   for (size_t k = 0; k < micro.size(); ++k) {
     at::Tensor logits;
     {
@@ -256,10 +259,10 @@ StepResult Trainer::train_step() {
     at::Tensor loss = summed_loss(logits, micro[k].targets);
     if (sync_ && k + 1 == micro.size()) sync_->arm();  // the last micro-batch's backward all-reduces
     (loss / denominator).backward();
-    loss_sum += loss.item<double>();
+    loss_sum += loss.detach().to(at::kDouble);
   }
   if (sync_) sync_->finish();
-  result.loss = global_sum({loss_sum})[0] / denominator;
+  result.loss = global_sum({loss_sum.item<double>()})[0] / denominator;
   state_.cursor = cursor_after;
   state_.tokens += plan_.tokens_per_step;
   state_.loss_tokens += result.loss_tokens;
@@ -290,15 +293,16 @@ StepResult Trainer::train_step() {
 void Trainer::log_step(const StepResult& step) {
   const double seconds = std::chrono::duration<double>(Clock::now() - window_start_).count();
   const double seconds_per_step = seconds / static_cast<double>(std::max<int64_t>(window_steps_, 1));
-  metrics_->record({{"step", state_.step},
-                    {"tokens", state_.tokens},
-                    {"loss", step.loss},
-                    {"lr", step.lr},
-                    {"grad_norm", step.grad_norm},
-                    {"tokens_per_s", static_cast<double>(window_tokens_) / std::max(seconds, 1e-9)},
-                    {"loss_tokens", step.loss_tokens},
-                    {"skipped_steps", state_.skipped_steps}},
-                   seconds_per_step * static_cast<double>(plan_.total_steps - state_.step));
+  nlohmann::json row = {{"step", state_.step},
+                       {"tokens", state_.tokens},
+                       {"loss", step.loss},
+                       {"lr", step.lr},
+                       {"grad_norm", step.grad_norm},
+                       {"tokens_per_s", static_cast<double>(window_tokens_) / std::max(seconds, 1e-9)},
+                       {"loss_tokens", step.loss_tokens},
+                       {"skipped_steps", state_.skipped_steps}};
+  row.update(peak_memory_json(peak_memory(device_)));
+  metrics_->record(row, seconds_per_step * static_cast<double>(plan_.total_steps - state_.step));
   window_start_ = Clock::now();
   window_tokens_ = window_steps_ = 0;
 }
@@ -352,13 +356,14 @@ void Trainer::evaluate_final() {
   metrics_->eval_scalars(results, state_.step);
   if (!writer_) return;
   const EvalOutputs outputs = run_eval_outputs(run_.dir, c_.eval.per_position);
-  write_eval_outputs(outputs, c_.run.name, results, {});  // perplexity is kept even if the passkey test fails
+  // Perplexity is kept even if the passkey test fails.
+  write_eval_outputs(outputs, c_.run.name, results, {}, EvalDevice{device_, peak_memory(device_)});
   log_perplexity("eval " + c_.eval.split + " ", results);
   if (c_.eval.passkey_trials == 0) return;
   const auto tokenizer = data::Tokenizer::load((fs::path(c_.data.store) / "tokenizer.model").string());
   const auto passkey = passkey_accuracy(model_, tokenizer, c_.eval.passkey_style, c_.eval.lengths,
                                         c_.eval.passkey_trials, static_cast<uint64_t>(c_.run.seed));
-  write_eval_outputs(outputs, c_.run.name, results, passkey);
+  write_eval_outputs(outputs, c_.run.name, results, passkey, EvalDevice{device_, peak_memory(device_)});
   log_passkey(passkey);
 }
 

@@ -1,4 +1,4 @@
-#include "trainer/train/device.h"
+#include "trainer/runtime/device.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
@@ -14,11 +14,12 @@
 
 namespace segtrain::trainer {
 
-c10::Device pick_device(Device wanted, int64_t local_rank) {
+c10::Device pick_device(Device wanted, int64_t local_rank, const std::string& what) {
   const bool cuda = torch::cuda::is_available();
   if (wanted == Device::cuda && !cuda)
-    throw InputError(std::string("run.device: cuda requested but ") +
-                     (SEGTRAIN_WITH_CUDA ? "no CUDA device is visible" : "this build of LibTorch has no CUDA"));
+    throw InputError(what + ": cuda requested but " +
+                     (SEGTRAIN_WITH_CUDA ? "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+                                         : "this build has no CUDA (build it with SEGTRAIN_CUDA=1 make build)"));
   if (wanted == Device::cpu || (wanted == Device::auto_select && !cuda)) return c10::Device(c10::kCPU);
   const int64_t visible = torch::cuda::device_count();
   if (local_rank >= visible)
@@ -29,6 +30,11 @@ c10::Device pick_device(Device wanted, int64_t local_rank) {
   c10::cuda::set_device(device.index());  // NCCL and new CUDA tensors use the current device
 #endif
   return device;
+}
+
+at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
+  if (!device.is_cuda()) return host.to(device);
+  return host.pin_memory().to(device, /*non_blocking=*/true);
 }
 
 int64_t thread_count(int64_t configured) {

@@ -1,0 +1,51 @@
+#include "trainer/runtime/memory.h"
+
+#include <sys/resource.h>
+
+#include <cmath>
+#if SEGTRAIN_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace segtrain::trainer {
+namespace {
+
+double round_tenth(double mb) { return std::round(mb * 10.0) / 10.0; }
+
+}  // namespace
+
+PeakMemory peak_memory(const c10::Device& device) {
+  PeakMemory peak;
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) peak.rss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB
+#if SEGTRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    using c10::CachingAllocator::StatType;
+    constexpr double kMiB = 1024.0 * 1024.0;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
+    peak.gpu_allocated_mb = static_cast<double>(stats.allocated_bytes[aggregate].peak) / kMiB;
+    peak.gpu_reserved_mb = static_cast<double>(stats.reserved_bytes[aggregate].peak) / kMiB;
+  }
+#else
+  (void)device;
+#endif
+  return peak;
+}
+
+void reset_peak_memory(const c10::Device& device) {
+#if SEGTRAIN_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#else
+  (void)device;
+#endif
+}
+
+nlohmann::json peak_memory_json(const PeakMemory& peak) {
+  nlohmann::json out = {{"peak_rss_mb", round_tenth(peak.rss_mb)}};
+  if (peak.gpu_allocated_mb) out["peak_gpu_mb"] = round_tenth(*peak.gpu_allocated_mb);
+  if (peak.gpu_reserved_mb) out["peak_gpu_reserved_mb"] = round_tenth(*peak.gpu_reserved_mb);
+  return out;
+}
+
+}  // namespace segtrain::trainer

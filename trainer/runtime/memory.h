@@ -1,0 +1,26 @@
+#pragma once
+// Peak memory of this process, as metrics.jsonl, eval.json and the benchmarks
+// report it: the resident set on every device, and on CUDA the caching
+// allocator's peaks (what torch.cuda.max_memory_allocated/reserved report).
+#include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
+
+#include <optional>
+
+namespace segtrain::trainer {
+
+struct PeakMemory {
+  double rss_mb = 0;                           // peak resident set of the process (getrusage), MiB
+  std::optional<double> gpu_allocated_mb;      // CUDA: peak bytes held by tensors since the last reset
+  std::optional<double> gpu_reserved_mb;       // CUDA: peak bytes the allocator reserved from the driver
+};
+
+PeakMemory peak_memory(const c10::Device& device);
+
+// Starts the CUDA peaks afresh (a run's own peak, not an earlier command's); no-op on CPU.
+void reset_peak_memory(const c10::Device& device);
+
+// {"peak_rss_mb", and on CUDA "peak_gpu_mb", "peak_gpu_reserved_mb"}, rounded to 0.1 MiB.
+nlohmann::json peak_memory_json(const PeakMemory& peak);
+
+}  // namespace segtrain::trainer
