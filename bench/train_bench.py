@@ -24,8 +24,9 @@ BENCH_DEVICE=cpu (default) measures on the CPU in fp32; BENCH_DEVICE=cuda on the
 first GPU in bf16: segtrain with run.device cuda and train.precision bf16, the
 PyTorch loop under torch.autocast("cuda", bfloat16) with fused AdamW on the GPU,
 each step timed between torch.cuda.synchronize() calls (segtrain's step rate is
-its metrics.jsonl tokens_per_s; its loss and gradient-norm reads synchronize every
-step). With no GPU visible (or a torch without CUDA) a cuda benchmark prints
+its metrics.jsonl tokens_per_s, log_every 1; reading the step's loss and gradient
+norm to the host synchronizes every step, and an optimizer step still queued when
+a step's time is taken counts in the next one's, so the steady rate is the same). With no GPU visible (or a torch without CUDA) a cuda benchmark prints
 {"benchmark": ..., "skipped": "why"} and exits 0.
 
 Every run is its own child process; its peak RSS comes from os.wait4's rusage, so
