@@ -8,7 +8,7 @@ BUILD_DIR ?= build
 endif
 export BUILD_DIR
 
-.PHONY: all setup build build-cuda demo test bench gpu-check experiments clean
+.PHONY: all setup build build-cuda demo test bench fuzz gpu-check experiments clean
 all: build
 
 setup build:
@@ -25,6 +25,11 @@ test: build
 
 bench: build
 	@bash bench/run.sh
+
+# libFuzzer on every reader of outside input, FUZZ_SECONDS (default 60) per target, in its own
+# clang + ASan + UBSan build (build-fuzz); exits 1 on a crash (scripts/fuzz.sh, tests/fuzz/README.md).
+fuzz:
+	@bash scripts/fuzz.sh
 
 # On a GPU machine: builds the CUDA configuration, runs the `gpu` tests and the GPU
 # benchmarks, prints a report (scripts/gpu_check.sh). Exit 2 when no GPU is visible.

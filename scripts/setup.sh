@@ -4,6 +4,8 @@
 #   apt packages (scripts/apt-packages.txt) -> venv with torch + test packages -> cmake configure -> build
 # Environment: TORCH_VERSION (default 2.13.0), BUILD_DIR (default build), BUILD_TYPE (default Release),
 #              PYTHON (default python3), SEGTRAIN_SKIP_APT=1 to skip the apt step,
+#              SEGTRAIN_APT_LISTS (default scripts/apt-packages.txt; `make fuzz` adds
+#              scripts/apt-packages-fuzz.txt), SEGTRAIN_SKIP_BUILD=1 to stop after the venv,
 #              SEGTRAIN_CUDA=1 for the CUDA configuration: the CUDA build of torch (default 2.14.1) in
 #              .venv-cuda, built in build-cuda with nvcc ($CUDACXX, PATH, $CUDA_HOME or /usr/local/cuda)
 #              for TORCH_CUDA_ARCH_LIST (default 8.0;9.0 when no GPU is visible).
@@ -39,7 +41,8 @@ fi
 
 # --- apt --------------------------------------------------------------------
 if [[ "${SEGTRAIN_SKIP_APT:-0}" != 1 ]]; then
-  mapfile -t packages < <(grep -v '^\s*#' scripts/apt-packages.txt | grep -v '^\s*$')
+  read -r -a lists <<<"${SEGTRAIN_APT_LISTS:-scripts/apt-packages.txt}"
+  mapfile -t packages < <(cat "${lists[@]}" | grep -v '^\s*#' | grep -v '^\s*$')
   missing=()
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -75,6 +78,7 @@ if [[ $CUDA == 1 ]]; then
 fi
 
 # --- configure and build ----------------------------------------------------
+[[ "${SEGTRAIN_SKIP_BUILD:-0}" == 1 ]] && exit 0
 if [[ ! -f $BUILD_DIR/CMakeCache.txt ]] || ! grep -q "CMAKE_BUILD_TYPE:STRING=$BUILD_TYPE\$" "$BUILD_DIR/CMakeCache.txt"; then
   say "configuring $BUILD_DIR ($BUILD_TYPE$([[ $CUDA == 1 ]] && echo ", CUDA with $NVCC"))"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \

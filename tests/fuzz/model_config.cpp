@@ -1,0 +1,12 @@
+// segtrain's own model_config.json (checkpoints, run outputs) through
+// read_model_config, as `model.init: checkpoint:DIR` and `--model DIR` do.
+#include "models/model_io.h"
+#include "tests/fuzz/fuzz_target.h"
+
+using namespace segtrain;
+
+SEGTRAIN_FUZZ_TARGET(model_config) {
+  const auto dir = fuzz::scratch_dir() / "model";
+  fuzz::write_file(dir / "model_config.json", fuzz::as_text(data, size));
+  (void)models::read_model_config(dir.string());
+}
