@@ -98,8 +98,10 @@ struct Walker {
   void walk(const YAML::Node& map, const std::string& prefix) {
     std::set<std::string> seen;
     for (auto it = map.begin(); it != map.end(); ++it) {
-      const YAML::Node& key = it->first;
-      const YAML::Node& value = it->second;
+      // Copies: yaml-cpp's operator-> returns a temporary proxy, so a reference
+      // to it->first would dangle after this statement (ASan: stack-use-after-scope).
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
       const std::string where = location(source, key.Mark());
       if (!key.IsScalar()) {
         errors.push_back(where + ": keys must be plain names" + (prefix.empty() ? "" : " in '" + prefix + "'"));
