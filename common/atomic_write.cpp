@@ -78,7 +78,7 @@ void AtomicDir::commit() {
 
 AtomicFile::AtomicFile(fs::path final_path) : final_(std::move(final_path)), temp_(temp_sibling(final_)) {
   file_ = std::fopen(temp_.c_str(), "wb");
-  if (!file_) fail("cannot create", temp_);
+  if (!file_) fail("cannot create", final_);
 }
 
 AtomicFile::~AtomicFile() {
@@ -88,11 +88,12 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::write(const void* data, std::size_t bytes) {
-  if (bytes && std::fwrite(data, 1, bytes, file_) != bytes) fail("cannot write", temp_);
+  // Errors name the file the user asked for; the temporary sibling is removed.
+  if (bytes && std::fwrite(data, 1, bytes, file_) != bytes) fail("cannot write", final_);
 }
 
 void AtomicFile::commit() {
-  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) fail("cannot write", temp_);
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) fail("cannot write", final_);
   std::fclose(file_);
   file_ = nullptr;
   if (::rename(temp_.c_str(), final_.c_str()) != 0) {

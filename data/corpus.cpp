@@ -3,6 +3,8 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -196,9 +198,8 @@ std::string read_text_file(const std::string& path) {
   return read_file(path, "corpus file");
 }
 
-std::vector<std::string> read_corpus(const std::vector<std::string>& inputs, const CorpusOptions& options,
-                                     CorpusStats& stats) {
-  std::vector<std::string> docs;
+std::vector<CorpusFile> corpus_files(const std::vector<std::string>& inputs) {
+  std::vector<CorpusFile> out;
   for (const auto& input : inputs) {
     const fs::path path(input);
     std::error_code ec;
@@ -209,13 +210,38 @@ std::vector<std::string> read_corpus(const std::vector<std::string>& inputs, con
         if (it->is_regular_file(ec)) files.push_back(it->path());
       if (ec) throw InputError(input + ": cannot list directory: " + ec.message());
       std::sort(files.begin(), files.end());
-      for (const auto& f : files) read_path(f, false, options, docs, stats);
+      for (auto& f : files) out.push_back({std::move(f), false});
     } else if (fs::exists(path, ec)) {
-      read_path(path, true, options, docs, stats);
+      out.push_back({path, true});
     } else {
       throw InputError(input + ": no such file or directory");
     }
   }
+  return out;
+}
+
+std::string file_digest(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw InputError(file.string() + ": cannot open: " + std::strerror(errno));
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a offset basis
+  std::vector<char> block(1 << 20);
+  while (in) {
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      hash ^= static_cast<unsigned char>(block[static_cast<size_t>(i)]);
+      hash *= 1099511628211ull;  // FNV prime
+    }
+  }
+  if (in.bad()) throw InputError(file.string() + ": read failed: " + std::strerror(errno));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return hex;
+}
+
+std::vector<std::string> read_corpus(const std::vector<std::string>& inputs, const CorpusOptions& options,
+                                     CorpusStats& stats) {
+  std::vector<std::string> docs;
+  for (const auto& file : corpus_files(inputs)) read_path(file.path, file.named, options, docs, stats);
   return docs;
 }
 

@@ -5,6 +5,7 @@
 // skipped and counted, never fatal; malformed JSON is an InputError naming
 // file:line, since it usually means the wrong file or field.
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,21 @@ struct CorpusOptions {
 };
 
 bool is_valid_utf8(std::string_view text);
+
+// A file read_corpus reads: one an input names (its type must be supported), or
+// one found in an input directory (other types are skipped).
+struct CorpusFile {
+  std::filesystem::path path;
+  bool named = false;
+};
+
+// The files of `inputs` in reading order: each input in turn, the files of a
+// directory recursively in sorted path order. InputError for a missing input.
+std::vector<CorpusFile> corpus_files(const std::vector<std::string>& inputs);
+
+// FNV-1a (64-bit) of a file's bytes as 16 hex digits: a store's record of the
+// contents it was made from. InputError naming the file if unreadable.
+std::string file_digest(const std::filesystem::path& file);
 
 // Every input in order; the files of a directory in sorted path order, so the
 // document order (and so the store) is reproducible.

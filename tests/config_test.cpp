@@ -36,7 +36,9 @@ TEST_F(ConfigTest, MinimalConfigTakesDocumentedDefaults) {
   LoadedConfig loaded = load_config(minimal(), {});
   Config expected;
   expected.data.store = store();
+  expected.eval.lengths = {256, 512, 1024};  // auto, resolved: L_t = 256 doubled up to L_e = 1024
   EXPECT_EQ(to_yaml(loaded.config), to_yaml(expected));
+  EXPECT_TRUE(Config().eval.lengths.empty()) << "the default is auto";
   EXPECT_EQ(loaded.config.data.train_length, 256);
   EXPECT_EQ(loaded.config.data.extended_length, 1024);
   EXPECT_EQ(loaded.config.data.sampler.method, data::SamplerMethod::truncate);
@@ -76,6 +78,30 @@ TEST_F(ConfigTest, ResolvedYamlRoundTrips) {
   EXPECT_DOUBLE_EQ(*second.config.model.spec.extension.factor, 4.0);
   EXPECT_EQ(second.config.data.sampler.targets, data::TargetMode::document);
   EXPECT_DOUBLE_EQ(second.config.train.betas[1], 0.99);
+}
+
+// eval.lengths auto (the default) follows the run's own lengths: L_t, doubled
+// while below L_e, then L_e; `auto` in a file or --set asks for it explicitly.
+TEST_F(ConfigTest, EvalLengthsAutoFollowTheRunsLengths) {
+  auto lengths = [&](const std::vector<std::string>& sets) { return load_config(minimal(), sets).config.eval.lengths; };
+  EXPECT_EQ(lengths({"data.train_length=128", "data.extended_length=512"}), (std::vector<int64_t>{128, 256, 512}));
+  EXPECT_EQ(lengths({"data.train_length=100", "data.extended_length=350"}), (std::vector<int64_t>{100, 200, 350}));
+  EXPECT_EQ(lengths({"data.train_length=64", "data.extended_length=64"}), (std::vector<int64_t>{64}));
+  EXPECT_EQ(lengths({"data.train_length=64", "data.extended_length=128", "eval.lengths=[8,16]", "eval.lengths=auto"}),
+            (std::vector<int64_t>{64, 128}));
+  // The resolved config says what auto became.
+  const std::string yaml = to_yaml(load_config(minimal(), {"data.train_length=32", "data.extended_length=64"}).config);
+  EXPECT_NE(yaml.find("lengths: [32, 64]"), std::string::npos) << yaml;
+}
+
+// `segtrain sample` validates only the data section it samples with.
+TEST_F(ConfigTest, SampleUseChecksOnlyTheDataSection) {
+  const std::vector<std::string> bad_training = {"train.lr=1e-4", "train.min_lr=1e-3"};
+  EXPECT_NO_THROW(load_config(minimal(), bad_training, ConfigUse::sample));
+  auto msg = error_of([&] { load_config(minimal(), bad_training, ConfigUse::train); });
+  EXPECT_NE(msg.find("train.min_lr"), std::string::npos) << msg;
+  msg = error_of([&] { load_config(minimal(), {"data.extended_length=8", "data.train_length=16"}, ConfigUse::sample); });
+  EXPECT_NE(msg.find("data."), std::string::npos) << msg;
 }
 
 TEST_F(ConfigTest, OverridesApplyWithTypeChecks) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -182,6 +183,48 @@ struct BadExperiment {
   std::string expected;    // in the error message
   std::string arch = "gpt_neox";
 };
+
+// A store built from text inputs records each file's size and digest: after a
+// file is edited, the grid refuses to reuse the store (and every run made from
+// it), naming the file, instead of reporting results of the old text.
+TEST(Experiment, AnEditedInputFileMakesTheStoreStale) {
+  test::TempDir dir;
+  auto synth = run(kBin, {"synth", "--out", dir / "text", "--docs", "30", "--min-tokens", "300", "--max-tokens",
+                          "500", "--seed", "4"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  const std::string out = dir / "out", input = dir / "text/train.jsonl";
+  const std::string file = "experiment:\n"
+                           "  name: edited\n"
+                           "  output_dir: " + out + "\n"
+                           "  factors: [2]\n"
+                           "  methods: [da]\n"
+                           "  ootb: [none]\n"
+                           "  corpora:\n"
+                           "    - name: text\n"
+                           "      inputs: [" + input + "]\n"
+                           "      vocab_size: 200\n"
+                           "      valid_fraction: 0.2\n"
+                           "  base:\n"
+                           "    set: {train.budget.tokens: 4000}\n"
+                           "run: {seed: 7, threads: 1}\n"
+                           "model: {arch: gpt_neox, d_model: 16, n_layers: 1, n_heads: 2}\n"
+                           "data: {train_length: 32}\n"
+                           "train: {micro_batch_size: 8, warmup_steps: 2, log_every: 5, tensorboard: false}\n"
+                           "eval: {max_sequences: 2}\n";
+  test::write_file(dir / "x.yaml", file);
+  auto first = run(kBin, {"experiment", dir / "x.yaml"}, 600);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const json record = json::parse(test::read_file(fs::path(out) / "text" / "corpus.json"));
+  ASSERT_EQ(record["files"].size(), 1u);
+  EXPECT_EQ(record["files"][0]["bytes"], fs::file_size(input));
+  auto again = run(kBin, {"experiment", dir / "x.yaml"}, 600);
+  ASSERT_EQ(again.exit_code, 0) << "an unchanged corpus is reused: " << again.err;
+
+  std::ofstream(input, std::ios::app) << "{\"text\": \"one more document\"}\n";
+  auto edited = run(kBin, {"experiment", dir / "x.yaml"}, 600);
+  EXPECT_EQ(edited.exit_code, 2) << edited.err;
+  EXPECT_NE(edited.err.find(input + " changed"), std::string::npos) << edited.err;
+}
 
 TEST(Experiment, BadFilesExitTwoNamingTheLineAndKey) {
   test::TempDir dir;

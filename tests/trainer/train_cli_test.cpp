@@ -158,6 +158,119 @@ TEST_F(TrainCli, SigtermThenResumeReproducesTheUninterruptedRunExactly) {
   EXPECT_EQ(kept, 2);
 }
 
+// A small tmpfs mounted for one test (root only), unmounted when done.
+class SmallDisk {
+ public:
+  SmallDisk(const fs::path& dir, const std::string& size) : dir_(dir) {
+    fs::create_directories(dir_);
+    mounted_ = ::geteuid() == 0 && std::system(("mount -t tmpfs -o size=" + size + " segtrain-test " +
+                                                test::shell_quote(dir_.string()) + " 2>/dev/null").c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) std::system(("umount " + test::shell_quote(dir_.string())).c_str());
+  }
+  bool mounted() const { return mounted_; }
+  bool resize(const std::string& size) {
+    return std::system(("mount -o remount,size=" + size + " " + test::shell_quote(dir_.string())).c_str()) == 0;
+  }
+
+ private:
+  fs::path dir_;
+  bool mounted_ = false;
+};
+
+// The disk fills up while checkpoints accumulate: the run exits 1 naming the
+// file and the OS's reason, every complete checkpoint before it is intact, and
+// with space freed --resume finishes exactly like an uninterrupted run. A
+// store or an export that does not fit leaves nothing half-written behind.
+TEST_F(TrainCli, AFullDiskLosesNothingAndResumeFinishesTheRun) {
+  SmallDisk disk(*dir_ / "small", "1200k");
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  const std::vector<std::string> sets = {"--set", "train.budget.tokens=24000", "--set", "train.checkpoint_every=10",
+                                         "--set", "train.keep_last=100"};
+  auto args = [&](const std::string& name, const std::string& out) {
+    std::vector<std::string> a = {"train", config(name, "gpt2", "truncate"), "--set", "run.output_dir=" + out};
+    a.insert(a.end(), sets.begin(), sets.end());
+    return a;
+  };
+  auto whole = run(kBin, args("disk-whole", run_dir("disk-whole")));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+
+  const std::string out = *dir_ / "small/run";
+  auto full = run(kBin, args("disk-full", out));
+  ASSERT_EQ(full.exit_code, 1) << full.err;
+  EXPECT_TRUE(std::regex_search(full.err, std::regex("checkpoint '" + out + "/checkpoints/step-[0-9]+' not saved "
+                                                     "\\(earlier checkpoints are intact\\): cannot write '[^']+': "
+                                                     "No space left on device")))
+      << full.err;
+  int64_t complete = 0;
+  for (const auto& e : fs::directory_iterator(out + "/checkpoints")) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << "half-written: " << e.path();
+    complete += fs::exists(e.path() / "trainer_state.json");
+  }
+  EXPECT_GT(complete, 0) << "no checkpoint fitted: make the disk larger";
+  ASSERT_FALSE(fs::exists(out + "/final"));
+
+  ASSERT_TRUE(disk.resize("64m"));
+  std::vector<std::string> resume = args("disk-full", out);
+  resume.push_back("--resume");
+  auto resumed = run(kBin, resume);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(losses(out), losses(run_dir("disk-whole")));
+  EXPECT_EQ(test::read_file(out + "/final/model.safetensors"),
+            test::read_file(run_dir("disk-whole") + "/final/model.safetensors"));
+
+  // Fill the disk to the brim, then: an export and a store do not fit.
+  ASSERT_TRUE(disk.resize(std::to_string(fs::space(*dir_ / "small").capacity - fs::space(*dir_ / "small").available +
+                                         64 * 1024)));
+  auto exported = run(kBin, {"export", "--model", out + "/final", "--out", *dir_ / "small/hf"});
+  EXPECT_EQ(exported.exit_code, 1) << exported.err;
+  EXPECT_NE(exported.err.find("No space left on device"), std::string::npos) << exported.err;
+  EXPECT_FALSE(fs::exists(*dir_ / "small/hf"));
+  auto prepared = run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", "--out", *dir_ / "small/store",
+                             "--vocab-size", "160"});
+  EXPECT_EQ(prepared.exit_code, 1) << prepared.err;
+  EXPECT_NE(prepared.err.find("No space left on device"), std::string::npos) << prepared.err;
+  EXPECT_FALSE(fs::exists(*dir_ / "small/store/meta.json"));
+  for (const auto& e : fs::directory_iterator(*dir_ / "small"))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << "left behind: " << e.path();
+  // What was there before is untouched.
+  EXPECT_EQ(test::read_file(out + "/final/model.safetensors"),
+            test::read_file(run_dir("disk-whole") + "/final/model.safetensors"));
+}
+
+// Preemptible clusters requeue the same command: `--resume auto` starts fresh
+// when run.output_dir has no checkpoint and continues when it has one, while a
+// plain --resume still refuses an empty directory.
+TEST_F(TrainCli, ResumeAutoStartsFreshOrContinues) {
+  const std::vector<std::string> sets = {"--set", "train.budget.tokens=6000", "--set", "train.checkpoint_every=10"};
+  auto args = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"train", config(name, "gpt2", "truncate")};
+    a.insert(a.end(), sets.begin(), sets.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto plain = run(kBin, args("requeued", {"--resume"}));
+  EXPECT_EQ(plain.exit_code, 2) << plain.err;
+  EXPECT_NE(plain.err.find("has no complete checkpoint to continue from (--resume auto starts fresh then)"),
+            std::string::npos)
+      << plain.err;
+  auto fresh = run(kBin, args("requeued", {"--resume", "auto"}));
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  auto whole = run(kBin, args("requeued-whole", {}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(losses(run_dir("requeued")), losses(run_dir("requeued-whole")));
+  // Requeued once more after it finished: it continues from final/, trains nothing, and keeps its weights.
+  const std::string weights = test::read_file(run_dir("requeued") + "/final/model.safetensors");
+  auto again = run(kBin, args("requeued", {"--resume=auto"}));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(test::read_file(run_dir("requeued") + "/final/model.safetensors"), weights);
+  auto refused = run(kBin, args("requeued", {}));
+  EXPECT_EQ(refused.exit_code, 2) << "without --resume an existing run is refused: " << refused.err;
+  auto bad = run(kBin, args("requeued", {"--resume=sometimes"}));
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
 TEST_F(TrainCli, NonFiniteLossesAreSkippedThenAbort) {
   auto base = run(kBin, {"train", config("nan-base", "gpt_neox", "truncate"), "--set", "train.budget.tokens=2000"});
   ASSERT_EQ(base.exit_code, 0) << base.err;

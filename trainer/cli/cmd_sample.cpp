@@ -19,7 +19,7 @@ void add_sample(CLI::App& app, Chosen& chosen) {
   s->add_option("--out", o->dump.out, "Output .jsonl")->required();
   s->add_option("--split", o->split, "Store split")->check(CLI::IsMember({"train", "valid"}));
   choose_on(s, chosen, "sample", OnSignal::exit_now, [o] {
-    const auto loaded = load_config(o->config, o->overrides);
+    const auto loaded = load_config(o->config, o->overrides, ConfigUse::sample);
     o->dump.seed = static_cast<uint64_t>(loaded.config.run.seed);
     o->dump.split = data::parse_split(o->split);
     data::write_sample_dump(data::TokenStore::open(loaded.config.data.store), loaded.config.data, o->dump);

@@ -11,20 +11,25 @@ void add_train(CLI::App& app, Chosen& chosen) {
   struct Options {
     std::string config;
     std::vector<std::string> overrides;
-    bool resume = false;
+    std::string resume = "no";  // "" (the bare flag) or "auto"
   };
   auto o = std::make_shared<Options>();
   auto* t = app.add_subcommand("train", "Run one YAML-configured training run");
   t->add_option("config", o->config, "Run config (YAML)")->required();
   add_overrides(t, o->overrides);
-  t->add_flag("--resume", o->resume, "Continue from the newest complete checkpoint in run.output_dir");
+  t->add_option("--resume", o->resume,
+                 "Continue from the newest complete checkpoint in run.output_dir; `--resume auto` starts fresh "
+                 "when there is none (requeued jobs)")
+      ->expected(0, 1)
+      ->check(CLI::IsMember({"", "auto"}));
   choose_on(t, chosen, "train", OnSignal::stop_at_checkpoint, [o] {
     const LoadedConfig loaded = load_config(o->config, o->overrides);
     log::Options logging;  // the console; the run adds its own log file
     logging.level = loaded.config.run.log_level;
     logging.rank = static_cast<int>(read_distributed_env().rank);
     log::init(logging);
-    return run_training(loaded, o->resume);
+    const Resume resume = o->resume == "no" ? Resume::no : o->resume == "auto" ? Resume::if_any : Resume::required;
+    return run_training(loaded, resume);
   });
 }
 

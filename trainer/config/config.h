@@ -85,7 +85,8 @@ inline constexpr EnumName<PasskeyStyle> kPasskeyStyles[] = {{"digits", PasskeySt
                                                             {"recall", PasskeyStyle::recall}};
 
 struct EvalConfig {
-  std::vector<int64_t> lengths = {256, 512, 768, 1024};
+  // Empty: auto, resolved by load_config to eval_lengths_for(data) (L_t, 2 L_t, 4 L_t, ... and L_e).
+  std::vector<int64_t> lengths;
   std::string split = "valid";
   bool per_position = false;
   int64_t max_sequences = 64;  // per length; 0: all
@@ -120,10 +121,21 @@ struct LoadedConfig {
   std::string source;  // the file name
 };
 
-// Reads FILE, applies `--set key=value` overrides in order, and validates.
-// Throws InputError listing every problem found, each naming file:line:col or
-// the --set argument, the key, and what was expected.
-LoadedConfig load_config(const std::string& file, const std::vector<std::string>& overrides);
+// What a command uses a config for: `segtrain sample` only samples, so only the
+// data section must be valid; training needs all of it.
+enum class ConfigUse { train, sample };
+
+// Reads FILE, applies `--set key=value` overrides in order, resolves eval.lengths
+// auto, and validates what `use` needs. Throws InputError listing every problem
+// found, each naming file:line:col or the --set argument, the key, and what was
+// expected.
+LoadedConfig load_config(const std::string& file, const std::vector<std::string>& overrides,
+                         ConfigUse use = ConfigUse::train);
+
+// eval.lengths auto: L_t, 2 L_t, 4 L_t, ... below L_e, then L_e. Doubling rather
+// than every multiple keeps the evaluation's cost in proportion to the run's for
+// large factors (L_e = 32 L_t gives 6 lengths, not 32).
+std::vector<int64_t> eval_lengths_for(const data::DataConfig& data);
 
 // Parsing only (no cross-field checks); used by load_config and by tests.
 LoadedConfig parse_config_file(const std::string& file);
@@ -136,7 +148,8 @@ void apply_override(LoadedConfig& loaded, const std::string& assignment);
 // Cross-field and file-system checks; returns one message per problem. Without
 // `check_paths`, data.store and model.init directories need not exist yet (an
 // experiment checks runs whose inputs earlier runs will write).
-std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_paths = true);
+std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_paths = true,
+                                         ConfigUse use = ConfigUse::train);
 
 // The resolved config as YAML: every key, in schema order. Parsing it gives back
 // an equal Config.

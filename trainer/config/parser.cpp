@@ -216,10 +216,18 @@ void apply_override(LoadedConfig& loaded, const std::string& assignment) {
   if (!errors.empty()) fail(errors);
 }
 
-LoadedConfig load_config(const std::string& file, const std::vector<std::string>& overrides) {
+std::vector<int64_t> eval_lengths_for(const data::DataConfig& data) {
+  std::vector<int64_t> lengths;
+  for (int64_t length = data.train_length; length < data.extended_length; length *= 2) lengths.push_back(length);
+  lengths.push_back(data.extended_length);
+  return lengths;
+}
+
+LoadedConfig load_config(const std::string& file, const std::vector<std::string>& overrides, ConfigUse use) {
   LoadedConfig loaded = parse_config_file(file);
   for (const auto& assignment : overrides) apply_override(loaded, assignment);
-  auto errors = validate_config(loaded);
+  if (loaded.config.eval.lengths.empty()) loaded.config.eval.lengths = eval_lengths_for(loaded.config.data);
+  auto errors = validate_config(loaded, /*check_paths=*/true, use);
   if (!errors.empty()) fail(errors);
   return loaded;
 }

@@ -189,16 +189,22 @@ const YAML::Node& sequence(const YAML::Node& n, const std::string& type) {
   return n;
 }
 
-Field integer_list(std::string path, std::vector<int64_t>& v, int64_t lo, std::string doc) {
-  std::string type = "a non-empty list of integers" + int_range(lo, kMaxInt);
+// An empty vector stands for `word`.
+Field maybe_integer_list(std::string path, std::vector<int64_t>& v, const char* word, int64_t lo, std::string doc) {
+  std::string type = std::string(word) + " or a non-empty list of integers" + int_range(lo, kMaxInt);
   return {path, type, std::move(doc),
-          [&v, type, lo](const YAML::Node& n) {
+          [&v, type, word, lo](const YAML::Node& n) {
             std::vector<int64_t> out;
+            if (is_null_word(n, word)) {
+              v.clear();
+              return;
+            }
             for (const auto& item : sequence(n, type)) out.push_back(parse_integer(item, type, lo, kMaxInt));
             if (out.empty()) expected(type, n);
             v = out;
           },
-          [&v] {
+          [&v, word] {
+            if (v.empty()) return null_or(word);
             auto list = flow_list();
             for (auto x : v) list.push_back(plain(std::to_string(x)));
             return list;
@@ -325,7 +331,8 @@ std::vector<Field> fields(Config& c) {
               "Consecutive non-finite losses (steps skipped) before the run aborts."),
       flag("train.tensorboard", t.tensorboard, "Also write TensorBoard scalars to output_dir/tensorboard."),
 
-      integer_list("eval.lengths", c.eval.lengths, 2, "Sequence lengths to report perplexity at."),
+      maybe_integer_list("eval.lengths", c.eval.lengths, "auto", 2,
+                         "Sequence lengths to report perplexity at; auto is L_t, 2 L_t, 4 L_t, ... up to L_e."),
       text("eval.split", c.eval.split, "Store split to evaluate on."),
       flag("eval.per_position", c.eval.per_position, "Also write the per-position loss curve (CSV and SVG)."),
       integer("eval.max_sequences", c.eval.max_sequences, 0, kMaxInt, "Windows per length; 0: all."),

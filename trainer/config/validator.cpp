@@ -159,9 +159,10 @@ void check_run_and_eval(Checker& ck, const Config& c) {
 
 }  // namespace
 
-std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_paths) {
+std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_paths, ConfigUse use) {
   Checker ck{loaded, {}, check_paths};
   check_data(ck, loaded.config);
+  if (use == ConfigUse::sample) return ck.errors;
   check_model(ck, loaded.config);
   check_train(ck, loaded.config);
   check_run_and_eval(ck, loaded.config);

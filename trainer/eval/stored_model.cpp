@@ -1,5 +1,6 @@
 #include "trainer/eval/stored_model.h"
 
+#include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "models/hf.h"
@@ -29,7 +30,10 @@ void check_store_fits(const StoredModel& model, int64_t store_vocab_size, const 
 void export_stored_model(const std::string& path, const std::vector<std::string>& overrides, const std::string& out) {
   const StoredModel stored = open_stored_model(path, overrides);
   const auto& c = stored.config;
-  models::export_hf(models::load_model(stored.dir, c), out);
+  // Built beside `out` and renamed in: a full disk or a kill never leaves half an export.
+  AtomicDir staged(out);
+  models::export_hf(models::load_model(stored.dir, c), staged.path().string());
+  staged.commit();
   log::info("exported ", path, " (", enum_name(models::kArchs, c.arch), ", extension ",
             enum_name(models::kExtensionMethods, c.extension.method), ") to ", out);
   if (c.arch == models::Arch::bloom && c.extension.method != models::ExtensionMethod::none)

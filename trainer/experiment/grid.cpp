@@ -6,12 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/signals.h"
+#include "data/corpus.h"
 #include "data/prepare.h"
 #include "data/synth.h"
 #include "data/token_store.h"
@@ -30,7 +32,8 @@ namespace segtrain::trainer {
 
 namespace {
 
-// The corpus settings a store was made from; a store made from others is stale.
+// The corpus settings a store was made from, and for text inputs every file's
+// size and content digest; a store made from others (an edited file) is stale.
 nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
   nlohmann::json j = {{"vocab_size", corpus.vocab_size}, {"valid_fraction", corpus.valid_fraction}};
   if (corpus.synthetic)
@@ -38,9 +41,34 @@ nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
                       {"min_tokens", corpus.synthetic->min_words},
                       {"max_tokens", corpus.synthetic->max_words},
                       {"seed", static_cast<int64_t>(corpus.synthetic->seed)}};
-  else
+  else {
     j["inputs"] = corpus.inputs;
+    j["files"] = nlohmann::json::array();
+    for (const auto& file : data::corpus_files(corpus.inputs))
+      j["files"].push_back({{"path", file.path.string()},
+                            {"bytes", static_cast<int64_t>(fs::file_size(file.path))},
+                            {"fnv1a64", data::file_digest(file.path)}});
+  }
   return j;
+}
+
+// What changed between a recorded corpus fingerprint and today's, in a few words.
+std::string first_difference(const nlohmann::json& recorded, const nlohmann::json& now) {
+  for (const auto& [key, value] : now.items()) {
+    if (!recorded.contains(key)) return key + " was not recorded";
+    if (recorded[key] == value) continue;
+    if (key != "files" || !recorded[key].is_array()) return key + " was " + recorded[key].dump() + ", is " + value.dump();
+    std::map<std::string, nlohmann::json> before;
+    for (const auto& f : recorded[key]) before[f.value("path", "")] = f;
+    for (const auto& f : value) {
+      const auto it = before.find(f["path"].get<std::string>());
+      if (it == before.end()) return f["path"].get<std::string>() + " is new";
+      if (it->second != f) return f["path"].get<std::string>() + " changed";
+      before.erase(it);
+    }
+    if (!before.empty()) return before.begin()->first + " is gone";
+  }
+  return "recorded with other settings";
 }
 
 void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const LoadedConfig& base_template) {
@@ -49,11 +77,12 @@ void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const Loa
   const fs::path store = store_dir(x, corpus), made_from = dir / "corpus.json";
   const nlohmann::json fingerprint = corpus_fingerprint(corpus);
   if (fs::exists(store / "meta.json") && fs::exists(made_from)) {
-    if (nlohmann::json::parse(read_file(made_from, "corpus record")) != fingerprint)
+    const auto recorded = nlohmann::json::parse(read_file(made_from, "corpus record"));
+    if (recorded != fingerprint)
       throw InputError(corpus.origin + ": experiment.corpora '" + corpus.name + "' differs from the corpus " +
-                       store.string() + " was made from (" + made_from.string() +
-                       "); every run of it would be stale: delete " + dir.string() +
-                       " or choose another experiment.output_dir");
+                       store.string() + " was made from (" + made_from.string() + ": " +
+                       first_difference(recorded, fingerprint) + "); every run of it would be stale: delete " +
+                       dir.string() + " or choose another experiment.output_dir");
     return;
   }
   // The corpus text and the store are built beside their places and renamed in
@@ -129,7 +158,7 @@ void ensure_trained(const PlannedRun& run) {
     fs::create_directories(dir);
     write_file_atomic(base_record, base);
   }
-  run_training(run.config, previous.has_value(), /*final_eval=*/false);
+  run_training(run.config, previous ? Resume::required : Resume::no, /*final_eval=*/false);
 }
 
 // Evaluates one row's model unless row.json holds this exact evaluation.

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -32,7 +34,8 @@ Metrics::Metrics(const fs::path& run_dir, bool tensorboard, int64_t resume_step,
   if (run_dir.empty()) return;
   keep_lines_up_to(resume_step);
   out_.open(path_, std::ios::app);
-  if (!out_) throw std::runtime_error("cannot write '" + path_.string() + "'");
+  if (!out_) throw std::runtime_error("cannot write '" + path_.string() + "': " + std::strerror(errno));
+  keep_events_up_to(run_dir / "tensorboard", resume_step);  // even with tensorboard off now: no stale points
   if (tensorboard) tb_ = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
 }
 
@@ -44,6 +47,7 @@ void Metrics::record(const nlohmann::json& row, double seconds_left) {
   if (out_.is_open()) {
     out_ << row.dump() << "\n";
     out_.flush();
+    if (!out_) throw std::runtime_error("cannot write '" + path_.string() + "': " + std::strerror(errno));
   }
   const int64_t step = row["step"];
   if (tb_) {

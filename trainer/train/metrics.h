@@ -18,7 +18,8 @@ namespace segtrain::trainer {
 class Metrics {
  public:
   // An empty run_dir (ranks other than 0) records nothing and only logs. After a
-  // resume, lines of steps past `resume_step` are dropped: those steps run again.
+  // resume, lines and TensorBoard events of steps past `resume_step` are
+  // dropped: those steps run again.
   Metrics(const std::filesystem::path& run_dir, bool tensorboard, int64_t resume_step, int64_t total_steps);
   ~Metrics();
 

@@ -67,12 +67,21 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
 
 void save_checkpoint(const fs::path& dir, const models::TransformerLM& model, const FusedAdamW& optimizer,
                      const TrainerState& state, const Config& config) {
-  AtomicDir out(dir);
-  models::save_model_dir(model, out.path().string());
-  models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer.state_dict());
-  write_file_atomic(out.path() / "trainer_state.json", state_to_json(state));
-  write_file_atomic(out.path() / "config.yaml", to_yaml(config));
-  out.commit();
+  try {
+    AtomicDir out(dir);
+    models::save_model_dir(model, out.path().string());
+    models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer.state_dict());
+    write_file_atomic(out.path() / "trainer_state.json", state_to_json(state));
+    write_file_atomic(out.path() / "config.yaml", to_yaml(config));
+    out.commit();
+  } catch (const InputError&) {
+    throw;
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const std::runtime_error& e) {  // a full disk, a quota: say which checkpoint and that none is lost
+    throw std::runtime_error("checkpoint '" + dir.string() + "' not saved (earlier checkpoints are intact): " +
+                             e.what());
+  }
 }
 
 std::optional<CheckpointRef> newest_checkpoint(const fs::path& run_dir) {

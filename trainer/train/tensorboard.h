@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace segtrain::trainer {
 
@@ -21,6 +22,15 @@ class TensorBoardWriter {
   std::filesystem::path file_;
   std::ofstream out_;
 };
+
+// A resumed run repeats the steps after its checkpoint: every event file in
+// `dir` keeps only the events up to `step` (and its file_version record), so
+// TensorBoard shows no duplicate points. A torn record at a file's end (a killed
+// run) is dropped with what follows it. Files are rewritten atomically.
+void keep_events_up_to(const std::filesystem::path& dir, int64_t step);
+
+// The steps of the events in one file, in order (the file_version record is step 0); for tests.
+std::vector<int64_t> event_steps(const std::filesystem::path& file);
 
 // CRC-32C (Castagnoli), as TFRecord framing uses it; exposed for tests.
 uint32_t crc32c(const void* data, size_t size);

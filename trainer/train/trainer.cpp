@@ -85,15 +85,18 @@ struct RunDirectory {
 };
 
 // A launcher restart (segtrain-launch, torchrun) continues the interrupted run;
-// otherwise an existing run is only continued with --resume.
-RunDirectory open_run_directory(const Config& c, const DistributedEnv& dist, bool resume_requested) {
+// otherwise an existing run is only continued with --resume (or --resume auto).
+RunDirectory open_run_directory(const Config& c, const DistributedEnv& dist, Resume requested) {
   RunDirectory run{c.run.output_dir, newest_checkpoint(c.run.output_dir), nullptr};
-  const bool resume = resume_requested || (dist.restart > 0 && run.resume_from.has_value());
+  const bool resume = requested == Resume::required ||
+                      ((requested == Resume::if_any || dist.restart > 0) && run.resume_from.has_value());
   if (!resume && run.resume_from)
     throw InputError("run.output_dir: '" + run.dir.string() + "' already holds a run (" +
-                     run.resume_from->dir.string() + "); use --resume to continue it or choose another output_dir");
+                     run.resume_from->dir.string() +
+                     "); use --resume (or --resume auto) to continue it or choose another output_dir");
   if (resume && !run.resume_from)
-    throw InputError("--resume: '" + run.dir.string() + "' has no complete checkpoint to continue from");
+    throw InputError("--resume: '" + run.dir.string() +
+                     "' has no complete checkpoint to continue from (--resume auto starts fresh then)");
   if (resume) check_resume_compatible(run.resume_from->dir, c, dist.world_size);
   fs::create_directories(run.dir);
   if (c.run.log_all_ranks) {
@@ -107,7 +110,7 @@ RunDirectory open_run_directory(const Config& c, const DistributedEnv& dist, boo
 
 class Trainer {
  public:
-  Trainer(const LoadedConfig& loaded, bool resume);
+  Trainer(const LoadedConfig& loaded, Resume resume);
 
   void train();
   void save_final();
@@ -145,7 +148,7 @@ class Trainer {
   int64_t window_tokens_ = 0, window_steps_ = 0;
 };
 
-Trainer::Trainer(const LoadedConfig& loaded, bool resume)
+Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
     : c_(loaded.config),
       dist_(read_distributed_env()),
       run_(open_run_directory(c_, dist_, resume)),
@@ -377,7 +380,7 @@ std::vector<double> Trainer::global_sum(std::vector<double> values) {
 
 }  // namespace
 
-int run_training(const LoadedConfig& loaded, bool resume, bool final_eval) {
+int run_training(const LoadedConfig& loaded, Resume resume, bool final_eval) {
   throw_if_stopped();  // a signal while the command read its config: nothing to save yet
   Trainer trainer(loaded, resume);
   trainer.train();
