@@ -17,8 +17,9 @@ step() {
 step "synthetic corpus" synth --out "$OUT/corpus" --docs 120
 step "token store" prepare --input "$OUT/corpus/train.jsonl" "$OUT/corpus/valid.jsonl" --out "$OUT/store" --vocab-size 1024
 step "check configs" config check configs/quickstart.yaml >"$OUT/base-config.yaml"
-step "pretrain the base at L_t=128" train configs/quickstart.yaml
-step "extend with chunk-0.25 to L_e=512" train configs/quickstart-extend.yaml
+# --resume auto: a second `make demo` continues (finished runs train nothing more) instead of refusing.
+step "pretrain the base at L_t=128" train configs/quickstart.yaml --resume auto
+step "extend with chunk-0.25 to L_e=512" train configs/quickstart-extend.yaml --resume auto
 step "evaluate the base at L_t" eval --model "$OUT/base/final" --data "$OUT/store" --lengths 128 --out "$OUT/base-native-eval.json"
 step "evaluate the base out of the box (interpolated to 512)" eval --model "$OUT/base/final" --data "$OUT/store" --lengths 128,256,384,512 \
   --set model.extension.method=interpolate --set model.extension.factor=4 --out "$OUT/base-eval.json"
