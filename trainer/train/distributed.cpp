@@ -1,6 +1,7 @@
 #include "trainer/train/distributed.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -16,15 +17,23 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <regex>
+#include <sstream>
+#include <thread>
 
 #include "common/error.h"
+#include "common/log.h"
+#include "trainer/train/network.h"
 
 namespace segtrain::trainer {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
@@ -44,29 +53,127 @@ int64_t env_int(const char* name, int64_t fallback, int64_t min) {
   throw InputError(std::string(name) + "=" + *text + ": expected an integer >= " + std::to_string(min));
 }
 
+// What a c10d failure says, on one line: c10::Error's message without its C++
+// backtrace, Gloo's source locations ("[.../pair.cc:534] ") dropped, newlines
+// folded.
 std::string message_of(const std::exception& err) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&err)) return c10->what_without_backtrace();
-  return err.what();
+  const auto* c10 = dynamic_cast<const c10::Error*>(&err);
+  std::string text = c10 ? c10->what_without_backtrace() : err.what();
+  static const std::regex source_location(R"(\[[^\]\s]*\.(cc|cpp|h|hpp):\d+\]\s*)");
+  text = std::regex_replace(text, source_location, "");
+  for (auto& c : text)
+    if (c == '\n' || c == '\r') c = ' ';
+  text = std::regex_replace(text, std::regex(" {2,}"), " ");
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
 }
 
+// What follows that line at run.log_level: debug only: the unabridged text,
+// with LibTorch's backtrace ("Exception raised from ...", "frame #N").
+std::string debug_detail(const std::exception& err) {
+  return log::enabled(log::Level::debug) ? std::string("\n") + err.what() : "";
+}
+
+// "rank 3", "ranks 1, 2 and 5", at most `shown` of them named.
+std::string ranks_text(const std::vector<int64_t>& ranks, size_t shown = 8) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size() && i < shown; ++i)
+    out += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(ranks[i]);
+  if (ranks.size() > shown) out += " and " + std::to_string(ranks.size() - shown) + " more";
+  return out;
+}
+
+// c10 logs what connect() reports itself: "[c10d] The hostname of the client
+// socket cannot be retrieved" on every node without reverse DNS, and
+// ProcessGroupGloo's "Gloo connectFullMesh failed with ..." just before it
+// throws. Quiet (below FATAL) while connecting, except at run.log_level: debug.
+class QuietC10Log {
+ public:
+  QuietC10Log() : saved_(FLAGS_caffe2_log_level) {
+    if (!log::enabled(log::Level::debug)) FLAGS_caffe2_log_level = std::max(saved_, 3);
+  }
+  ~QuietC10Log() { FLAGS_caffe2_log_level = saved_; }
+  QuietC10Log(const QuietC10Log&) = delete;
+  QuietC10Log& operator=(const QuietC10Log&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Every rank's address as it told the others in the rendezvous, so that a
+// failure can name the peer behind an address.
+struct Peers {
+  int64_t self = 0;
+  std::vector<std::string> addresses;  // by rank
+  std::vector<int64_t> devices;        // Gloo devices (GLOO_SOCKET_IFNAME entries) by rank
+
+  std::vector<int64_t> ranks_at(const std::string& address) const {
+    std::vector<int64_t> out;
+    for (size_t r = 0; r < addresses.size(); ++r)
+      if (addresses[r] == address && static_cast<int64_t>(r) != self) out.push_back(static_cast<int64_t>(r));
+    return out;
+  }
+  std::string rank_at(int64_t rank) const { return "rank " + std::to_string(rank) + " (" + addresses[rank] + ")"; }
+
+  // Names the rank after each "[address]:port" of a c10d message (dropping
+  // Gloo's "$<sequence>" suffix); when the message names no known peer, lists
+  // the other ranks (up to four).
+  std::string annotate(const std::string& message) const {
+    static const std::regex endpoint(R"(\[([0-9A-Fa-f:.]+)\]:(\d+)(\$\d+)?)");
+    std::string out;
+    bool named = false;
+    auto begin = std::sregex_iterator(message.begin(), message.end(), endpoint);
+    size_t copied = 0;
+    for (auto it = begin; it != std::sregex_iterator(); ++it) {
+      const auto& m = *it;
+      out += message.substr(copied, static_cast<size_t>(m.position(0)) - copied) + "[" + m[1].str() + "]:" + m[2].str();
+      copied = static_cast<size_t>(m.position(0) + m.length(0));
+      const auto ranks = ranks_at(m[1].str());
+      if (!ranks.empty()) out += " (" + ranks_text(ranks) + ")", named = true;
+    }
+    out += message.substr(copied);
+    if (!named && addresses.size() > 1) {
+      std::string others;
+      int listed = 0;
+      for (size_t r = 0; r < addresses.size(); ++r) {
+        if (static_cast<int64_t>(r) == self) continue;
+        if (listed++ == 4) {
+          others += ", ...";
+          break;
+        }
+        others += (others.empty() ? "" : ", ") + rank_at(static_cast<int64_t>(r));
+      }
+      out += " [peers: " + others + "]";
+    }
+    return out;
+  }
+};
+
 // Waits for a c10d collective, at most `timeout` (Gloo's own timeout should
-// fire first), and turns any failure into one message that says what it means.
-void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, std::chrono::milliseconds timeout) {
+// fire first), and turns any failure into one line that says what it means
+// and which peer it was.
+void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, std::chrono::milliseconds timeout,
+              const Peers& peers) {
   try {
     work->wait(timeout);
   } catch (const std::exception& err) {
     throw std::runtime_error(std::string("distributed: ") + what + " failed: a peer rank died or did not answer within " +
-                             std::to_string(timeout.count() / 1000) + " s (distributed.timeout_s): " + message_of(err));
+                             std::to_string(timeout.count() / 1000) + " s (distributed.timeout_s): " +
+                             peers.annotate(message_of(err)) + debug_detail(err));
   }
 }
 
 class C10dPending : public PendingCollective {
  public:
   C10dPending(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout, at::Tensor staged,
-              at::Tensor target)
-      : work_(std::move(work)), timeout_(timeout), staged_(std::move(staged)), target_(std::move(target)) {}
+              at::Tensor target, std::shared_ptr<const Peers> peers)
+      : work_(std::move(work)),
+        timeout_(timeout),
+        staged_(std::move(staged)),
+        target_(std::move(target)),
+        peers_(std::move(peers)) {}
   void wait() override {
-    wait_for(work_, "all_reduce", timeout_);
+    wait_for(work_, "all_reduce", timeout_, *peers_);
     if (target_.defined()) target_.copy_(staged_);
   }
 
@@ -74,6 +181,7 @@ class C10dPending : public PendingCollective {
   c10::intrusive_ptr<c10d::Work> work_;
   std::chrono::milliseconds timeout_;
   at::Tensor staged_, target_;  // target_ is set when the collective ran on a copy
+  std::shared_ptr<const Peers> peers_;
 };
 
 // One c10d backend (Gloo, or NCCL on CUDA builds). NCCL only takes tensors on
@@ -81,14 +189,14 @@ class C10dPending : public PendingCollective {
 class C10dGroup : public ProcessGroup {
  public:
   C10dGroup(c10::intrusive_ptr<c10d::Backend> backend, std::optional<at::Device> device,
-            std::chrono::milliseconds timeout)
-      : backend_(std::move(backend)), device_(device), timeout_(timeout) {}
+            std::chrono::milliseconds timeout, std::shared_ptr<const Peers> peers)
+      : backend_(std::move(backend)), device_(device), timeout_(timeout), peers_(std::move(peers)) {}
   int64_t rank() const override { return backend_->getRank(); }
   int64_t world_size() const override { return backend_->getSize(); }
   void broadcast(std::vector<at::Tensor>& tensors) override {
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{staged(t)};
-      wait_for(backend_->broadcast(one), "broadcast", timeout_);
+      wait_for(backend_->broadcast(one), "broadcast", timeout_, *peers_);
       if (!one[0].is_same(t)) t.copy_(one[0]);
     }
   }
@@ -99,9 +207,9 @@ class C10dGroup : public ProcessGroup {
     std::vector<at::Tensor> one{staged(tensor)};
     auto work = backend_->allreduce(one);
     return std::make_unique<C10dPending>(std::move(work), timeout_, one[0],
-                                         one[0].is_same(tensor) ? at::Tensor() : tensor);
+                                         one[0].is_same(tensor) ? at::Tensor() : tensor, peers_);
   }
-  void barrier() override { wait_for(backend_->barrier(), "barrier", timeout_); }
+  void barrier() override { wait_for(backend_->barrier(), "barrier", timeout_, *peers_); }
 
  private:
   at::Tensor staged(const at::Tensor& t) const { return device_ && t.device() != *device_ ? t.to(*device_) : t; }
@@ -109,26 +217,166 @@ class C10dGroup : public ProcessGroup {
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::optional<at::Device> device_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<const Peers> peers_;
 };
 
-c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& e, const DistributedConfig& config) {
+std::string master_text(const DistributedEnv& e) { return e.master_addr + ":" + std::to_string(e.master_port); }
+
+std::chrono::milliseconds left(Clock::time_point deadline) {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+}
+
+// Rendezvous keys (beside c10d's own): each rank's address, and rank 0's mark
+// that everybody arrived.
+std::string joined_key(int64_t rank) { return "segtrain/joined/" + std::to_string(rank); }
+const std::string kComplete = "segtrain/complete";
+
+// The TCPStore: rank 0 hosts it (torchrun's agent does under
+// TORCHELASTIC_USE_AGENT_STORE). A client that reaches a store whose rendezvous
+// is already complete has found the previous attempt's master, still shutting
+// down after a launcher restart on another node: it waits for the new one.
+c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& e, const DistributedConfig& config,
+                                           Clock::time_point deadline) {
+  const auto timeout = std::chrono::milliseconds(config.timeout_s * 1000);
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(e.master_port);
   options.isServer = e.rank == 0 && !e.agent_store;
   options.numWorkers = e.agent_store ? std::nullopt : std::optional<std::size_t>(e.world_size);
-  options.waitWorkers = !e.agent_store;
-  options.timeout = std::chrono::milliseconds(config.timeout_s * 1000);
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, options);
-  } catch (const std::exception& err) {
-    throw InputError("MASTER_ADDR/MASTER_PORT: cannot reach the rendezvous store at " + e.master_addr + ":" +
-                     std::to_string(e.master_port) + " within " + std::to_string(config.timeout_s) +
-                     " s (distributed.timeout_s): " + err.what());
+  options.waitWorkers = false;  // join() waits, and names the ranks that never came
+  for (;;) {
+    options.timeout = left(deadline);
+    c10::intrusive_ptr<c10d::Store> store;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, options);
+    } catch (const std::exception& err) {
+      throw InputError("MASTER_ADDR/MASTER_PORT: cannot reach the rendezvous store at " + master_text(e) + " within " +
+                       std::to_string(config.timeout_s) + " s (distributed.timeout_s): " + message_of(err) +
+                       debug_detail(err));
+    }
+    store->setTimeout(timeout);
+    if (e.agent_store)  // torchrun's agent hosts the store; each restart gets its own keys
+      store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(e.restart), store);
+    bool stale = false;
+    if (!options.isServer) {
+      try {
+        stale = store->check({kComplete});
+      } catch (const std::exception&) {
+        stale = true;  // it went away while we asked
+      }
+    }
+    if (!stale) return store;
+    if (Clock::now() >= deadline)
+      throw InputError("MASTER_ADDR/MASTER_PORT: the store at " + master_text(e) +
+                       " still belongs to a previous attempt of this job after " + std::to_string(config.timeout_s) +
+                       " s (distributed.timeout_s); is an old rank 0 still running?");
+    log::debug("the store at ", master_text(e), " belongs to a previous attempt; waiting for the new rank 0");
+    store.reset();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  if (e.agent_store)  // torchrun's agent hosts the store; each restart gets its own keys
-    store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(e.restart), store);
-  return store;
+}
+
+// Every rank publishes its address (and how many Gloo devices it has) and
+// waits for all others until the deadline; one that never came is named (with
+// its node when every node runs LOCAL_WORLD_SIZE ranks).
+std::shared_ptr<const Peers> join(c10d::Store& store, const DistributedEnv& e, const std::string& address,
+                                  int64_t devices, Clock::time_point deadline, int64_t timeout_s) {
+  const std::string mine = address + " " + std::to_string(devices);
+  store.set(joined_key(e.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<std::string> keys;
+  for (int64_t r = 0; r < e.world_size; ++r) keys.push_back(joined_key(r));
+  try {
+    store.wait(keys, left(deadline));
+  } catch (const std::exception& err) {
+    std::vector<int64_t> missing;
+    try {
+      for (int64_t r = 0; r < e.world_size; ++r)
+        if (!store.check({joined_key(r)})) missing.push_back(r);
+    } catch (const std::exception&) {
+      missing.clear();
+    }
+    if (missing.empty())
+      throw std::runtime_error("distributed: rank " + std::to_string(e.rank) + " lost the rendezvous store at " +
+                               master_text(e) + ": " + message_of(err) + debug_detail(err));
+    std::string nodes;
+    if (e.world_size > e.local_world_size && e.world_size % e.local_world_size == 0) {
+      std::vector<int64_t> node_ids;
+      for (int64_t r : missing)
+        if (node_ids.empty() || node_ids.back() != r / e.local_world_size) node_ids.push_back(r / e.local_world_size);
+      nodes = ranks_text(node_ids);
+      nodes = std::string(" (") + (node_ids.size() == 1 ? "node" : "nodes") + nodes.substr(nodes.find(' ')) + ")";
+    }
+    throw InputError("distributed: " + ranks_text(missing) + nodes + " of " + std::to_string(e.world_size) +
+                     " never joined the rendezvous at " + master_text(e) + " within " + std::to_string(timeout_s) +
+                     " s (distributed.timeout_s); rank " + std::to_string(e.rank) + " gives up");
+  }
+  auto peers = std::make_shared<Peers>();
+  peers->self = e.rank;
+  for (const auto& key : keys) {
+    const auto bytes = store.get(key);
+    const std::string value(bytes.begin(), bytes.end());
+    const size_t space = value.rfind(' ');
+    peers->addresses.push_back(value.substr(0, space));
+    peers->devices.push_back(space == std::string::npos ? 1 : std::stoll(value.substr(space + 1)));
+  }
+  if (e.rank == 0) store.set(kComplete, std::vector<uint8_t>{'1'});
+  return peers;
+}
+
+// The Gloo devices of this rank and the address it advertises, as PyTorch
+// picks them (ProcessGroupGloo in torch/csrc/distributed/c10d/init.cpp): the
+// interfaces GLOO_SOCKET_IFNAME names (comma-separated), else the address that
+// reaches MASTER_ADDR, never the hostname's loopback fallback of
+// createDefaultDevice (a 127.0.0.1 no other node can connect to). For a
+// loopback master that is 127.0.0.1, as before.
+struct GlooDevices {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  std::string address, why;
+};
+
+GlooDevices gloo_devices(const DistributedEnv& e) {
+  GlooDevices out;
+  if (const auto names = env("GLOO_SOCKET_IFNAME")) {
+    std::stringstream list(*names);
+    for (std::string name; std::getline(list, name, ',');) {
+      if (name.empty()) continue;
+      const std::string address = interface_address(name, "GLOO_SOCKET_IFNAME=" + *names);
+      if (out.address.empty()) out.address = address;
+      try {
+        out.devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+      } catch (const std::exception& err) {
+        throw InputError("GLOO_SOCKET_IFNAME=" + *names + ": Gloo cannot use interface '" + name +
+                         "': " + message_of(err) + debug_detail(err));
+      }
+    }
+    if (out.devices.empty()) throw InputError("GLOO_SOCKET_IFNAME=" + *names + ": names no interface");
+    out.why = "GLOO_SOCKET_IFNAME=" + *names;
+    return out;
+  }
+  out.address = local_address_towards(e.master_addr, static_cast<int>(e.master_port), "MASTER_ADDR=" + e.master_addr);
+  try {
+    out.devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(out.address));
+  } catch (const std::exception& err) {
+    throw std::runtime_error("distributed: Gloo cannot bind " + out.address +
+                             " (the address that reaches MASTER_ADDR=" + e.master_addr + "): " + message_of(err) +
+                             "; name the interface with GLOO_SOCKET_IFNAME" + debug_detail(err));
+  }
+  out.why = "the local address that reaches MASTER_ADDR=" + e.master_addr;
+  return out;
+}
+
+// Ranks on other hosts cannot reach a loopback address. Before connecting
+// (`failed` false) that is only certain when some ranks advertise one and
+// others do not; once Gloo failed, any loopback address is suspect.
+std::string loopback_hint(const Peers& peers, bool failed) {
+  std::vector<int64_t> loopback;
+  for (size_t r = 0; r < peers.addresses.size(); ++r)
+    if (is_loopback_address(peers.addresses[r])) loopback.push_back(static_cast<int64_t>(r));
+  if (loopback.empty() || (!failed && loopback.size() == peers.addresses.size())) return "";
+  const bool one = loopback.size() == 1;
+  return ranks_text(loopback) + (one ? " advertises" : " advertise") + " a loopback address (" +
+         peers.addresses[loopback.front()] + ") that ranks on other hosts cannot reach; set GLOO_SOCKET_IFNAME on " +
+         (one ? "its node" : "their nodes") + " to the interface the other nodes reach";
 }
 
 }  // namespace
@@ -166,20 +414,50 @@ std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const Distribut
   const Backend backend = resolve_backend(config.backend, device.is_cuda());
   if (env.world_size == 1) return nullptr;
   const auto timeout = std::chrono::milliseconds(config.timeout_s * 1000);
-  const auto store = make_store(env, config);
+  const auto deadline = Clock::now() + timeout;  // the whole rendezvous: store and join
+  const QuietC10Log quiet;
 #if SEGTRAIN_WITH_NCCL
   if (backend == Backend::nccl) {
+    // NCCL picks its own interface: libnccl reads NCCL_SOCKET_IFNAME (and
+    // NCCL_IB_HCA, ...) from the environment by itself; nothing here or in
+    // segtrain-launch sets or clears them. The address below only names peers.
+    const std::string address =
+        local_address_towards(env.master_addr, static_cast<int>(env.master_port), "MASTER_ADDR=" + env.master_addr);
+    const auto store = make_store(env, config, deadline);
+    const auto peers = join(*store, env, address, 1, deadline, config.timeout_s);
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
-    return std::make_unique<C10dGroup>(nccl, device, timeout);
+    return std::make_unique<C10dGroup>(nccl, device, timeout, peers);
   }
 #endif
   (void)backend;  // gloo
+  // The interface first: a wrong GLOO_SOCKET_IFNAME is reported at once.
+  GlooDevices local = gloo_devices(env);
+  log::info("rank ", env.rank, ": Gloo binds ", local.address, " (", local.why, ")");
+  const auto store = make_store(env, config, deadline);
+  const auto peers = join(*store, env, local.address, static_cast<int64_t>(local.devices.size()), deadline,
+                          config.timeout_s);
+  // c10d pairs the ranks' devices one to one (a Gloo context each).
+  for (int64_t r = 0; r < env.world_size; ++r)
+    if (peers->devices[r] != peers->devices[env.rank])
+      throw InputError("GLOO_SOCKET_IFNAME: " + peers->rank_at(env.rank) + " has " +
+                       std::to_string(peers->devices[env.rank]) + " Gloo interface(s) but " + peers->rank_at(r) +
+                       " has " + std::to_string(peers->devices[r]) +
+                       "; list the same number of interfaces on every node (or set it on none)");
+  if (const std::string hint = loopback_hint(*peers, false); !hint.empty()) log::warn("distributed: ", hint);
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
-  return std::make_unique<C10dGroup>(gloo, std::nullopt, timeout);
+  options->devices = std::move(local.devices);
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+  try {
+    gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+  } catch (const std::exception& err) {
+    const std::string hint = loopback_hint(*peers, true);
+    throw std::runtime_error("distributed: " + peers->rank_at(env.rank) +
+                             " could not connect to its peers over Gloo: " + peers->annotate(message_of(err)) +
+                             (hint.empty() ? "" : "; " + hint) + debug_detail(err));
+  }
+  return std::make_unique<C10dGroup>(gloo, std::nullopt, timeout, peers);
 }
 
 // --- GradientSync -------------------------------------------------------------

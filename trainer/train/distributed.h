@@ -57,8 +57,15 @@ Backend resolve_backend(Backend wanted, bool cuda_device);
 
 // nullptr for a single process; otherwise a connected group for the backend
 // resolve_backend picks (NCCL works on `device`, the rank's cuda:LOCAL_RANK).
-// Failing to reach the master within distributed.timeout_s is an InputError
-// naming it; so is an unavailable backend, even for one process.
+// Gloo binds the interfaces GLOO_SOCKET_IFNAME names (comma-separated, as in
+// PyTorch), else the local address that reaches MASTER_ADDR (127.0.0.1 for a
+// loopback master); NCCL reads NCCL_SOCKET_IFNAME itself. Each rank publishes
+// its address in the rendezvous, which takes at most distributed.timeout_s.
+// InputError naming the cause: the master unreachable, an interface this host
+// lacks, a rank that never joined (named, with its node), an unavailable
+// backend (even for one process). A failure of c10d here or in a collective is
+// one line naming the peer (rank and address) and the cause; LibTorch's C++
+// backtrace follows only at run.log_level: debug.
 std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const DistributedConfig& config,
                                       const at::Device& device);
 
