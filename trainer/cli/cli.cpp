@@ -1,10 +1,13 @@
 // Every failure becomes an exit code (docs/architecture.md, "Exit codes"): 2 for
 // bad usage or input, 1 for runtime failures, 128+signal after an interrupt.
 // Nothing escapes run_cli.
+#include <c10/util/Exception.h>
+
 #include <iostream>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "trainer/cli/command.h"
 
 namespace segtrain::trainer::cli {
@@ -14,6 +17,13 @@ void print_error(const std::string& command, const std::string& message) {
   std::istringstream lines(message);
   std::string line;
   while (std::getline(lines, line)) std::cerr << command << ": error: " << line << "\n";
+}
+
+// A c10::Error (a failed TORCH_CHECK, c10d) carries LibTorch's C++ backtrace
+// ("Exception raised from ...", "frame #N"): shown only at log level debug.
+std::string message_of(const std::exception& err) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&err);
+  return c10 && !log::enabled(log::Level::debug) ? c10->what_without_backtrace() : err.what();
 }
 
 }  // namespace
@@ -61,7 +71,7 @@ int run_cli(int argc, char** argv) {
     print_error(chosen.name, err.what());
     return 128 + err.signal;
   } catch (const std::exception& err) {
-    print_error(chosen.name, err.what());
+    print_error(chosen.name, message_of(err));
     return 1;
   } catch (...) {
     print_error(chosen.name, "unknown failure");
