@@ -10,7 +10,8 @@ namespace segtrain::models {
 // positions: [B, T] integer; slopes: [H] fp32.
 at::Tensor alibi_causal_mask(const at::Tensor& positions, const at::Tensor& slopes);
 
-// q, k, v: [B, H, T, hd]. Without a mask the causal mask is implicit (SDPA's
+// q: [B, H, T, hd]; k, v: [B, H_kv, T, hd] with H_kv dividing H (grouped-query
+// attention through SDPA's enable_gqa when H_kv < H). Without a mask the causal mask is implicit (SDPA's
 // flash kernel on CUDA under bf16 autocast). With a mask it stays fp32 (seed
 // 002): under autocast q/k/v run in the autocast dtype on CPU, and in fp32 on
 // CUDA, whose fused bias kernel (memory-efficient) needs q's dtype for the bias.

@@ -10,9 +10,9 @@
 namespace segtrain::models {
 
 // Block layout and HF naming; each implies its position scheme.
-enum class Arch { gpt2, gpt_neox, bloom };
+enum class Arch { gpt2, gpt_neox, bloom, llama };
 inline constexpr EnumName<Arch> kArchs[] = {
-    {"gpt2", Arch::gpt2}, {"gpt_neox", Arch::gpt_neox}, {"bloom", Arch::bloom}};
+    {"gpt2", Arch::gpt2}, {"gpt_neox", Arch::gpt_neox}, {"bloom", Arch::bloom}, {"llama", Arch::llama}};
 
 enum class PositionScheme { learned, rope, alibi };
 inline PositionScheme position_scheme(Arch arch) {
@@ -20,6 +20,7 @@ inline PositionScheme position_scheme(Arch arch) {
     case Arch::gpt2: return PositionScheme::learned;
     case Arch::gpt_neox: return PositionScheme::rope;
     case Arch::bloom: return PositionScheme::alibi;
+    case Arch::llama: return PositionScheme::rope;
   }
   return PositionScheme::learned;
 }
@@ -64,7 +65,17 @@ struct ModelConfig {
   int64_t n_heads = 4;
   std::optional<int64_t> d_ff;           // nullopt ("auto"): 4 * d_model
   std::optional<int64_t> max_positions;  // nullopt ("auto"): data.train_length
-  double layer_norm_eps = 1e-5;
+  double layer_norm_eps = 1e-5;          // RMSNorm's epsilon for llama
+  // Llama family only (gpt2, gpt_neox and bloom fix these by their layout):
+  std::optional<int64_t> n_kv_heads;     // nullopt ("auto"): n_heads (grouped-query attention when fewer)
+  std::optional<int64_t> head_dim;       // nullopt ("auto"): d_model / n_heads
+  bool qkv_bias = false;                 // biases on q/k/v (Llama attention_bias, Qwen2)
+  bool o_bias = false;                   // bias on the attention output (Llama attention_bias)
+  bool mlp_bias = false;                 // biases on gate/up/down
+  bool tie_embeddings = false;           // lm_head shares the embedding
+  // Mistral/Qwen2 sliding-window attention, from an HF folder: segtrain does not
+  // implement it and refuses sequences longer than the window (never ignored).
+  std::optional<int64_t> sliding_window;
   RopeConfig rope;
   ExtensionConfig extension;
   bool activation_checkpointing = false;

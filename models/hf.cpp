@@ -76,6 +76,157 @@ void restore_extension(const json& cfg, ModelConfig& c, const std::string& sourc
     c.extension.original_length = e["original_length"].get<int64_t>();
 }
 
+// transformers 5 nests rope settings in rope_parameters; older files use
+// rope_theta / rotary_pct / rotary_emb_base at the top and a rope_scaling block.
+json rope_settings(const json& cfg) {
+  json rope = json::object();
+  for (const char* key : {"rope_scaling", "rope_parameters"})
+    if (cfg.contains(key) && cfg[key].is_object())
+      for (const auto& [k, v] : cfg[key].items()) rope[k] = v;
+  return rope;
+}
+
+// The rope_type of a rope_scaling / rope_parameters block as an extension method.
+// Types segtrain does not implement are refused, never ignored.
+void read_rope_scaling(const json& rope, ModelConfig& c, const std::string& source) {
+  std::string rope_type = field_or<std::string>(rope, "rope_type", field_or<std::string>(rope, "type", "default",
+                                                source), source);
+  if (rope_type == "linear") {
+    c.extension.method = ExtensionMethod::interpolate;
+    c.extension.factor = field<double>(rope, "factor", source + " rope_parameters");
+    c.extension.original_length = field_or<int64_t>(rope, "original_max_position_embeddings",
+        static_cast<int64_t>(std::llround(static_cast<double>(*c.max_positions) / *c.extension.factor)), source);
+  } else if (rope_type == "dynamic") {
+    c.extension.method = ExtensionMethod::dynamic_ntk;
+    c.extension.factor = field<double>(rope, "factor", source + " rope_parameters");
+    c.extension.original_length = *c.max_positions;  // transformers' threshold
+  } else if (rope_type == "yarn") {
+    c.extension.method = ExtensionMethod::yarn;
+    c.extension.original_length = field_or<int64_t>(rope, "original_max_position_embeddings", *c.max_positions,
+                                                    source);
+    c.extension.factor = field_or<double>(rope, "factor", static_cast<double>(*c.max_positions) /
+                                          static_cast<double>(*c.extension.original_length), source);
+    c.extension.yarn.beta_fast = field_or<double>(rope, "beta_fast", 32.0, source);
+    c.extension.yarn.beta_slow = field_or<double>(rope, "beta_slow", 1.0, source);
+    if (rope.contains("attention_factor") && !rope["attention_factor"].is_null())
+      c.extension.yarn.attention_factor = rope["attention_factor"].get<double>();
+    require(!rope.contains("mscale") || rope["mscale"].is_null(), source, "yarn mscale");
+    require(field_or<bool>(rope, "truncate", true, source), source, "yarn truncate=false");
+  } else if (rope_type != "default") {
+    throw InputError(source + ": rope_scaling rope_type \"" + rope_type +
+                     "\" is not supported by segtrain (supported: default, linear, dynamic, yarn)");
+  }
+}
+
+// LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM: one block layout;
+// the families differ in biases (Llama: attention_bias on q/k/v/o and mlp_bias;
+// Qwen2: always on q/k/v, never on o; Mistral: none), defaults and sliding windows.
+void read_llama_family(const json& cfg, const std::string& type, ModelConfig& c, const std::string& source) {
+  c.arch = Arch::llama;
+  c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
+  c.d_model = field<int64_t>(cfg, "hidden_size", source);
+  c.n_layers = field<int64_t>(cfg, "num_hidden_layers", source);
+  c.n_heads = field<int64_t>(cfg, "num_attention_heads", source);
+  c.d_ff = field<int64_t>(cfg, "intermediate_size", source);
+  require(c.n_heads > 0, source, "num_attention_heads <= 0");
+  c.n_kv_heads = field_or<int64_t>(cfg, "num_key_value_heads", c.n_heads, source);
+  c.head_dim = field_or<int64_t>(cfg, "head_dim", c.d_model / c.n_heads, source);
+  const int64_t default_positions = type == "llama" ? 2048 : type == "mistral" ? 4096 * 32 : 32768;
+  c.max_positions = field_or<int64_t>(cfg, "max_position_embeddings", default_positions, source);
+  c.layer_norm_eps = field_or<double>(cfg, "rms_norm_eps", 1e-6, source);
+  const auto act = field_or<std::string>(cfg, "hidden_act", "silu", source);
+  require(act == "silu", source, "hidden_act \"" + act + "\"");
+  c.tie_embeddings = field_or<bool>(cfg, "tie_word_embeddings", false, source);
+  if (type == "llama") {
+    c.qkv_bias = c.o_bias = field_or<bool>(cfg, "attention_bias", false, source);
+    c.mlp_bias = field_or<bool>(cfg, "mlp_bias", false, source);
+  } else if (type == "qwen2") {
+    c.qkv_bias = true;
+  }
+  // Mistral: every layer slides when sliding_window is set. Qwen2: layers listed
+  // as sliding_attention in layer_types (transformers 5 writes them), or else the
+  // layers from max_window_layers on when use_sliding_window is true.
+  if (type == "mistral" && cfg.contains("sliding_window") && !cfg["sliding_window"].is_null()) {
+    c.sliding_window = field<int64_t>(cfg, "sliding_window", source);
+  } else if (type == "qwen2" && cfg.contains("sliding_window") && !cfg["sliding_window"].is_null()) {
+    bool slides = field_or<bool>(cfg, "use_sliding_window", false, source) &&
+                  field_or<int64_t>(cfg, "max_window_layers", 28, source) < c.n_layers;
+    if (cfg.contains("layer_types") && cfg["layer_types"].is_array()) {
+      slides = false;
+      for (const auto& layer : cfg["layer_types"]) slides = slides || layer == "sliding_attention";
+    }
+    if (slides) c.sliding_window = field<int64_t>(cfg, "sliding_window", source);
+  }
+  const json rope = rope_settings(cfg);
+  const double partial = field_or<double>(rope, "partial_rotary_factor",
+                                          field_or<double>(cfg, "partial_rotary_factor", 1.0, source), source);
+  require(partial == 1.0, source, "partial_rotary_factor " + json(partial).dump() + " on a " + type + " model");
+  c.rope.rotary_pct = 1.0;
+  c.rope.theta = field_or<double>(rope, "rope_theta", field_or<double>(cfg, "rope_theta", 10000.0, source), source);
+  read_rope_scaling(rope, c, source);
+}
+
+// The rope block of an export: the extension as transformers' rope_type where it
+// can express it (max_positions becomes the extended length; note says what differs).
+json rope_export(const ModelConfig& c, double rotary_pct, int64_t& max_positions, std::string& note) {
+  const auto method = c.extension.method;
+  const int64_t lt = original_length_of(c);
+  const int64_t le = static_cast<int64_t>(std::llround(factor_of(c) * static_cast<double>(lt)));
+  json rope = {{"rope_type", "default"}, {"rope_theta", c.rope.theta}, {"partial_rotary_factor", rotary_pct}};
+  max_positions = max_positions_of(c);
+  switch (method) {
+    case ExtensionMethod::none: break;
+    case ExtensionMethod::interpolate:
+      rope["rope_type"] = "linear", rope["factor"] = factor_of(c), max_positions = le;
+      break;
+    case ExtensionMethod::ntk: {
+      // Static NTK-aware scaling only changes the base, which default rope takes as is.
+      rope["rope_theta"] = rope_params(c, le).base, max_positions = le;
+      note = "ntk exported as default rope with rope_theta = theta * factor^(d/(d-2))";
+      break;
+    }
+    case ExtensionMethod::dynamic_ntk:
+      rope["rope_type"] = "dynamic", rope["factor"] = factor_of(c), max_positions = lt;
+      note = "transformers caches the grown base across calls; each call alone matches segtrain";
+      break;
+    case ExtensionMethod::yarn:
+      rope["rope_type"] = "yarn", rope["factor"] = factor_of(c), rope["original_max_position_embeddings"] = lt;
+      rope["beta_fast"] = c.extension.yarn.beta_fast, rope["beta_slow"] = c.extension.yarn.beta_slow;
+      if (c.extension.yarn.attention_factor) rope["attention_factor"] = *c.extension.yarn.attention_factor;
+      max_positions = le;
+      break;
+    default: break;
+  }
+  return rope;
+}
+
+// config.json of a llama model: LlamaForCausalLM, or Qwen2ForCausalLM for
+// biases on q/k/v only (Llama's attention_bias covers o too), or
+// MistralForCausalLM when the model carries a sliding window.
+json llama_export(const ModelConfig& c, std::string& note) {
+  int64_t max_positions = 0;
+  const json rope = rope_export(c, 1.0, max_positions, note);
+  const bool qwen2 = c.qkv_bias && !c.o_bias;
+  if (c.o_bias && !c.qkv_bias)
+    throw InputError("export: a bias on o_proj without q/k/v biases has no transformers architecture "
+                     "(Llama's attention_bias sets all four)");
+  if (qwen2 && c.mlp_bias) throw InputError("export: Qwen2 (q/k/v biases) has no mlp_bias");
+  if (c.sliding_window && (qwen2 || c.qkv_bias || c.mlp_bias))
+    throw InputError("export: a sliding window is exported as MistralForCausalLM, which has no biases");
+  const std::string type = c.sliding_window ? "mistral" : qwen2 ? "qwen2" : "llama";
+  const std::string cls = c.sliding_window ? "MistralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  json cfg = {{"architectures", {cls}}, {"model_type", type}, {"vocab_size", vocab_size_of(c)},
+              {"hidden_size", c.d_model}, {"intermediate_size", d_ff_of(c)}, {"num_hidden_layers", c.n_layers},
+              {"num_attention_heads", c.n_heads}, {"num_key_value_heads", n_kv_heads_of(c)},
+              {"head_dim", head_dim_of(c)}, {"hidden_act", "silu"}, {"max_position_embeddings", max_positions},
+              {"rms_norm_eps", c.layer_norm_eps}, {"tie_word_embeddings", c.tie_embeddings},
+              {"attention_dropout", 0.0}, {"rope_parameters", rope}, {"rope_theta", rope["rope_theta"]}};
+  if (type == "llama") cfg["attention_bias"] = c.qkv_bias, cfg["mlp_bias"] = c.mlp_bias;
+  if (type == "qwen2") cfg["use_sliding_window"] = false, cfg["sliding_window"] = nullptr;
+  if (type == "mistral") cfg["sliding_window"] = *c.sliding_window;
+  return cfg;
+}
+
 }  // namespace
 
 ModelConfig read_hf_config(const std::string& dir) {
@@ -113,42 +264,14 @@ ModelConfig read_hf_config(const std::string& dir) {
     require(field_or<bool>(cfg, "use_parallel_residual", true, source), source, "use_parallel_residual=false");
     require(!field_or<bool>(cfg, "tie_word_embeddings", false, source), source, "a tied gpt_neox head");
     require(field_or<bool>(cfg, "attention_bias", true, source), source, "attention_bias=false");
-    // transformers 5 nests rope settings in rope_parameters; older files use
-    // rotary_pct / rotary_emb_base / rope_scaling.
-    json rope = json::object();
-    for (const char* key : {"rope_scaling", "rope_parameters"})
-      if (cfg.contains(key) && cfg[key].is_object())
-        for (const auto& [k, v] : cfg[key].items()) rope[k] = v;
+    const json rope = rope_settings(cfg);
     c.rope.rotary_pct = field_or<double>(rope, "partial_rotary_factor",
                                          field_or<double>(cfg, "rotary_pct", 0.25, source), source);
     c.rope.theta = field_or<double>(rope, "rope_theta", field_or<double>(cfg, "rotary_emb_base",
                                     field_or<double>(cfg, "rope_theta", 10000.0, source), source), source);
-    std::string rope_type = field_or<std::string>(rope, "rope_type", field_or<std::string>(rope, "type", "default",
-                                                  source), source);
-    if (rope_type == "linear") {
-      c.extension.method = ExtensionMethod::interpolate;
-      c.extension.factor = field<double>(rope, "factor", source + " rope_parameters");
-      c.extension.original_length = field_or<int64_t>(rope, "original_max_position_embeddings",
-          static_cast<int64_t>(std::llround(static_cast<double>(*c.max_positions) / *c.extension.factor)), source);
-    } else if (rope_type == "dynamic") {
-      c.extension.method = ExtensionMethod::dynamic_ntk;
-      c.extension.factor = field<double>(rope, "factor", source + " rope_parameters");
-      c.extension.original_length = *c.max_positions;  // transformers' threshold
-    } else if (rope_type == "yarn") {
-      c.extension.method = ExtensionMethod::yarn;
-      c.extension.original_length = field_or<int64_t>(rope, "original_max_position_embeddings", *c.max_positions,
-                                                      source);
-      c.extension.factor = field_or<double>(rope, "factor", static_cast<double>(*c.max_positions) /
-                                            static_cast<double>(*c.extension.original_length), source);
-      c.extension.yarn.beta_fast = field_or<double>(rope, "beta_fast", 32.0, source);
-      c.extension.yarn.beta_slow = field_or<double>(rope, "beta_slow", 1.0, source);
-      if (rope.contains("attention_factor") && !rope["attention_factor"].is_null())
-        c.extension.yarn.attention_factor = rope["attention_factor"].get<double>();
-      require(!rope.contains("mscale") || rope["mscale"].is_null(), source, "yarn mscale");
-      require(field_or<bool>(rope, "truncate", true, source), source, "yarn truncate=false");
-    } else {
-      require(rope_type == "default", source, "rope type \"" + rope_type + "\"");
-    }
+    read_rope_scaling(rope, c, source);
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+    read_llama_family(cfg, type, c, source);
   } else if (type == "bloom") {
     c.arch = Arch::bloom;
     c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
@@ -168,7 +291,7 @@ ModelConfig read_hf_config(const std::string& dir) {
     require(!field_or<bool>(cfg, "apply_residual_connection_post_layernorm", false, source), source,
             "apply_residual_connection_post_layernorm=true");
   } else {
-    throw InputError(source + ": model_type \"" + type + "\" is not supported (expected gpt2, gpt_neox or bloom)");
+    throw InputError(source + ": model_type \"" + type + "\" is not supported (expected gpt2, gpt_neox, bloom, llama, mistral or qwen2)");
   }
   restore_extension(cfg, c, source);
   check_model_config(c);
@@ -221,33 +344,8 @@ void export_hf(const TransformerLM& model, const std::string& dir) {
       if (method == ExtensionMethod::interpolate) note = "position table interpolated to n_positions rows (seed 004)";
       break;
     case Arch::gpt_neox: {
-      const int64_t lt = original_length_of(c);
-      const int64_t le = static_cast<int64_t>(std::llround(factor_of(c) * static_cast<double>(lt)));
-      json rope = {{"rope_type", "default"}, {"rope_theta", c.rope.theta}, {"partial_rotary_factor", c.rope.rotary_pct}};
-      int64_t max_positions = max_positions_of(c);
-      switch (method) {
-        case ExtensionMethod::none: break;
-        case ExtensionMethod::interpolate:
-          rope["rope_type"] = "linear", rope["factor"] = factor_of(c), max_positions = le;
-          break;
-        case ExtensionMethod::ntk: {
-          // Static NTK-aware scaling only changes the base, which default rope takes as is.
-          rope["rope_theta"] = rope_params(c, le).base, max_positions = le;
-          note = "ntk exported as default rope with rope_theta = theta * factor^(d/(d-2))";
-          break;
-        }
-        case ExtensionMethod::dynamic_ntk:
-          rope["rope_type"] = "dynamic", rope["factor"] = factor_of(c), max_positions = lt;
-          note = "transformers caches the grown base across calls; each call alone matches segtrain";
-          break;
-        case ExtensionMethod::yarn:
-          rope["rope_type"] = "yarn", rope["factor"] = factor_of(c), rope["original_max_position_embeddings"] = lt;
-          rope["beta_fast"] = c.extension.yarn.beta_fast, rope["beta_slow"] = c.extension.yarn.beta_slow;
-          if (c.extension.yarn.attention_factor) rope["attention_factor"] = *c.extension.yarn.attention_factor;
-          max_positions = le;
-          break;
-        default: break;
-      }
+      int64_t max_positions = 0;
+      const json rope = rope_export(c, c.rope.rotary_pct, max_positions, note);
       cfg = {{"architectures", {"GPTNeoXForCausalLM"}}, {"model_type", "gpt_neox"}, {"vocab_size", vocab},
              {"hidden_size", c.d_model}, {"num_hidden_layers", c.n_layers}, {"num_attention_heads", c.n_heads},
              {"intermediate_size", d_ff_of(c)}, {"hidden_act", "gelu"}, {"max_position_embeddings", max_positions},
@@ -256,6 +354,9 @@ void export_hf(const TransformerLM& model, const std::string& dir) {
              {"rope_parameters", rope}, {"rotary_pct", c.rope.rotary_pct}, {"rotary_emb_base", rope["rope_theta"]}};
       break;
     }
+    case Arch::llama:
+      cfg = llama_export(c, note);
+      break;
     case Arch::bloom:
       if (d_ff_of(c) != 4 * c.d_model)
         throw InputError("export: BLOOM's MLP width is fixed at 4 * hidden_size; model.d_ff is " +

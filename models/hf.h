@@ -1,6 +1,7 @@
 #pragma once
-// transformers interop: GPT2LMHeadModel, GPTNeoXForCausalLM and BloomForCausalLM
-// folders (config.json + safetensors) in and out.
+// transformers interop: GPT2LMHeadModel, GPTNeoXForCausalLM, BloomForCausalLM and
+// the Llama family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, all
+// read as arch llama) folders (config.json + safetensors) in and out.
 #include <string>
 
 #include "models/config.h"
@@ -13,7 +14,10 @@ namespace segtrain::models {
 // (linear, dynamic, yarn) becomes the matching extension; a folder written by
 // export_hf gets back the extension recorded in its "segtrain" field when
 // transformers could not express it (ALiBi methods). Throws InputError naming
-// config.json and the field on an unknown model type or unsupported variant.
+// config.json and the field on an unknown model type or unsupported variant
+// (another rope_type, e.g. llama3 or longrope; partial rotary on llama; a hidden_act
+// other than silu). A Mistral/Qwen2 sliding window in effect is kept in
+// ModelConfig::sliding_window; forward refuses longer sequences.
 ModelConfig read_hf_config(const std::string& dir);
 
 // The folder's weights renamed to TransformerLM's parameter names by the arch's
@@ -28,6 +32,8 @@ TensorMap read_hf_tensors(const std::string& dir, Arch arch);
 //   gpt_neox interpolate -> rope "linear", dynamic_ntk -> "dynamic", yarn -> "yarn",
 //            ntk -> default rope with rope_theta = theta * a^(d/(d-2));
 //   bloom    weights as they are; ALiBi extensions cannot be expressed.
+//   llama    LlamaForCausalLM (Qwen2ForCausalLM when only q/k/v have biases,
+//            MistralForCausalLM with a sliding window), RoPE extensions as gpt_neox.
 // config.json's "segtrain" field records the extension and whether transformers
 // reproduces it ("transformers_reproduces"), with a note when it does not.
 void export_hf(const TransformerLM& model, const std::string& dir);

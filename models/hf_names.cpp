@@ -73,6 +73,30 @@ const HfNameTable kBloom = with_blocks(
      {"lm_head.weight"}},
     megatron_blocks("h", "self_attention"));
 
+// LlamaForCausalLM, and MistralForCausalLM / Qwen2ForCausalLM, which name their
+// tensors the same way. Bias rows apply when the config has them (attention_bias,
+// Qwen2's q/k/v, mlp_bias); an untied head, "lm_head", is outside the base model,
+// and a tied one is not saved (an extra copy is ignored).
+std::vector<HfTensorName> llama_blocks() {
+  std::vector<HfTensorName> rows = {{"blocks.{}.ln1.weight", "layers.{}.input_layernorm.weight"},
+                                    {"blocks.{}.ln2.weight", "layers.{}.post_attention_layernorm.weight"}};
+  for (const std::string proj : {"q_proj", "k_proj", "v_proj", "o_proj"})
+    for (const std::string param : {".weight", ".bias"})
+      rows.push_back({"blocks.{}." + proj + param, "layers.{}.self_attn." + proj + param});
+  for (const std::string proj : {"gate_proj", "up_proj", "down_proj"})
+    for (const std::string param : {".weight", ".bias"})
+      rows.push_back({"blocks.{}." + proj + param, "layers.{}.mlp." + proj + param});
+  return rows;
+}
+
+const HfNameTable kLlama = with_blocks(
+    {"model.",
+     {{"wte.weight", "embed_tokens.weight"},
+      {"ln_f.weight", "norm.weight"},
+      {"lm_head.weight", "lm_head.weight", kUnprefixed}},
+     {"rotary_emb.inv_freq"}},
+    llama_blocks());
+
 }  // namespace
 
 const HfNameTable& hf_names(Arch arch) {
@@ -80,6 +104,7 @@ const HfNameTable& hf_names(Arch arch) {
     case Arch::gpt2: return kGpt2;
     case Arch::gpt_neox: return kGptNeox;
     case Arch::bloom: return kBloom;
+    case Arch::llama: return kLlama;
   }
   throw std::logic_error("no HF name table for this arch");
 }

@@ -54,6 +54,13 @@ std::string model_config_to_json(const ModelConfig& c) {
             {"d_ff", opt(c.d_ff)},
             {"max_positions", opt(c.max_positions)},
             {"layer_norm_eps", c.layer_norm_eps},
+            {"n_kv_heads", opt(c.n_kv_heads)},
+            {"head_dim", opt(c.head_dim)},
+            {"qkv_bias", c.qkv_bias},
+            {"o_bias", c.o_bias},
+            {"mlp_bias", c.mlp_bias},
+            {"tie_embeddings", c.tie_embeddings},
+            {"sliding_window", opt(c.sliding_window)},
             {"rope", {{"theta", c.rope.theta}, {"rotary_pct", c.rope.rotary_pct}}},
             {"extension",
              {{"method", enum_name(kExtensionMethods, c.extension.method)},
@@ -81,6 +88,13 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& s
     get_opt(j, "d_ff", c.d_ff);
     get_opt(j, "max_positions", c.max_positions);
     get(j, "layer_norm_eps", c.layer_norm_eps);
+    get_opt(j, "n_kv_heads", c.n_kv_heads);
+    get_opt(j, "head_dim", c.head_dim);
+    get(j, "qkv_bias", c.qkv_bias);
+    get(j, "o_bias", c.o_bias);
+    get(j, "mlp_bias", c.mlp_bias);
+    get(j, "tie_embeddings", c.tie_embeddings);
+    get_opt(j, "sliding_window", c.sliding_window);
     if (j.contains("rope")) {
       get(j["rope"], "theta", c.rope.theta);
       get(j["rope"], "rotary_pct", c.rope.rotary_pct);
@@ -125,7 +139,9 @@ TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig
   const ModelConfig c = config ? *config : read_model_config(dir);
   TransformerLM model(c);
   if (format == ModelFormat::hf) {
-    model->load_tensors(read_hf_tensors(resolved, c.arch), resolved);
+    auto tensors = read_hf_tensors(resolved, c.arch);
+    if (c.tie_embeddings) tensors.erase("lm_head.weight");  // a saved copy of the tied head
+    model->load_tensors(tensors, resolved);
   } else {
     model->load_tensors(read_safetensors_dir(resolved), resolved);
   }

@@ -12,6 +12,29 @@ namespace {
 
 std::string method_name(ExtensionMethod m) { return enum_name(kExtensionMethods, m); }
 
+// The Llama-family keys: sizes that hold together, and only on llama.
+void check_llama_keys(const ModelConfig& c) {
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (c.head_dim && *c.head_dim <= 0) throw InputError("model.head_dim must be positive");
+  if (c.n_kv_heads && (*c.n_kv_heads <= 0 || c.n_heads % *c.n_kv_heads != 0))
+    throw InputError("model.n_kv_heads (" + n(*c.n_kv_heads) + ") must divide model.n_heads (" + n(c.n_heads) + ")");
+  if (c.sliding_window && *c.sliding_window <= 0) throw InputError("model.sliding_window must be positive");
+  if (c.arch == Arch::llama) {
+    if (c.rope.rotary_pct != 1.0)
+      throw InputError("model.rope.rotary_pct must be 1 for llama (transformers' Llama, Mistral and Qwen2 rotate "
+                       "the whole head)");
+    return;
+  }
+  const std::string arch = " applies to model.arch llama only, not " + std::string(enum_name(kArchs, c.arch));
+  if (c.n_kv_heads && *c.n_kv_heads != c.n_heads) throw InputError("model.n_kv_heads" + arch);
+  if (c.head_dim && *c.head_dim * c.n_heads != c.d_model) throw InputError("model.head_dim" + arch);
+  if (c.qkv_bias) throw InputError("model.qkv_bias" + arch);
+  if (c.o_bias) throw InputError("model.o_bias" + arch);
+  if (c.mlp_bias) throw InputError("model.mlp_bias" + arch);
+  if (c.tie_embeddings) throw InputError("model.tie_embeddings" + arch);
+  if (c.sliding_window) throw InputError("model.sliding_window" + arch);
+}
+
 }  // namespace
 
 int64_t vocab_size_of(const ModelConfig& c) {
@@ -38,7 +61,9 @@ double factor_of(const ModelConfig& c) {
   return *c.extension.factor;
 }
 
-int64_t head_dim_of(const ModelConfig& c) { return c.d_model / c.n_heads; }
+int64_t head_dim_of(const ModelConfig& c) { return c.head_dim.value_or(c.d_model / c.n_heads); }
+
+int64_t n_kv_heads_of(const ModelConfig& c) { return c.n_kv_heads.value_or(c.n_heads); }
 
 int64_t rotary_dim_of(const ModelConfig& c) {
   return static_cast<int64_t>(static_cast<double>(head_dim_of(c)) * c.rope.rotary_pct);
@@ -47,9 +72,10 @@ int64_t rotary_dim_of(const ModelConfig& c) {
 void check_model_config(const ModelConfig& c) {
   if (c.d_model <= 0 || c.n_heads <= 0 || c.n_layers <= 0)
     throw InputError("model.d_model, model.n_heads and model.n_layers must be positive");
-  if (c.d_model % c.n_heads != 0)
+  if (!c.head_dim && c.d_model % c.n_heads != 0)
     throw InputError("model.n_heads (" + std::to_string(c.n_heads) + ") must divide model.d_model (" +
                      std::to_string(c.d_model) + ")");
+  check_llama_keys(c);
   vocab_size_of(c);
   max_positions_of(c);
   const auto m = c.extension.method;

@@ -17,7 +17,8 @@ int64_t max_positions_of(const ModelConfig& config);
 int64_t d_ff_of(const ModelConfig& config);            // auto: 4 * d_model
 int64_t original_length_of(const ModelConfig& config);  // auto: max_positions
 double factor_of(const ModelConfig& config);            // 1 when method is none
-int64_t head_dim_of(const ModelConfig& config);
+int64_t head_dim_of(const ModelConfig& config);        // auto: d_model / n_heads
+int64_t n_kv_heads_of(const ModelConfig& config);      // auto: n_heads
 int64_t rotary_dim_of(const ModelConfig& config);       // int(head_dim * rotary_pct), as transformers
 
 // Throws InputError when the sizes are inconsistent or the method does not apply
@@ -35,7 +36,7 @@ at::Tensor interpolate_ape_table(const at::Tensor& table, int64_t new_rows);
 // Fractional original position each new row is read from (i / beta, clamped).
 at::Tensor ape_source_positions(int64_t old_rows, int64_t new_rows);
 
-// --- RoPE (gpt_neox) ---------------------------------------------------------
+// --- RoPE (gpt_neox, llama) ---------------------------------------------------------
 struct RopeParams {
   at::Tensor inv_freq;          // [rotary_dim / 2], fp32
   double attention_scale = 1.0;  // multiplies cos and sin (YaRN), as transformers

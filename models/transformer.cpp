@@ -21,20 +21,6 @@ torch::nn::LayerNorm layer_norm(const ModelConfig& c) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model}).eps(c.layer_norm_eps));
 }
 
-at::Tensor rotate_half(const at::Tensor& x) {
-  auto halves = x.chunk(2, -1);
-  return at::cat({-halves[1], halves[0]}, -1);
-}
-
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t rd = cos.size(-1);
-  auto rot = x.narrow(-1, 0, rd);
-  auto rotated = rot * cos + rotate_half(rot) * sin;
-  if (rd == x.size(-1)) return rotated;
-  auto pass = x.narrow(-1, rd, x.size(-1) - rd);
-  return at::cat({rotated, pass.to(rotated.scalar_type())}, -1);
-}
-
 }  // namespace
 
 BlockImpl::BlockImpl(const ModelConfig& c)
@@ -87,9 +73,13 @@ TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(con
   if (c.arch == Arch::gpt2) wpe = register_module("wpe", torch::nn::Embedding(ape_rows(c), c.d_model));
   if (c.arch == Arch::bloom) emb_ln = register_module("emb_ln", layer_norm(c));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.n_layers; ++i) blocks->push_back(Block(c));
-  ln_f = register_module("ln_f", layer_norm(c));
-  if (c.arch == Arch::gpt_neox)
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    if (c.arch == Arch::llama) blocks->push_back(LlamaBlock(c));
+    else blocks->push_back(Block(c));
+  }
+  if (c.arch == Arch::llama) rms_f = register_module("ln_f", RMSNorm(c.d_model, c.layer_norm_eps));
+  else ln_f = register_module("ln_f", layer_norm(c));
+  if (c.arch == Arch::gpt_neox || (c.arch == Arch::llama && !c.tie_embeddings))
     lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, vocab).bias(false)));
 
   // GPT-2 initialisation, residual projections scaled by 1/sqrt(2 * layers) so
@@ -103,7 +93,8 @@ TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(con
     if (name.ends_with(".bias") || (is_norm && name.ends_with(".weight"))) {
       if (is_norm && name.ends_with(".weight")) p.fill_(1.0);
       else p.zero_();
-    } else if (name.ends_with("proj.weight") || name.ends_with("fc_out.weight")) {
+    } else if (name.ends_with(".proj.weight") || name.ends_with("fc_out.weight") || name.ends_with("o_proj.weight") ||
+               name.ends_with("down_proj.weight")) {
       p.normal_(0.0, residual_std);
     } else {
       p.normal_(0.0, 0.02);
@@ -149,17 +140,21 @@ at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens, const at::Tensor
   }
   if (emb_ln) x = emb_ln(x);
 
+  if (c.sliding_window && tokens.size(1) > *c.sliding_window)
+    throw InputError("a sequence of " + std::to_string(tokens.size(1)) + " tokens is longer than the model's "
+                     "sliding_window (" + std::to_string(*c.sliding_window) +
+                     ", from its config.json); segtrain does not implement sliding-window attention");
   for (const auto& module : *blocks) {
-    auto block = module->as<BlockImpl>();
+    auto block = module->as<DecoderBlock>();
     if (c.activation_checkpointing && is_training()) {
-      auto holder = std::static_pointer_cast<BlockImpl>(module);
+      auto holder = std::dynamic_pointer_cast<DecoderBlock>(module);
       x = checkpointed([holder, cos, sin, mask](const at::Tensor& h) { return holder->forward(h, cos, sin, mask); },
                        x);
     } else {
       x = block->forward(x, cos, sin, mask);
     }
   }
-  x = ln_f(x);
+  x = ln_f ? ln_f(x) : rms_f(x);
   return lm_head ? lm_head(x) : at::linear(x, wte->weight);
 }
 

@@ -1,8 +1,11 @@
 #pragma once
-// One decoder-only TransformerLM with three block layouts (seed 004's models):
+// One decoder-only TransformerLM with four block layouts (seed 004's models and
+// the Llama family):
 //   gpt2     learned APE, pre-LN, tanh GELU, tied head
 //   gpt_neox RoPE on rotary_pct of each head, parallel residual, exact GELU, untied head
 //   bloom    ALiBi, LayerNorm after the embedding, tanh GELU, tied head
+//   llama    RoPE on the whole head, RMSNorm, SwiGLU, grouped-query attention,
+//            optional biases, tied or untied head (models/llama_block.h)
 // forward(tokens [B,T], positions [B,T]) -> logits [B,T,V]. Positions are any
 // per-sample ids (segmented sequences keep their original ones); the causal mask
 // follows sequence order. Parameter names are segtrain's own; models/hf_names.h
@@ -18,14 +21,15 @@
 #include <string>
 
 #include "models/config.h"
+#include "models/llama_block.h"
 
 namespace segtrain::models {
 
-struct BlockImpl : torch::nn::Module {
+// gpt2, gpt_neox and bloom blocks (LayerNorm, GELU MLP, one fused qkv).
+struct BlockImpl : DecoderBlock {
   BlockImpl(const ModelConfig& config);
-  // rope_cos/sin: [B, 1, T, rotary_dim] or undefined; mask: fp32 (B,H,T,T) or undefined.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                     const at::Tensor& mask);
+                     const at::Tensor& mask) override;
 
   Arch arch;
   int64_t n_heads, head_dim;
@@ -51,8 +55,9 @@ struct TransformerLMImpl : torch::nn::Module {
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::LayerNorm emb_ln{nullptr}, ln_f{nullptr};
+  RMSNorm rms_f{nullptr};  // llama's final norm, registered as "ln_f" (ln_f is then null)
   torch::nn::ModuleList blocks;
-  torch::nn::Linear lm_head{nullptr};  // gpt_neox only; the others reuse wte
+  torch::nn::Linear lm_head{nullptr};  // gpt_neox and untied llama; the others reuse wte
 
  private:
   ModelConfig config_;

@@ -1,10 +1,14 @@
 """References from HF transformers for the model tests (nothing is downloaded).
 
-  hf_reference.py make OUT        tiny random GPT-2 / GPT-NeoX / BLOOM folders with
-                                  reference logits, RoPE tables from transformers'
-                                  rope init functions, seed 001's NTK-ALiBi slopes
+  hf_reference.py make OUT        tiny random GPT-2 / GPT-NeoX / BLOOM / Llama (GQA;
+                                  biases, head_dim, tied) / Qwen2 / Mistral folders
+                                  with reference logits (Llama family also on chunk-like
+                                  position ids, and the loss at L_t), RoPE tables from
+                                  transformers' rope init functions, seed 001's NTK-ALiBi
+                                  slopes
   hf_reference.py logits DIR...   loads each DIR with transformers and writes
                                   DIR/hf_logits.safetensors for DIR/input.safetensors
+                                  (with its "positions" as position ids when given)
 """
 import json
 import math
@@ -18,7 +22,8 @@ import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig,
-    GPTNeoXForCausalLM)
+    GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+    Qwen2ForCausalLM)
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor  # noqa: E402
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding  # noqa: E402
@@ -67,6 +72,37 @@ def rope_case(name, method, rope_type, factor, length, head_dim=16, pct=0.5, the
     return case
 
 
+def llama_family():
+    """Tiny Llama-family models, L_t = max_position_embeddings = 64."""
+    common = dict(vocab_size=VOCAB, num_hidden_layers=2, intermediate_size=96, max_position_embeddings=64,
+                  attention_dropout=0.0)
+    return {
+        # Grouped-query attention: 4 query heads share 2 key/value heads; untied head.
+        "llama": LlamaForCausalLM(LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                              rms_norm_eps=1e-6, rope_theta=10000.0, **common)),
+        # head_dim given (16, not 48/4 = 12), one key/value head, attention_bias and mlp_bias, tied head.
+        "llama_bias": LlamaForCausalLM(LlamaConfig(hidden_size=48, num_attention_heads=4, num_key_value_heads=1,
+                                                   head_dim=16, attention_bias=True, mlp_bias=True,
+                                                   tie_word_embeddings=True, rms_norm_eps=1e-5,
+                                                   rope_theta=500000.0, **common)),
+        # Qwen2: q/k/v biases (o none), tied embeddings.
+        "qwen2": Qwen2ForCausalLM(Qwen2Config(hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                                              tie_word_embeddings=True, use_sliding_window=False,
+                                              rope_theta=1000000.0, **common)),
+        # Mistral with its default 4096-token sliding window (longer than any sequence here).
+        "mistral": MistralForCausalLM(MistralConfig(hidden_size=48, num_attention_heads=6, num_key_value_heads=2,
+                                                    sliding_window=4096, **common)),
+    }
+
+
+def chunk_positions(batch, length, total):
+    """Chunk-like ids: 4 segments of length/4 tokens from an L_e = total window, in order."""
+    seg = length // 4
+    starts = torch.linspace(0, total - seg, 4).round().long()
+    row = torch.cat([torch.arange(s, s + seg) for s in starts.tolist()])
+    return row.repeat(batch, 1)
+
+
 def make(out):
     torch.manual_seed(1234)
     os.makedirs(out, exist_ok=True)
@@ -94,6 +130,22 @@ def make(out):
             logits = model(tokens).logits
         save_file({"tokens": tokens.contiguous(), "logits": logits.contiguous()},
                   os.path.join(folder, "reference.safetensors"))
+    for name, model in llama_family().items():
+        model.eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        folder = os.path.join(out, name)
+        model.save_pretrained(folder)
+        positions = chunk_positions(2, 24, 64)
+        ppl_tokens = torch.randint(0, VOCAB, (2, 64))
+        with torch.no_grad():
+            logits = model(tokens).logits
+            chunk_logits = model(tokens, position_ids=positions).logits
+            loss = model(ppl_tokens, labels=ppl_tokens).loss
+        save_file({"tokens": tokens.contiguous(), "logits": logits.contiguous(), "positions": positions.contiguous(),
+                   "chunk_logits": chunk_logits.contiguous(), "ppl_tokens": ppl_tokens.contiguous(),
+                   "loss": loss.reshape(1).contiguous()}, os.path.join(folder, "reference.safetensors"))
     # The same GPT-2 weights without the "transformer." prefix (as some hub checkpoints are).
     src = os.path.join(out, "gpt2")
     bare = os.path.join(out, "gpt2_noprefix")
@@ -137,7 +189,8 @@ def logits(dirs):
         model.eval()
         inputs = load_file(os.path.join(d, "input.safetensors"))
         with torch.no_grad():
-            out = model(inputs["tokens"]).logits.float()
+            extra = {"position_ids": inputs["positions"]} if "positions" in inputs else {}
+            out = model(inputs["tokens"], **extra).logits.float()
         save_file({"logits": out.contiguous()}, os.path.join(d, "hf_logits.safetensors"))
 
 

@@ -3,6 +3,7 @@
 // file for a default) and names the key.
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "common/numbers.h"
 #include "trainer/config/config.h"
@@ -74,7 +75,8 @@ void check_data(Checker& ck, const Config& c) {
                 "prefix needs an integer suffix start i with " + std::to_string(prefix) + " < i < " +
                     std::to_string(le - suffix) + " ((1-alpha)L_t < i < L_e - alpha*L_t); none exists for L_e = " +
                     std::to_string(le) + ", L_t = " + std::to_string(lt) + "; use L_e >= " +
-                    std::to_string(lt + 2) + " or another sampler");
+                    (lt <= std::numeric_limits<int64_t>::max() - 2 ? std::to_string(lt + 2) : "L_t + 2") +
+                    " or another sampler");
       break;
     }
     default: break;

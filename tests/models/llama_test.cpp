@@ -1,0 +1,258 @@
+// The Llama family (model.arch llama) against transformers itself: tiny random
+// LlamaForCausalLM (GQA; head_dim, biases, tied head), Qwen2ForCausalLM (q/k/v
+// biases, tied head) and MistralForCausalLM made by tests/models/hf_reference.py
+// give the same logits here on contiguous and on chunk-like position ids and the
+// same loss at L_t; exports (also after a training step, and with the RoPE
+// extensions transformers can express) load in transformers with the same logits
+// and come back into segtrain unchanged; config.json variants segtrain cannot
+// honour are refused naming the key.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+
+#include "common/error.h"
+#include "models/attention.h"
+#include "models/hf.h"
+#include "models/model_io.h"
+#include "models/positions.h"
+#include "models/safetensors.h"
+#include "reference.h"
+
+namespace segtrain::models {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kFamily = {"llama", "llama_bias", "qwen2", "mistral"};
+
+at::Tensor logits_at(TransformerLM& model, const at::Tensor& tokens, const at::Tensor& positions) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  return model->forward(tokens, positions);
+}
+
+at::Tensor arange_positions(const at::Tensor& tokens) {
+  return at::arange(tokens.size(1), at::kLong).repeat({tokens.size(0), 1});
+}
+
+// transformers' causal-LM loss: mean cross-entropy of each token's next token.
+double next_token_loss(const at::Tensor& logits, const at::Tensor& tokens) {
+  const int64_t v = logits.size(-1);
+  auto l = logits.slice(1, 0, logits.size(1) - 1).reshape({-1, v});
+  return torch::nn::functional::cross_entropy(l, tokens.slice(1, 1).reshape(-1)).item<double>();
+}
+
+TEST(LlamaImport, ConfigsOfTheThreeFamiliesMapToLlama) {
+  const auto ref = test::reference_dir();
+  const auto llama = read_model_config(ref + "/llama");
+  EXPECT_EQ(llama.arch, Arch::llama);
+  EXPECT_EQ(n_kv_heads_of(llama), 2);
+  EXPECT_EQ(head_dim_of(llama), 16);
+  EXPECT_FALSE(llama.qkv_bias || llama.o_bias || llama.mlp_bias || llama.tie_embeddings);
+  EXPECT_DOUBLE_EQ(llama.layer_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(llama.rope.rotary_pct, 1.0);
+  const auto bias = read_model_config(ref + "/llama_bias");
+  EXPECT_EQ(head_dim_of(bias), 16);
+  EXPECT_EQ(n_kv_heads_of(bias), 1);
+  EXPECT_TRUE(bias.qkv_bias && bias.o_bias && bias.mlp_bias && bias.tie_embeddings);
+  EXPECT_DOUBLE_EQ(bias.rope.theta, 500000.0);
+  const auto qwen2 = read_model_config(ref + "/qwen2");
+  EXPECT_TRUE(qwen2.qkv_bias && !qwen2.o_bias && !qwen2.mlp_bias && qwen2.tie_embeddings);
+  EXPECT_FALSE(qwen2.sliding_window);
+  EXPECT_EQ(*read_model_config(ref + "/mistral").sliding_window, 4096);
+  // Grouped-query attention keeps k/v at n_kv_heads * head_dim.
+  auto model = load_model(ref + "/llama");
+  auto block = model->blocks[0]->as<LlamaBlockImpl>();
+  EXPECT_EQ(block->k_proj->weight.sizes(), (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(block->q_proj->weight.sizes(), (std::vector<int64_t>{64, 64}));
+}
+
+TEST(LlamaImport, LogitsAndLossMatchTransformersOnContiguousAndChunkPositions) {
+  const auto ref = test::reference_dir();
+  for (const auto& name : kFamily) {
+    const std::string dir = ref + "/" + name;
+    auto model = load_model(dir);
+    const auto expected = read_safetensors(dir + "/reference.safetensors");
+    const auto& tokens = expected.at("tokens");
+    auto got = logits_at(model, tokens, arange_positions(tokens));
+    ASSERT_EQ(got.sizes(), expected.at("logits").sizes()) << name;
+    EXPECT_LT(test::max_abs_diff(got, expected.at("logits")), 1e-4) << name;
+    auto chunk = logits_at(model, tokens, expected.at("positions"));
+    EXPECT_LT(test::max_abs_diff(chunk, expected.at("chunk_logits")), 1e-4) << name << " on chunk positions";
+    EXPECT_GT(test::max_abs_diff(chunk, got), 1e-3) << name << ": the position ids changed nothing";
+    // Perplexity at L_t (64, the models' max_position_embeddings).
+    const auto& ppl_tokens = expected.at("ppl_tokens");
+    const double loss = next_token_loss(logits_at(model, ppl_tokens, arange_positions(ppl_tokens)), ppl_tokens);
+    const double theirs = expected.at("loss").item<double>();
+    EXPECT_NEAR(std::exp(loss), std::exp(theirs), 1e-5 * std::exp(theirs)) << name;
+  }
+}
+
+TEST(LlamaAttention, GroupedQueryAttentionEqualsRepeatedKeysAndValues) {
+  at::manual_seed(3);
+  auto q = at::randn({2, 6, 10, 8}), k = at::randn({2, 2, 10, 8}), v = at::randn({2, 2, 10, 8});
+  auto repeated = causal_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1));
+  EXPECT_LT(test::max_abs_diff(causal_attention(q, k, v), repeated), 1e-6);
+}
+
+struct ExportCase {
+  std::string name, source;
+  ExtensionMethod method = ExtensionMethod::none;
+  double factor = 1.0;
+  int64_t length = 24;
+  bool train_step = false;
+  std::string architecture;
+};
+
+// One SGD step on a next-token loss over a chunk-like sample (original positions kept).
+void train_one_step(TransformerLM& model, int64_t length) {
+  model->train();
+  auto tokens = at::randint(97, {2, length});
+  auto positions = at::cat({at::arange(length / 2), at::arange(length / 2 + 5, length + 5)}).repeat({2, 1});
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.5));
+  auto logits = model->forward(tokens.slice(1, 0, length - 1), positions.slice(1, 0, length - 1));
+  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 97}), tokens.slice(1, 1).reshape(-1));
+  sgd.zero_grad();
+  loss.backward();
+  sgd.step();
+}
+
+TEST(LlamaExport, TransformersLoadsExportsWithTheSameLogitsAndSegtrainReloadsThem) {
+  const auto ref = test::reference_dir();
+  test::TempDir out;
+  const std::vector<ExportCase> cases = {
+      {"llama", "llama", ExtensionMethod::none, 1.0, 24, false, "LlamaForCausalLM"},
+      {"llama_trained", "llama", ExtensionMethod::none, 1.0, 40, true, "LlamaForCausalLM"},
+      {"llama_bias_trained", "llama_bias", ExtensionMethod::none, 1.0, 40, true, "LlamaForCausalLM"},
+      {"qwen2_trained", "qwen2", ExtensionMethod::none, 1.0, 40, true, "Qwen2ForCausalLM"},
+      {"mistral_trained", "mistral", ExtensionMethod::none, 1.0, 40, true, "MistralForCausalLM"},
+      {"llama_linear", "llama", ExtensionMethod::interpolate, 2.0, 120, true, "LlamaForCausalLM"},
+      {"llama_ntk", "llama", ExtensionMethod::ntk, 2.0, 120, false, "LlamaForCausalLM"},
+      {"llama_dynamic", "llama", ExtensionMethod::dynamic_ntk, 2.0, 120, false, "LlamaForCausalLM"},
+      {"qwen2_yarn", "qwen2", ExtensionMethod::yarn, 2.0, 120, true, "Qwen2ForCausalLM"},
+  };
+  std::vector<std::string> dirs;
+  std::map<std::string, at::Tensor> ours, before, positions_of;
+  at::manual_seed(17);
+  for (const auto& c : cases) {
+    auto config = read_model_config(ref + "/" + c.source);
+    config.extension.method = c.method;
+    if (c.method != ExtensionMethod::none) config.extension.factor = c.factor;
+    auto model = load_model(ref + "/" + c.source, config);
+    auto tokens = at::randint(97, {2, c.length});
+    // Chunk-like ids (gaps, original positions) for all but the dynamic case,
+    // whose transformers counterpart grows its base from the largest id it sees.
+    auto positions = at::cat({at::arange(c.length / 2), at::arange(c.length / 2 + 7, c.length + 7)}).repeat({2, 1});
+    if (c.method == ExtensionMethod::dynamic_ntk) positions = arange_positions(tokens);
+    if (c.train_step) {
+      before[c.name] = logits_at(model, tokens, positions);
+      train_one_step(model, std::min<int64_t>(c.length, 60));
+    }
+    ours[c.name] = logits_at(model, tokens, positions);
+    const std::string dir = out / c.name;
+    export_hf(model, dir);
+    write_safetensors(dir + "/input.safetensors", {{"tokens", tokens}, {"positions", positions}});
+    dirs.push_back(dir);
+    positions_of[c.name] = positions;
+  }
+  test::hf_logits(dirs);
+  for (const auto& c : cases) {
+    const std::string dir = out / c.name;
+    auto theirs = read_safetensors(dir + "/hf_logits.safetensors").at("logits");
+    EXPECT_LT(test::max_abs_diff(ours[c.name], theirs), 1e-4) << c.name;
+    if (c.train_step) EXPECT_GT(test::max_abs_diff(before[c.name], theirs), 1e-3) << c.name << ": the step changed nothing";
+    const auto cfg = json::parse(test::read_file(dir + "/config.json"));
+    EXPECT_EQ(cfg["architectures"][0], c.architecture) << c.name;
+    EXPECT_TRUE(cfg["segtrain"]["transformers_reproduces"].get<bool>()) << c.name;
+    // Back into segtrain: the same config (extension included) and logits.
+    auto back = load_model(dir);
+    // ntk goes out as default rope with the grown rope_theta, and comes back so.
+    EXPECT_EQ(back->config().extension.method, c.method == ExtensionMethod::ntk ? ExtensionMethod::none : c.method)
+        << c.name;
+    auto tokens = read_safetensors(dir + "/input.safetensors").at("tokens");
+    EXPECT_LT(test::max_abs_diff(logits_at(back, tokens, positions_of[c.name]), ours[c.name]), 1e-5) << c.name;
+  }
+  const auto llama = json::parse(test::read_file(out / "llama/config.json"));
+  EXPECT_EQ(llama["model_type"], "llama");
+  EXPECT_EQ(llama["num_key_value_heads"], 2);
+  const auto linear = json::parse(test::read_file(out / "llama_linear/config.json"));
+  EXPECT_EQ(linear["rope_parameters"]["rope_type"], "linear");
+  EXPECT_EQ(linear["max_position_embeddings"], 128);
+  const auto yarn = json::parse(test::read_file(out / "qwen2_yarn/config.json"));
+  EXPECT_EQ(yarn["model_type"], "qwen2");
+  EXPECT_EQ(yarn["rope_parameters"]["rope_type"], "yarn");
+  EXPECT_EQ(json::parse(test::read_file(out / "mistral_trained/config.json"))["sliding_window"], 4096);
+}
+
+TEST(LlamaImport, WhatSegtrainCannotHonourIsRefusedNamingTheKey) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  const auto base = json::parse(test::read_file(ref + "/llama/config.json"));
+  auto folder = [&](const std::string& name, const std::function<void(json&)>& edit) {
+    auto cfg = base;
+    edit(cfg);
+    fs::create_directories(dir / name);
+    test::write_file(dir / name + "/config.json", cfg.dump());
+    fs::copy_file(ref + "/llama/model.safetensors", dir / name + "/model.safetensors");
+    return std::string(dir / name);
+  };
+  auto expect_error = [](const std::function<void()>& f, const std::vector<std::string>& needles) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected one mentioning " << needles.front();
+    } catch (const InputError& e) {
+      for (const auto& needle : needles) EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  // transformers 4.x writes rope_theta and rope_scaling, 5.x one rope_parameters block.
+  auto rope_v4 = [](json& c, const json& scaling) {
+    c["rope_theta"] = c["rope_parameters"]["rope_theta"];
+    c.erase("rope_parameters");
+    c["rope_scaling"] = scaling;
+  };
+  for (const std::string type : {"llama3", "longrope", "su"}) {
+    const json scaling = {{"rope_type", type}, {"factor", 8.0}, {"original_max_position_embeddings", 32}};
+    expect_error([&] { read_model_config(folder("v4_" + type, [&](json& c) { rope_v4(c, scaling); })); },
+                 {"rope_type", type, "config.json"});
+    auto v5 = scaling;
+    v5["rope_theta"] = 10000.0;
+    expect_error([&] { read_model_config(folder("v5_" + type, [&](json& c) { c["rope_parameters"] = v5; })); },
+                 {"rope_type", type, "config.json"});
+  }
+  expect_error([&] { read_model_config(folder("gelu", [](json& c) { c["hidden_act"] = "gelu"; })); }, {"hidden_act"});
+  expect_error([&] { read_model_config(folder("partial", [](json& c) { c["partial_rotary_factor"] = 0.5; })); },
+               {"partial_rotary_factor"});
+  expect_error([&] { read_model_config(folder("gqa", [](json& c) { c["num_key_value_heads"] = 3; })); },
+               {"n_kv_heads"});
+  // A Mistral window shorter than the sequence is refused, not ignored.
+  const auto window = folder("window", [](json& c) {
+    c["model_type"] = "mistral", c["architectures"] = {"MistralForCausalLM"}, c["sliding_window"] = 16;
+  });
+  EXPECT_EQ(*read_model_config(window).sliding_window, 16);
+  auto model = load_model(window);
+  auto tokens = at::randint(97, {1, 24});
+  expect_error([&] { logits_at(model, tokens, arange_positions(tokens)); }, {"sliding_window"});
+  EXPECT_EQ(logits_at(model, tokens.slice(1, 0, 16), arange_positions(tokens.slice(1, 0, 16))).size(1), 16);
+  // Qwen2's window applies only where layer_types say sliding_attention.
+  const auto qwen = json::parse(test::read_file(ref + "/qwen2/config.json"));
+  auto sliding = qwen;
+  sliding["use_sliding_window"] = true, sliding["sliding_window"] = 32, sliding["layer_types"] = {"full_attention", "sliding_attention"};
+  test::write_file(dir / "qwen_window/config.json", sliding.dump());
+  EXPECT_EQ(*read_model_config(dir / "qwen_window").sliding_window, 32);
+  sliding["layer_types"] = {"full_attention", "full_attention"};
+  test::write_file(dir / "qwen_full/config.json", sliding.dump());
+  EXPECT_FALSE(read_model_config(dir / "qwen_full").sliding_window);
+  // rope_scaling types segtrain has map to the extension (old "type" key too).
+  const auto linear = folder("linear", [&](json& c) { rope_v4(c, {{"type", "linear"}, {"factor", 2.0}}); });
+  EXPECT_EQ(read_model_config(linear).extension.method, ExtensionMethod::interpolate);
+  EXPECT_DOUBLE_EQ(*read_model_config(linear).extension.factor, 2.0);
+  const auto dynamic = folder("dynamic", [](json& c) {
+    c["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
+  });
+  EXPECT_EQ(read_model_config(dynamic).extension.method, ExtensionMethod::dynamic_ntk);
+}
+
+}  // namespace
+}  // namespace segtrain::models
