@@ -218,7 +218,11 @@ void apply_override(LoadedConfig& loaded, const std::string& assignment) {
 
 std::vector<int64_t> eval_lengths_for(const data::DataConfig& data) {
   std::vector<int64_t> lengths;
-  for (int64_t length = data.train_length; length < data.extended_length; length *= 2) lengths.push_back(length);
+  // Doubling stops at L_e / 2, so it never overflows (L_e near 2^63 once did: UBSan, fuzz_config).
+  for (int64_t length = data.train_length; length < data.extended_length; length *= 2) {
+    lengths.push_back(length);
+    if (length > data.extended_length / 2) break;
+  }
   lengths.push_back(data.extended_length);
   return lengths;
 }
