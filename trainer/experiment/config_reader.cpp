@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "common/error.h"
@@ -217,6 +218,7 @@ void read_corpus(const YAML::Node& node, size_t index, MapReader& parent, Experi
 
 void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::vector<std::string>& errors) {
   MapReader r(node, "experiment", x.file, errors);
+  const int64_t lt = x.base_template.config.data.train_length;  // >= 1 (schema)
   x.name = r.string("name").value_or(fs::path(x.file).stem().string());
   x.output_dir = r.string("output_dir").value_or("runs/experiments/" + x.name);
   if (auto factors = r.list("factors")) {
@@ -231,6 +233,11 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
         x.factors.push_back(f);
     }
   }
+  // L_e = factor * L_t must be a 64-bit integer (the grid computes it; UBSan, fuzz_experiment).
+  for (const int64_t f : x.factors)
+    if (f > std::numeric_limits<int64_t>::max() / lt)
+      errors.push_back(location(x.file, node.Mark()) + ": experiment.factors: " + std::to_string(f) +
+                       " * data.train_length " + std::to_string(lt) + " does not fit in a 64-bit L_e");
   std::vector<std::string> method_names = {"da",         "full",        "chunk-0.125", "chunk-0.25",
                                            "chunk-0.5",  "prefix-0.25", "prefix-0.5",  "randompos"};
   std::vector<YAML::Mark> method_marks(method_names.size(), YAML::Mark::null_mark());
