@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -103,16 +104,26 @@ TensorMap read_safetensors(const std::string& path, std::map<std::string, std::s
     const std::string where = path + ": tensor " + name;
     try {
       const auto type = dtype_from(info.at("dtype").get<std::string>(), where);
+      // Integers only: nlohmann converts 1e300 to int64_t by a cast, which is undefined.
+      for (const char* key : {"shape", "data_offsets"})
+        if (!info.at(key).is_array() ||
+            !std::all_of(info.at(key).begin(), info.at(key).end(), [](const json& v) { return v.is_number_integer(); }))
+          throw InputError(where + ": " + key + " must be a list of integers");
       const auto shape = info.at("shape").get<std::vector<int64_t>>();
       const auto offsets = info.at("data_offsets").get<std::vector<uint64_t>>();
       if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size)
         throw InputError(where + ": data_offsets out of the file's data section");
+      // The element count may not overflow (UBSan, fuzz_safetensors) nor wrap around
+      // to the byte count of the offsets.
       int64_t numel = 1;
       for (auto s : shape) {
         if (s < 0) throw InputError(where + ": negative dimension");
-        numel *= s;
+        if (__builtin_mul_overflow(numel, s, &numel))
+          throw InputError(where + ": shape has more elements than a 64-bit count holds");
       }
-      const auto bytes = static_cast<uint64_t>(numel) * c10::elementSize(type);
+      uint64_t bytes = 0;
+      if (__builtin_mul_overflow(static_cast<uint64_t>(numel), c10::elementSize(type), &bytes))
+        throw InputError(where + ": shape has more bytes than a 64-bit size holds");
       if (bytes != offsets[1] - offsets[0])
         throw InputError(where + ": " + std::to_string(offsets[1] - offsets[0]) + " bytes for shape of " +
                          std::to_string(bytes) + " bytes");
