@@ -49,16 +49,26 @@ std::string state_to_json(const TrainerState& s) {
 TrainerState state_from_json(const std::string& text, const std::string& source) {
   try {
     json j = json::parse(text);
+    // Each count must be a JSON integer: nlohmann casts a float such as 1e300 to
+    // int64_t, which is undefined (UBSan, fuzz_trainer_state); and none is negative.
+    auto count = [&](const json& object, const char* key, std::optional<int64_t> fallback, int64_t least) {
+      if (!object.contains(key) && fallback) return *fallback;
+      const json& value = object.at(key);
+      if (!value.is_number_integer() || value.get<int64_t>() < least)
+        throw InputError(source + ": not a valid trainer state: \"" + key + "\" must be an integer >= " +
+                         std::to_string(least) + ", got " + value.dump());
+      return value.get<int64_t>();
+    };
     TrainerState s;
-    s.step = j.at("step").get<int64_t>();
-    s.tokens = j.at("tokens").get<int64_t>();
-    s.loss_tokens = j.value("loss_tokens", int64_t{0});
-    s.total_steps = j.at("total_steps").get<int64_t>();
-    s.world_size = j.value("world_size", int64_t{1});
-    s.skipped_steps = j.value("skipped_steps", int64_t{0});
-    s.consecutive_bad_steps = j.value("consecutive_bad_steps", int64_t{0});
-    s.cursor.epoch = j.at("data_cursor").at("epoch").get<int64_t>();
-    s.cursor.index = j.at("data_cursor").at("index").get<int64_t>();
+    s.step = count(j, "step", std::nullopt, 0);
+    s.tokens = count(j, "tokens", std::nullopt, 0);
+    s.loss_tokens = count(j, "loss_tokens", 0, 0);
+    s.total_steps = count(j, "total_steps", std::nullopt, 0);
+    s.world_size = count(j, "world_size", 1, 1);
+    s.skipped_steps = count(j, "skipped_steps", 0, 0);
+    s.consecutive_bad_steps = count(j, "consecutive_bad_steps", 0, 0);
+    s.cursor.epoch = count(j.at("data_cursor"), "epoch", std::nullopt, 0);
+    s.cursor.index = count(j.at("data_cursor"), "index", std::nullopt, 0);
     return s;
   } catch (const json::exception& e) {
     throw InputError(source + ": not a valid trainer state: " + e.what());
