@@ -28,11 +28,21 @@ fi
 if [[ "${FUZZ_SKIP_BUILD:-0}" != 1 ]]; then
   if [[ ! -f $BUILD/CMakeCache.txt ]]; then
     say "configuring $BUILD (clang, ASan + UBSan + libFuzzer)"
-    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_CXX_COMPILER="$CLANG" -DSEGTRAIN_FUZZ=ON \
-      -DSEGTRAIN_BUILD_TESTS=OFF -DSEGTRAIN_BUILD_BENCH=OFF -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+    configure_log=$(mktemp)
+    if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_CXX_COMPILER="$CLANG" -DSEGTRAIN_FUZZ=ON \
+         -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" >"$configure_log" 2>&1; then
+      cat "$configure_log" >&2
+      say "error: configuring $BUILD failed"
+      exit 2
+    fi
+    rm -f "$configure_log"
   fi
-  say "building the fuzz targets in $BUILD"
-  nice cmake --build "$BUILD" --target fuzz_targets -- -j"${FUZZ_JOBS:-2}"
+  say "building the fuzz targets in $BUILD (log: $BUILD/fuzz-build.log)"
+  if ! nice cmake --build "$BUILD" --target fuzz_targets -- -j"${FUZZ_JOBS:-2}" >"$BUILD/fuzz-build.log" 2>&1; then
+    tail -n 60 "$BUILD/fuzz-build.log" >&2
+    say "error: the fuzz build failed (whole log: $BUILD/fuzz-build.log)"
+    exit 2
+  fi
 fi
 
 WORK=${FUZZ_WORK:-$BUILD/fuzz-work}
