@@ -185,6 +185,10 @@ TEST_F(ConfigTest, CrossFieldChecks) {
   EXPECT_NE(check({"model.arch=gpt_neox", "model.rope.rotary_pct=0.3"}).find("even integer"), std::string::npos);
   EXPECT_NE(check({"model.extension.method=yarn"}).find("needs arch gpt_neox"), std::string::npos);
   EXPECT_NE(check({"model.extension.method=ntk_alibi"}).find("needs arch bloom"), std::string::npos);
+  EXPECT_NE(check({"model.arch=llama", "model.n_kv_heads=3"}).find("not divisible by n_kv_heads = 3"), std::string::npos);
+  EXPECT_NE(check({"model.n_kv_heads=2"}).find("model.n_kv_heads: applies to model.arch llama only"), std::string::npos);
+  EXPECT_NE(check({"model.arch=bloom", "model.tie_embeddings=true"}).find("llama only"), std::string::npos);
+  EXPECT_NE(check({"model.arch=llama", "model.rope.rotary_pct=0.5"}).find("whole head"), std::string::npos);
   EXPECT_NE(check({"data.sampler.method=chunk"}).find("set model.extension.method: interpolate"), std::string::npos);
   EXPECT_NE(check({"train.min_lr=1"}).find("is above train.lr"), std::string::npos);
   EXPECT_NE(check({"model.init=hf:/no/such/dir"}).find("does not exist"), std::string::npos);
@@ -197,6 +201,10 @@ TEST_F(ConfigTest, CrossFieldChecks) {
                                           "model.extension.method=interpolate", "eval.lengths=[8]"}));
   EXPECT_NO_THROW(load_config(minimal(), {"data.sampler.method=chunk", "data.sampler.alpha=0.125",
                                           "model.extension.method=interpolate"}));
+  // llama: head_dim given, so n_heads need not divide d_model; GQA, biases, tied head, RoPE methods.
+  EXPECT_NO_THROW(load_config(minimal(), {"model.arch=llama", "model.d_model=100", "model.n_heads=3",
+                                          "model.head_dim=24", "model.n_kv_heads=1", "model.qkv_bias=true",
+                                          "model.tie_embeddings=true", "model.extension.method=yarn"}));
 }
 
 TEST_F(ConfigTest, AllProblemsAreReportedAtOnce) {

@@ -34,6 +34,17 @@ models::ModelConfig resolve_model_config(const LoadedConfig& loaded, const std::
   m.activation_checkpointing = c.model.spec.activation_checkpointing;
   if (m.extension.method != models::ExtensionMethod::none && !m.extension.factor)
     m.extension.factor = static_cast<double>(c.data.extended_length) / static_cast<double>(c.data.train_length);
+  // segtrain has no sliding-window attention: a window shorter than any sequence
+  // this run feeds the model (L_e windows, evaluation lengths) is refused up front.
+  if (m.sliding_window) {
+    int64_t longest = std::max(c.data.extended_length, c.data.train_length);
+    for (int64_t length : c.eval.lengths) longest = std::max(longest, length);
+    if (*m.sliding_window < longest)
+      throw InputError("sliding_window: the base model " + c.model.init + " attends within a sliding window of " +
+                       std::to_string(*m.sliding_window) + " tokens (config.json sliding_window), but this run uses "
+                       "sequences of up to " + std::to_string(longest) +
+                       " tokens; segtrain does not implement sliding-window attention");
+  }
   if (m.vocab_size && *m.vocab_size < store_vocab_size)
     throw InputError("model.vocab_size: the model has " + std::to_string(*m.vocab_size) + " tokens but the store '" +
                      c.data.store + "' uses " + std::to_string(store_vocab_size) + "; token ids would be out of range");

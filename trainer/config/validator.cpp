@@ -83,6 +83,22 @@ void check_data(Checker& ck, const Config& c) {
   }
 }
 
+// The Llama-family keys: sizes that hold together, and set only on llama.
+void check_llama_keys(Checker& ck, const models::ModelConfig& m) {
+  if (m.n_kv_heads && m.n_heads % *m.n_kv_heads != 0)
+    ck.fail("model.n_kv_heads", "n_heads = " + std::to_string(m.n_heads) + " is not divisible by n_kv_heads = " +
+                                    std::to_string(*m.n_kv_heads));
+  if (m.arch == models::Arch::llama) {
+    if (ck.given("model.rope.rotary_pct") && m.rope.rotary_pct != 1.0)
+      ck.fail("model.rope.rotary_pct", "llama rotates the whole head (transformers' Llama, Mistral and Qwen2); use 1");
+    return;
+  }
+  const std::string not_llama = "applies to model.arch llama only, not " + std::string(enum_name(models::kArchs, m.arch));
+  for (const char* key : {"model.n_kv_heads", "model.head_dim", "model.qkv_bias", "model.o_bias", "model.mlp_bias",
+                          "model.tie_embeddings"})
+    if (ck.given(key)) ck.fail(key, not_llama);
+}
+
 void check_model(Checker& ck, const Config& c) {
   const auto& m = c.model.spec;
   const std::string& init = c.model.init;
@@ -97,7 +113,7 @@ void check_model(Checker& ck, const Config& c) {
       ck.fail("model.init", "'" + ref->dir + "' has no " + ref->marker_file() + "; expected " + what + " directory");
   }
 
-  if (m.d_model % m.n_heads != 0)
+  if (!m.head_dim && m.d_model % m.n_heads != 0)
     ck.fail("model.n_heads", "d_model = " + std::to_string(m.d_model) + " is not divisible by n_heads = " +
                                  std::to_string(m.n_heads));
   else if (m.arch == models::Arch::gpt_neox) {
@@ -106,6 +122,8 @@ void check_model(Checker& ck, const Config& c) {
       ck.fail("model.rope.rotary_pct", "head_dim * rotary_pct = " + format_double(rotary) +
                                            " rotated dimensions; that must be an even integer >= 2");
   }
+
+  check_llama_keys(ck, m);
 
   using models::ExtensionMethod;
   const auto scheme = models::position_scheme(m.arch);
@@ -116,7 +134,7 @@ void check_model(Checker& ck, const Config& c) {
   const std::string arch = enum_name(models::kArchs, m.arch);
   const std::string method_name = enum_name(models::kExtensionMethods, method);
   if (rope_only && scheme != models::PositionScheme::rope)
-    ck.fail("model.extension.method", method_name + " scales RoPE and needs arch gpt_neox, not " + arch);
+    ck.fail("model.extension.method", method_name + " scales RoPE and needs arch gpt_neox or llama, not " + arch);
   if (alibi_only && scheme != models::PositionScheme::alibi)
     ck.fail("model.extension.method", method_name + " scales ALiBi slopes and needs arch bloom, not " + arch);
   if (method == ExtensionMethod::none && ck.given("model.extension.factor") && m.extension.factor)
