@@ -11,6 +11,7 @@ namespace {
 
 using nlohmann::json;
 using test::run;
+namespace fs = std::filesystem;
 const std::string kBin = SEGTRAIN_BIN;
 
 json run_json(const std::vector<std::string>& args) {
@@ -137,6 +138,82 @@ TEST(Export, BadInputExitsTwoWithAMessage) {
     EXPECT_EQ(r.exit_code, 2) << args[0] << " " << needle << ": " << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
   }
+}
+
+
+// model.arch llama end to end through the binary: a chunk run from an hf: Llama
+// base (GQA) trains, evaluates and exports a folder that transformers loads with
+// the logits segtrain's own run gives; HF folders evaluate directly; a Mistral
+// sliding window shorter than the run's sequences is refused naming the key.
+TEST(LlamaCli, ChunkRunFromAnHfLlamaTrainsAndExportsWhatTransformersLoads) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  auto synth = run(kBin, {"synth", "--out", dir / "corpus", "--docs", "24", "--min-tokens", "300", "--max-tokens",
+                          "600", "--seed", "3"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  auto prepare = run(kBin, {"prepare", "--input", dir / "corpus/train.jsonl", dir / "corpus/valid.jsonl", "--out",
+                            dir / "store", "--vocab-size", "64"});
+  ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
+  auto config = [&](const std::string& name, const std::string& base) {
+    const std::string path = dir / (name + ".yaml");
+    test::write_file(path, "run: {name: " + name + ", output_dir: " + (dir / name) + ", threads: 1}\n"
+                           "model: {init: \"hf:" + base + "\", arch: llama, extension: {method: interpolate}}\n"
+                           "data:\n  store: " + (dir / "store") + "\n  train_length: 32\n  extended_length: 64\n"
+                           "  sampler: {method: chunk, alpha: 0.25}\n"
+                           "train: {micro_batch_size: 2, lr: 1.0e-3, warmup_steps: 1, log_every: 1, checkpoint_every: 0,"
+                           " tensorboard: false, budget: {tokens: 256}}\n"
+                           "eval: {lengths: [32, 64], max_sequences: 2}\n");
+    return path;
+  };
+  auto train = run(kBin, {"train", config("llama", ref + "/llama")});
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const auto eval = json::parse(test::read_file(dir / "llama/eval.json"));
+  ASSERT_EQ(eval["results"].size(), 2u);
+  EXPECT_TRUE(std::isfinite(eval["results"][1]["ppl"].get<double>()));
+  const auto trained = read_model_config(dir / "llama");
+  EXPECT_EQ(trained.arch, Arch::llama);
+  EXPECT_EQ(*trained.n_kv_heads, 2);
+  EXPECT_EQ(trained.extension.method, ExtensionMethod::interpolate);
+
+  auto exported = run(kBin, {"export", "--model", dir / "llama", "--out", dir / "export"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const auto cfg = json::parse(test::read_file(dir / "export/config.json"));
+  EXPECT_EQ(cfg["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(cfg["model_type"], "llama");
+  EXPECT_EQ(cfg["rope_parameters"]["rope_type"], "linear");
+  EXPECT_EQ(cfg["rope_parameters"]["factor"], 2.0);
+  auto tokens = at::randint(64, {2, 64});
+  auto positions = at::cat({at::arange(0, 16), at::arange(40, 56), at::arange(70, 86), at::arange(100, 116)}).repeat({2, 1});
+  write_safetensors(dir / "export/input.safetensors", {{"tokens", tokens}, {"positions", positions}});
+  test::hf_logits({dir / "export"});
+  auto model = load_model(dir / "llama");
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto ours = model->forward(tokens, positions);
+  auto theirs = read_safetensors(dir / "export/hf_logits.safetensors").at("logits");
+  EXPECT_LT(test::max_abs_diff(ours, theirs), 1e-4);
+
+  // segtrain eval reads HF Llama-family folders as they are.
+  auto hf_eval = run(kBin, {"eval", "--model", ref + "/qwen2", "--data", dir / "store", "--lengths", "32,64", "--out",
+                            dir / "qwen2.json"});
+  EXPECT_EQ(hf_eval.exit_code, 0) << hf_eval.err;
+
+  // A sliding window shorter than the sequences: exit 2 naming the key, in train and eval.
+  fs::create_directories(dir / "window");
+  for (const std::string f : {"model.safetensors"}) fs::copy_file(ref + "/mistral/" + f, fs::path(dir / "window") / f);
+  auto window = json::parse(test::read_file(ref + "/mistral/config.json"));
+  window["sliding_window"] = 48;
+  test::write_file(dir / "window/config.json", window.dump());
+  auto refused = run(kBin, {"train", config("window", dir / "window")});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("sliding_window"), std::string::npos) << refused.err;
+  refused = run(kBin, {"eval", "--model", dir / "window", "--data", dir / "store", "--lengths", "64", "--out",
+                       dir / "w.json"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("sliding_window"), std::string::npos) << refused.err;
+  auto fits = run(kBin, {"eval", "--model", dir / "window", "--data", dir / "store", "--lengths", "32", "--out",
+                         dir / "w.json"});
+  EXPECT_EQ(fits.exit_code, 0) << fits.err;
 }
 
 }  // namespace
