@@ -197,6 +197,18 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
     state_ = run_.resume_from->state;
     log::info("resuming from ", run_.resume_from->dir.string(), " at step ", state_.step);
   }
+  if (group_) {
+    // Each rank chose its checkpoint before connecting; on nodes with their own
+    // launchers one may have looked while rank 0 still wrote a newer one. All
+    // ranks must start from the same step (equal sum and sum of squares).
+    const auto step = static_cast<double>(state_.step);
+    const auto sums = global_sum({step, step * step});
+    const auto world = static_cast<double>(dist_.world_size);
+    if (sums[0] != world * step || sums[1] != world * step * step)
+      throw std::runtime_error("rank " + std::to_string(dist_.rank) + " resumes at step " + std::to_string(state_.step) +
+                       " but the ranks do not all start from the same checkpoint (mean step " +
+                       std::to_string(sums[0] / world) + "); run.output_dir must be one shared directory: restart");
+  }
 
   data::LoaderOptions loader_options;
   loader_options.seed = static_cast<uint64_t>(c_.run.seed);
