@@ -97,6 +97,31 @@ TEST(LlamaAttention, GroupedQueryAttentionEqualsRepeatedKeysAndValues) {
   EXPECT_LT(test::max_abs_diff(causal_attention(q, k, v), repeated), 1e-6);
 }
 
+// A llama from scratch (GQA, tied head): activation checkpointing recomputes the
+// blocks in backward and gives the same gradients.
+TEST(LlamaTraining, ActivationCheckpointingGivesTheSameGradients) {
+  ModelConfig c;
+  c.arch = Arch::llama;
+  c.vocab_size = 50, c.d_model = 32, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.d_ff = 48;
+  c.max_positions = 32, c.tie_embeddings = true;
+  auto tokens = at::randint(50, {2, 17});
+  auto positions = at::cat({at::arange(0, 8), at::arange(20, 28)}).repeat({2, 1});
+  std::vector<std::map<std::string, at::Tensor>> grads;
+  for (bool checkpointing : {false, true}) {
+    c.activation_checkpointing = checkpointing;
+    at::manual_seed(5);
+    TransformerLM model(c);
+    EXPECT_EQ(model->tensors().count("lm_head.weight"), 0u);
+    model->train();
+    auto logits = model->forward(tokens.slice(1, 0, 16), positions);
+    torch::nn::functional::cross_entropy(logits.reshape({-1, 50}), tokens.slice(1, 1).reshape(-1)).backward();
+    std::map<std::string, at::Tensor> g;
+    for (const auto& item : model->named_parameters()) g[item.key()] = item.value().grad().clone();
+    grads.push_back(g);
+  }
+  for (const auto& [name, g] : grads[0]) EXPECT_LT(test::max_abs_diff(g, grads[1].at(name)), 1e-6) << name;
+}
+
 struct ExportCase {
   std::string name, source;
   ExtensionMethod method = ExtensionMethod::none;

@@ -35,9 +35,11 @@ models::ModelConfig tiny(models::Arch arch, int64_t vocab = 32, int64_t position
 }
 
 TEST(TrainStep, OverfitsATinyBatchUntilTheLossIsNearZero) {
-  for (auto arch : {models::Arch::gpt2, models::Arch::gpt_neox, models::Arch::bloom}) {
+  for (auto arch : {models::Arch::gpt2, models::Arch::gpt_neox, models::Arch::bloom, models::Arch::llama}) {
     torch::manual_seed(0);
-    models::TransformerLM model(tiny(arch));
+    auto config = tiny(arch);
+    if (arch == models::Arch::llama) config.n_kv_heads = 2;  // grouped-query attention from scratch
+    models::TransformerLM model(config);
     std::vector<std::pair<std::string, at::Tensor>> named;
     for (auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
     AdamWOptions o;
