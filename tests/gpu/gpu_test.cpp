@@ -62,6 +62,7 @@ models::ModelConfig tiny(models::Arch arch) {
   c.n_layers = 2;
   c.n_heads = 4;
   c.max_positions = 160;
+  if (arch == models::Arch::llama) c.n_kv_heads = 2;  // grouped-query attention through SDPA's enable_gqa
   return c;
 }
 
@@ -176,7 +177,8 @@ TEST_P(OneStep, Bf16AutocastOnTheDeviceStaysWithinBf16ToleranceOfFp32OnTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryArchitecture, OneStep,
-                         ::testing::Values(models::Arch::gpt2, models::Arch::gpt_neox, models::Arch::bloom),
+                         ::testing::Values(models::Arch::gpt2, models::Arch::gpt_neox, models::Arch::bloom,
+                                           models::Arch::llama),
                          [](const auto& info) { return std::string(enum_name(models::kArchs, info.param)); });
 
 // ---------------------------------------------------------------------------
