@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <type_traits>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
@@ -45,6 +46,10 @@ json read_json(const fs::path& path) {
 template <class T>
 T field(const json& j, const std::string& key, const std::string& source) {
   if (!j.contains(key) || j[key].is_null()) throw InputError(source + ": missing field \"" + key + "\"");
+  // nlohmann casts a float such as 1e300 to an integer type, which is undefined (UBSan, fuzz_hf_config).
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    if (!j[key].is_number_integer())
+      throw InputError(source + ": field \"" + key + "\" must be an integer (" + j[key].dump() + ")");
   try {
     return j[key].get<T>();
   } catch (const json::exception&) {
@@ -56,6 +61,15 @@ template <class T>
 T field_or(const json& j, const std::string& key, T fallback, const std::string& source) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   return field<T>(j, key, source);
+}
+
+// A hidden size: at most 2^40, so the 4 * hidden_size MLP width and the shapes
+// built from it cannot overflow (UBSan, fuzz_hf_config).
+int64_t hidden_size(const json& j, const std::string& key, const std::string& source) {
+  const auto size = field<int64_t>(j, key, source);
+  if (size < 1 || size > (int64_t{1} << 40))
+    throw InputError(source + ": field \"" + key + "\" must be in [1, 2^40], got " + std::to_string(size));
+  return size;
 }
 
 void require(bool ok, const std::string& source, const std::string& what) {
@@ -71,9 +85,9 @@ void restore_extension(const json& cfg, ModelConfig& c, const std::string& sourc
   auto method = enum_from_name(kExtensionMethods, field<std::string>(e, "method", source));
   if (!method) throw InputError(source + ": unknown segtrain.extension.method " + e["method"].dump());
   c.extension.method = *method;
-  if (e.contains("factor") && !e["factor"].is_null()) c.extension.factor = e["factor"].get<double>();
+  if (e.contains("factor") && !e["factor"].is_null()) c.extension.factor = field<double>(e, "factor", source);
   if (e.contains("original_length") && !e["original_length"].is_null())
-    c.extension.original_length = e["original_length"].get<int64_t>();
+    c.extension.original_length = field<int64_t>(e, "original_length", source);
 }
 
 // transformers 5 nests rope settings in rope_parameters; older files use
@@ -109,7 +123,7 @@ void read_rope_scaling(const json& rope, ModelConfig& c, const std::string& sour
     c.extension.yarn.beta_fast = field_or<double>(rope, "beta_fast", 32.0, source);
     c.extension.yarn.beta_slow = field_or<double>(rope, "beta_slow", 1.0, source);
     if (rope.contains("attention_factor") && !rope["attention_factor"].is_null())
-      c.extension.yarn.attention_factor = rope["attention_factor"].get<double>();
+      c.extension.yarn.attention_factor = field<double>(rope, "attention_factor", source);
     require(!rope.contains("mscale") || rope["mscale"].is_null(), source, "yarn mscale");
     require(field_or<bool>(rope, "truncate", true, source), source, "yarn truncate=false");
   } else if (rope_type != "default") {
@@ -238,7 +252,7 @@ ModelConfig read_hf_config(const std::string& dir) {
   if (type == "gpt2") {
     c.arch = Arch::gpt2;
     c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
-    c.d_model = field<int64_t>(cfg, "n_embd", source);
+    c.d_model = hidden_size(cfg, "n_embd", source);
     c.n_layers = field<int64_t>(cfg, "n_layer", source);
     c.n_heads = field<int64_t>(cfg, "n_head", source);
     c.d_ff = field_or<int64_t>(cfg, "n_inner", 4 * c.d_model, source);
@@ -275,8 +289,8 @@ ModelConfig read_hf_config(const std::string& dir) {
   } else if (type == "bloom") {
     c.arch = Arch::bloom;
     c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
-    c.d_model = cfg.contains("hidden_size") ? field<int64_t>(cfg, "hidden_size", source)
-                                            : field<int64_t>(cfg, "n_embed", source);
+    c.d_model = cfg.contains("hidden_size") ? hidden_size(cfg, "hidden_size", source)
+                                            : hidden_size(cfg, "n_embed", source);
     c.n_layers = cfg.contains("n_layer") ? field<int64_t>(cfg, "n_layer", source)
                                          : field<int64_t>(cfg, "num_hidden_layers", source);
     c.n_heads = cfg.contains("n_head") ? field<int64_t>(cfg, "n_head", source)
@@ -286,7 +300,7 @@ ModelConfig read_hf_config(const std::string& dir) {
     // BLOOM configs carry no trained length; BLOOM itself was trained at 2048.
     int64_t trained = field_or<int64_t>(cfg, "seq_length", 2048, source);
     if (cfg.contains("segtrain") && cfg["segtrain"].contains("max_positions"))
-      trained = cfg["segtrain"]["max_positions"].get<int64_t>();
+      trained = field<int64_t>(cfg["segtrain"], "max_positions", source);
     c.max_positions = trained;
     require(!field_or<bool>(cfg, "apply_residual_connection_post_layernorm", false, source), source,
             "apply_residual_connection_post_layernorm=true");
