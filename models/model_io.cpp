@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <type_traits>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
@@ -22,14 +23,24 @@ json opt(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
 }
 
+// j[key] as T. Integers must be JSON integers: nlohmann casts a float such as
+// 1e300 to an integer type, which is undefined (UBSan, fuzz_model_config).
+template <class T>
+T value_of(const json& j, const char* key) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    if (!j[key].is_number_integer())
+      throw json::type_error::create(302, std::string("\"") + key + "\" must be an integer, got " + j[key].dump(), &j);
+  return j[key].get<T>();
+}
+
 template <class T>
 void get_opt(const json& j, const char* key, std::optional<T>& out) {
-  if (j.contains(key)) out = j[key].is_null() ? std::nullopt : std::optional<T>(j[key].get<T>());
+  if (j.contains(key)) out = j[key].is_null() ? std::nullopt : std::optional<T>(value_of<T>(j, key));
 }
 
 template <class T>
 void get(const json& j, const char* key, T& out) {
-  if (j.contains(key)) out = j[key].get<T>();
+  if (j.contains(key)) out = value_of<T>(j, key);
 }
 
 }  // namespace
