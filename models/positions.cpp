@@ -15,7 +15,9 @@ std::string method_name(ExtensionMethod m) { return enum_name(kExtensionMethods,
 // The Llama-family keys: sizes that hold together, and only on llama.
 void check_llama_keys(const ModelConfig& c) {
   const auto n = [](int64_t v) { return std::to_string(v); };
-  if (c.head_dim && *c.head_dim <= 0) throw InputError("model.head_dim must be positive");
+  // Bounded like HF hidden sizes so shapes and the rotary width cannot overflow.
+  if (c.head_dim && (*c.head_dim <= 0 || *c.head_dim > (int64_t{1} << 40)))
+    throw InputError("model.head_dim must be in [1, 2^40], got " + n(*c.head_dim));
   if (c.n_kv_heads && (*c.n_kv_heads <= 0 || c.n_heads % *c.n_kv_heads != 0))
     throw InputError("model.n_kv_heads (" + n(*c.n_kv_heads) + ") must divide model.n_heads (" + n(c.n_heads) + ")");
   if (c.sliding_window && *c.sliding_window <= 0) throw InputError("model.sliding_window must be positive");
@@ -27,7 +29,8 @@ void check_llama_keys(const ModelConfig& c) {
   }
   const std::string arch = " applies to model.arch llama only, not " + std::string(enum_name(kArchs, c.arch));
   if (c.n_kv_heads && *c.n_kv_heads != c.n_heads) throw InputError("model.n_kv_heads" + arch);
-  if (c.head_dim && *c.head_dim * c.n_heads != c.d_model) throw InputError("model.head_dim" + arch);
+  if (c.head_dim && (c.d_model % *c.head_dim != 0 || c.d_model / *c.head_dim != c.n_heads))
+    throw InputError("model.head_dim" + arch);
   if (c.qkv_bias) throw InputError("model.qkv_bias" + arch);
   if (c.o_bias) throw InputError("model.o_bias" + arch);
   if (c.mlp_bias) throw InputError("model.mlp_bias" + arch);
