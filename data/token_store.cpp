@@ -139,10 +139,13 @@ IndexedDataset IndexedDataset::open(const std::string& prefix, int64_t vocab_siz
     if (ptr % item != 0)
       fault(idx_path, "pointer of sequence " + std::to_string(i) + " (" + std::to_string(ptr) +
                           ") is not a multiple of the " + dtype_name(ds.dtype_) + " item size");
+    // ptr > bin_size - bytes rather than ptr + bytes > bin_size: a pointer near 2^63
+    // made the sum overflow (UBSan, fuzz_megatron_idx).
+    if (ptr > bin_size - size * item)
+      fault(bin_path, "truncated: sequence " + std::to_string(i) + " of " + std::to_string(size * item) +
+                          " bytes starts at byte " + std::to_string(ptr) + " but the file has " +
+                          std::to_string(bin_size) + " bytes");
     const int64_t end = ptr + size * item;
-    if (end > bin_size)
-      fault(bin_path, "truncated: sequence " + std::to_string(i) + " ends at byte " + std::to_string(end) +
-                          " but the file has " + std::to_string(bin_size) + " bytes");
     seq_begin[static_cast<size_t>(i)] = ptr / item;
     seq_size[static_cast<size_t>(i)] = size;
     previous_end = end;
