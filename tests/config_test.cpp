@@ -188,6 +188,10 @@ TEST_F(ConfigTest, CrossFieldChecks) {
   EXPECT_NE(check({"model.arch=llama", "model.n_kv_heads=3"}).find("not divisible by n_kv_heads = 3"), std::string::npos);
   EXPECT_NE(check({"model.n_kv_heads=2"}).find("model.n_kv_heads: applies to model.arch llama only"), std::string::npos);
   EXPECT_NE(check({"model.arch=bloom", "model.tie_embeddings=true"}).find("llama only"), std::string::npos);
+  // Their defaults are what every architecture does: a resolved config lists them and passes.
+  EXPECT_EQ(check({"model.arch=bloom", "model.qkv_bias=false", "model.n_kv_heads=auto", "model.head_dim=auto"})
+                .find("llama only"),
+            std::string::npos);
   EXPECT_NE(check({"model.arch=llama", "model.rope.rotary_pct=0.5"}).find("whole head"), std::string::npos);
   EXPECT_NE(check({"data.sampler.method=chunk"}).find("set model.extension.method: interpolate"), std::string::npos);
   EXPECT_NE(check({"train.min_lr=1"}).find("is above train.lr"), std::string::npos);

@@ -68,7 +68,6 @@ struct Bound {
   double value;
   bool inclusive;
 };
-constexpr Bound kNoLow{-kInf, true};
 constexpr Bound kNoHigh{kInf, true};
 constexpr Bound at_least(double v) { return {v, true}; }
 constexpr Bound above(double v) { return {v, false}; }

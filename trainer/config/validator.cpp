@@ -94,9 +94,14 @@ void check_llama_keys(Checker& ck, const models::ModelConfig& m) {
     return;
   }
   const std::string not_llama = "applies to model.arch llama only, not " + std::string(enum_name(models::kArchs, m.arch));
-  for (const char* key : {"model.n_kv_heads", "model.head_dim", "model.qkv_bias", "model.o_bias", "model.mlp_bias",
-                          "model.tie_embeddings"})
-    if (ck.given(key)) ck.fail(key, not_llama);
+  // Their defaults (auto, false) are what the other architectures do, so a resolved
+  // config (which lists every key) passes; only a value that asks for more is refused.
+  const std::pair<const char*, bool> asked[] = {
+      {"model.n_kv_heads", m.n_kv_heads.has_value()}, {"model.head_dim", m.head_dim.has_value()},
+      {"model.qkv_bias", m.qkv_bias},                 {"model.o_bias", m.o_bias},
+      {"model.mlp_bias", m.mlp_bias},                 {"model.tie_embeddings", m.tie_embeddings}};
+  for (const auto& [key, set] : asked)
+    if (set && ck.given(key)) ck.fail(key, not_llama);
 }
 
 void check_model(Checker& ck, const Config& c) {
