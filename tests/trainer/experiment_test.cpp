@@ -226,6 +226,43 @@ TEST(Experiment, AnEditedInputFileMakesTheStoreStale) {
   EXPECT_NE(edited.err.find(input + " changed"), std::string::npos) << edited.err;
 }
 
+// A grid whose disk fills up (a tmpfs smaller than the whole grid needs; root
+// only) exits 1 with the OS's reason; with space freed, running it again
+// finishes with exactly the rows of a grid that never ran out of space.
+TEST(Experiment, AFullDiskLosesNoRowAndTheGridFinishesAfterwards) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  test::TempDir dir;
+  const std::string whole = dir / "whole", small = dir / "small";
+  test::write_file(dir / "whole.yaml", tiny_experiment(whole, "gpt_neox"));
+  auto complete = run(kBin, {"experiment", dir / "whole.yaml"}, 600);
+  ASSERT_EQ(complete.exit_code, 0) << complete.err;
+  uintmax_t bytes = 0;  // in tmpfs pages, as the small disk will count them
+  for (const auto& e : fs::recursive_directory_iterator(whole))
+    if (e.is_regular_file()) bytes += (e.file_size() + 4095) / 4096 * 4096;
+
+  fs::create_directories(small);
+  const std::string mount = "mount -t tmpfs -o size=" + std::to_string(bytes * 6 / 10) + " segtrain-test " +
+                            test::shell_quote(small);
+  if (std::system((mount + " 2>/dev/null").c_str()) != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { std::system(("umount " + test::shell_quote(dir)).c_str()); }
+  } unmount{small};
+  test::write_file(dir / "small.yaml", tiny_experiment(small + "/out", "gpt_neox"));
+  auto full = run(kBin, {"experiment", dir / "small.yaml"}, 600);
+  EXPECT_EQ(full.exit_code, 1) << full.err;
+  EXPECT_NE(full.err.find("No space left on device"), std::string::npos) << full.err;
+
+  ASSERT_EQ(std::system(("mount -o remount,size=" + std::to_string(bytes * 3) + " " + test::shell_quote(small)).c_str()),
+            0);
+  auto again = run(kBin, {"experiment", dir / "small.yaml"}, 600);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const json want = results_of(whole), got = results_of(small + "/out");
+  ASSERT_EQ(got["corpora"][0]["rows"].size(), want["corpora"][0]["rows"].size());
+  for (const auto& r : want["corpora"][0]["rows"])
+    EXPECT_EQ(row(got["corpora"][0], r["key"])["results"], r["results"]) << r["key"];
+}
+
 TEST(Experiment, BadFilesExitTwoNamingTheLineAndKey) {
   test::TempDir dir;
   const std::string corpus = "  corpora:\n    - name: s\n      synthetic: {docs: 20}\n";
