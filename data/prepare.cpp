@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "data/corpus.h"
+#include "data/hf_tokenizer.h"
 #include "data/token_store.h"
 #include "data/tokenizer.h"
 
@@ -37,12 +40,14 @@ void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::strin
   meta.vocab_size = o.vocab_size;
   meta.tokenizer = "megatron";
   if (!o.tokenizer.empty()) {
-    auto tok = Tokenizer::load(o.tokenizer);
-    meta.vocab_size = tok.vocab_size();
-    meta.eos_id = tok.eos_id();
-    meta.tokenizer = "tokenizer.model";
+    auto tok = open_document_tokenizer(o.tokenizer);
+    meta.vocab_size = tok.vocab_size;
+    meta.eos_id = tok.eos_id;
+    meta.bos_id = tok.bos_id;
+    meta.tokenizer = tok.meta_name;
+    meta.tokenizer_kind = tok.kind;
     fs::create_directories(o.out);
-    write_file_atomic(fs::path(o.out) / "tokenizer.model", tok.serialized());
+    for (const auto& [name, bytes] : tok.files) write_file_atomic(fs::path(o.out) / name, bytes);
   }
   std::vector<IndexedDataset> inputs;
   std::vector<std::pair<size_t, int64_t>> docs;  // (input, document)
@@ -82,13 +87,20 @@ void prepare_store(const PrepareOptions& o) {
                      "); prepare them separately");
   if (!megatron.empty()) return prepare_from_megatron(o, megatron);
 
+  // A given tokenizer (a .model file or an HF folder) is checked before any text is read.
+  std::optional<DocumentTokenizer> given;
+  if (!o.tokenizer.empty()) {
+    given = open_document_tokenizer(o.tokenizer);
+    log::info("prepare: tokenizer ", o.tokenizer, " (", given->kind, "): vocabulary ", given->vocab_size, ", bos ",
+              given->bos_id, ", eos ", given->eos_id);
+  }
+
   CorpusStats stats;
   auto docs = read_corpus(text, {o.text_field}, stats);
   log::info("prepare: read ", describe(stats));
   if (docs.empty()) throw InputError("no usable documents in --input (" + describe(stats) + ")");
 
-  auto tokenizer = [&] {
-    if (!o.tokenizer.empty()) return Tokenizer::load(o.tokenizer);
+  if (!given) {
     TokenizerTrainOptions t;
     t.vocab_size = o.vocab_size;
     t.model_type = o.model_type;
@@ -97,14 +109,24 @@ void prepare_store(const PrepareOptions& o) {
     t.seed = static_cast<uint64_t>(o.seed);
     t.threads = o.threads;
     log::info("prepare: training a ", o.model_type, " sentencepiece model with ", o.vocab_size, " pieces");
-    return Tokenizer::train(docs, t);
-  }();
+    auto sp = std::make_shared<Tokenizer>(Tokenizer::train(docs, t));
+    given = DocumentTokenizer{};
+    given->kind = "sentencepiece";
+    given->meta_name = "tokenizer.model";
+    given->vocab_size = sp->vocab_size();
+    given->eos_id = sp->eos_id();
+    given->encode = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode(text, out); };
+    given->files.emplace_back("tokenizer.model", sp->serialized());
+  }
+  const DocumentTokenizer& tokenizer = *given;
   fs::create_directories(o.out);
-  write_file_atomic(fs::path(o.out) / "tokenizer.model", tokenizer.serialized());
+  for (const auto& [name, bytes] : tokenizer.files) write_file_atomic(fs::path(o.out) / name, bytes);
   StoreMeta meta;
-  meta.vocab_size = tokenizer.vocab_size();
-  meta.eos_id = tokenizer.eos_id();
-  meta.tokenizer = "tokenizer.model";
+  meta.vocab_size = tokenizer.vocab_size;
+  meta.eos_id = tokenizer.eos_id;
+  meta.bos_id = tokenizer.bos_id;
+  meta.tokenizer = tokenizer.meta_name;
+  meta.tokenizer_kind = tokenizer.kind;
 
   // Encode in batches of about 64 MB as the writer asks for documents, freeing
   // each batch's text: token vectors never pile up beside the whole corpus.
@@ -118,7 +140,7 @@ void prepare_store(const PrepareOptions& o) {
       size_t end = d, bytes = 0;
       while (end < docs.size() && (end == d || bytes < (size_t{64} << 20))) bytes += docs[end++].size();
       EncodeStats es;
-      batch = encode_documents(tokenizer, std::span(docs).subspan(d, end - d), o.threads, es);
+      batch = encode_documents(tokenizer.encode, std::span(docs).subspan(d, end - d), o.threads, es);
       for (size_t k = d; k < end; ++k) std::string().swap(docs[k]);
       total.documents += es.documents;
       total.bytes += es.bytes;

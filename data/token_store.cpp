@@ -278,6 +278,8 @@ std::string meta_json(const StoreMeta& m) {
   j["vocab_size"] = m.vocab_size;
   j["tokenizer"] = m.tokenizer;
   j["eos_id"] = m.eos_id;
+  j["bos_id"] = m.bos_id;
+  if (!m.tokenizer_kind.empty()) j["tokenizer_kind"] = m.tokenizer_kind;
   j["documents"] = m.documents;
   j["tokens"] = m.tokens;
   j["dtype"] = dtype_name(m.dtype);
@@ -312,6 +314,11 @@ StoreMeta read_meta(const std::string& dir) {
   m.eos_id = integer("eos_id", false, -1);
   if (m.eos_id >= m.vocab_size)
     throw InputError(path + ": eos_id " + std::to_string(m.eos_id) + " is outside the vocabulary");
+  m.bos_id = integer("bos_id", false, -1);
+  if (m.bos_id >= m.vocab_size)
+    throw InputError(path + ": bos_id " + std::to_string(m.bos_id) + " is outside the vocabulary");
+  if (j.contains("tokenizer_kind") && j["tokenizer_kind"].is_string())
+    m.tokenizer_kind = j["tokenizer_kind"].get<std::string>();
   m.documents = integer("documents", false, 0);
   m.tokens = integer("tokens", false, 0);
   m.seed = integer("seed", false, 0);

@@ -75,11 +75,15 @@ Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::string& model_path) {
   if (!std::filesystem::is_regular_file(model_path)) throw InputError(model_path + ": no such tokenizer model file");
+  return from_serialized(read_text_file(model_path), model_path);
+}
+
+Tokenizer Tokenizer::from_serialized(std::string proto, const std::string& name) {
   Tokenizer t;
-  t.proto_ = read_text_file(model_path);
+  t.proto_ = std::move(proto);
   auto status = t.sp_->LoadFromSerializedProto(t.proto_);
-  if (!status.ok()) throw InputError(model_path + ": not a sentencepiece model (" + status.ToString() + ")");
-  if (t.sp_->eos_id() < 0) throw InputError(model_path + ": the sentencepiece model has no EOS piece");
+  if (!status.ok()) throw InputError(name + ": not a sentencepiece model (" + status.ToString() + ")");
+  if (t.sp_->eos_id() < 0) throw InputError(name + ": the sentencepiece model has no EOS piece");
   return t;
 }
 
@@ -113,12 +117,22 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& documents, const Toke
 
 int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
+int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
+int32_t Tokenizer::piece_id(std::string_view piece) const {
+  const int id = sp_->PieceToId(piece);
+  return id >= 0 && sp_->IdToPiece(id) == piece ? id : -1;
+}
 
-void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::encode_ids(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<int> ids;
   auto status = sp_->Encode(text, &ids);
   if (!status.ok()) throw std::runtime_error("sentencepiece encoding failed: " + status.ToString());
-  out.assign(ids.begin(), ids.end());
+  out.insert(out.end(), ids.begin(), ids.end());
+}
+
+void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
+  out.clear();
+  encode_ids(text, out);
   out.push_back(eos_id());
 }
 
@@ -130,6 +144,12 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 
 std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer, std::span<const std::string> documents,
                                                    int64_t threads, EncodeStats& stats) {
+  return encode_documents([&](std::string_view text, std::vector<int32_t>& out) { tokenizer.encode(text, out); },
+                          documents, threads, stats);
+}
+
+std::vector<std::vector<int32_t>> encode_documents(const EncodeFn& encode, std::span<const std::string> documents,
+                                                   int64_t threads, EncodeStats& stats) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::vector<int32_t>> out(documents.size());
   const int64_t n = default_threads(threads);
@@ -138,7 +158,7 @@ std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer, s
   std::mutex failure_mutex;
   auto work = [&] {
     try {
-      for (size_t d; (d = next.fetch_add(1)) < documents.size();) tokenizer.encode(documents[d], out[d]);
+      for (size_t d; (d = next.fetch_add(1)) < documents.size();) encode(documents[d], out[d]);
     } catch (...) {
       std::lock_guard lock(failure_mutex);
       failure = std::current_exception();

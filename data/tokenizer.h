@@ -3,6 +3,7 @@
 // in parallel with an EOS after each (so a model learns where documents end and
 // windows never need a separator of their own).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,8 @@ struct EncodeStats {
 class Tokenizer {
  public:
   static Tokenizer load(const std::string& model_path);  // InputError if missing or not a model
+  // A model from its serialized bytes; `name` is the file named in errors.
+  static Tokenizer from_serialized(std::string proto, const std::string& name);
   static Tokenizer train(const std::vector<std::string>& documents, const TokenizerTrainOptions& options);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -40,10 +43,14 @@ class Tokenizer {
 
   int64_t vocab_size() const;
   int32_t eos_id() const;
+  int32_t bos_id() const;                           // -1 when the model has none
+  int32_t piece_id(std::string_view piece) const;  // -1 when `piece` is not in the vocabulary
   const std::string& serialized() const { return proto_; }  // the .model file's bytes
 
   // Token ids of `text`, then EOS. Thread-safe.
   void encode(std::string_view text, std::vector<int32_t>& out) const;
+  // Appends the token ids of `text` alone (no EOS). Thread-safe.
+  void encode_ids(std::string_view text, std::vector<int32_t>& out) const;
   std::string decode(const std::vector<int32_t>& ids) const;
 
  private:
@@ -55,6 +62,10 @@ class Tokenizer {
 // One vector per document, EOS-terminated; documents are spread over `threads`
 // std::threads (0: all cores) by an atomic counter, so long documents balance.
 std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer, std::span<const std::string> documents,
+                                                   int64_t threads, EncodeStats& stats);
+// The same with any thread-safe `encode(text, out)` that fills `out` with one document's ids.
+using EncodeFn = std::function<void(std::string_view, std::vector<int32_t>&)>;
+std::vector<std::vector<int32_t>> encode_documents(const EncodeFn& encode, std::span<const std::string> documents,
                                                    int64_t threads, EncodeStats& stats);
 
 int64_t default_threads(int64_t requested);
