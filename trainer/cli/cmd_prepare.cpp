@@ -1,4 +1,5 @@
-// `segtrain prepare`: text (or Megatron datasets) -> sentencepiece -> token store (data/prepare.h).
+// `segtrain prepare`: text (or Megatron datasets) -> sentencepiece or a base's own HF tokenizer -> token store
+// (data/prepare.h, data/hf_tokenizer.h).
 #include "data/prepare.h"
 #include "trainer/cli/command.h"
 
@@ -6,12 +7,12 @@ namespace segtrain::trainer::cli {
 
 void add_prepare(CLI::App& app, Chosen& chosen) {
   auto o = std::make_shared<data::PrepareOptions>();
-  auto* p = app.add_subcommand("prepare", "Tokenize a corpus with sentencepiece into a Megatron token store");
+  auto* p = app.add_subcommand("prepare", "Tokenize a corpus (sentencepiece, or a base's HF tokenizer) into a Megatron token store");
   p->add_option("--input", o->inputs, "Text directories, .txt/.md/.rst(.gz) files, .jsonl files or Megatron .bin/.idx")
       ->required()
       ->expected(1, -1);
   p->add_option("--out", o->out, "Store directory")->required();
-  auto* tokenizer = p->add_option("--tokenizer", o->tokenizer, "Existing sentencepiece .model to use");
+  auto* tokenizer = p->add_option("--tokenizer", o->tokenizer, "Existing sentencepiece .model, or a Hugging Face tokenizer folder (tokenizer.model or a byte-level BPE tokenizer.json)");
   p->add_option("--vocab-size", o->vocab_size, "Vocabulary of a newly trained tokenizer")
       ->check(CLI::Range(int64_t{8}, int64_t{1} << 31))
       ->excludes(tokenizer);
