@@ -20,10 +20,21 @@ enum class TargetMode { sequence, document };
 inline constexpr EnumName<TargetMode> kTargetModes[] = {{"sequence", TargetMode::sequence},
                                                         {"document", TargetMode::document}};
 
+// Where chunk puts its runs in the window. uniform: every placement of the runs
+// inside [0, L_e) equally likely (seed 004, 3.3); offsets near 0 and L_e - 1 are
+// then covered far less often than the middle. ring: every placement on the window
+// closed into a ring equally likely, rotated uniformly, so every offset is covered
+// with probability exactly L_t / L_e; the run that crosses the end, if any, comes
+// back as two pieces (data/sampler.h).
+enum class ChunkPlacement { uniform, ring };
+inline constexpr EnumName<ChunkPlacement> kChunkPlacements[] = {{"uniform", ChunkPlacement::uniform},
+                                                                {"ring", ChunkPlacement::ring}};
+
 struct SamplerConfig {
   SamplerMethod method = SamplerMethod::truncate;
   double alpha = 0.25;
   TargetMode targets = TargetMode::sequence;
+  ChunkPlacement placement = ChunkPlacement::uniform;  // chunk only
 };
 
 struct DataConfig {

@@ -1,5 +1,10 @@
 #include "data/sample_dump.h"
 
+#include <algorithm>
+#include <iomanip>
+#include <numeric>
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_write.h"
@@ -29,6 +34,99 @@ void write_sample_dump(const TokenStore& store, const DataConfig& config, const 
   }
   write_file_atomic(options.out, out);
   log::info("sample: wrote ", options.count, " samples of ", loader.sample_length(), " tokens to ", options.out);
+}
+
+Coverage measure_coverage(const Loader& loader, int64_t extended_length, int64_t samples) {
+  Coverage c;
+  c.samples = samples;
+  const auto le = static_cast<size_t>(extended_length);
+  c.offsets.assign(le, 0);
+  c.positions.assign(le, 0);
+  const int64_t n = loader.samples_per_epoch();
+  for (int64_t i = 0; i < samples; ++i) {
+    const Sample s = loader.sample(i / n, i % n);
+    // Offsets and positions never repeat within a sample (data/sampler.h), so
+    // counting inputs counts samples.
+    for (int32_t x : s.offsets) ++c.offsets[static_cast<size_t>(x)];
+    for (int32_t x : s.positions) ++c.positions[static_cast<size_t>(x)];
+  }
+  return c;
+}
+
+namespace {
+
+std::string percent(double fraction) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(fraction < 0.1 ? 2 : 1) << 100 * fraction << "%";
+  return o.str();
+}
+
+std::string ratio(double r) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(2) << r;
+  return o.str();
+}
+
+void describe_counts(std::ostringstream& out, const std::string& what, const std::vector<int64_t>& counts,
+                     int64_t samples) {
+  const auto n = static_cast<int64_t>(counts.size());
+  std::vector<double> f(counts.size());
+  double sum = 0;
+  for (size_t x = 0; x < counts.size(); ++x) sum += f[x] = static_cast<double>(counts[x]) / static_cast<double>(samples);
+  const double mean = sum / static_cast<double>(n);
+  const auto lo = std::min_element(f.begin(), f.end()) - f.begin();
+  const auto hi = std::max_element(f.begin(), f.end()) - f.begin();
+  out << what << "s covered (share of samples that feed each " << what << " 0.." << n - 1 << "):\n"
+      << "  min " << percent(f[static_cast<size_t>(lo)]) << " (" << what << " " << lo << "), mean " << percent(mean)
+      << ", max " << percent(f[static_cast<size_t>(hi)]) << " (" << what << " " << hi << "); min/mean "
+      << ratio(mean > 0 ? f[static_cast<size_t>(lo)] / mean : 1) << ", max/mean "
+      << ratio(mean > 0 ? f[static_cast<size_t>(hi)] / mean : 1) << "\n";
+  std::vector<int64_t> order(counts.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return f[static_cast<size_t>(a)] < f[static_cast<size_t>(b)]; });
+  const int64_t shown = std::min<int64_t>(6, n);
+  out << "  lowest: ";
+  for (int64_t i = 0; i < shown; ++i)
+    out << (i ? ", " : "") << order[static_cast<size_t>(i)] << " " << percent(f[static_cast<size_t>(order[static_cast<size_t>(i)])]);
+  out << "\n  highest: ";
+  for (int64_t i = 0; i < shown; ++i) {
+    const int64_t x = order[static_cast<size_t>(n - 1 - i)];
+    out << (i ? ", " : "") << x << " " << percent(f[static_cast<size_t>(x)]);
+  }
+  const int64_t buckets = std::min<int64_t>(16, n), size = (n + buckets - 1) / buckets;
+  out << "\n  by " << what << " (mean of each bucket):";
+  for (int64_t b = 0; b * size < n; ++b) {
+    const int64_t first = b * size, last = std::min(n, first + size) - 1;
+    double s = 0;
+    for (int64_t x = first; x <= last; ++x) s += f[static_cast<size_t>(x)];
+    out << (b % 4 == 0 ? "\n    " : "  ") << first << "-" << last << ": " << percent(s / static_cast<double>(last - first + 1));
+  }
+  out << "\n";
+}
+
+}  // namespace
+
+std::string describe_coverage(const Coverage& c, const DataConfig& config) {
+  std::ostringstream out;
+  const auto& s = config.sampler;
+  out << "coverage of " << c.samples << " samples: " << enum_name(kSamplerMethods, s.method);
+  if (s.method == SamplerMethod::chunk || s.method == SamplerMethod::prefix) out << " alpha " << s.alpha;
+  if (s.method == SamplerMethod::chunk) out << ", placement " << enum_name(kChunkPlacements, s.placement);
+  out << ", L_t " << config.train_length << ", L_e " << config.extended_length << "\n";
+  if (c.samples == 0) return out.str();
+  describe_counts(out, "offset", c.offsets, c.samples);
+  if (c.positions != c.offsets) describe_counts(out, "position", c.positions, c.samples);
+  return out.str();
+}
+
+std::string sample_coverage(const TokenStore& store, const DataConfig& config, const SampleDumpOptions& options) {
+  LoaderOptions lo;
+  lo.seed = options.seed;
+  lo.split = options.split;
+  lo.micro_batch_size = 1;
+  lo.threads = 0;
+  Loader loader(store, config, lo);
+  return describe_coverage(measure_coverage(loader, config.extended_length, options.count), config);
 }
 
 }  // namespace segtrain::data

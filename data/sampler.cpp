@@ -1,5 +1,6 @@
 #include "data/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -47,6 +48,7 @@ Sampler::Sampler(const IndexedDataset& split, const Windows& windows, const Data
       windows_(&windows),
       method_(c.sampler.method),
       targets_(c.sampler.targets),
+      placement_(c.sampler.placement),
       lt_(c.train_length),
       le_(c.extended_length),
       length_(sample_length(c)) {
@@ -56,6 +58,9 @@ Sampler::Sampler(const IndexedDataset& split, const Windows& windows, const Data
   if (le_ > INT32_MAX) throw InputError("data.extended_length: must be below 2^31");
   if (windows.length != le_)
     throw InputError("windows were cut at " + std::to_string(windows.length) + " tokens, not L_e = " + std::to_string(le_));
+  if (placement_ != ChunkPlacement::uniform && method_ != SamplerMethod::chunk)
+    throw InputError(std::string("data.sampler.placement = ") + enum_name(kChunkPlacements, placement_) +
+                     ": applies to the chunk sampler only, not " + enum_name(kSamplerMethods, method_));
   const double alpha = c.sampler.alpha;
   const double segment = alpha * static_cast<double>(lt_);
   switch (method_) {
@@ -104,11 +109,32 @@ void Sampler::draw(int64_t window, uint64_t key, const SampleOut& out) const {
       // [0, L_e - k*s + k): run m starts at u_m - m + m*s. Uniform subsets give
       // uniform placements.
       const int64_t k = segments_, s = segment_;
-      sample_sorted_distinct(rng, le_ - k * s + k, k, off);  // starts parked in off[0..k)
-      for (int64_t m = k - 1; m >= 0; --m) {  // backwards: run m overwrites only starts >= m
-        const int64_t start = off[m] - m + m * s;
+      if (placement_ == ChunkPlacement::uniform) {
+        sample_sorted_distinct(rng, le_ - k * s + k, k, off);  // starts parked in off[0..k)
+        for (int64_t m = k - 1; m >= 0; --m) {  // backwards: run m overwrites only starts >= m
+          const int64_t start = off[m] - m + m * s;
+          iota(off + m * s, s, start);
+        }
+        break;
+      }
+      // ring (data/sampler.h): run 0 at ring slot 0; runs 1..k-1 placed uniformly
+      // in the L_e - s slots after it (the same bijection as above with k-1 runs,
+      // shifted by s); then rotated by r. Each ring placement is reached from
+      // exactly k (run 0, r) pairs, so ring placements are equally likely, and
+      // rotation makes P(offset x covered) = L_t / L_e for every x.
+      const int64_t r = static_cast<int64_t>(rng.below(static_cast<uint64_t>(le_)));
+      sample_sorted_distinct(rng, le_ - k * s + k - 1, k - 1, off);  // parked in off[0..k-1)
+      for (int64_t m = k - 1; m >= 1; --m) {  // run m reads off[m-1] and writes from m*s > m-1
+        const int64_t start = off[m - 1] - (m - 1) + m * s;
         iota(off + m * s, s, start);
       }
+      iota(off, s, 0);
+      // Rotate: slots that pass L_e wrap to the front; they are a suffix of the
+      // increasing ring slots, so moving it first keeps offsets increasing.
+      int64_t wrap = T;
+      for (int64_t j = T - 1; j >= 0 && off[j] + r >= le_; --j) wrap = j;
+      for (int64_t j = 0; j < T; ++j) off[j] = static_cast<int32_t>(j < wrap ? off[j] + r : off[j] + r - le_);
+      std::rotate(off, off + wrap, off + T);
       break;
     }
     case SamplerMethod::prefix: {

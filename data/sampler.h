@@ -7,7 +7,18 @@
 //   full       the whole window; positions 0..L_e-1.
 //   chunk-a    1/a non-overlapping runs of a*L_t tokens, placed uniformly at
 //              random in the window (every placement equally likely), in order;
-//              positions = offsets.
+//              positions = offsets. That is data.sampler.placement: uniform, the
+//              paper's; it covers offsets near 0 and L_e - 1 far less often than
+//              the middle (L_t 128, L_e 512: offset 0 in 1% of samples, 480 in 29.5%).
+//              placement: ring closes the window into a ring of L_e slots: run 0
+//              at slot 0, runs 1..1/a-1 placed uniformly (every placement equally
+//              likely) in slots [a*L_t, L_e), then everything rotated by r uniform
+//              in [0, L_e). Rotation makes every offset covered with probability
+//              exactly L_t / L_e. Offsets are then listed in increasing order, so
+//              the one run that crosses the end (offset L_e - 1 to 0), if any,
+//              becomes two pieces: its head [0, h) first in the sequence and its
+//              tail [L_e - (a*L_t - h), L_e) last; every other run stays a*L_t
+//              contiguous tokens. positions = offsets.
 //   prefix-a   suffix: a*L_t contiguous tokens from i, (1-a)L_t < i < L_e - a*L_t,
 //              i uniform; prefix: (1-a)L_t distinct offsets drawn uniformly from
 //              [0, i), increasing; positions = offsets; loss only on the suffix.
@@ -83,6 +94,7 @@ class Sampler {
   const Windows* windows_;
   SamplerMethod method_;
   TargetMode targets_;
+  ChunkPlacement placement_;
   int64_t lt_, le_, length_;
   int64_t segments_ = 1, segment_ = 0;  // chunk: count and length; prefix: suffix length
 };

@@ -2,6 +2,9 @@
 // input, and every corrupt store: exit 2 with a message naming the file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <regex>
+
 #include <nlohmann/json.hpp>
 
 #include "data/token_store.h"
@@ -116,6 +119,109 @@ TEST_F(Pipeline, SampleDumpsWhatEachSamplerFeedsTheModel) {
     ASSERT_EQ(again.exit_code, 0);
     EXPECT_EQ(test::read_file(io.path() / "s.jsonl"), test::read_file(io.path() / "t.jsonl"));
   }
+}
+
+// The figures `segtrain sample --coverage` prints for offsets: min (at which
+// offset), mean, max, as fractions.
+struct PrintedCoverage {
+  double min = -1, mean = -1, max = -1;
+  int64_t min_at = -1, max_at = -1;
+};
+PrintedCoverage printed_coverage(const std::string& out, const std::string& what = "offset") {
+  PrintedCoverage c;
+  const std::regex line("min ([0-9.]+)% \\(" + what + " ([0-9]+)\\), mean ([0-9.]+)%, max ([0-9.]+)% \\(" + what +
+                        " ([0-9]+)\\)");
+  std::smatch m;
+  if (std::regex_search(out, m, line)) {
+    c.min = std::stod(m[1]) / 100, c.min_at = std::stoll(m[2]), c.mean = std::stod(m[3]) / 100;
+    c.max = std::stod(m[4]) / 100, c.max_at = std::stoll(m[5]);
+  }
+  return c;
+}
+
+TEST_F(Pipeline, SampleCoverageShowsUniformEdgesAndAFlatRing) {
+  TempDir io;
+  const std::string store = *dir_ / "store";
+  // L_t 32, L_e 128, four runs of 8. Uniform: offset 0 is covered only when
+  // run 0 starts there, k / (L_e - k s + k) = 4 / 100 of placements; ring:
+  // L_t / L_e = 25% everywhere.
+  test::write_file(io.path() / "u.yaml", config_for(store, "chunk", 32, 128));
+  test::write_file(io.path() / "r.yaml", config_for(store, "chunk", 32, 128) + "run: {seed: 5}\n");
+  auto u = run(kBin, {"sample", io / "u.yaml", "--coverage", "--count", "20000"});
+  ASSERT_EQ(u.exit_code, 0) << u.err;
+  auto r = run(kBin, {"sample", io / "r.yaml", "--coverage", "--count", "20000", "--set", "data.sampler.placement=ring"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto uc = printed_coverage(u.out), rc = printed_coverage(r.out);
+  ASSERT_GE(uc.min, 0) << u.out;
+  ASSERT_GE(rc.min, 0) << r.out;
+  EXPECT_NEAR(uc.mean, 0.25, 0.001);
+  EXPECT_NEAR(rc.mean, 0.25, 0.001);
+  EXPECT_TRUE(uc.min_at == 0 || uc.min_at == 127) << u.out;
+  EXPECT_NEAR(uc.min, 0.04, 0.01) << u.out;
+  EXPECT_GT(rc.min, 0.9 * 0.25) << r.out;
+  EXPECT_LT(rc.max, 1.1 * 0.25) << r.out;
+  EXPECT_NE(r.out.find("placement ring"), std::string::npos) << r.out;
+
+  // The printed statistics are those of the samples `sample --out` writes: count
+  // the dumped offsets independently and compare.
+  auto both = run(kBin, {"sample", io / "u.yaml", "--coverage", "--count", "3000", "--out", io / "s.jsonl"});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  std::vector<int64_t> counts(128, 0);
+  const auto samples = read_jsonl(io.path() / "s.jsonl");
+  ASSERT_EQ(samples.size(), 3000u);
+  for (const auto& x : samples)
+    for (const auto& o : x["offsets"]) ++counts[o.get<size_t>()];
+  const auto lo = std::min_element(counts.begin(), counts.end()), hi = std::max_element(counts.begin(), counts.end());
+  const auto bc = printed_coverage(both.out);
+  EXPECT_EQ(bc.min_at, lo - counts.begin()) << both.out;
+  EXPECT_EQ(bc.max_at, hi - counts.begin()) << both.out;
+  EXPECT_NEAR(bc.min, static_cast<double>(*lo) / 3000, 0.0001);
+  EXPECT_NEAR(bc.max, static_cast<double>(*hi) / 3000, 0.001);
+
+  // Any method: randompos draws its position ids apart from its offsets, and both are shown.
+  test::write_file(io.path() / "p.yaml", config_for(store, "randompos", 32, 128));
+  auto p = run(kBin, {"sample", io / "p.yaml", "--coverage", "--count", "2000"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_GE(printed_coverage(p.out, "position").min, 0) << p.out;
+
+  // ring is chunk's: refused for another method, naming the key; a sample
+  // command with nothing to do is refused too.
+  auto bad = run(kBin, {"sample", io / "p.yaml", "--coverage", "--set", "data.sampler.placement=ring"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("data.sampler.placement"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("randompos"), std::string::npos) << bad.err;
+  auto nothing = run(kBin, {"sample", io / "u.yaml"});
+  EXPECT_EQ(nothing.exit_code, 2);
+  EXPECT_NE(nothing.err.find("--coverage"), std::string::npos) << nothing.err;
+}
+
+TEST_F(Pipeline, RingSamplesAreDeterministicAndReadTheWindow) {
+  auto store = data::TokenStore::open(*dir_ / "store");
+  TempDir io;
+  test::write_file(io.path() / "c.yaml", config_for(*dir_ / "store", "chunk", 32, 128) + "run: {seed: 9}\n");
+  auto r = run(kBin, {"sample", io / "c.yaml", "--count", "200", "--out", io / "s.jsonl", "--set",
+                      "data.sampler.placement=ring"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto again = run(kBin, {"sample", io / "c.yaml", "--count", "200", "--out", io / "t.jsonl", "--set",
+                          "data.sampler.placement=ring"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(test::read_file(io.path() / "s.jsonl"), test::read_file(io.path() / "t.jsonl"));
+  auto uniform = run(kBin, {"sample", io / "c.yaml", "--count", "200", "--out", io / "u.jsonl"});
+  ASSERT_EQ(uniform.exit_code, 0) << uniform.err;
+  EXPECT_NE(test::read_file(io.path() / "s.jsonl"), test::read_file(io.path() / "u.jsonl"));
+  int64_t wrapped = 0;
+  for (const auto& s : read_jsonl(io.path() / "s.jsonl")) {
+    const int64_t doc = s["doc"], start = s["window_start"];
+    ASSERT_EQ(s["positions"], s["offsets"]);
+    for (size_t j = 0; j < 32; ++j) {
+      ASSERT_EQ(s["tokens"][j].get<int32_t>(), store.split(data::Split::train).token(doc, start + s["offsets"][j].get<int64_t>()));
+      if (j > 0) {
+        ASSERT_GT(s["offsets"][j].get<int64_t>(), s["offsets"][j - 1].get<int64_t>());
+      }
+    }
+    wrapped += s["offsets"][0] == 0 && s["offsets"][31] == 127;
+  }
+  EXPECT_GT(wrapped, 0) << "some samples hold both ends of the window (the run that crosses the end)";
 }
 
 TEST_F(Pipeline, SampleReadsTheValidSplitWhenAsked) {

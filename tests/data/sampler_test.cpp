@@ -3,11 +3,16 @@
 // document and offset (data_test_util.h), so every check is a formula.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <set>
 #include <numeric>
 
 #include "common/error.h"
+#include "data/loader.h"
 #include "data/rng.h"
+#include "data/sample_dump.h"
 #include "data/sampler.h"
 #include "data/windows.h"
 #include "data_test_util.h"
@@ -56,10 +61,12 @@ struct Case {
   TargetMode targets;
   int64_t lt, le;
   double alpha;
+  ChunkPlacement placement = ChunkPlacement::uniform;
 };
 
 std::string name_of(const Case& c) {
-  return std::string(enum_name(kSamplerMethods, c.method)) + "_" + enum_name(kTargetModes, c.targets) + "_" +
+  return std::string(enum_name(kSamplerMethods, c.method)) +
+         (c.placement == ChunkPlacement::ring ? "_ring_" : "_") + enum_name(kTargetModes, c.targets) + "_" +
          std::to_string(c.lt) + "_" + std::to_string(c.le) + "_a" + std::to_string(static_cast<int>(c.alpha * 1000));
 }
 
@@ -72,6 +79,7 @@ std::vector<Case> cases() {
                                    std::tuple{8, 10, 0.25}, std::tuple{40, 40, 0.5}}) {
         if (method == SamplerMethod::prefix && le < lt + 2) continue;  // no valid suffix start
         out.push_back({method, targets, lt, le, alpha});
+        if (method == SamplerMethod::chunk) out.push_back({method, targets, lt, le, alpha, ChunkPlacement::ring});
       }
   return out;
 }
@@ -86,10 +94,11 @@ TEST_P(SamplerInvariants, HoldOverThousandsOfDraws) {
   DataConfig config;
   config.train_length = c.lt;
   config.extended_length = c.le;
-  config.sampler = {c.method, c.alpha, c.targets};
+  config.sampler = {c.method, c.alpha, c.targets, c.placement};
   const auto windows = make_windows(store.split(Split::train), c.le);
   const Sampler sampler(store.split(Split::train), windows, config);
   const int64_t T = c.method == SamplerMethod::full ? c.le : c.lt;
+  int64_t crossings = 0;  // ring: samples whose structure is only explained by a run split at the end
   ASSERT_EQ(sampler.length(), T);
   const int64_t s = std::llround(c.alpha * static_cast<double>(c.lt)), k = std::llround(1 / c.alpha), p = c.lt - s;
 
@@ -133,13 +142,33 @@ TEST_P(SamplerInvariants, HoldOverThousandsOfDraws) {
         for (int64_t j = 0; j < T; ++j) ASSERT_EQ(o[static_cast<size_t>(j)], j);
         ASSERT_EQ(x.positions, x.offsets);
         break;
-      case SamplerMethod::chunk:
+      case SamplerMethod::chunk: {
         ASSERT_EQ(x.positions, x.offsets);
         ASSERT_EQ(k * s, c.lt);
-        for (int64_t m = 0; m < k; ++m)  // k runs of s contiguous tokens
-          for (int64_t j = 1; j < s; ++j)
-            ASSERT_EQ(o[static_cast<size_t>(m * s + j)], o[static_cast<size_t>(m * s)] + j);
+        // k runs of s contiguous tokens; ring may instead start with the head
+        // [0, h) of a run split at the window's end and close with its tail,
+        // which ends at L_e - 1, the other k - 1 runs whole in between.
+        auto runs_after = [&](int64_t h) {
+          if (h > 0) {
+            for (int64_t j = 0; j < h; ++j)
+              if (o[static_cast<size_t>(j)] != j) return false;
+            for (int64_t j = 0; j < s - h; ++j)
+              if (o[static_cast<size_t>(T - (s - h) + j)] != c.le - (s - h) + j) return false;
+          }
+          const int64_t whole = h > 0 ? k - 1 : k;
+          for (int64_t m = 0; m < whole; ++m)
+            for (int64_t j = 1; j < s; ++j)
+              if (o[static_cast<size_t>(h + m * s + j)] != o[static_cast<size_t>(h + m * s)] + j) return false;
+          return true;
+        };
+        if (runs_after(0)) break;
+        ASSERT_EQ(c.placement, ChunkPlacement::ring) << "uniform placement keeps k whole runs";
+        bool split = false;
+        for (int64_t h = 1; h < s && !split; ++h) split = runs_after(h);
+        ASSERT_TRUE(split) << "ring: k runs, or one split at the end into a head at 0 and a tail at L_e - 1";
+        ++crossings;
         break;
+      }
       case SamplerMethod::prefix: {
         ASSERT_EQ(x.positions, x.offsets);
         const int64_t i = o[static_cast<size_t>(p)];
@@ -165,6 +194,9 @@ TEST_P(SamplerInvariants, HoldOverThousandsOfDraws) {
         break;
       }
     }
+  }
+  if (c.placement == ChunkPlacement::ring && s > 1 && c.le > c.lt) {
+    EXPECT_GT(crossings, 0) << "a run crosses the end in about k(s-1)/L_e of ring samples";
   }
   if (c.method == SamplerMethod::prefix) {
     // i is uniform over the (L_e - aL_t - 1) - ((1-a)L_t + 1) + 1 admissible values.
@@ -223,6 +255,128 @@ TEST(Chunk, EveryPlacementOfTheSegmentsIsEquallyLikely) {
   EXPECT_LT(chi_square(counts, 15, 30000), 50.0);  // df = 14, p ~ 1e-5 at 50
 }
 
+TEST(ChunkRing, EveryRingPlacementIsEquallyLikely) {
+  // L_e = 8 as a ring, two runs of 2: 8 rotations x C(8 - 4 + 1, 1) gaps / 2
+  // runs = 20 placements, each a distinct set of offsets (listed increasing).
+  TempDir dir;
+  test::write_coded_store(dir / "s", {8});
+  auto store = TokenStore::open(dir / "s");
+  DataConfig config;
+  config.train_length = 4;
+  config.extended_length = 8;
+  config.sampler = {SamplerMethod::chunk, 0.5, TargetMode::sequence, ChunkPlacement::ring};
+  const auto windows = make_windows(store.split(Split::train), 8);
+  const Sampler sampler(store.split(Split::train), windows, config);
+  std::map<std::vector<int32_t>, int64_t> counts;
+  for (uint64_t key = 0; key < 30000; ++key) ++counts[sampler.draw(0, mix(9, key)).offsets];
+  // Independently: every 2-subset {a, b} of ring starts with ring distance >= 2.
+  int64_t placements = 0;
+  for (int a = 0; a < 8; ++a)
+    for (int b = a + 1; b < 8; ++b) placements += (b - a >= 2 && 8 - (b - a) >= 2);
+  ASSERT_EQ(placements, 20);
+  EXPECT_EQ(static_cast<int64_t>(counts.size()), placements);
+  EXPECT_LT(chi_square(counts, placements, 30000), 60.0);  // df = 19, p ~ 4e-6 at 60
+}
+
+TEST(ChunkRing, DrawsArePureFunctionsOfWindowAndKey) {
+  TempDir dir;
+  test::write_coded_store(dir / "s", kLengths);
+  auto store = TokenStore::open(dir / "s");
+  DataConfig config;
+  config.train_length = 64;
+  config.extended_length = 256;
+  config.sampler = {SamplerMethod::chunk, 0.25, TargetMode::sequence, ChunkPlacement::ring};
+  const auto windows = make_windows(store.split(Split::train), 256);
+  const Sampler a(store.split(Split::train), windows, config), b(store.split(Split::train), windows, config);
+  std::set<std::vector<int32_t>> distinct;
+  for (uint64_t key = 0; key < 200; ++key) {
+    const int64_t w = static_cast<int64_t>(key % static_cast<uint64_t>(windows.size()));
+    const auto x = a.draw(w, mix(1, key)), y = b.draw(w, mix(1, key)), again = a.draw(w, mix(1, key));
+    ASSERT_EQ(x.offsets, y.offsets);
+    ASSERT_EQ(x.tokens, again.tokens);
+    ASSERT_EQ(x.targets, y.targets);
+    distinct.insert(x.offsets);
+  }
+  EXPECT_GT(distinct.size(), 190u) << "different keys give different placements";
+}
+
+// P(offset x is covered) under uniform placement of k runs of s in n slots,
+// counted independently of the sampler: 1 - (placements avoiding x) / (all),
+// where a placement avoids x by putting j runs in [0, x) and k - j in (x, n).
+std::vector<double> exact_uniform_coverage(int64_t n, int64_t k, int64_t s) {
+  auto placements = [&](int64_t slots, int64_t runs) -> double {  // C(slots - runs*s + runs, runs)
+    const int64_t top = slots - runs * s + runs;
+    if (runs == 0) return 1;
+    if (top < runs) return 0;
+    double c = 1;
+    for (int64_t i = 1; i <= runs; ++i) c = c * static_cast<double>(top - runs + i) / static_cast<double>(i);
+    return c;
+  };
+  std::vector<double> out(static_cast<size_t>(n));
+  const double all = placements(n, k);
+  for (int64_t x = 0; x < n; ++x) {
+    double avoid = 0;
+    for (int64_t j = 0; j <= k; ++j) avoid += placements(x, j) * placements(n - 1 - x, k - j);
+    out[static_cast<size_t>(x)] = 1 - avoid / all;
+  }
+  return out;
+}
+
+// The measurement (L_t 128, L_e 512, alpha 0.25, 20,000+ samples of a
+// store's stream, as `segtrain sample --coverage` takes them).
+Coverage coverage_of(ChunkPlacement placement, int64_t samples) {
+  TempDir dir;
+  test::write_coded_store(dir / "s", {4096, 3000, 2048, 1500, 600, 5000});
+  auto store = TokenStore::open(dir / "s");
+  DataConfig config;
+  config.train_length = 128;
+  config.extended_length = 512;
+  config.sampler = {SamplerMethod::chunk, 0.25, TargetMode::sequence, placement};
+  LoaderOptions lo;
+  lo.micro_batch_size = 1;
+  lo.threads = 0;
+  const Loader loader(store, config, lo);
+  return measure_coverage(loader, 512, samples);
+}
+
+TEST(ChunkRing, EveryOffsetIsCoveredWithinTenPercentOfTheMean) {
+  const int64_t samples = 40000;
+  const Coverage c = coverage_of(ChunkPlacement::ring, samples);
+  ASSERT_EQ(c.offsets.size(), 512u);
+  EXPECT_EQ(c.positions, c.offsets);
+  const int64_t fed = std::accumulate(c.offsets.begin(), c.offsets.end(), int64_t{0});
+  EXPECT_EQ(fed, samples * 128) << "every sample feeds L_t distinct offsets";
+  const double mean = 128.0 / 512.0;  // L_t / L_e: what rotation makes every offset's probability
+  double worst = 0;
+  for (size_t x = 0; x < 512; ++x) {
+    const double f = static_cast<double>(c.offsets[x]) / samples;
+    worst = std::max(worst, std::abs(f / mean - 1));
+    EXPECT_NEAR(f, mean, 0.1 * mean) << "offset " << x;
+  }
+  // Binomial noise alone: sd = sqrt(.25 * .75 / 40000) = 0.87% of the mean per offset.
+  EXPECT_LT(worst, 0.05);
+}
+
+TEST(ChunkUniform, CoverageFollowsTheExactProfileWithItsEdgeEffect) {
+  const int64_t samples = 40000;
+  const Coverage c = coverage_of(ChunkPlacement::uniform, samples);
+  const auto exact = exact_uniform_coverage(512, 4, 32);
+  double mean = 0;
+  for (double p : exact) mean += p / 512;
+  EXPECT_NEAR(mean, 0.25, 1e-9) << "the exact profile itself averages L_t / L_e";
+  for (size_t x = 0; x < 512; ++x) {
+    const double f = static_cast<double>(c.offsets[x]) / samples;
+    const double sd = std::sqrt(exact[x] * (1 - exact[x]) / samples);
+    EXPECT_NEAR(f, exact[x], 5 * sd + 1e-4) << "offset " << x;
+  }
+  // The figures: the ends about 1% (k / (n - ks + k) = 4/388), offset 480 the maximum.
+  EXPECT_NEAR(exact[0], 4.0 / 388.0, 1e-12);
+  EXPECT_NEAR(exact[511], 4.0 / 388.0, 1e-12);
+  EXPECT_EQ(std::max_element(exact.begin(), exact.begin() + 256) - exact.begin(), 511 - 480);
+  EXPECT_LT(static_cast<double>(c.offsets[0]) / samples, 0.1 * 0.25);
+  EXPECT_LT(static_cast<double>(c.offsets[511]) / samples, 0.1 * 0.25);
+}
+
 TEST(RandomPos, PositionsSpreadOverTheWholeExtendedRange) {
   TempDir dir;
   test::write_coded_store(dir / "s", {512});
@@ -261,6 +415,20 @@ TEST(Sampler, RejectsShapesTheMethodCannotProduce) {
   EXPECT_THROW(make(SamplerMethod::prefix, 32, 33, 0.25), InputError);  // no i with 24 < i < 25
   EXPECT_THROW(make(SamplerMethod::truncate, 64, 32, 0.25), InputError);
   EXPECT_NO_THROW(make(SamplerMethod::prefix, 32, 34, 0.25));
+  for (auto m : {SamplerMethod::truncate, SamplerMethod::full, SamplerMethod::prefix, SamplerMethod::randompos,
+                 SamplerMethod::pose}) {
+    DataConfig config;
+    config.train_length = 32;
+    config.extended_length = 128;
+    config.sampler = {m, 0.25, TargetMode::sequence, ChunkPlacement::ring};
+    const auto windows = make_windows(store.split(Split::train), 128);
+    try {
+      Sampler sampler(store.split(Split::train), windows, config);
+      ADD_FAILURE() << "ring accepted for " << enum_name(kSamplerMethods, m);
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("data.sampler.placement"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Sampler, ComputeEquivalentEpochsFollowEquationTwo) {

@@ -1,4 +1,8 @@
-// `segtrain sample`: dump what the configured sampler feeds the model (data/sample_dump.h).
+// `segtrain sample`: dump what the configured sampler feeds the model, and/or
+// print how often it feeds each offset of the window (data/sample_dump.h).
+#include <iostream>
+
+#include "common/error.h"
 #include "data/sample_dump.h"
 #include "trainer/cli/command.h"
 #include "trainer/config/config.h"
@@ -10,19 +14,29 @@ void add_sample(CLI::App& app, Chosen& chosen) {
     std::string config, split = "train";
     std::vector<std::string> overrides;
     data::SampleDumpOptions dump;
+    bool coverage = false;
   };
   auto o = std::make_shared<Options>();
   auto* s = app.add_subcommand("sample", "Dump what the configured sampler feeds the model, as JSON lines");
   s->add_option("config", o->config, "Run config (YAML)")->required();
   add_overrides(s, o->overrides);
-  s->add_option("--count", o->dump.count, "Samples to write")->check(CLI::PositiveNumber);
-  s->add_option("--out", o->dump.out, "Output .jsonl")->required();
+  auto* count = s->add_option("--count", o->dump.count, "Samples to write or measure (default 10; 20000 with --coverage)")
+                    ->check(CLI::PositiveNumber);
+  s->add_option("--out", o->dump.out, "Output .jsonl");
+  s->add_flag("--coverage", o->coverage,
+              "Print how often each offset of the L_e window (and each position id) is fed: min / mean / max, "
+              "the worst offsets and a bucketed profile");
   s->add_option("--split", o->split, "Store split")->check(CLI::IsMember({"train", "valid"}));
-  choose_on(s, chosen, "sample", OnSignal::exit_now, [o] {
+  choose_on(s, chosen, "sample", OnSignal::exit_now, [o, count] {
+    if (o->dump.out.empty() && !o->coverage)
+      throw InputError("segtrain sample: give --out FILE.jsonl (the samples), --coverage (their statistics), or both");
+    if (o->coverage && count->count() == 0) o->dump.count = 20000;
     const auto loaded = load_config(o->config, o->overrides, ConfigUse::sample);
     o->dump.seed = static_cast<uint64_t>(loaded.config.run.seed);
     o->dump.split = data::parse_split(o->split);
-    data::write_sample_dump(data::TokenStore::open(loaded.config.data.store), loaded.config.data, o->dump);
+    const auto store = data::TokenStore::open(loaded.config.data.store);
+    if (!o->dump.out.empty()) data::write_sample_dump(store, loaded.config.data, o->dump);
+    if (o->coverage) std::cout << data::sample_coverage(store, loaded.config.data, o->dump) << std::flush;
     return 0;
   });
 }

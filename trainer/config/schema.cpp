@@ -309,6 +309,11 @@ std::vector<Field> fields(Config& c) {
            "Segment fraction for chunk (1/alpha segments of alpha*L_t) and prefix (suffix of alpha*L_t).").with({KeyRole::resume}),
       choice("data.sampler.targets", c.data.sampler.targets, data::kTargetModes,
              "sequence: next token of the built sequence (the paper); document: true next document token.").with({KeyRole::resume}),
+      choice("data.sampler.placement", c.data.sampler.placement, data::kChunkPlacements,
+             "chunk only. uniform: every placement of the runs in the window equally likely (the paper; offsets "
+             "near 0 and L_e-1 are covered far less often than the middle); ring: placed on the window closed into "
+             "a ring and rotated, so every offset is covered equally often (the run crossing the end is split in two).")
+          .with({KeyRole::resume}),
       integer("data.prefetch", c.data.prefetch, 1, 1024, "Batches prepared ahead on the loader thread."),
 
       maybe_integer("train.budget.tokens", t.budget.tokens, "null", 1,

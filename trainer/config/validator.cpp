@@ -48,9 +48,13 @@ void check_data(Checker& ck, const Config& c) {
                                         std::to_string(lt) + "; it must be >= L_t");
     return;  // the sampler checks below assume L_e >= L_t
   }
+  using data::SamplerMethod;
+  if (d.sampler.placement != data::ChunkPlacement::uniform && d.sampler.method != SamplerMethod::chunk)
+    ck.fail("data.sampler.placement", std::string(enum_name(data::kChunkPlacements, d.sampler.placement)) +
+                                          " applies to data.sampler.method chunk only, not " +
+                                          enum_name(data::kSamplerMethods, d.sampler.method) + "; use uniform or chunk");
   const double alpha = d.sampler.alpha;
   const double segment = alpha * static_cast<double>(lt);
-  using data::SamplerMethod;
   switch (d.sampler.method) {
     case SamplerMethod::chunk:
       if (!is_integer(1.0 / alpha))
