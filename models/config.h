@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/enum_names.h"
 
@@ -28,8 +29,9 @@ inline PositionScheme position_scheme(Arch arch) {
 // How positions past the pretrained length are handled (seeds 000-004).
 //   interpolate : APE table interpolation, RoPE linear PI, ALiBi slope interpolation
 //   ntk, dynamic_ntk, yarn : RoPE only;  ntk_alibi : ALiBi only
+//   llama3, longrope       : RoPE only, as transformers' rope types of those names
 //   dynamic_interpolate    : ALiBi interpolation by actual sequence length (seed 000)
-enum class ExtensionMethod { none, interpolate, dynamic_interpolate, ntk, dynamic_ntk, yarn, ntk_alibi };
+enum class ExtensionMethod { none, interpolate, dynamic_interpolate, ntk, dynamic_ntk, yarn, ntk_alibi, llama3, longrope };
 inline constexpr EnumName<ExtensionMethod> kExtensionMethods[] = {
     {"none", ExtensionMethod::none},
     {"interpolate", ExtensionMethod::interpolate},
@@ -37,7 +39,9 @@ inline constexpr EnumName<ExtensionMethod> kExtensionMethods[] = {
     {"ntk", ExtensionMethod::ntk},
     {"dynamic_ntk", ExtensionMethod::dynamic_ntk},
     {"yarn", ExtensionMethod::yarn},
-    {"ntk_alibi", ExtensionMethod::ntk_alibi}};
+    {"ntk_alibi", ExtensionMethod::ntk_alibi},
+    {"llama3", ExtensionMethod::llama3},
+    {"longrope", ExtensionMethod::longrope}};
 
 struct RopeConfig {
   double theta = 10000.0;
@@ -50,11 +54,30 @@ struct YarnConfig {
   std::optional<double> attention_factor;  // nullopt: 0.1*ln(factor)+1
 };
 
+// Llama 3.1's NTK-by-parts: wavelengths longer than original_length / low_freq_factor
+// are interpolated by the factor, shorter than original_length / high_freq_factor kept,
+// and the band between blended.
+struct Llama3Config {
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+};
+
+// LongRoPE (Phi-3): one rescale factor per rotary frequency, short_factor up to the
+// original length and long_factor past it (chosen by the sequence's largest position
+// id, as transformers does); rotary_dim / 2 values each.
+struct LongRopeConfig {
+  std::vector<double> short_factor;
+  std::vector<double> long_factor;
+  std::optional<double> attention_factor;  // nullopt: sqrt(1 + ln(factor) / ln(original_length))
+};
+
 struct ExtensionConfig {
   ExtensionMethod method = ExtensionMethod::none;
   std::optional<double> factor;            // nullopt ("auto"): L_e / L_t
   std::optional<int64_t> original_length;  // nullopt ("auto"): the length the base was trained at
   YarnConfig yarn;
+  Llama3Config llama3;
+  LongRopeConfig longrope;
 };
 
 struct ModelConfig {

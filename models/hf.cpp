@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <type_traits>
 
@@ -92,9 +93,10 @@ void restore_extension(const json& cfg, ModelConfig& c, const std::string& sourc
 
 // transformers 5 nests rope settings in rope_parameters; older files use
 // rope_theta / rotary_pct / rotary_emb_base at the top and a rope_scaling block.
+// With both, rope_scaling's keys win, as transformers 5 takes that block first.
 json rope_settings(const json& cfg) {
   json rope = json::object();
-  for (const char* key : {"rope_scaling", "rope_parameters"})
+  for (const char* key : {"rope_parameters", "rope_scaling"})
     if (cfg.contains(key) && cfg[key].is_object())
       for (const auto& [k, v] : cfg[key].items()) rope[k] = v;
   return rope;
@@ -102,7 +104,7 @@ json rope_settings(const json& cfg) {
 
 // The rope_type of a rope_scaling / rope_parameters block as an extension method.
 // Types segtrain does not implement are refused, never ignored.
-void read_rope_scaling(const json& rope, ModelConfig& c, const std::string& source) {
+void read_rope_scaling(const json& cfg, const json& rope, ModelConfig& c, const std::string& source) {
   std::string rope_type = field_or<std::string>(rope, "rope_type", field_or<std::string>(rope, "type", "default",
                                                 source), source);
   if (rope_type == "linear") {
@@ -126,9 +128,28 @@ void read_rope_scaling(const json& rope, ModelConfig& c, const std::string& sour
       c.extension.yarn.attention_factor = field<double>(rope, "attention_factor", source);
     require(!rope.contains("mscale") || rope["mscale"].is_null(), source, "yarn mscale");
     require(field_or<bool>(rope, "truncate", true, source), source, "yarn truncate=false");
+  } else if (rope_type == "llama3") {
+    c.extension.method = ExtensionMethod::llama3;
+    c.extension.factor = field<double>(rope, "factor", source + " rope_scaling");
+    c.extension.original_length = field_or<int64_t>(rope, "original_max_position_embeddings", *c.max_positions,
+                                                    source);
+    c.extension.llama3.low_freq_factor = field<double>(rope, "low_freq_factor", source + " rope_scaling");
+    c.extension.llama3.high_freq_factor = field<double>(rope, "high_freq_factor", source + " rope_scaling");
+  } else if (rope_type == "longrope") {
+    // Phi-3 keeps the pretrained length at the top level; it wins, as in transformers.
+    c.extension.method = ExtensionMethod::longrope;
+    c.extension.original_length = field_or<int64_t>(
+        cfg, "original_max_position_embeddings",
+        field_or<int64_t>(rope, "original_max_position_embeddings", *c.max_positions, source), source);
+    c.extension.factor = field_or<double>(rope, "factor", static_cast<double>(*c.max_positions) /
+                                          static_cast<double>(*c.extension.original_length), source);
+    c.extension.longrope.short_factor = field<std::vector<double>>(rope, "short_factor", source + " rope_scaling");
+    c.extension.longrope.long_factor = field<std::vector<double>>(rope, "long_factor", source + " rope_scaling");
+    if (rope.contains("attention_factor") && !rope["attention_factor"].is_null())
+      c.extension.longrope.attention_factor = field<double>(rope, "attention_factor", source);
   } else if (rope_type != "default") {
     throw InputError(source + ": rope_scaling rope_type \"" + rope_type +
-                     "\" is not supported by segtrain (supported: default, linear, dynamic, yarn)");
+                     "\" is not supported by segtrain (supported: default, linear, dynamic, yarn, llama3, longrope)");
   }
 }
 
@@ -177,49 +198,88 @@ void read_llama_family(const json& cfg, const std::string& type, ModelConfig& c,
   require(partial == 1.0, source, "partial_rotary_factor " + json(partial).dump() + " on a " + type + " model");
   c.rope.rotary_pct = 1.0;
   c.rope.theta = field_or<double>(rope, "rope_theta", field_or<double>(cfg, "rope_theta", 10000.0, source), source);
-  read_rope_scaling(rope, c, source);
+  read_rope_scaling(cfg, rope, c, source);
 }
 
-// The rope block of an export: the extension as transformers' rope_type where it
-// can express it (max_positions becomes the extended length; note says what differs).
-json rope_export(const ModelConfig& c, double rotary_pct, int64_t& max_positions, std::string& note) {
+// RoPE settings of an export in both of transformers' spellings, so 4.4x and 5.x
+// load the folder alike: a 4.x "rope_scaling" block holding only the keys its
+// validator knows for the rope_type (null for default rope) beside a top-level
+// rope_theta, and the same as transformers 5's "rope_parameters" (which 5.x reads
+// from rope_scaling too when both are there).
+struct RopeExport {
+  json scaling;                  // rope_scaling: null or {rope_type, factor, ...}
+  json parameters;               // rope_parameters: scaling + rope_theta + partial_rotary_factor
+  double theta = 0;
+  int64_t max_positions = 0;     // max_position_embeddings: the extended length where it applies
+  std::optional<int64_t> original_length;  // top-level original_max_position_embeddings (longrope)
+  std::string note;              // what differs from segtrain, if anything
+};
+
+RopeExport rope_export(const ModelConfig& c, double rotary_pct) {
   const auto method = c.extension.method;
   const int64_t lt = original_length_of(c);
   const int64_t le = static_cast<int64_t>(std::llround(factor_of(c) * static_cast<double>(lt)));
-  json rope = {{"rope_type", "default"}, {"rope_theta", c.rope.theta}, {"partial_rotary_factor", rotary_pct}};
-  max_positions = max_positions_of(c);
+  RopeExport out;
+  out.theta = c.rope.theta;
+  out.max_positions = max_positions_of(c);
+  json scaling = json::object();
+  const auto scaled = [&](const char* type) {
+    scaling = {{"rope_type", type}, {"factor", factor_of(c)}};
+    out.max_positions = le;
+  };
   switch (method) {
     case ExtensionMethod::none: break;
     case ExtensionMethod::interpolate:
-      rope["rope_type"] = "linear", rope["factor"] = factor_of(c), max_positions = le;
+      // 4.x and 5.x both warn about original_max_position_embeddings in a linear block:
+      // the original length is in config.json's "segtrain" field instead.
+      scaled("linear");
       break;
-    case ExtensionMethod::ntk: {
+    case ExtensionMethod::ntk:
       // Static NTK-aware scaling only changes the base, which default rope takes as is.
-      rope["rope_theta"] = rope_params(c, le).base, max_positions = le;
-      note = "ntk exported as default rope with rope_theta = theta * factor^(d/(d-2))";
+      out.theta = rope_params(c, le).base, out.max_positions = le;
+      out.note = "ntk exported as default rope with rope_theta = theta * factor^(d/(d-2))";
       break;
-    }
     case ExtensionMethod::dynamic_ntk:
-      rope["rope_type"] = "dynamic", rope["factor"] = factor_of(c), max_positions = lt;
-      note = "transformers caches the grown base across calls; each call alone matches segtrain";
+      scaled("dynamic");
+      out.max_positions = lt;  // transformers' threshold for growing the base
+      out.note = "transformers caches the grown base across calls; each call alone matches segtrain";
       break;
     case ExtensionMethod::yarn:
-      rope["rope_type"] = "yarn", rope["factor"] = factor_of(c), rope["original_max_position_embeddings"] = lt;
-      rope["beta_fast"] = c.extension.yarn.beta_fast, rope["beta_slow"] = c.extension.yarn.beta_slow;
-      if (c.extension.yarn.attention_factor) rope["attention_factor"] = *c.extension.yarn.attention_factor;
-      max_positions = le;
+      scaled("yarn");
+      scaling["original_max_position_embeddings"] = lt;
+      scaling["beta_fast"] = c.extension.yarn.beta_fast, scaling["beta_slow"] = c.extension.yarn.beta_slow;
+      if (c.extension.yarn.attention_factor) scaling["attention_factor"] = *c.extension.yarn.attention_factor;
+      break;
+    case ExtensionMethod::llama3:
+      scaled("llama3");
+      scaling["original_max_position_embeddings"] = lt;
+      scaling["low_freq_factor"] = c.extension.llama3.low_freq_factor;
+      scaling["high_freq_factor"] = c.extension.llama3.high_freq_factor;
+      break;
+    case ExtensionMethod::longrope:
+      // 4.x reads the original length only at the top level (Phi-3's layout), 5.x there first.
+      scaled("longrope");
+      scaling["original_max_position_embeddings"] = lt;
+      scaling["short_factor"] = c.extension.longrope.short_factor;
+      scaling["long_factor"] = c.extension.longrope.long_factor;
+      if (c.extension.longrope.attention_factor) scaling["attention_factor"] = *c.extension.longrope.attention_factor;
+      out.original_length = lt;
       break;
     default: break;
   }
-  return rope;
+  out.scaling = scaling.empty() ? json(nullptr) : scaling;
+  out.parameters = scaling.empty() ? json{{"rope_type", "default"}} : scaling;
+  out.parameters["rope_theta"] = out.theta;
+  if (rotary_pct != 1.0) out.parameters["partial_rotary_factor"] = rotary_pct;
+  return out;
 }
 
 // config.json of a llama model: LlamaForCausalLM, or Qwen2ForCausalLM for
 // biases on q/k/v only (Llama's attention_bias covers o too), or
 // MistralForCausalLM when the model carries a sliding window.
 json llama_export(const ModelConfig& c, std::string& note) {
-  int64_t max_positions = 0;
-  const json rope = rope_export(c, 1.0, max_positions, note);
+  const RopeExport rope = rope_export(c, 1.0);
+  note = rope.note;
   const bool qwen2 = c.qkv_bias && !c.o_bias;
   if (c.o_bias && !c.qkv_bias)
     throw InputError("export: a bias on o_proj without q/k/v biases has no transformers architecture "
@@ -232,9 +292,11 @@ json llama_export(const ModelConfig& c, std::string& note) {
   json cfg = {{"architectures", {cls}}, {"model_type", type}, {"vocab_size", vocab_size_of(c)},
               {"hidden_size", c.d_model}, {"intermediate_size", d_ff_of(c)}, {"num_hidden_layers", c.n_layers},
               {"num_attention_heads", c.n_heads}, {"num_key_value_heads", n_kv_heads_of(c)},
-              {"head_dim", head_dim_of(c)}, {"hidden_act", "silu"}, {"max_position_embeddings", max_positions},
+              {"head_dim", head_dim_of(c)}, {"hidden_act", "silu"}, {"max_position_embeddings", rope.max_positions},
               {"rms_norm_eps", c.layer_norm_eps}, {"tie_word_embeddings", c.tie_embeddings},
-              {"attention_dropout", 0.0}, {"rope_parameters", rope}, {"rope_theta", rope["rope_theta"]}};
+              {"attention_dropout", 0.0}, {"rope_theta", rope.theta}, {"rope_scaling", rope.scaling},
+              {"rope_parameters", rope.parameters}};
+  if (rope.original_length) cfg["original_max_position_embeddings"] = *rope.original_length;
   if (type == "llama") cfg["attention_bias"] = c.qkv_bias, cfg["mlp_bias"] = c.mlp_bias;
   if (type == "qwen2") cfg["use_sliding_window"] = false, cfg["sliding_window"] = nullptr;
   if (type == "mistral") cfg["sliding_window"] = *c.sliding_window;
@@ -283,7 +345,7 @@ ModelConfig read_hf_config(const std::string& dir) {
                                          field_or<double>(cfg, "rotary_pct", 0.25, source), source);
     c.rope.theta = field_or<double>(rope, "rope_theta", field_or<double>(cfg, "rotary_emb_base",
                                     field_or<double>(cfg, "rope_theta", 10000.0, source), source), source);
-    read_rope_scaling(rope, c, source);
+    read_rope_scaling(cfg, rope, c, source);
   } else if (type == "llama" || type == "mistral" || type == "qwen2") {
     read_llama_family(cfg, type, c, source);
   } else if (type == "bloom") {
@@ -341,7 +403,7 @@ TensorMap read_hf_tensors(const std::string& dir, Arch arch) {
   return out;
 }
 
-void export_hf(const TransformerLM& model, const std::string& dir) {
+void export_hf(const TransformerLM& model, const std::string& dir, const HfExportOptions& options) {
   const ModelConfig& c = model->config();
   const auto method = c.extension.method;
   json cfg;
@@ -358,14 +420,16 @@ void export_hf(const TransformerLM& model, const std::string& dir) {
       if (method == ExtensionMethod::interpolate) note = "position table interpolated to n_positions rows (seed 004)";
       break;
     case Arch::gpt_neox: {
-      int64_t max_positions = 0;
-      const json rope = rope_export(c, c.rope.rotary_pct, max_positions, note);
+      const RopeExport rope = rope_export(c, c.rope.rotary_pct);
+      note = rope.note;
       cfg = {{"architectures", {"GPTNeoXForCausalLM"}}, {"model_type", "gpt_neox"}, {"vocab_size", vocab},
              {"hidden_size", c.d_model}, {"num_hidden_layers", c.n_layers}, {"num_attention_heads", c.n_heads},
-             {"intermediate_size", d_ff_of(c)}, {"hidden_act", "gelu"}, {"max_position_embeddings", max_positions},
+             {"intermediate_size", d_ff_of(c)}, {"hidden_act", "gelu"}, {"max_position_embeddings", rope.max_positions},
              {"layer_norm_eps", c.layer_norm_eps}, {"use_parallel_residual", true}, {"tie_word_embeddings", false},
              {"attention_bias", true}, {"hidden_dropout", 0.0}, {"attention_dropout", 0.0},
-             {"rope_parameters", rope}, {"rotary_pct", c.rope.rotary_pct}, {"rotary_emb_base", rope["rope_theta"]}};
+             {"rope_scaling", rope.scaling}, {"rope_parameters", rope.parameters}, {"rotary_pct", c.rope.rotary_pct},
+             {"partial_rotary_factor", c.rope.rotary_pct}, {"rotary_emb_base", rope.theta}, {"rope_theta", rope.theta}};
+      if (rope.original_length) cfg["original_max_position_embeddings"] = *rope.original_length;
       break;
     }
     case Arch::llama:
@@ -395,17 +459,21 @@ void export_hf(const TransformerLM& model, const std::string& dir) {
   cfg["segtrain"] = {{"arch", enum_name(kArchs, c.arch)}, {"max_positions", max_positions_of(c)},
                      {"extension", ext}, {"transformers_reproduces", reproduces}};
   if (!note.empty()) cfg["segtrain"]["note"] = note;
-  cfg["torch_dtype"] = "float32";
+  if (options.dtype != at::kFloat && options.dtype != at::kBFloat16)
+    throw InputError("export: weights are written as float32 or bfloat16");
+  const std::string dtype = options.dtype == at::kFloat ? "float32" : "bfloat16";
+  cfg["torch_dtype"] = dtype;  // transformers 4.x
+  cfg["dtype"] = dtype;        // transformers 5.x
 
   TensorMap tensors;
   const HfNameTable& table = hf_names(c.arch);
   for (const auto& [ours, t] : model->tensors()) {
     const auto [row, key] = hf_key(table, ours);
-    auto value = t.to(at::kCPU);
+    auto value = t.to(at::kCPU, options.dtype);
     tensors[key] = row->transpose ? value.t().contiguous() : value;
   }
   fs::create_directories(dir);
-  write_safetensors_dir(dir, tensors);
+  write_safetensors_dir(dir, tensors, options.max_shard_bytes);
   write_file_atomic(fs::path(dir) / "config.json", cfg.dump(2) + "\n");
 }
 

@@ -10,13 +10,13 @@
 
 namespace segtrain::models {
 
-// ModelConfig of an HF folder's config.json. A rope scaling transformers knows
-// (linear, dynamic, yarn) becomes the matching extension; a folder written by
+// ModelConfig of an HF folder's config.json. A rope scaling in transformers 4's
+// rope_scaling or 5's rope_parameters (linear, dynamic, yarn, llama3, longrope)
+// becomes the matching extension, in effect from the start; a folder written by
 // export_hf gets back the extension recorded in its "segtrain" field when
 // transformers could not express it (ALiBi methods). Throws InputError naming
 // config.json and the field on an unknown model type or unsupported variant
-// (another rope_type, e.g. llama3 or longrope; partial rotary on llama; a hidden_act
-// other than silu). A Mistral/Qwen2 sliding window in effect is kept in
+// (another rope_type; partial rotary on llama; a hidden_act other than silu). A Mistral/Qwen2 sliding window in effect is kept in
 // ModelConfig::sliding_window; forward refuses longer sequences.
 ModelConfig read_hf_config(const std::string& dir);
 
@@ -27,15 +27,22 @@ ModelConfig read_hf_config(const std::string& dir);
 // transposes GPT-2's Conv1D weights, converts to fp32.
 TensorMap read_hf_tensors(const std::string& dir, Arch arch);
 
-// Writes config.json and model.safetensors that transformers loads:
+struct HfExportOptions {
+  at::ScalarType dtype = at::kFloat;            // float32 or bfloat16 weights (config.json's torch_dtype)
+  int64_t max_shard_bytes = 5'000'000'000;      // larger models go in shards + model.safetensors.index.json
+};
+
+// Writes config.json and model.safetensors (or shards and their index) that
+// transformers 4.4x and 5.x load as they are:
 //   gpt2     the (interpolated) table is written whole and n_positions = its rows;
 //   gpt_neox interpolate -> rope "linear", dynamic_ntk -> "dynamic", yarn -> "yarn",
+//            llama3 -> "llama3", longrope -> "longrope" (rope_scaling and rope_parameters),
 //            ntk -> default rope with rope_theta = theta * a^(d/(d-2));
 //   bloom    weights as they are; ALiBi extensions cannot be expressed.
 //   llama    LlamaForCausalLM (Qwen2ForCausalLM when only q/k/v have biases,
 //            MistralForCausalLM with a sliding window), RoPE extensions as gpt_neox.
 // config.json's "segtrain" field records the extension and whether transformers
 // reproduces it ("transformers_reproduces"), with a note when it does not.
-void export_hf(const TransformerLM& model, const std::string& dir);
+void export_hf(const TransformerLM& model, const std::string& dir, const HfExportOptions& options = {});
 
 }  // namespace segtrain::models

@@ -80,7 +80,14 @@ std::string model_config_to_json(const ModelConfig& c) {
               {"yarn",
                {{"beta_fast", c.extension.yarn.beta_fast},
                 {"beta_slow", c.extension.yarn.beta_slow},
-                {"attention_factor", opt(c.extension.yarn.attention_factor)}}}}},
+                {"attention_factor", opt(c.extension.yarn.attention_factor)}}},
+              {"llama3",
+               {{"low_freq_factor", c.extension.llama3.low_freq_factor},
+                {"high_freq_factor", c.extension.llama3.high_freq_factor}}},
+              {"longrope",
+               {{"short_factor", c.extension.longrope.short_factor},
+                {"long_factor", c.extension.longrope.long_factor},
+                {"attention_factor", opt(c.extension.longrope.attention_factor)}}}}},
             {"activation_checkpointing", c.activation_checkpointing}};
   return j.dump(2) + "\n";
 }
@@ -124,6 +131,15 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& s
         get(e["yarn"], "beta_fast", c.extension.yarn.beta_fast);
         get(e["yarn"], "beta_slow", c.extension.yarn.beta_slow);
         get_opt(e["yarn"], "attention_factor", c.extension.yarn.attention_factor);
+      }
+      if (e.contains("llama3")) {
+        get(e["llama3"], "low_freq_factor", c.extension.llama3.low_freq_factor);
+        get(e["llama3"], "high_freq_factor", c.extension.llama3.high_freq_factor);
+      }
+      if (e.contains("longrope")) {
+        get(e["longrope"], "short_factor", c.extension.longrope.short_factor);
+        get(e["longrope"], "long_factor", c.extension.longrope.long_factor);
+        get_opt(e["longrope"], "attention_factor", c.extension.longrope.attention_factor);
       }
     }
     get(j, "activation_checkpointing", c.activation_checkpointing);

@@ -38,6 +38,26 @@ void check_llama_keys(const ModelConfig& c) {
   if (c.sliding_window) throw InputError("model.sliding_window" + arch);
 }
 
+void check_llama3(const Llama3Config& l) {
+  if (!(l.low_freq_factor > 0) || !(l.high_freq_factor > l.low_freq_factor))
+    throw InputError("model.extension.llama3: need 0 < low_freq_factor < high_freq_factor, got " +
+                     std::to_string(l.low_freq_factor) + " and " + std::to_string(l.high_freq_factor));
+}
+
+void check_longrope(const LongRopeConfig& l, int64_t frequencies) {
+  const auto check = [&](const std::vector<double>& factors, const std::string& key) {
+    if (static_cast<int64_t>(factors.size()) != frequencies)
+      throw InputError("model.extension.longrope." + key + " needs one factor per rotary frequency (" +
+                       std::to_string(frequencies) + " = rotary dimensions / 2), got " +
+                       std::to_string(factors.size()));
+    for (double f : factors)
+      if (!(f > 0) || !std::isfinite(f))
+        throw InputError("model.extension.longrope." + key + " must hold positive numbers, got " + std::to_string(f));
+  };
+  check(l.short_factor, "short_factor");
+  check(l.long_factor, "long_factor");
+}
+
 }  // namespace
 
 int64_t vocab_size_of(const ModelConfig& c) {
@@ -85,13 +105,14 @@ void check_model_config(const ModelConfig& c) {
   const auto scheme = position_scheme(c.arch);
   bool ok = m == ExtensionMethod::none || m == ExtensionMethod::interpolate;
   if (scheme == PositionScheme::rope)
-    ok = ok || m == ExtensionMethod::ntk || m == ExtensionMethod::dynamic_ntk || m == ExtensionMethod::yarn;
+    ok = ok || m == ExtensionMethod::ntk || m == ExtensionMethod::dynamic_ntk || m == ExtensionMethod::yarn ||
+         m == ExtensionMethod::llama3 || m == ExtensionMethod::longrope;
   if (scheme == PositionScheme::alibi)
     ok = ok || m == ExtensionMethod::dynamic_interpolate || m == ExtensionMethod::ntk_alibi;
   if (!ok)
     throw InputError("model.extension.method " + method_name(m) + " does not apply to model.arch " +
                      enum_name(kArchs, c.arch) +
-                     " (learned: interpolate; rope: interpolate|ntk|dynamic_ntk|yarn; "
+                     " (learned: interpolate; rope: interpolate|ntk|dynamic_ntk|yarn|llama3|longrope; "
                      "alibi: interpolate|dynamic_interpolate|ntk_alibi)");
   if (m != ExtensionMethod::none && factor_of(c) < 1.0)
     throw InputError("model.extension.factor must be >= 1, got " + std::to_string(factor_of(c)));
@@ -102,6 +123,8 @@ void check_model_config(const ModelConfig& c) {
                        " rotary dimensions per head; need an even number >= 2");
     if ((m == ExtensionMethod::ntk || m == ExtensionMethod::dynamic_ntk) && rd <= 2)
       throw InputError("NTK scaling needs more than 2 rotary dimensions (exponent d/(d-2))");
+    if (m == ExtensionMethod::llama3) check_llama3(c.extension.llama3);
+    if (m == ExtensionMethod::longrope) check_longrope(c.extension.longrope, rd / 2);
   }
 }
 
@@ -187,6 +210,31 @@ RopeParams rope_params(const ModelConfig& c, int64_t seq_len) {
       auto interpolated = 1.0 / (f * pos_freqs);
       p.inv_freq = interpolated * ramp + extrapolated * (1 - ramp);
       p.attention_scale = c.extension.yarn.attention_factor.value_or(f <= 1 ? 1.0 : 0.1 * std::log(f) + 1.0);
+      break;
+    }
+    case ExtensionMethod::llama3: {
+      // transformers' _compute_llama3_parameters, in the same fp32 tensor order; Python's
+      // scalar / tensor is reciprocal() * scalar, which C++'s operator/ is not.
+      const auto& l3 = c.extension.llama3;
+      const auto inv_freq = rope_inv_freq(theta, dim);
+      const double low_wavelen = l / l3.low_freq_factor, high_wavelen = l / l3.high_freq_factor;
+      const auto wavelen = inv_freq.reciprocal() * (2 * std::numbers::pi);
+      auto scaled = at::where(wavelen > low_wavelen, inv_freq / f, inv_freq);
+      const auto smooth = (wavelen.reciprocal() * l - l3.low_freq_factor) / (l3.high_freq_factor - l3.low_freq_factor);
+      const auto smoothed = (1 - smooth) * scaled / f + smooth * scaled;
+      const auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+      p.inv_freq = at::where(medium, smoothed, scaled);
+      break;
+    }
+    case ExtensionMethod::longrope: {
+      // transformers' _compute_longrope_parameters: short factors up to the original
+      // length, long ones past it (seq_len is the largest position id + 1, as its update).
+      const auto& lr = c.extension.longrope;
+      const auto& factors = seq_len > original_length_of(c) ? lr.long_factor : lr.short_factor;
+      const auto ext = at::tensor(std::vector<float>(factors.begin(), factors.end()), at::kFloat);
+      const auto shape = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / d;
+      p.inv_freq = 1.0 / (ext * at::pow(theta, shape));
+      p.attention_scale = lr.attention_factor.value_or(f <= 1 ? 1.0 : std::sqrt(1 + std::log(f) / std::log(l)));
       break;
     }
     default:

@@ -56,7 +56,7 @@ if [[ "${SEGTRAIN_SKIP_APT:-0}" != 1 ]]; then
 fi
 
 # --- Python virtual environment ---------------------------------------------
-want="torch==$TORCH_VERSION $(sha256sum scripts/requirements.txt | cut -c1-16)"
+want="torch==$TORCH_VERSION $(cat scripts/requirements.txt scripts/requirements-transformers4.txt | sha256sum | cut -c1-16)"
 if [[ ! -x $VENV/bin/python ]]; then
   say "creating $VENV"
   "$PYTHON" -m venv "$VENV"
@@ -68,6 +68,9 @@ if [[ "$(cat "$VENV/.segtrain-stamp" 2>/dev/null)" != "$want" ]]; then
   pip install -q "torch==$TORCH_VERSION"
   # torch is pinned above; a later unpinned requirement must not replace it.
   pip install -q -r scripts/requirements.txt "torch==$TORCH_VERSION"
+  # transformers 4.x beside the venv's 5.x, for the export tests (PYTHONPATH overlay).
+  rm -rf "$VENV/transformers4"
+  pip install -q --target "$VENV/transformers4" -r scripts/requirements-transformers4.txt
   echo "$want" >"$VENV/.segtrain-stamp"
 fi
 if [[ $CUDA == 1 ]]; then

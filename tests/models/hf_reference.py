@@ -5,7 +5,9 @@
                                   with reference logits (Llama family also on chunk-like
                                   position ids, and the loss at L_t), RoPE tables from
                                   transformers' rope init functions, seed 001's NTK-ALiBi
-                                  slopes
+                                  slopes; the "llama" weights under every rope scaling
+                                  with perplexity at L_t and 2 L_t
+  hf_reference.py tokenize DIR TEXT  prints AutoTokenizer(DIR)'s ids of TEXT as JSON
   hf_reference.py logits DIR...   loads each DIR with transformers and writes
                                   DIR/hf_logits.safetensors for DIR/input.safetensors
                                   (with its "positions" as position ids when given)
@@ -19,6 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
+import transformers  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig,
@@ -54,7 +57,7 @@ def rope_case(name, method, rope_type, factor, length, head_dim=16, pct=0.5, the
     max_pos = length
     if rope_type != "default":
         params["factor"] = factor
-    if rope_type == "yarn":
+    if rope_type in ("yarn", "llama3", "longrope"):
         params["original_max_position_embeddings"] = length
         max_pos = int(length * factor)
     params.update(extra or {})
@@ -66,7 +69,8 @@ def rope_case(name, method, rope_type, factor, length, head_dim=16, pct=0.5, the
     case = {"name": name, "method": method, "factor": factor, "original_length": length, "head_dim": head_dim,
             "rotary_pct": pct, "theta": theta, "seq_len": seq_len or length, "inv_freq": inv_freq.tolist(),
             "attention_scale": float(scale)}
-    for k in ("beta_fast", "beta_slow", "attention_factor"):
+    for k in ("beta_fast", "beta_slow", "attention_factor", "low_freq_factor", "high_freq_factor", "short_factor",
+              "long_factor"):
         if k in (extra or {}):
             case[k] = extra[k]
     return case
@@ -93,6 +97,71 @@ def llama_family():
         "mistral": MistralForCausalLM(MistralConfig(hidden_size=48, num_attention_heads=6, num_key_value_heads=2,
                                                     sliding_window=4096, **common)),
     }
+
+
+# Every rope scaling transformers knows on the "llama" weights: L_t = 64 and a factor
+# of 2, so perplexity is taken at L_t and 2 L_t. llama3 and longrope are written as
+# transformers 4.x and hub checkpoints write them (rope_scaling beside a top-level
+# rope_theta; longrope's original length at the top, as Phi-3), the rest as 5.x does.
+LLAMA_SCALINGS = {
+    "none": (64, {"rope_type": "default"}),
+    "linear": (128, {"rope_type": "linear", "factor": 2.0}),
+    "dynamic": (64, {"rope_type": "dynamic", "factor": 2.0}),
+    "yarn": (128, {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64}),
+    "llama3": (128, {"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 64}),
+    "longrope": (128, {"rope_type": "longrope", "factor": 2.0, "original_max_position_embeddings": 64,
+                       "short_factor": [1.0 + 0.02 * i for i in range(8)],
+                       "long_factor": [1.0 + 0.4 * i for i in range(8)]}),
+}
+
+
+def llama_scalings(out, base):
+    tokens = torch.randint(0, VOCAB, (2, 128))
+    for name, (max_pos, params) in LLAMA_SCALINGS.items():
+        cfg = base.config.to_dict()
+        cfg.update(max_position_embeddings=max_pos, rope_parameters=dict(params, rope_theta=10000.0))
+        for key in ("architectures", "transformers_version", "dtype", "torch_dtype", "rope_scaling"):
+            cfg.pop(key, None)
+        model = LlamaForCausalLM(LlamaConfig(**cfg))
+        model.load_state_dict(base.state_dict())
+        model.eval()
+        folder = os.path.join(out, "llama_rope_" + name)
+        model.save_pretrained(folder)
+        if name in ("llama3", "longrope"):
+            path = os.path.join(folder, "config.json")
+            with open(path) as f:
+                saved = json.load(f)
+            scaling = {k: v for k, v in saved.pop("rope_parameters").items() if k != "rope_theta"}
+            saved["rope_theta"] = 10000.0
+            if name == "longrope":
+                saved["original_max_position_embeddings"] = scaling.pop("original_max_position_embeddings")
+            saved["rope_scaling"] = scaling
+            with open(path, "w") as f:
+                json.dump(saved, f, indent=2)
+        with torch.no_grad():
+            at_lt = model(tokens[:, :64], labels=tokens[:, :64]).loss
+            out_2lt = model(tokens, labels=tokens)
+        save_file({"tokens": tokens.contiguous(), "loss_lt": at_lt.reshape(1).contiguous(),
+                   "loss_2lt": out_2lt.loss.reshape(1).contiguous(), "logits_2lt": out_2lt.logits.contiguous()},
+                  os.path.join(folder, "reference.safetensors"))
+
+
+def save_word_tokenizer(folder):
+    """A usable HF tokenizer for the 97-token models: one word per id, <s> and </s> as BOS/EOS."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({f"w{i}": i for i in range(3, VOCAB)})
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                            eos_token="</s>").save_pretrained(folder)
+
+
+def tokenize(folder, text):
+    from transformers import AutoTokenizer
+    print(json.dumps(AutoTokenizer.from_pretrained(folder)(text)["input_ids"]))
 
 
 def chunk_positions(batch, length, total):
@@ -137,6 +206,7 @@ def make(out):
                 p.add_(torch.randn_like(p) * 0.05)
         folder = os.path.join(out, name)
         model.save_pretrained(folder)
+        save_word_tokenizer(folder)
         positions = chunk_positions(2, 24, 64)
         ppl_tokens = torch.randint(0, VOCAB, (2, 64))
         with torch.no_grad():
@@ -146,6 +216,7 @@ def make(out):
         save_file({"tokens": tokens.contiguous(), "logits": logits.contiguous(), "positions": positions.contiguous(),
                    "chunk_logits": chunk_logits.contiguous(), "ppl_tokens": ppl_tokens.contiguous(),
                    "loss": loss.reshape(1).contiguous()}, os.path.join(folder, "reference.safetensors"))
+    llama_scalings(out, AutoModelForCausalLM.from_pretrained(os.path.join(out, "llama")))
     # The same GPT-2 weights without the "transformer." prefix (as some hub checkpoints are).
     src = os.path.join(out, "gpt2")
     bare = os.path.join(out, "gpt2_noprefix")
@@ -167,6 +238,19 @@ def make(out):
         rope_case("yarn_custom", "yarn", "yarn", 8.0, 128, head_dim=16, pct=1.0,
                   extra={"beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 1.3}),
     ]
+    # Llama 3.1's defaults (low 1, high 4) and a band that cuts through the 16 frequencies
+    # of a 32-wide head at theta 500000; longrope below and above the original length.
+    llama3 = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    rope.append(rope_case("llama3", "llama3", "llama3", 8.0, 64, head_dim=32, pct=1.0, theta=500000.0, extra=llama3))
+    rope.append(rope_case("llama3_band", "llama3", "llama3", 4.0, 512, head_dim=16, pct=1.0,
+                          extra={"low_freq_factor": 2.0, "high_freq_factor": 16.0}))
+    short = [1.0 + 0.05 * i for i in range(8)]
+    long = [1.0 + 0.9 * i for i in range(8)]
+    for name, seq_len in (("longrope_short", 64), ("longrope_long", 65)):
+        rope.append(rope_case(name, "longrope", "longrope", 4.0, 64, head_dim=16, pct=1.0, seq_len=seq_len,
+                              extra={"short_factor": short, "long_factor": long}))
+    rope.append(rope_case("longrope_attention", "longrope", "longrope", 4.0, 64, head_dim=16, pct=1.0, seq_len=200,
+                          extra={"short_factor": short, "long_factor": long, "attention_factor": 1.2}))
     # Static NTK-aware scaling is default RoPE with base theta * a^(d/(d-2)) (seed 003).
     d = 8
     ntk = rope_case("ntk", "ntk", "default", 1.0, 64, theta=10000.0 * 4.0 ** (d / (d - 2)))
@@ -192,6 +276,8 @@ def logits(dirs):
             extra = {"position_ids": inputs["positions"]} if "positions" in inputs else {}
             out = model(inputs["tokens"], **extra).logits.float()
         save_file({"logits": out.contiguous()}, os.path.join(d, "hf_logits.safetensors"))
+        with open(os.path.join(d, "transformers_version"), "w") as f:
+            f.write(transformers.__version__)
 
 
 if __name__ == "__main__":
@@ -199,5 +285,7 @@ if __name__ == "__main__":
         make(sys.argv[2])
     elif sys.argv[1] == "logits":
         logits(sys.argv[2:])
+    elif sys.argv[1] == "tokenize":
+        tokenize(sys.argv[2], sys.argv[3])
     else:
         sys.exit(f"unknown mode {sys.argv[1]}")

@@ -90,6 +90,44 @@ TEST(LlamaImport, LogitsAndLossMatchTransformersOnContiguousAndChunkPositions) {
   }
 }
 
+// A checkpoint whose config.json carries a rope scaling (transformers 5's
+// rope_parameters, or 4.x's rope_scaling for llama3 and longrope as hub
+// checkpoints write them) is read with it in effect: logits and perplexity equal
+// transformers' at L_t and at 2 L_t.
+TEST(LlamaImport, EveryRopeScalingOfACheckpointGivesTransformersPerplexityAtLtAndTwiceLt) {
+  const auto ref = test::reference_dir();
+  const std::vector<std::pair<std::string, ExtensionMethod>> scalings = {  // none first: the others differ from it
+      {"none", ExtensionMethod::none},     {"linear", ExtensionMethod::interpolate},
+      {"dynamic", ExtensionMethod::dynamic_ntk}, {"yarn", ExtensionMethod::yarn},
+      {"llama3", ExtensionMethod::llama3}, {"longrope", ExtensionMethod::longrope}};
+  at::Tensor unscaled;
+  for (const auto& [name, method] : scalings) {
+    const std::string dir = ref + "/llama_rope_" + name;
+    auto model = load_model(dir);
+    EXPECT_EQ(model->config().extension.method, method) << name;
+    if (method != ExtensionMethod::none) {
+      EXPECT_DOUBLE_EQ(factor_of(model->config()), 2.0) << name;
+      EXPECT_EQ(original_length_of(model->config()), 64) << name;
+    }
+    const auto expected = read_safetensors(dir + "/reference.safetensors");
+    const auto& tokens = expected.at("tokens");
+    const auto lt = tokens.slice(1, 0, 64);
+    const double at_lt = next_token_loss(logits_at(model, lt, arange_positions(lt)), lt);
+    const auto logits = logits_at(model, tokens, arange_positions(tokens));
+    const double at_2lt = next_token_loss(logits, tokens);
+    for (const auto& [ours, key] : {std::pair{at_lt, "loss_lt"}, std::pair{at_2lt, "loss_2lt"}}) {
+      const double theirs = std::exp(expected.at(key).item<double>());
+      EXPECT_NEAR(std::exp(ours), theirs, 1e-5 * theirs) << name << " " << key;
+    }
+    EXPECT_LT(test::max_abs_diff(logits, expected.at("logits_2lt")), 1e-4) << name;
+    if (method == ExtensionMethod::none) {
+      unscaled = logits;
+    } else {
+      EXPECT_GT(test::max_abs_diff(logits, unscaled), 1e-3) << name << ": the scaling changed nothing at 2 L_t";
+    }
+  }
+}
+
 TEST(LlamaAttention, GroupedQueryAttentionEqualsRepeatedKeysAndValues) {
   at::manual_seed(3);
   auto q = at::randn({2, 6, 10, 8}), k = at::randn({2, 2, 10, 8}), v = at::randn({2, 2, 10, 8});
@@ -144,10 +182,13 @@ void train_one_step(TransformerLM& model, int64_t length) {
   sgd.step();
 }
 
-TEST(LlamaExport, TransformersLoadsExportsWithTheSameLogitsAndSegtrainReloadsThem) {
-  const auto ref = test::reference_dir();
-  test::TempDir out;
-  const std::vector<ExportCase> cases = {
+const std::vector<double> kShortFactor = {1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14};
+const std::vector<double> kLongFactor = {1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.4, 3.8};
+
+// Exports of the family under every extension, some after a training step, with
+// segtrain's logits on chunk-like position ids next to each folder's input.
+struct Exports {
+  std::vector<ExportCase> cases = {
       {"llama", "llama", ExtensionMethod::none, 1.0, 24, false, "LlamaForCausalLM"},
       {"llama_trained", "llama", ExtensionMethod::none, 1.0, 40, true, "LlamaForCausalLM"},
       {"llama_bias_trained", "llama_bias", ExtensionMethod::none, 1.0, 40, true, "LlamaForCausalLM"},
@@ -157,14 +198,23 @@ TEST(LlamaExport, TransformersLoadsExportsWithTheSameLogitsAndSegtrainReloadsThe
       {"llama_ntk", "llama", ExtensionMethod::ntk, 2.0, 120, false, "LlamaForCausalLM"},
       {"llama_dynamic", "llama", ExtensionMethod::dynamic_ntk, 2.0, 120, false, "LlamaForCausalLM"},
       {"qwen2_yarn", "qwen2", ExtensionMethod::yarn, 2.0, 120, true, "Qwen2ForCausalLM"},
+      {"llama_llama3", "llama", ExtensionMethod::llama3, 2.0, 120, true, "LlamaForCausalLM"},
+      {"llama_longrope", "llama", ExtensionMethod::longrope, 2.0, 120, true, "LlamaForCausalLM"},
   };
   std::vector<std::string> dirs;
   std::map<std::string, at::Tensor> ours, before, positions_of;
+};
+
+Exports make_exports(const fs::path& out) {
+  const auto ref = test::reference_dir();
+  Exports e;
   at::manual_seed(17);
-  for (const auto& c : cases) {
+  for (const auto& c : e.cases) {
     auto config = read_model_config(ref + "/" + c.source);
     config.extension.method = c.method;
     if (c.method != ExtensionMethod::none) config.extension.factor = c.factor;
+    if (c.method == ExtensionMethod::llama3) config.extension.llama3 = {2.0, 8.0};
+    if (c.method == ExtensionMethod::longrope) config.extension.longrope = {kShortFactor, kLongFactor, std::nullopt};
     auto model = load_model(ref + "/" + c.source, config);
     auto tokens = at::randint(97, {2, c.length});
     // Chunk-like ids (gaps, original positions) for all but the dynamic case,
@@ -172,22 +222,30 @@ TEST(LlamaExport, TransformersLoadsExportsWithTheSameLogitsAndSegtrainReloadsThe
     auto positions = at::cat({at::arange(c.length / 2), at::arange(c.length / 2 + 7, c.length + 7)}).repeat({2, 1});
     if (c.method == ExtensionMethod::dynamic_ntk) positions = arange_positions(tokens);
     if (c.train_step) {
-      before[c.name] = logits_at(model, tokens, positions);
+      e.before[c.name] = logits_at(model, tokens, positions);
       train_one_step(model, std::min<int64_t>(c.length, 60));
     }
-    ours[c.name] = logits_at(model, tokens, positions);
+    e.ours[c.name] = logits_at(model, tokens, positions);
     const std::string dir = out / c.name;
     export_hf(model, dir);
     write_safetensors(dir + "/input.safetensors", {{"tokens", tokens}, {"positions", positions}});
-    dirs.push_back(dir);
-    positions_of[c.name] = positions;
+    e.dirs.push_back(dir);
+    e.positions_of[c.name] = positions;
   }
+  return e;
+}
+
+TEST(LlamaExport, TransformersLoadsExportsWithTheSameLogitsAndSegtrainReloadsThem) {
+  test::TempDir out;
+  auto [cases, dirs, ours, before, positions_of] = make_exports(out.path());
   test::hf_logits(dirs);
   for (const auto& c : cases) {
     const std::string dir = out / c.name;
     auto theirs = read_safetensors(dir + "/hf_logits.safetensors").at("logits");
     EXPECT_LT(test::max_abs_diff(ours[c.name], theirs), 1e-4) << c.name;
-    if (c.train_step) EXPECT_GT(test::max_abs_diff(before[c.name], theirs), 1e-3) << c.name << ": the step changed nothing";
+    if (c.train_step) {
+      EXPECT_GT(test::max_abs_diff(before[c.name], theirs), 1e-3) << c.name << ": the step changed nothing";
+    }
     const auto cfg = json::parse(test::read_file(dir + "/config.json"));
     EXPECT_EQ(cfg["architectures"][0], c.architecture) << c.name;
     EXPECT_TRUE(cfg["segtrain"]["transformers_reproduces"].get<bool>()) << c.name;
@@ -209,6 +267,31 @@ TEST(LlamaExport, TransformersLoadsExportsWithTheSameLogitsAndSegtrainReloadsThe
   EXPECT_EQ(yarn["model_type"], "qwen2");
   EXPECT_EQ(yarn["rope_parameters"]["rope_type"], "yarn");
   EXPECT_EQ(json::parse(test::read_file(out / "mistral_trained/config.json"))["sliding_window"], 4096);
+  // The 4.x block holds only keys transformers validates for the type.
+  const auto llama3 = json::parse(test::read_file(out / "llama_llama3/config.json"));
+  EXPECT_EQ(llama3["rope_scaling"], json({{"rope_type", "llama3"}, {"factor", 2.0}, {"low_freq_factor", 2.0},
+                                         {"high_freq_factor", 8.0}, {"original_max_position_embeddings", 64}}));
+  EXPECT_EQ(llama3["max_position_embeddings"], 128);
+  const auto longrope = json::parse(test::read_file(out / "llama_longrope/config.json"));
+  EXPECT_EQ(longrope["rope_scaling"]["long_factor"], json(kLongFactor));
+  EXPECT_EQ(longrope["original_max_position_embeddings"], 64);
+  EXPECT_TRUE(json::parse(test::read_file(out / "llama/config.json"))["rope_scaling"].is_null());
+}
+
+// transformers 4.x (installed beside the venv by scripts/setup.sh) loads the same
+// exports with the same logits: it reads rope_scaling, not 5.x's rope_parameters.
+TEST(LlamaExport, Transformers4LoadsTheExportsWithTheSameLogits) {
+  if (!fs::is_directory(SEGTRAIN_TRANSFORMERS4))
+    GTEST_SKIP() << "transformers 4.x is not installed at " << SEGTRAIN_TRANSFORMERS4 << " (make setup installs it)";
+  test::TempDir out;
+  const auto e = make_exports(out.path());
+  test::hf_logits(e.dirs, SEGTRAIN_TRANSFORMERS4);
+  const auto version = test::read_file(e.dirs.front() + "/transformers_version");
+  EXPECT_EQ(version.rfind("4.", 0), 0u) << version;
+  for (const auto& c : e.cases) {
+    auto theirs = read_safetensors(out / (c.name + "/hf_logits.safetensors")).at("logits");
+    EXPECT_LT(test::max_abs_diff(e.ours.at(c.name), theirs), 1e-4) << c.name;
+  }
 }
 
 TEST(LlamaImport, WhatSegtrainCannotHonourIsRefusedNamingTheKey) {
@@ -237,7 +320,7 @@ TEST(LlamaImport, WhatSegtrainCannotHonourIsRefusedNamingTheKey) {
     c.erase("rope_parameters");
     c["rope_scaling"] = scaling;
   };
-  for (const std::string type : {"llama3", "longrope", "su"}) {
+  for (const std::string type : {"su", "mrope", "default_but_misspelled"}) {
     const json scaling = {{"rope_type", type}, {"factor", 8.0}, {"original_max_position_embeddings", 32}};
     expect_error([&] { read_model_config(folder("v4_" + type, [&](json& c) { rope_v4(c, scaling); })); },
                  {"rope_type", type, "config.json"});
@@ -246,6 +329,14 @@ TEST(LlamaImport, WhatSegtrainCannotHonourIsRefusedNamingTheKey) {
     expect_error([&] { read_model_config(folder("v5_" + type, [&](json& c) { c["rope_parameters"] = v5; })); },
                  {"rope_type", type, "config.json"});
   }
+  // llama3 and longrope are read, but not without their own parameters.
+  const json no_band = {{"rope_type", "llama3"}, {"factor", 8.0}, {"original_max_position_embeddings", 32}};
+  expect_error([&] { read_model_config(folder("llama3_no_band", [&](json& c) { rope_v4(c, no_band); })); },
+               {"low_freq_factor", "config.json"});
+  const json short_list = {{"rope_type", "longrope"}, {"factor", 2.0}, {"original_max_position_embeddings", 32},
+                           {"short_factor", {1.0, 1.0}}, {"long_factor", {1.0, 1.0}}};
+  expect_error([&] { read_model_config(folder("longrope_short", [&](json& c) { rope_v4(c, short_list); })); },
+               {"longrope.short_factor", "8"});
   expect_error([&] { read_model_config(folder("gelu", [](json& c) { c["hidden_act"] = "gelu"; })); }, {"hidden_act"});
   expect_error([&] { read_model_config(folder("partial", [](json& c) { c["partial_rotary_factor"] = 0.5; })); },
                {"partial_rotary_factor"});

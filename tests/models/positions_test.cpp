@@ -74,13 +74,20 @@ ModelConfig rope_config(const json& c) {
   m.extension.factor = c["factor"].get<double>();
   if (c.contains("beta_fast")) m.extension.yarn.beta_fast = c["beta_fast"].get<double>();
   if (c.contains("beta_slow")) m.extension.yarn.beta_slow = c["beta_slow"].get<double>();
-  if (c.contains("attention_factor")) m.extension.yarn.attention_factor = c["attention_factor"].get<double>();
+  if (c.contains("attention_factor")) {
+    m.extension.yarn.attention_factor = c["attention_factor"].get<double>();
+    m.extension.longrope.attention_factor = c["attention_factor"].get<double>();
+  }
+  if (c.contains("low_freq_factor")) m.extension.llama3.low_freq_factor = c["low_freq_factor"].get<double>();
+  if (c.contains("high_freq_factor")) m.extension.llama3.high_freq_factor = c["high_freq_factor"].get<double>();
+  if (c.contains("short_factor")) m.extension.longrope.short_factor = c["short_factor"].get<std::vector<double>>();
+  if (c.contains("long_factor")) m.extension.longrope.long_factor = c["long_factor"].get<std::vector<double>>();
   return m;
 }
 
 TEST(Rope, EveryScalingEqualsTransformersRopeInitFunctions) {
   const auto ref = positions_reference();
-  ASSERT_GE(ref["rope"].size(), 8u);
+  ASSERT_GE(ref["rope"].size(), 13u);  // default, theta, linear, dynamic x2, yarn x2, llama3 x2, longrope x3, ntk
   for (const auto& c : ref["rope"]) {
     const auto name = c["name"].get<std::string>();
     const auto p = rope_params(rope_config(c), c["seq_len"].get<int64_t>());

@@ -14,8 +14,10 @@
 
 namespace segtrain::test {
 
-inline std::string python_command(const std::string& args) {
+// python_path: a folder put first on PYTHONPATH (another transformers), or empty.
+inline std::string python_command(const std::string& args, const std::string& python_path = "") {
   return "env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error " +
+         (python_path.empty() ? std::string() : "PYTHONPATH=" + shell_quote(python_path) + " ") +
          shell_quote(SEGTRAIN_PYTHON) + " " + shell_quote(HF_REFERENCE_SCRIPT) + " " + args;
 }
 
@@ -34,11 +36,12 @@ inline std::string reference_dir() {
   return dir;
 }
 
-// Runs transformers on DIR/input.safetensors of each folder (one Python start).
-inline void hf_logits(const std::vector<std::string>& dirs) {
+// Runs transformers on DIR/input.safetensors of each folder (one Python start);
+// each folder gets hf_logits.safetensors and transformers_version.
+inline void hf_logits(const std::vector<std::string>& dirs, const std::string& python_path = "") {
   std::string args = "logits";
   for (const auto& d : dirs) args += " " + shell_quote(d);
-  const std::string cmd = python_command(args) + " >/dev/null 2>" + shell_quote(dirs.front() + "/python.err");
+  const std::string cmd = python_command(args, python_path) + " >/dev/null 2>" + shell_quote(dirs.front() + "/python.err");
   if (std::system(cmd.c_str()) != 0)
     throw std::runtime_error("transformers failed to load an export: " + read_file(dirs.front() + "/python.err"));
 }
