@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdlib>
 #include <atomic>
+#include <climits>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -217,7 +218,7 @@ void BpeTokenizer::Impl::parse_model(const json& m) {
   if (!m.is_object()) fail("model", "expected an object");
   if (str(m, "type") != "BPE" && !(m.contains("merges") && !m.contains("type")))
     fail("model.type", "'" + str(m, "type") + "' is not supported (only BPE)");
-  if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0)
+  if (m.contains("dropout") && !m["dropout"].is_null() && !(m["dropout"].is_number() && m["dropout"].get<double>() == 0))
     fail("model.dropout", "BPE dropout is not supported");
   if (!str(m, "continuing_subword_prefix").empty()) fail("model.continuing_subword_prefix", "is not supported");
   if (!str(m, "end_of_word_suffix").empty()) fail("model.end_of_word_suffix", "is not supported");
@@ -341,8 +342,9 @@ void BpeTokenizer::Impl::parse_post_processor(const json& p, const std::string& 
   if (p.is_null()) return;
   const std::string type = str(p, "type");
   auto pair_id = [&](const char* key) {
-    if (!p.contains(key) || !p[key].is_array() || p[key].size() != 2 || !p[key][1].is_number_integer())
-      fail(field + "." + key, "expected [token, id]");
+    if (!p.contains(key) || !p[key].is_array() || p[key].size() != 2 || !p[key][1].is_number_integer() ||
+        p[key][1].get<int64_t>() < 0 || p[key][1].get<int64_t>() > INT32_MAX)
+      fail(field + "." + key, "expected [token, id] with a non-negative 32-bit id");
     return p[key][1].get<int32_t>();
   };
   if (type == "Sequence") {
@@ -365,7 +367,11 @@ void BpeTokenizer::Impl::parse_post_processor(const json& p, const std::string& 
         if (!p.contains("special_tokens") || !p["special_tokens"].contains(name) ||
             !p["special_tokens"][name].contains("ids") || !p["special_tokens"][name]["ids"].is_array())
           fail(field + ".special_tokens", "no ids for '" + name + "'");
-        for (const auto& id : p["special_tokens"][name]["ids"]) (after ? suffix : prefix).push_back(id.get<int32_t>());
+        for (const auto& id : p["special_tokens"][name]["ids"]) {
+          if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+            fail(field + ".special_tokens", "an id of '" + name + "' is not a non-negative 32-bit integer");
+          (after ? suffix : prefix).push_back(id.get<int32_t>());
+        }
       } else {
         fail(field + ".single", "an item that is neither Sequence nor SpecialToken");
       }
@@ -385,9 +391,10 @@ void BpeTokenizer::Impl::parse_added(const json& a) {
         !t["content"].is_string())
       fail(field, "expected {\"id\": integer, \"content\": string, ...}");
     if (flag(t, "single_word")) fail(field + ".single_word", "true is not supported");
+    if (t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() > INT32_MAX)
+      fail(field + ".id", "must be a non-negative 32-bit integer");
     AddedToken token{t["content"].get<std::string>(), t["id"].get<int32_t>(), flag(t, "lstrip"), flag(t, "rstrip"),
                      flag(t, "normalized")};
-    if (token.id < 0) fail(field + ".id", "must be >= 0");
     vocab_size = std::max<int64_t>(vocab_size, int64_t{token.id} + 1);
     token_ids[token.content] = token.id;
     // Without a normalizer a normalized token matches the same text either way.
@@ -497,7 +504,8 @@ void BpeTokenizer::Impl::pre_tokenize(const std::string& text, std::vector<URegu
       }
       if (U_FAILURE(status)) {
         utext_close(ut);
-        throw std::runtime_error(std::string("ICU regex failed: ") + u_errorName(status));
+        // The tokenizer's own regex failing on a text (ICU's backtracking stack): its fault, not ours.
+        throw InputError(path + ": pre_tokenizer: the regex failed on a document (" + u_errorName(status) + ")");
       }
       if (last < w.size()) parts.push_back({{last, w.size()}, false});
       uregex_setText(re, u"", 0, &status);

@@ -98,3 +98,26 @@ with open(os.path.join(corpus, "jsonl", "edge.jsonl"), "w") as f:
     f.write(json.dumps({"text": "no newline at the end"}))
 with open(os.path.join(corpus, "jsonl", "not_an_object.jsonl"), "w") as f:
     f.write('{"text": "ok"}\n["a list"]\n')
+
+# tokenizer.json of tiny byte-level BPEs as `tokenizers` writes them (GPT-2-, Llama-3- and
+# Qwen2-like: ByteLevel regex, Split + ByteLevel, NFC, TemplateProcessing, added tokens).
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
+
+texts = ["It's 2024: the quick brown fox jumps over the lazy dog.\r\n  naïve café, 1234567 ok?",
+         "def f(x):\n    return x + 1  # don't\n\n\tDONE 👍"] * 20
+split = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+for name in ("gpt2", "llama3", "qwen2"):
+    tok = Tokenizer(models.BPE(ignore_merges=name == "llama3"))
+    if name == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if name == "qwen2":
+        tok.normalizer = normalizers.NFC()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|bos|>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if name == "llama3":
+        tok.post_processor = processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", 1)])
+    tok.save(os.path.join(corpus, "hf_tokenizer", f"{name}.json"))

@@ -16,7 +16,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=1
 
-for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state; do
+for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer; do
   rm -rf "${OUT:?}/$t"
   mkdir -p "$OUT/$t"
 done
