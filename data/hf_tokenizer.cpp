@@ -860,6 +860,7 @@ DocumentTokenizer open_document_tokenizer(const std::string& path) {
       // sentencepiece alone: BOS as LlamaTokenizer's add_bos_token (default true).
       const bool add_bos = config_flag(config, "add_bos_token").value_or(true) && d.bos_id >= 0;
       const int32_t bos = d.bos_id, eos = d.eos_id;
+      d.add_bos = add_bos;
       d.encode = [sp, add_bos, bos, eos](std::string_view text, std::vector<int32_t>& out) {
         out.clear();
         if (add_bos) out.push_back(bos);
@@ -888,6 +889,7 @@ DocumentTokenizer open_document_tokenizer(const std::string& path) {
           if (id < 0 || id >= d.vocab_size) im->fail("post_processor", "id " + std::to_string(id) + " is outside the vocabulary of " + model.string());
       for (const auto& t : im->raw_added.tokens)
         if (t.id >= d.vocab_size) im->fail("added_tokens", "'" + t.content + "' has id " + std::to_string(t.id) + ", outside the vocabulary of " + model.string());
+      d.add_bos = d.bos_id >= 0 && !im->prefix.empty() && im->prefix.front() == d.bos_id;
       auto plain = std::make_shared<Tokenizer>(Tokenizer::from_serialized(without_dummy_prefix(sp->serialized()), model.string()));
       const int32_t eos = d.eos_id;
       d.encode = [plain, im, mode, eos](std::string_view text, std::vector<int32_t>& out) {
@@ -933,6 +935,7 @@ DocumentTokenizer open_document_tokenizer(const std::string& path) {
                                 "<|end_of_text|> in " + tj.string());
     }
     if (bos_token) d.bos_id = id_of(bos_token, "bos_token");
+    d.add_bos = d.bos_id >= 0 && !bpe->prefix().empty() && bpe->prefix().front() == d.bos_id;
     const int32_t eos = d.eos_id;
     d.encode = [bpe, eos](std::string_view text, std::vector<int32_t>& out) {
       out.assign(bpe->prefix().begin(), bpe->prefix().end());

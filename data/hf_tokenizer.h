@@ -57,7 +57,8 @@ struct DocumentTokenizer {
   std::string kind;          // "sentencepiece" | "hf-sentencepiece" | "hf-bpe"
   std::string meta_name;     // meta.json "tokenizer": "tokenizer.model" or "hf:tokenizer.json"
   int64_t vocab_size = 0;
-  int32_t bos_id = -1, eos_id = -1;
+  int32_t bos_id = -1, eos_id = -1;  // the folder's (tokenizer_config.json), -1: none
+  bool add_bos = false;               // every document starts with bos_id (tok(text) adds it)
   // One document's ids: [BOS] text ids EOS. Thread-safe.
   std::function<void(std::string_view, std::vector<int32_t>&)> encode;
   // Files the store keeps a copy of: (name in the store, bytes).

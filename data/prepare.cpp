@@ -44,6 +44,7 @@ void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::strin
     meta.vocab_size = tok.vocab_size;
     meta.eos_id = tok.eos_id;
     meta.bos_id = tok.bos_id;
+    meta.add_bos = false;  // the documents are the datasets' as they are
     meta.tokenizer = tok.meta_name;
     meta.tokenizer_kind = tok.kind;
     fs::create_directories(o.out);
@@ -92,7 +93,7 @@ void prepare_store(const PrepareOptions& o) {
   if (!o.tokenizer.empty()) {
     given = open_document_tokenizer(o.tokenizer);
     log::info("prepare: tokenizer ", o.tokenizer, " (", given->kind, "): vocabulary ", given->vocab_size, ", bos ",
-              given->bos_id, ", eos ", given->eos_id);
+              given->bos_id, given->add_bos ? " (first in every document)" : "", ", eos ", given->eos_id);
   }
 
   CorpusStats stats;
@@ -125,6 +126,7 @@ void prepare_store(const PrepareOptions& o) {
   meta.vocab_size = tokenizer.vocab_size;
   meta.eos_id = tokenizer.eos_id;
   meta.bos_id = tokenizer.bos_id;
+  meta.add_bos = tokenizer.add_bos;
   meta.tokenizer = tokenizer.meta_name;
   meta.tokenizer_kind = tokenizer.kind;
 

@@ -279,6 +279,7 @@ std::string meta_json(const StoreMeta& m) {
   j["tokenizer"] = m.tokenizer;
   j["eos_id"] = m.eos_id;
   j["bos_id"] = m.bos_id;
+  j["add_bos"] = m.add_bos;
   if (!m.tokenizer_kind.empty()) j["tokenizer_kind"] = m.tokenizer_kind;
   j["documents"] = m.documents;
   j["tokens"] = m.tokens;
@@ -317,6 +318,7 @@ StoreMeta read_meta(const std::string& dir) {
   m.bos_id = integer("bos_id", false, -1);
   if (m.bos_id >= m.vocab_size)
     throw InputError(path + ": bos_id " + std::to_string(m.bos_id) + " is outside the vocabulary");
+  if (j.contains("add_bos") && j["add_bos"].is_boolean()) m.add_bos = j["add_bos"].get<bool>() && m.bos_id >= 0;
   if (j.contains("tokenizer_kind") && j["tokenizer_kind"].is_string())
     m.tokenizer_kind = j["tokenizer_kind"].get<std::string>();
   m.documents = integer("documents", false, 0);

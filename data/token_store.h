@@ -96,7 +96,8 @@ struct StoreMeta {
   int64_t vocab_size = 0;
   std::string tokenizer;  // "tokenizer.model", "hf:<tokenizer.json name>", or "megatron"
   int64_t eos_id = -1;    // -1: unknown (a Megatron store without a tokenizer)
-  int64_t bos_id = -1;    // -1: none (documents do not start with BOS)
+  int64_t bos_id = -1;    // the tokenizer's BOS, -1: none
+  bool add_bos = false;   // every document starts with bos_id
   std::string tokenizer_kind;  // "sentencepiece", "hf-sentencepiece", "hf-bpe", or "" (unknown)
   TokenDtype dtype = TokenDtype::uint16;
   int64_t documents = 0, tokens = 0;

@@ -44,6 +44,10 @@ EDGE_TEXTS = [
     "Specials in text: <|endoftext|> x <|begin_of_text|>y<|end_of_text|> <|im_start|>user\nhi<|im_end|> <s> </s>",
     "   leading spaces and a long token ================================================== end",
     "code: for (int i = 0; i < n; ++i) { x[i] += y[i] * 2; } // comment\n\tif (a && b || !c) return -1;",
+    " " * 20000 + "x",  # long pre-tokens: whitespace runs, letters, punctuation, newlines
+    "a" * 20000,
+    "!" * 5000 + " =" * 3000,
+    "\n" * 5000 + " 1" + "\r\n" * 3000,
 ]
 
 
@@ -232,8 +236,9 @@ def run(args, work):
                     check(False, f"{name}: document {i} differs at token {k}: segtrain {g[max(0, k - 3):k + 5]} "
                                  f"transformers {e[max(0, k - 3):k + 5]} (text {docs[i][:60]!r})")
         check(mismatched == 0, f"{name}: {mismatched} of {len(docs)} documents differ")
-        if bos >= 0:
-            check(all(g[:1] == [bos] for g in got), f"{name}: a document does not start with BOS")
+        adds_bos = bos >= 0 and tok("x").input_ids[:1] == [bos]
+        check(meta.get("add_bos") == adds_bos, f"{name}: meta add_bos {meta.get('add_bos')} != {adds_bos}")
+        check(all((g[:1] == [bos]) == adds_bos for g in got), f"{name}: BOS starts some documents but not all")
         print(f"hf_tokenizer: {name}: {len(docs)} documents, {size / 1e6:.2f} MB, {tokens} tokens, "
               f"{len(docs) - mismatched} identical to transformers", file=sys.stderr)
 
