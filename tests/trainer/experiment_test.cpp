@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <iomanip>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -350,12 +352,115 @@ TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {
   EXPECT_EQ(parse_trained_method("prefix-0.5")->sampler, data::SamplerMethod::prefix);
   EXPECT_TRUE(parse_trained_method("da")->domain_adaptation);
   EXPECT_EQ(parse_trained_method("randompos")->sampler, data::SamplerMethod::randompos);
-  for (const char* bad : {"chunk", "chunk-", "chunk-0", "chunk-1.5", "chunk-0.25x", "prefix-abc", "truncate", ""})
+  EXPECT_EQ(parse_trained_method("chunk-0.25")->placement, data::ChunkPlacement::uniform);
+  const auto ring = parse_trained_method("chunk-ring-0.25");
+  ASSERT_TRUE(ring);
+  EXPECT_EQ(ring->name, "chunk-ring-0.25");
+  EXPECT_EQ(ring->sampler, data::SamplerMethod::chunk);
+  EXPECT_EQ(ring->alpha, 0.25);
+  EXPECT_EQ(ring->placement, data::ChunkPlacement::ring);
+  for (const char* bad : {"chunk", "chunk-", "chunk-0", "chunk-1.5", "chunk-0.25x", "prefix-abc", "truncate", "",
+                          "chunk-ring-", "chunk-ring-1.5", "chunk-ring-x", "prefix-ring-0.25"})
     EXPECT_FALSE(parse_trained_method(bad)) << bad;
   using E = models::ExtensionMethod;
   EXPECT_EQ(trainer::ootb_methods_for(models::Arch::gpt2), (std::vector<E>{E::interpolate}));
   EXPECT_EQ(trainer::ootb_methods_for(models::Arch::bloom),
             (std::vector<E>{E::none, E::interpolate, E::dynamic_interpolate, E::ntk_alibi}));
+}
+
+// A plan's chunk-ring row is chunk with placement ring; every other row, and the
+// base, keeps the paper's uniform placement.
+TEST(ExperimentPlan, ChunkRingRowsSetThePlacement) {
+  test::TempDir dir;
+  test::write_file(dir / "x.yaml",
+                   "experiment:\n  name: r\n  output_dir: " + dir / "out" +
+                       "\n  factors: [4]\n  methods: [da, chunk-0.25, chunk-ring-0.25, prefix-0.25]\n"
+                       "  corpora:\n    - name: synthetic\n      synthetic: {docs: 10}\n"
+                       "run: {seed: 1}\nmodel: {arch: gpt2, d_model: 32, n_layers: 1, n_heads: 2}\ndata: {train_length: 32}\n");
+  const auto x = trainer::load_experiment(dir / "x.yaml", {});
+  const auto runs = trainer::plan_training_runs(x, x.corpora.at(0));
+  ASSERT_EQ(runs.size(), 5u);  // base + 4 rows
+  for (const auto& r : runs) {
+    const auto& sampler = r.config.config.data.sampler;
+    const bool ring = r.method && r.method->name == "chunk-ring-0.25";
+    EXPECT_EQ(sampler.placement, ring ? data::ChunkPlacement::ring : data::ChunkPlacement::uniform) << r.label;
+    if (ring) {
+      EXPECT_EQ(sampler.method, data::SamplerMethod::chunk);
+      EXPECT_EQ(sampler.alpha, 0.25);
+      EXPECT_EQ(r.config.config.data.extended_length, 128);
+    }
+  }
+}
+
+// The ring section of results.md and the plots, from made-up curves whose
+// figures are computed here independently.
+TEST(ExperimentReport, RingSectionComparesEndsAndPlotsReadAtAGlance) {
+  test::TempDir dir;
+  trainer::ExperimentConfig x;
+  x.name = "t";
+  x.file = "t.yaml";
+  x.output_dir = dir / "out";
+  trainer::CorpusResults c;
+  c.name = "synthetic";
+  c.arch = "gpt2";
+  c.train_length = 32;
+  c.factors = {4};
+  const int64_t le = 128;
+  auto make_row = [&](const std::string& label, double level, double tail) {
+    trainer::RowResult row;
+    row.key = row.label = label;
+    row.kind = "trained";
+    row.factor = 4;
+    row.lengths = {32, le};
+    std::vector<double> curve(le - 1);
+    for (int64_t i = 0; i < le - 1; ++i) curve[static_cast<size_t>(i)] = level + (i >= le - 14 ? tail : 0) + 0.01 * (i % 3);
+    double sum = 0;
+    for (double v : curve) sum += v;
+    const double mean = sum / static_cast<double>(curve.size());
+    row.results = {{32, level, std::exp(level), 4, 100, {}}, {le, mean, std::exp(mean), 4, 508, curve}};
+    return row;
+  };
+  c.rows = {make_row("chunk-0.25", 1.0, 0.5), make_row("chunk-ring-0.25", 1.0, 0.1), make_row("full", 0.9, 0.0)};
+  trainer::write_reports(x, {c});
+  const std::string md = test::read_file(dir / "out/results.md");
+  // Last 10% = the last ceil(127 / 10) = 13 positions of 127 (all in the raised tail of 14).
+  auto mean_of = [&](const trainer::RowResult& row, size_t first, size_t last) {
+    const auto& v = row.results.back().position_loss;
+    double sum = 0;
+    for (size_t i = first; i < last; ++i) sum += v[i];
+    return sum / static_cast<double>(last - first);
+  };
+  std::ostringstream expected_last;
+  expected_last << std::fixed << std::setprecision(4) << mean_of(c.rows[0], 127 - 13, 127) << " |";
+  EXPECT_NE(md.find("| 4·L_t = 128 | chunk-0.25 |"), std::string::npos) << md;
+  EXPECT_NE(md.find(expected_last.str()), std::string::npos) << expected_last.str() << "\n" << md;
+  std::ostringstream diff;
+  diff << std::showpos << std::fixed << std::setprecision(4)
+       << mean_of(c.rows[1], 127 - 13, 127) - mean_of(c.rows[0], 127 - 13, 127);
+  EXPECT_NE(md.find("chunk-ring-0.25 beats chunk-0.25 at L_e"), std::string::npos) << md;
+  EXPECT_NE(md.find("its loss is " + diff.str() + " nats per token (better)"), std::string::npos) << diff.str() << "\n" << md;
+  // The paper's findings still pick the best of the uniform chunk rows only.
+  EXPECT_EQ(md.find("- at 4·L_t = 128: chunk-ring-0.25 ("), std::string::npos) << md;
+  EXPECT_NE(md.find("plots/synthetic-x4-ring.svg"), std::string::npos) << md;
+
+  for (const char* name : {"synthetic-x4.svg", "synthetic-x4-ring.svg"}) {
+    const std::string svg = test::read_file(fs::path(dir / "out/plots") / name);
+    auto count = [&](const std::string& what) {
+      size_t n = 0;
+      for (size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
+      return n;
+    };
+    const size_t series = std::string(name).find("ring") != std::string::npos ? 2 : 3;
+    EXPECT_EQ(count("stroke-opacity="), series) << name << ": one faint raw curve per row";
+    EXPECT_EQ(count("<polyline"), 2 * series) << name << ": and one solid curve on top";
+    EXPECT_NE(svg.find(">L_t = 32</text>"), std::string::npos) << name;
+    EXPECT_NE(svg.find("stroke-dasharray"), std::string::npos) << name << ": L_t as a dashed vertical line";
+    EXPECT_NE(svg.find(">chunk-ring-0.25</text>"), std::string::npos) << name << ": legend";
+    EXPECT_NE(svg.find(">mean loss (nats)</text>"), std::string::npos) << name;
+    EXPECT_NE(svg.find(">position (tokens of context before the predicted token)</text>"), std::string::npos) << name;
+    EXPECT_GE(count("stroke='#e3e3e3'"), 8u) << name << ": gridlines";
+    EXPECT_NE(svg.find(">100</text>"), std::string::npos) << name << ": x ticks";
+  }
 }
 
 TEST(ExperimentReport, RowRecordsRoundTripAndMissingLengthsStayMissing) {

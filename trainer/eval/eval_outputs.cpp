@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
@@ -42,18 +43,24 @@ std::string per_position_csv(const std::vector<LengthResult>& results) {
   return out.str();
 }
 
-std::string per_position_svg(const std::vector<LengthResult>& results, const std::string& title) {
+std::string per_position_svg(const std::vector<LengthResult>& results, const std::string& title,
+                             int64_t train_length) {
+  int64_t longest = 1;
+  for (const auto& r : results) longest = std::max(longest, static_cast<int64_t>(r.position_loss.size()));
+  const int64_t bucket = position_bucket(longest);
   std::vector<PlotSeries> series;
-  for (const auto& r : results) {
-    PlotSeries s{"L = " + std::to_string(r.length), {}};
-    for (size_t p = 0; p < r.position_loss.size(); ++p) s.points.emplace_back(static_cast<double>(p + 1), r.position_loss[p]);
-    series.push_back(std::move(s));
-  }
-  return line_plot_svg(title + " (loss by position)", "position", series);
+  for (const auto& r : results)
+    if (!r.position_loss.empty()) series.push_back(position_curve("L = " + std::to_string(r.length), r.position_loss, bucket));
+  PlotOptions options;
+  options.solid_note = "solid: mean of " + std::to_string(bucket) + " positions";
+  options.title = title + ": mean loss by position";
+  options.x_label = "position (tokens of context before the predicted token)";
+  if (train_length > 0) options.markers.push_back({static_cast<double>(train_length), "L_t = " + std::to_string(train_length)});
+  return line_plot_svg(options, series);
 }
 
-EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_position) {
-  EvalOutputs o{run_dir / "eval.json", {}, {}};
+EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_position, int64_t train_length) {
+  EvalOutputs o{run_dir / "eval.json", {}, {}, train_length};
   if (per_position) o.per_position_csv = run_dir / "eval_per_position.csv", o.per_position_svg = run_dir / "eval_per_position.svg";
   return o;
 }
@@ -64,7 +71,7 @@ void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_nam
   write_file_atomic(outputs.json, eval_json(model_name, results, passkey, device));
   if (!outputs.per_position_csv.empty()) write_file_atomic(outputs.per_position_csv, per_position_csv(results));
   if (!outputs.per_position_svg.empty())
-    write_file_atomic(outputs.per_position_svg, per_position_svg(results, model_name));
+    write_file_atomic(outputs.per_position_svg, per_position_svg(results, model_name, outputs.train_length));
 }
 
 void log_perplexity(const std::string& label, const std::vector<LengthResult>& results) {

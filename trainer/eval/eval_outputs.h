@@ -27,18 +27,23 @@ std::string eval_json(const std::string& model_name, const std::vector<LengthRes
                       const std::vector<PasskeyResult>& passkey = {},
                       const std::optional<EvalDevice>& device = std::nullopt);
 
-// CSV "length,position,loss" of every per-position curve, and an SVG plot of them.
+// CSV "length,position,loss" of every per-position curve, and an SVG plot of
+// them (one colour per length, raw faint under bucket means, L_t dashed when
+// train_length > 0).
 std::string per_position_csv(const std::vector<LengthResult>& results);
-std::string per_position_svg(const std::vector<LengthResult>& results, const std::string& title);
+std::string per_position_svg(const std::vector<LengthResult>& results, const std::string& title,
+                             int64_t train_length = 0);
 
 struct EvalOutputs {
   std::filesystem::path json;
   std::filesystem::path per_position_csv;  // empty: not written
   std::filesystem::path per_position_svg;  // empty: not written
+  int64_t train_length = 0;                // L_t marked on the plot; 0: unknown, not marked
 };
 
 // A run directory's eval.json and, with per_position, eval_per_position.{csv,svg}.
-EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_position);
+// train_length: the run's L_t, marked on the plot.
+EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_position, int64_t train_length = 0);
 
 // Each file is written atomically.
 void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_name,

@@ -48,10 +48,13 @@ void evaluate_stored_model(const EvalOptions& options) {
     passkey = passkey_accuracy(model, tokenizer, *enum_from_name(kPasskeyStyles, options.passkey_style),
                                options.lengths, options.passkey_trials, /*seed=*/1234);
   }
-  EvalOutputs outputs{options.out, {}, {}};
+  EvalOutputs outputs{options.out, {}, {}, 0};
   if (eval.per_position) {
     outputs.per_position_csv = options.per_position_csv;
     outputs.per_position_svg = fs::path(options.per_position_csv).replace_extension(".svg");
+    // The length the model was trained at, when its config records it: the
+    // extension's original length, else its position table's (gpt2) rows.
+    outputs.train_length = stored.config.extension.original_length.value_or(stored.config.max_positions.value_or(0));
   }
   write_eval_outputs(outputs, options.model, results, passkey, EvalDevice{device, peak_memory(device)});
   log_passkey(passkey);

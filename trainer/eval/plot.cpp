@@ -22,50 +22,141 @@ std::string escape(const std::string& text) {
   return out;
 }
 
+double tick_step(double lo, double hi, int target) {
+  const double raw = (hi - lo) / std::max(1, target);
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (m * power >= raw) return m * power;
+  return 10 * power;
+}
+
+// A tick label with as many decimals as the step needs (0.25 -> 2, 0.2 -> 1, 5 -> 0).
+std::string tick_text(double v, double step) {
+  int decimals = 0;
+  for (double scaled = step; decimals < 6 && std::abs(scaled - std::round(scaled)) > 1e-6 * std::max(1.0, scaled);
+       scaled *= 10)
+    ++decimals;
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(decimals) << (std::abs(v) < step * 1e-9 ? 0.0 : v);
+  return o.str();
+}
+
+// The q-quantile of the finite values.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
 }  // namespace
 
-std::string line_plot_svg(const std::string& title, const std::string& x_label, const std::vector<PlotSeries>& series) {
-  const double width = 760, height = 400, left = 60, right = 170, top = 30, bottom = 40;
+std::vector<double> nice_ticks(double lo, double hi, int target) {
+  if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return {lo};
+  const double step = tick_step(lo, hi, target);
+  std::vector<double> ticks;
+  for (double t = std::ceil(lo / step - 1e-9) * step; t <= hi + step * 1e-9; t += step) ticks.push_back(t);
+  return ticks;
+}
+
+std::string line_plot_svg(const PlotOptions& options, const std::vector<PlotSeries>& series) {
+  const double width = 820, height = 440, left = 72, right = 190, top = 40, bottom = 56;
+  const double plot_w = width - left - right, plot_h = height - top - bottom;
+  // Ranges: x from 0 to the largest x; y over the solid curves and the bulk of
+  // the raw ones (2nd to 98th percentile), so one outlying raw position (the
+  // first tokens' loss) does not flatten every curve; raw curves are clipped.
   double x_max = 1, lo = std::numeric_limits<double>::max(), hi = std::numeric_limits<double>::lowest();
-  for (const auto& s : series)
+  for (const auto& s : series) {
     for (const auto& [x, y] : s.points)
       if (std::isfinite(y)) x_max = std::max(x_max, x), lo = std::min(lo, y), hi = std::max(hi, y);
+    std::vector<double> raw;
+    for (const auto& [x, y] : s.raw)
+      if (std::isfinite(y)) x_max = std::max(x_max, x), raw.push_back(y);
+    if (!raw.empty()) lo = std::min(lo, quantile(raw, 0.02)), hi = std::max(hi, quantile(raw, 0.98));
+  }
   if (hi < lo) lo = 0, hi = 1;
-  if (hi <= lo) hi = lo + 1;
-  auto px = [&](double x) { return left + (width - left - right) * x / x_max; };
-  auto py = [&](double y) { return top + (height - top - bottom) * (1 - (y - lo) / (hi - lo)); };
+  if (hi - lo < 1e-9) lo -= 0.5, hi += 0.5;
+  const double y_step = tick_step(lo, hi, 6);
+  lo = std::floor(lo / y_step) * y_step;
+  hi = std::ceil(hi / y_step) * y_step;
+  const double x_step = tick_step(0, x_max, 8);
+  const double x_hi = x_max;  // the data's end, not the next round tick: the last positions matter
+  auto px = [&](double x) { return left + plot_w * x / x_hi; };
+  auto py = [&](double y) { return top + plot_h * (1 - (y - lo) / (hi - lo)); };
   const char* colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                            "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#aec7e8"};
+  const size_t n_colours = sizeof(colours) / sizeof(colours[0]);
+
   std::ostringstream svg;
   svg << std::fixed << std::setprecision(1);
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
       << "' font-family='sans-serif' font-size='12'>\n"
       << "<rect width='100%' height='100%' fill='white'/>\n"
-      << "<text x='" << left << "' y='18'>" << escape(title) << "</text>\n"
-      << "<line x1='" << left << "' y1='" << height - bottom << "' x2='" << width - right << "' y2='"
-      << height - bottom << "' stroke='black'/>\n"
-      << "<line x1='" << left << "' y1='" << top << "' x2='" << left << "' y2='" << height - bottom
-      << "' stroke='black'/>\n"
-      << "<text x='" << (left + width - right) / 2 << "' y='" << height - 8 << "'>" << escape(x_label) << "</text>\n"
-      << std::setprecision(2) << "<text x='4' y='" << top + 10 << "'>" << hi << "</text>\n"
-      << "<text x='4' y='" << height - bottom << "'>" << lo << "</text>\n"
-      << std::setprecision(0) << "<text x='" << width - right - 30 << "' y='" << height - bottom + 16 << "'>"
-      << x_max << "</text>\n"
-      << std::setprecision(1);
+      << "<defs><clipPath id='plot-area'><rect x='" << left << "' y='" << top << "' width='" << plot_w
+      << "' height='" << plot_h << "'/></clipPath></defs>\n"
+      << "<text x='" << left << "' y='22' font-size='14' font-weight='bold'>" << escape(options.title) << "</text>\n";
+  // Gridlines and ticks.
+  for (double t : nice_ticks(0, x_hi, 8)) {
+    svg << "<line x1='" << px(t) << "' y1='" << top << "' x2='" << px(t) << "' y2='" << top + plot_h
+        << "' stroke='#e3e3e3'/>\n<line x1='" << px(t) << "' y1='" << top + plot_h << "' x2='" << px(t) << "' y2='"
+        << top + plot_h + 5 << "' stroke='black'/>\n<text x='" << px(t) << "' y='" << top + plot_h + 18
+        << "' text-anchor='middle'>" << tick_text(t, x_step) << "</text>\n";
+  }
+  for (double t : nice_ticks(lo, hi, 6)) {
+    svg << "<line x1='" << left << "' y1='" << py(t) << "' x2='" << left + plot_w << "' y2='" << py(t)
+        << "' stroke='#e3e3e3'/>\n<line x1='" << left - 5 << "' y1='" << py(t) << "' x2='" << left << "' y2='" << py(t)
+        << "' stroke='black'/>\n<text x='" << left - 8 << "' y='" << py(t) + 4 << "' text-anchor='end'>"
+        << tick_text(t, y_step) << "</text>\n";
+  }
+  svg << "<rect x='" << left << "' y='" << top << "' width='" << plot_w << "' height='" << plot_h
+      << "' fill='none' stroke='black'/>\n"
+      << "<text x='" << left + plot_w / 2 << "' y='" << height - 12 << "' text-anchor='middle'>"
+      << escape(options.x_label) << "</text>\n"
+      << "<text transform='translate(18," << top + plot_h / 2 << ") rotate(-90)' text-anchor='middle'>"
+      << escape(options.y_label) << "</text>\n";
+  // Raw curves first (faint, fainter when there are many), then the solid ones on top.
+  const double raw_opacity = series.size() <= 4 ? 0.3 : 0.15;
   for (size_t i = 0; i < series.size(); ++i) {
-    const char* colour = colours[i % (sizeof(colours) / sizeof(colours[0]))];
-    svg << "<polyline fill='none' stroke-width='1.5' stroke='" << colour << "' points='";
+    if (series[i].raw.empty()) continue;
+    svg << "<polyline clip-path='url(#plot-area)' fill='none' stroke-width='0.8' stroke-opacity='"
+        << std::setprecision(2) << raw_opacity << std::setprecision(1) << "' stroke='" << colours[i % n_colours]
+        << "' points='";
+    for (const auto& [x, y] : series[i].raw)
+      if (std::isfinite(y)) svg << px(x) << "," << py(y) << " ";
+    svg << "'/>\n";
+  }
+  for (size_t i = 0; i < series.size(); ++i) {
+    svg << "<polyline clip-path='url(#plot-area)' fill='none' stroke-width='2' stroke='" << colours[i % n_colours]
+        << "' points='";
     for (const auto& [x, y] : series[i].points)
       if (std::isfinite(y)) svg << px(x) << "," << py(y) << " ";
-    svg << "'/>\n<text x='" << width - right + 10 << "' y='" << top + 14 * (i + 1) << "' fill='" << colour << "'>"
-        << escape(series[i].label) << "</text>\n";
+    svg << "'/>\n";
   }
+  for (const auto& m : options.markers) {
+    if (!(m.x >= 0 && m.x <= x_hi)) continue;
+    svg << "<line x1='" << px(m.x) << "' y1='" << top << "' x2='" << px(m.x) << "' y2='" << top + plot_h
+        << "' stroke='#444' stroke-width='1.2' stroke-dasharray='6,4'/>\n<text x='" << px(m.x) + 4 << "' y='"
+        << top + 14 << "' fill='#444'>" << escape(m.label) << "</text>\n";
+  }
+  // Legend.
+  const double lx = left + plot_w + 16;
+  for (size_t i = 0; i < series.size(); ++i) {
+    const double ly = top + 8 + 20 * static_cast<double>(i);
+    svg << "<line x1='" << lx << "' y1='" << ly << "' x2='" << lx + 22 << "' y2='" << ly << "' stroke-width='3' stroke='"
+        << colours[i % n_colours] << "'/>\n<text x='" << lx + 28 << "' y='" << ly + 4 << "'>" << escape(series[i].label)
+        << "</text>\n";
+  }
+  const bool any_raw = std::any_of(series.begin(), series.end(), [](const auto& s) { return !s.raw.empty(); });
+  if (any_raw)
+    svg << "<text x='" << lx << "' y='" << top + 8 + 20 * static_cast<double>(series.size()) + 10
+        << "' fill='#666' font-size='11'>faint: every position</text>\n<text x='" << lx << "' y='"
+        << top + 8 + 20 * static_cast<double>(series.size()) + 24
+        << "' fill='#666' font-size='11'>" << escape(options.solid_note) << "</text>\n";
   svg << "</svg>\n";
   return svg.str();
 }
 
 PlotSeries bucketed(const std::string& label, const std::vector<double>& values, int buckets) {
-  PlotSeries s{label, {}};
+  PlotSeries s{label, {}, {}};
   const size_t n = values.size();
   const size_t size = std::max<size_t>(1, (n + static_cast<size_t>(buckets) - 1) / static_cast<size_t>(buckets));
   for (size_t begin = 0; begin < n; begin += size) {
@@ -77,5 +168,14 @@ PlotSeries bucketed(const std::string& label, const std::vector<double>& values,
   }
   return s;
 }
+
+PlotSeries position_curve(const std::string& label, const std::vector<double>& values, int64_t bucket) {
+  const auto size = static_cast<size_t>(std::max<int64_t>(1, bucket));
+  PlotSeries s = bucketed(label, values, static_cast<int>((values.size() + size - 1) / size));
+  for (size_t p = 0; p < values.size(); ++p) s.raw.emplace_back(static_cast<double>(p + 1), values[p]);
+  return s;
+}
+
+int64_t position_bucket(int64_t longest) { return std::max<int64_t>(1, (longest + 31) / 32); }
 
 }  // namespace segtrain::trainer

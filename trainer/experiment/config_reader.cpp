@@ -253,7 +253,7 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
     auto method = parse_trained_method(method_names[i]);
     if (!method)
       errors.push_back(location(x.file, method_marks[i]) + ": experiment.methods: unknown method '" + method_names[i] +
-                       "'; expected da, full, randompos, pose, chunk-<alpha> or prefix-<alpha>");
+                       "'; expected da, full, randompos, pose, chunk-<alpha>, chunk-ring-<alpha> or prefix-<alpha>");
     else if (std::any_of(x.methods.begin(), x.methods.end(), [&](const auto& m) { return m.name == method->name; }))
       errors.push_back(location(x.file, method_marks[i]) + ": experiment.methods: '" + method->name + "' is listed twice");
     else
@@ -316,6 +316,13 @@ std::optional<TrainedMethod> parse_trained_method(const std::string& name) {
   if (name == "full") return m.sampler = data::SamplerMethod::full, m;
   if (name == "randompos") return m.sampler = data::SamplerMethod::randompos, m;
   if (name == "pose") return m.sampler = data::SamplerMethod::pose, m;
+  if (name.rfind("chunk-ring-", 0) == 0) {  // chunk with data.sampler.placement ring
+    auto m = parse_trained_method("chunk-" + name.substr(11));
+    if (!m) return std::nullopt;
+    m->name = name;
+    m->placement = data::ChunkPlacement::ring;
+    return m;
+  }
   for (auto [prefix, sampler] : {std::pair{"chunk-", data::SamplerMethod::chunk}, {"prefix-", data::SamplerMethod::prefix}}) {
     const std::string p = prefix;
     if (name.rfind(p, 0) != 0) continue;

@@ -32,9 +32,10 @@ namespace segtrain::trainer {
 // One way to reach L_e with training. `da` is seed 004's domain-adaptation
 // control: more truncate training at L_t, then the OOTB extension at eval.
 struct TrainedMethod {
-  std::string name;  // "da", "full", "chunk-0.25", "prefix-0.5", "randompos", "pose"
+  std::string name;  // "da", "full", "chunk-0.25", "chunk-ring-0.25", "prefix-0.5", "randompos", "pose"
   data::SamplerMethod sampler = data::SamplerMethod::truncate;
   double alpha = 0.25;
+  data::ChunkPlacement placement = data::ChunkPlacement::uniform;  // chunk-ring-<alpha>: ring
   bool domain_adaptation = false;
 };
 
@@ -77,7 +78,7 @@ ExperimentConfig load_experiment(const std::string& file, const std::vector<std:
 void run_experiment(const ExperimentConfig& experiment);
 
 // The trained-row names the grid knows: "da", "full", "randompos", "pose",
-// "chunk-<alpha>", "prefix-<alpha>".
+// "chunk-<alpha>", "chunk-ring-<alpha>", "prefix-<alpha>".
 std::optional<TrainedMethod> parse_trained_method(const std::string& name);
 
 // Extension methods that apply to an architecture out of the box, in table order.

@@ -47,6 +47,7 @@ namespace {
 const char* const kGridKeys[] = {"run.output_dir", "run.name", "model.init", "model.extension.method",
                                  "model.extension.factor", "model.extension.original_length", "data.store",
                                  "data.extended_length", "data.sampler.method", "data.sampler.alpha",
+                                 "data.sampler.placement",
                                  "train.budget.compute_equivalent", "eval.lengths"};
 
 // Sets a key the grid owns, recording where it came from for error messages.
@@ -88,6 +89,7 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
     grid_set(r, "data.store", c.data.store, store, "base");
     grid_set(r, "data.extended_length", c.data.extended_length, lt, "base");
     grid_set(r, "data.sampler.method", c.data.sampler.method, data::SamplerMethod::truncate, "base");
+    grid_set(r, "data.sampler.placement", c.data.sampler.placement, data::ChunkPlacement::uniform, "base");
     grid_set(r, "model.extension.method", c.model.spec.extension.method, models::ExtensionMethod::none, "base");
     grid_set(r, "eval.lengths", c.eval.lengths, std::vector<int64_t>{lt}, "base");
     runs.push_back(std::move(base));
@@ -114,6 +116,8 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
       grid_set(r, "data.sampler.method", c.data.sampler.method,
                method.domain_adaptation ? data::SamplerMethod::truncate : method.sampler, label);
       grid_set(r, "data.sampler.alpha", c.data.sampler.alpha, method.alpha, label);
+      grid_set(r, "data.sampler.placement", c.data.sampler.placement,
+               method.domain_adaptation ? data::ChunkPlacement::uniform : method.placement, label);
       // DA trains at L_t on the positions the base knows; it is extended only
       // when evaluated, like the OOTB rows.
       const auto extension = method.domain_adaptation ? models::ExtensionMethod::none : train_extension(x, corpus);

@@ -69,11 +69,13 @@ std::vector<std::string> row_labels(const CorpusResults& c) {
   return labels;
 }
 
-// The best (lowest perplexity at L_e) row among those whose label starts with `prefix`.
-std::pair<std::string, double> best_of(const CorpusResults& c, const std::string& prefix, int64_t factor) {
+// The best (lowest perplexity at L_e) row among those whose label starts with
+// `prefix` (and not with `unless`, when given).
+std::pair<std::string, double> best_of(const CorpusResults& c, const std::string& prefix, int64_t factor,
+                                       const std::string& unless = "") {
   std::pair<std::string, double> best{"", std::nan("")};
   for (const auto& label : row_labels(c)) {
-    if (label.rfind(prefix, 0) != 0) continue;
+    if (label.rfind(prefix, 0) != 0 || (!unless.empty() && label.rfind(unless, 0) == 0)) continue;
     const double ppl = ppl_at(c, label, factor, factor * c.train_length);
     if (!std::isnan(ppl) && (std::isnan(best.second) || ppl < best.second)) best = {label, ppl};
   }
@@ -114,7 +116,7 @@ void findings(std::ostringstream& md, const CorpusResults& c) {
     if (!std::isnan(ootb) && std::isfinite(base))
       md << "- " << at << ": out of the box the base has perplexity " << cell(ootb) << ", " << cell(ootb / base)
          << "× its perplexity at L_t (" << cell(base) << ").\n";
-    const auto chunk = best_of(c, "chunk-", f);
+    const auto chunk = best_of(c, "chunk-", f, "chunk-ring-");  // the paper's chunk; ring is compared below
     if (chunk.first.empty()) continue;
     auto compare = [&](const std::string& name, std::pair<std::string, double> other) {
       if (other.first.empty() || std::isnan(other.second)) return;
@@ -134,6 +136,85 @@ void findings(std::ostringstream& md, const CorpusResults& c) {
 
 std::string plot_name(const CorpusResults& c, int64_t factor) {
   return c.name + "-x" + std::to_string(factor) + ".svg";
+}
+
+std::string ring_plot_name(const CorpusResults& c, int64_t factor) {
+  return c.name + "-x" + std::to_string(factor) + "-ring.svg";
+}
+
+const RowResult* row_at(const CorpusResults& c, const std::string& label, int64_t factor) {
+  for (const auto& row : c.rows)
+    if (row.label == label && row.factor == factor && !row.results.empty()) return &row;
+  return nullptr;
+}
+
+// Each chunk-ring-<a> row with its chunk-<a> row at `factor` (labels).
+std::vector<std::pair<std::string, std::string>> ring_pairs(const CorpusResults& c, int64_t factor) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const auto& label : row_labels(c)) {
+    if (label.rfind("chunk-ring-", 0) != 0) continue;
+    const std::string uniform = "chunk-" + label.substr(11);
+    if (row_at(c, label, factor) && row_at(c, uniform, factor)) pairs.emplace_back(uniform, label);
+  }
+  return pairs;
+}
+
+// Mean of the finite per-position losses at L_e over positions [first, last) of
+// the curve (index p - 1 holds position p).
+double mean_loss(const std::vector<double>& curve, size_t first, size_t last) {
+  double sum = 0;
+  size_t n = 0;
+  for (size_t i = first; i < std::min(last, curve.size()); ++i)
+    if (std::isfinite(curve[i])) sum += curve[i], ++n;
+  return n ? sum / static_cast<double>(n) : std::nan("");
+}
+
+std::string loss_cell(double loss) {
+  if (std::isnan(loss)) return "-";
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(4) << loss;
+  return out.str();
+}
+
+// Ring placement against the paper's uniform placement (data.sampler.placement):
+// perplexity at L_e and the per-position loss at the window's two ends, where
+// uniform placement trains least.
+void ring_section(std::ostringstream& md, const CorpusResults& c) {
+  bool any = false;
+  for (int64_t f : c.factors) any = any || !ring_pairs(c, f).empty();
+  if (!any) return;
+  md << "Ring placement against uniform placement (`data.sampler.placement`): uniform covers offsets near 0 and "
+        "L_e - 1 far less often than the middle, ring covers every offset equally. Mean loss per token (nats) at "
+        "L_e over the first and last 10% of the positions, and over all of them:\n\n"
+     << "| L_e | method | ppl at L_e | first 10% | last 10% | all positions |\n|---|---|---:|---:|---:|---:|\n";
+  std::vector<std::string> lines;
+  for (int64_t f : c.factors) {
+    const int64_t le = f * c.train_length;
+    for (const auto& [uniform, ring] : ring_pairs(c, f)) {
+      struct Figures { double ppl, first, last, all; };
+      auto figures = [&](const std::string& label) {
+        const RowResult* row = row_at(c, label, f);
+        const auto& curve = row->results.back().position_loss;
+        const size_t n = curve.size(), tenth = std::max<size_t>(1, (n + 5) / 10);
+        return Figures{ppl_at(c, label, f, le), mean_loss(curve, 0, tenth), mean_loss(curve, n - std::min(n, tenth), n),
+                       mean_loss(curve, 0, n)};
+      };
+      const Figures u = figures(uniform), r = figures(ring);
+      for (const auto& [label, x] : {std::pair{uniform, u}, std::pair{ring, r}})
+        md << "| " << f << "·L_t = " << le << " | " << label << " | " << cell(x.ppl) << " | " << loss_cell(x.first)
+           << " | " << loss_cell(x.last) << " | " << loss_cell(x.all) << " |\n";
+      std::ostringstream line;
+      line << std::showpos << std::fixed << std::setprecision(4);
+      line << "- at " << f << "·L_t = " << le << ": " << ring << " " << (r.ppl < u.ppl ? "beats" : "does NOT beat") << " "
+           << uniform << " at L_e (" << cell(r.ppl) << " vs " << cell(u.ppl) << ", " << percent(r.ppl / u.ppl)
+           << "); over the last 10% of positions its loss is " << r.last - u.last << " nats per token ("
+           << (r.last < u.last ? "better" : "not better") << "), over the first 10% " << r.first - u.first << ".\n";
+      lines.push_back(line.str());
+    }
+  }
+  md << "\n";
+  for (const auto& l : lines) md << l;
+  md << "\n";
 }
 
 }  // namespace
@@ -199,8 +280,12 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
         }
     md << "\n\n";
     findings(md, c);
-    for (int64_t f : c.factors)
+    ring_section(md, c);
+    for (int64_t f : c.factors) {
       md << "![loss by position at " << f << "·L_t](plots/" << plot_name(c, f) << ")\n";
+      if (!ring_pairs(c, f).empty())
+        md << "![chunk vs chunk-ring: loss by position at " << f << "·L_t](plots/" << ring_plot_name(c, f) << ")\n";
+    }
     md << "\n";
   }
   return md.str();
@@ -221,14 +306,26 @@ void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& 
                               {"rows", rows}});
     fs::create_directories(out / "plots");
     for (int64_t f : c.factors) {
+      PlotOptions options;
+      options.title = x.name + " / " + c.name + ": mean loss by position at L_e = " + std::to_string(f * c.train_length);
+      options.x_label = "position (tokens of context before the predicted token)";
+      options.markers.push_back({static_cast<double>(c.train_length), "L_t = " + std::to_string(c.train_length)});
+      const int64_t bucket = position_bucket(f * c.train_length);
+      options.solid_note = "solid: mean of " + std::to_string(bucket) + " positions";
       std::vector<PlotSeries> series;
       for (const auto& row : c.rows)
         if (row.factor == f && !row.results.empty())
-          series.push_back(bucketed(row.label, row.results.back().position_loss, 64));
-      write_file_atomic(out / "plots" / plot_name(c, f),
-                        line_plot_svg(x.name + " / " + c.name + ": mean loss by position at L_e = " +
-                                          std::to_string(f * c.train_length),
-                                      "position", series));
+          series.push_back(position_curve(row.label, row.results.back().position_loss, bucket));
+      write_file_atomic(out / "plots" / plot_name(c, f), line_plot_svg(options, series));
+      const auto pairs = ring_pairs(c, f);
+      if (pairs.empty()) continue;
+      series.clear();
+      for (const auto& [uniform, ring] : pairs)
+        for (const auto& label : {uniform, ring})
+          series.push_back(position_curve(label, row_at(c, label, f)->results.back().position_loss, bucket));
+      options.title = x.name + " / " + c.name + ": chunk vs chunk-ring, loss by position at L_e = " +
+                      std::to_string(f * c.train_length);
+      write_file_atomic(out / "plots" / ring_plot_name(c, f), line_plot_svg(options, series));
     }
   }
   write_file_atomic(out / "results.json", all.dump(2) + "\n");

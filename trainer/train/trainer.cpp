@@ -370,7 +370,7 @@ void Trainer::evaluate_final() {
   const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), perplexity_options(c_.eval));
   metrics_->eval_scalars(results, state_.step);
   if (!writer_) return;
-  const EvalOutputs outputs = run_eval_outputs(run_.dir, c_.eval.per_position);
+  const EvalOutputs outputs = run_eval_outputs(run_.dir, c_.eval.per_position, c_.data.train_length);
   // Perplexity is kept even if the passkey test fails.
   write_eval_outputs(outputs, c_.run.name, results, {}, EvalDevice{device_, peak_memory(device_)});
   log_perplexity("eval " + c_.eval.split + " ", results);
