@@ -199,11 +199,21 @@ TEST_F(ConfigTest, CrossFieldChecks) {
   EXPECT_NE(check({"model.init=pretrained"}).find("expected scratch, hf:DIR or checkpoint:DIR"), std::string::npos);
   EXPECT_NE(check({"data.store=/no/such/store"}).find("data.store: '/no/such/store' does not exist"), std::string::npos);
   EXPECT_NE(check({"eval.stride=256"}).find("is not shorter than the evaluation length 256"), std::string::npos);
+  // placement ring is chunk's: refused elsewhere, naming the key and the method; uniform passes everywhere.
+  EXPECT_NE(check({"data.sampler.method=prefix", "data.sampler.placement=ring", "model.extension.method=interpolate"})
+                .find("data.sampler.placement: ring applies to data.sampler.method chunk only, not prefix"),
+            std::string::npos);
+  EXPECT_NE(check({"data.sampler.placement=ring"}).find("not truncate"), std::string::npos);
+  EXPECT_NE(check({"data.sampler.placement=rings"}).find("data.sampler.placement"), std::string::npos);
 
   // Feasible combinations pass, including prefix at the smallest feasible L_e.
   EXPECT_NO_THROW(load_config(minimal(), {"data.sampler.method=prefix", "data.train_length=8", "data.extended_length=10",
                                           "model.extension.method=interpolate", "eval.lengths=[8]"}));
   EXPECT_NO_THROW(load_config(minimal(), {"data.sampler.method=chunk", "data.sampler.alpha=0.125",
+                                          "model.extension.method=interpolate"}));
+  EXPECT_NO_THROW(load_config(minimal(), {"data.sampler.method=chunk", "data.sampler.placement=ring",
+                                          "model.extension.method=interpolate"}));
+  EXPECT_NO_THROW(load_config(minimal(), {"data.sampler.method=randompos", "data.sampler.placement=uniform",
                                           "model.extension.method=interpolate"}));
   // llama: head_dim given, so n_heads need not divide d_model; GQA, biases, tied head, RoPE methods.
   EXPECT_NO_THROW(load_config(minimal(), {"model.arch=llama", "model.d_model=100", "model.n_heads=3",
