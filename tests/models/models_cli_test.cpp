@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "models/model_io.h"
@@ -75,6 +76,30 @@ TEST(InspectPositions, ModelFolderWithExtensionOverrides) {
   auto wpe = model->wpe->weight.detach();
   expect_close(ape["rows"][1], values((wpe[0] + wpe[1]) / 2), 1e-5, "row 1 = mean of original rows 0 and 1");
   expect_close(ape["rows"][2], values(wpe[1]), 1e-6, "row 2 = original row 1");
+}
+
+// A checkpoint's own scaling (here 4.x-style rope_scaling, as Phi-3 and Llama 3.1
+// hub configs write it) is what inspect shows: longrope's long factors past the
+// original length, its sqrt(1 + ln f / ln L) attention scale, llama3's band.
+TEST(InspectPositions, AnHfCheckpointsOwnRopeScaling) {
+  const auto ref = test::reference_dir();
+  const auto cfg = json::parse(test::read_file(ref + "/llama_rope_longrope/config.json"));
+  const auto longrope = run_json({"inspect", "positions", "--model", ref + "/llama_rope_longrope"});
+  EXPECT_EQ(longrope["extension"]["method"], "longrope");
+  EXPECT_EQ(longrope["length"], 128);
+  EXPECT_EQ(longrope["extension"]["longrope"]["factors_in_effect"], "long_factor");
+  EXPECT_NEAR(longrope["attention_scale"].get<double>(), std::sqrt(1 + std::log(2.0) / std::log(64.0)), 1e-12);
+  const auto long_factor = cfg["rope_scaling"]["long_factor"].get<std::vector<double>>();
+  ASSERT_EQ(longrope["inv_freq"].size(), long_factor.size());
+  for (size_t k = 0; k < long_factor.size(); ++k)
+    EXPECT_NEAR(longrope["inv_freq"][k].get<double>(),
+                1.0 / (long_factor[k] * std::pow(10000.0, 2.0 * static_cast<double>(k) / 16.0)), 1e-6) << k;
+  const auto short_len = run_json({"inspect", "positions", "--model", ref + "/llama_rope_longrope", "--length", "64"});
+  EXPECT_EQ(short_len["extension"]["longrope"]["factors_in_effect"], "short_factor");
+  const auto llama3 = run_json({"inspect", "positions", "--model", ref + "/llama_rope_llama3"});
+  EXPECT_EQ(llama3["extension"]["method"], "llama3");
+  EXPECT_EQ(llama3["extension"]["llama3"]["high_freq_factor"], 4.0);
+  EXPECT_EQ(llama3["attention_scale"], 1.0);
 }
 
 TEST(InspectPositions, RunConfigResolvesAutoFromDataLengths) {
@@ -192,6 +217,47 @@ TEST(LlamaCli, ChunkRunFromAnHfLlamaTrainsAndExportsWhatTransformersLoads) {
   auto ours = model->forward(tokens, positions);
   auto theirs = read_safetensors(dir / "export/hf_logits.safetensors").at("logits");
   EXPECT_LT(test::max_abs_diff(ours, theirs), 1e-4);
+  // 4.x's rope_scaling block beside 5.x's rope_parameters, with the same scaling.
+  EXPECT_EQ(cfg["rope_scaling"]["rope_type"], "linear");
+  EXPECT_EQ(cfg["rope_scaling"]["factor"], 2.0);
+  EXPECT_EQ(cfg["max_position_embeddings"], 128);
+
+  // The base's tokenizer files come along (followed from the run's model.init), and
+  // transformers' AutoTokenizer reads the export as it reads the base.
+  for (const std::string f : {"tokenizer.json", "tokenizer_config.json"})
+    EXPECT_EQ(test::read_file(dir / ("export/" + f)), test::read_file(ref + "/llama/" + f)) << f;
+  auto ids = [](const std::string& folder) {
+    return run("sh", {"-c", test::python_command("tokenize " + test::shell_quote(folder) + " 'w5 w17 w96 nope'")}).out;
+  };
+  EXPECT_EQ(ids(dir / "export"), ids(ref + "/llama"));
+  EXPECT_NE(ids(dir / "export").find("[5, 17, 96, 0]"), std::string::npos) << ids(dir / "export");
+
+  // bf16 and sharded on request: every tensor is the fp32 export's rounded to bf16,
+  // the index names every shard, and transformers loads the folder.
+  auto small = run(kBin, {"export", "--model", dir / "llama", "--out", dir / "export_bf16", "--dtype", "bfloat16",
+                          "--max-shard-size", "20KB"});
+  ASSERT_EQ(small.exit_code, 0) << small.err;
+  const auto index = json::parse(test::read_file(dir / "export_bf16/model.safetensors.index.json"));
+  const auto fp32 = read_safetensors(dir / "export/model.safetensors");
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index["weight_map"].items()) shards.insert(file.get<std::string>());
+  EXPECT_GT(shards.size(), 2u);
+  EXPECT_EQ(index["weight_map"].size(), fp32.size());
+  const auto bf16 = read_safetensors_dir(dir / "export_bf16");
+  for (const auto& [name, t] : fp32) {
+    ASSERT_TRUE(bf16.count(name)) << name;
+    EXPECT_EQ(bf16.at(name).scalar_type(), at::kBFloat16) << name;
+    EXPECT_TRUE(at::equal(bf16.at(name), t.to(at::kBFloat16))) << name;
+  }
+  EXPECT_EQ(json::parse(test::read_file(dir / "export_bf16/config.json"))["torch_dtype"], "bfloat16");
+  write_safetensors(dir / "export_bf16/input.safetensors", {{"tokens", tokens}, {"positions", positions}});
+  test::hf_logits({dir / "export_bf16"});
+  auto theirs_bf16 = read_safetensors(dir / "export_bf16/hf_logits.safetensors").at("logits");
+  EXPECT_LT(test::max_abs_diff(ours, theirs_bf16), 0.1);  // bf16 weights and arithmetic
+  auto bad_size = run(kBin, {"export", "--model", dir / "llama", "--out", dir / "o", "--max-shard-size", "5XB"});
+  EXPECT_EQ(bad_size.exit_code, 2) << bad_size.err;
+  EXPECT_NE(bad_size.err.find("--max-shard-size"), std::string::npos) << bad_size.err;
+  EXPECT_FALSE(fs::exists(dir / "o"));
 
   // segtrain eval reads HF Llama-family folders as they are.
   auto hf_eval = run(kBin, {"eval", "--model", ref + "/qwen2", "--data", dir / "store", "--lengths", "32,64", "--out",

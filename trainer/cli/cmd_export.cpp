@@ -6,16 +6,21 @@ namespace segtrain::trainer::cli {
 
 void add_export(CLI::App& app, Chosen& chosen) {
   struct Options {
-    std::string model, out;
+    std::string model;
+    ExportRequest request;
     std::vector<std::string> overrides;
   };
   auto o = std::make_shared<Options>();
   auto* x = app.add_subcommand("export", "Write an HF-loadable folder from a checkpoint, run or HF folder");
   x->add_option("--model", o->model, "Checkpoint, run directory or HF folder")->required();
-  x->add_option("--out", o->out, "Output directory")->required();
+  x->add_option("--out", o->request.out, "Output directory")->required();
+  x->add_option("--dtype", o->request.dtype, "Weights as float32 (default) or bfloat16")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  x->add_option("--max-shard-size", o->request.max_shard_size,
+                "Largest safetensors file before sharding with model.safetensors.index.json (default 5GB)");
   add_overrides(x, o->overrides);
   choose_on(x, chosen, "export", OnSignal::exit_now, [o] {
-    export_stored_model(o->model, o->overrides, o->out);
+    export_stored_model(o->model, o->overrides, o->request);
     return 0;
   });
 }

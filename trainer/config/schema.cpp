@@ -227,6 +227,29 @@ Field real_list(std::string path, std::vector<double>& v, std::size_t size, Boun
           }};
 }
 
+// Any length; an empty vector stands for `word` (the length is a cross-field check).
+Field maybe_real_list(std::string path, std::vector<double>& v, const char* word, Bound lo, Bound hi,
+                      std::string doc) {
+  std::string type = std::string(word) + " or a non-empty list of numbers" + real_range(lo, hi);
+  return {path, type, std::move(doc),
+          [&v, type, word, lo, hi](const YAML::Node& n) {
+            std::vector<double> out;
+            if (is_null_word(n, word)) {
+              v.clear();
+              return;
+            }
+            for (const auto& item : sequence(n, type)) out.push_back(parse_real(item, type, lo, hi));
+            if (out.empty()) expected(type, n);
+            v = out;
+          },
+          [&v, word] {
+            if (v.empty()) return null_or(word);
+            auto list = flow_list();
+            for (auto x : v) list.push_back(plain(format_double(x)));
+            return list;
+          }};
+}
+
 Field text_list(std::string path, std::vector<std::string>& v, std::string doc) {
   std::string type = "a list of strings";
   return {path, type, std::move(doc),
@@ -287,7 +310,7 @@ std::vector<Field> fields(Config& c) {
            "Fraction of each head's dimensions that is rotated (gpt_neox).").with({KeyRole::model_shape, KeyRole::resume}),
       choice("model.extension.method", ext.method, models::kExtensionMethods,
              "Context extension: interpolate (APE/RoPE PI/ALiBi), dynamic_interpolate (ALiBi), ntk, "
-             "dynamic_ntk, yarn (RoPE), ntk_alibi (ALiBi).").with({KeyRole::resume, KeyRole::stored_model}),
+             "dynamic_ntk, yarn, llama3, longrope (RoPE), ntk_alibi (ALiBi).").with({KeyRole::resume, KeyRole::stored_model}),
       maybe_real("model.extension.factor", ext.factor, "auto", at_least(1), kNoHigh,
                  "Extension factor; auto is data.extended_length / data.train_length.").with({KeyRole::resume, KeyRole::stored_model}),
       maybe_integer("model.extension.original_length", ext.original_length, "auto", 1,
@@ -296,6 +319,16 @@ std::vector<Field> fields(Config& c) {
       real("model.extension.yarn.beta_slow", ext.yarn.beta_slow, above(0), kNoHigh, "YaRN ramp: low rotations.").with({KeyRole::resume, KeyRole::stored_model}),
       maybe_real("model.extension.yarn.attention_factor", ext.yarn.attention_factor, "auto", above(0), kNoHigh,
                  "YaRN attention scaling; auto is 0.1 * ln(factor) + 1.").with({KeyRole::resume, KeyRole::stored_model}),
+      real("model.extension.llama3.low_freq_factor", ext.llama3.low_freq_factor, above(0), kNoHigh,
+           "llama3: wavelengths above original_length / low_freq_factor are interpolated by the factor.").with({KeyRole::resume, KeyRole::stored_model}),
+      real("model.extension.llama3.high_freq_factor", ext.llama3.high_freq_factor, above(0), kNoHigh,
+           "llama3: wavelengths below original_length / high_freq_factor are kept; the band between is blended.").with({KeyRole::resume, KeyRole::stored_model}),
+      maybe_real_list("model.extension.longrope.short_factor", ext.longrope.short_factor, "none", above(0), kNoHigh,
+                      "longrope: one rescale factor per rotary frequency (rotary dimensions / 2) up to original_length.").with({KeyRole::resume, KeyRole::stored_model}),
+      maybe_real_list("model.extension.longrope.long_factor", ext.longrope.long_factor, "none", above(0), kNoHigh,
+                      "longrope: the factors used once a sequence's largest position id reaches original_length.").with({KeyRole::resume, KeyRole::stored_model}),
+      maybe_real("model.extension.longrope.attention_factor", ext.longrope.attention_factor, "auto", above(0), kNoHigh,
+                 "longrope attention scaling; auto is sqrt(1 + ln(factor) / ln(original_length)).").with({KeyRole::resume, KeyRole::stored_model}),
       flag("model.activation_checkpointing", m.activation_checkpointing,
            "Recompute each block in backward to save activation memory.").with({KeyRole::stored_model}),
 

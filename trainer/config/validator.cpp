@@ -138,7 +138,8 @@ void check_model(Checker& ck, const Config& c) {
   const auto scheme = models::position_scheme(m.arch);
   const auto method = m.extension.method;
   const bool rope_only = method == ExtensionMethod::ntk || method == ExtensionMethod::dynamic_ntk ||
-                         method == ExtensionMethod::yarn;
+                         method == ExtensionMethod::yarn || method == ExtensionMethod::llama3 ||
+                         method == ExtensionMethod::longrope;
   const bool alibi_only = method == ExtensionMethod::ntk_alibi || method == ExtensionMethod::dynamic_interpolate;
   const std::string arch = enum_name(models::kArchs, m.arch);
   const std::string method_name = enum_name(models::kExtensionMethods, method);
@@ -146,6 +147,17 @@ void check_model(Checker& ck, const Config& c) {
     ck.fail("model.extension.method", method_name + " scales RoPE and needs arch gpt_neox or llama, not " + arch);
   if (alibi_only && scheme != models::PositionScheme::alibi)
     ck.fail("model.extension.method", method_name + " scales ALiBi slopes and needs arch bloom, not " + arch);
+  const auto& llama3 = m.extension.llama3;
+  if (method == ExtensionMethod::llama3 && llama3.high_freq_factor <= llama3.low_freq_factor)
+    ck.fail("model.extension.llama3.high_freq_factor", format_double(llama3.high_freq_factor) +
+                                                           " must be above low_freq_factor = " +
+                                                           format_double(llama3.low_freq_factor));
+  if (method == ExtensionMethod::longrope)
+    for (const auto& [key, factors] : {std::pair{"short_factor", &m.extension.longrope.short_factor},
+                                       std::pair{"long_factor", &m.extension.longrope.long_factor}})
+      if (factors->empty())
+        ck.fail(std::string("model.extension.longrope.") + key,
+                "longrope needs its factor lists (one per rotary frequency, rotary dimensions / 2)");
   if (method == ExtensionMethod::none && ck.given("model.extension.factor") && m.extension.factor)
     ck.fail("model.extension.factor", "has no effect while model.extension.method is none; set the method too");
 

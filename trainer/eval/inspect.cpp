@@ -94,6 +94,12 @@ std::string positions_json(const InspectPositionsOptions& o) {
     out["base"] = rope.base;
     out["inv_freq"] = to_vector(rope.inv_freq);
     out["attention_scale"] = rope.attention_scale;
+    const auto& ext = spec.extension;
+    if (ext.method == models::ExtensionMethod::llama3)
+      out["extension"]["llama3"] = {{"low_freq_factor", ext.llama3.low_freq_factor},
+                                    {"high_freq_factor", ext.llama3.high_freq_factor}};
+    if (ext.method == models::ExtensionMethod::longrope)  // transformers switches lists past the original length
+      out["extension"]["longrope"] = {{"factors_in_effect", length > lt ? "long_factor" : "short_factor"}};
   } else {
     out["scheme"] = "alibi";
     out["slopes"] = to_vector(models::alibi_slopes_for(spec, length));

@@ -1,11 +1,17 @@
 #include "trainer/eval/stored_model.h"
 
+#include <filesystem>
+
 #include "common/atomic_write.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/log.h"
+#include "common/numbers.h"
 #include "models/hf.h"
 #include "models/model_io.h"
 #include "models/positions.h"
+#include "trainer/config/config.h"
+#include "trainer/config/model_ref.h"
 #include "trainer/config/model_values.h"
 
 namespace segtrain::trainer {
@@ -27,12 +33,70 @@ void check_store_fits(const StoredModel& model, int64_t store_vocab_size, const 
                      ") is larger than the model's (" + std::to_string(vocab) + ", " + model.dir + ")");
 }
 
-void export_stored_model(const std::string& path, const std::vector<std::string>& overrides, const std::string& out) {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The files transformers' AutoTokenizer (and generate) read from a model folder.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json",
+                                           "tokenizer.model",    "vocab.json",            "merges.txt",
+                                           "added_tokens.json",  "generation_config.json"};
+
+// Where the model's tokenizer lives: an HF folder itself, or the hf: base a
+// checkpoint was trained from (model.init in its config.yaml, followed through
+// checkpoint: bases). Empty for models trained from scratch, whose store's
+// tokenizer is not an HF tokenizer.
+std::string tokenizer_origin(std::string dir) {
+  for (int depth = 0; depth < 16; ++depth) {
+    if (models::detect_model_format(dir, &dir) == models::ModelFormat::hf) return dir;
+    const fs::path saved = fs::path(dir) / "config.yaml";
+    if (!fs::exists(saved)) return "";
+    const auto ref = parse_model_ref(parse_config_file(saved.string()).config.model.init);
+    if (!ref || !ref->from_folder()) return "";
+    if (ref->kind == ModelRef::Kind::hf) return ref->dir;
+    dir = ref->dir;
+  }
+  return "";
+}
+
+void copy_tokenizer_files(const std::string& origin, const fs::path& out) {
+  if (origin.empty()) return;
+  int copied = 0;
+  for (const char* name : kTokenizerFiles) {
+    const fs::path from = fs::path(origin) / name;
+    if (!fs::is_regular_file(from)) continue;
+    write_file_atomic(out / name, read_file(from, "tokenizer file"));
+    ++copied;
+  }
+  if (copied == 0)
+    log::warn("no tokenizer files in ", origin, " (the model's HF origin): the export has weights and config only");
+  else
+    log::info("copied ", copied, " tokenizer file(s) from ", origin);
+}
+
+}  // namespace
+
+void export_stored_model(const std::string& path, const std::vector<std::string>& overrides,
+                         const ExportRequest& request) {
+  models::HfExportOptions options;
+  if (request.dtype == "bfloat16") options.dtype = at::kBFloat16;
+  else if (request.dtype != "float32")
+    throw InputError("--dtype: expected float32 or bfloat16, got '" + request.dtype + "'");
+  const auto shard = parse_byte_size(request.max_shard_size);
+  if (!shard)
+    throw InputError("--max-shard-size: expected a positive size such as 5GB, 500MB, 2GiB or bytes, got '" +
+                     request.max_shard_size + "'");
+  options.max_shard_bytes = *shard;
   const StoredModel stored = open_stored_model(path, overrides);
   const auto& c = stored.config;
+  const std::string& out = request.out;
+  const std::string origin = tokenizer_origin(stored.dir);
+  if (!origin.empty() && !fs::is_directory(origin))
+    log::warn("the model's HF origin ", origin, " is gone: its tokenizer files are not copied to the export");
   // Built beside `out` and renamed in: a full disk or a kill never leaves half an export.
   AtomicDir staged(out);
-  models::export_hf(models::load_model(stored.dir, c), staged.path().string());
+  models::export_hf(models::load_model(stored.dir, c), staged.path().string(), options);
+  if (fs::is_directory(origin)) copy_tokenizer_files(origin, staged.path());
   staged.commit();
   log::info("exported ", path, " (", enum_name(models::kArchs, c.arch), ", extension ",
             enum_name(models::kExtensionMethods, c.extension.method), ") to ", out);

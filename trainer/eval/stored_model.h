@@ -23,7 +23,17 @@ StoredModel open_stored_model(const std::string& path, const std::vector<std::st
 // InputError when token ids of a store with `store_vocab_size` would be out of the model's range.
 void check_store_fits(const StoredModel& model, int64_t store_vocab_size, const std::string& store_name);
 
-// `segtrain export`: an HF folder transformers loads (models/hf.h).
-void export_stored_model(const std::string& path, const std::vector<std::string>& overrides, const std::string& out);
+// What `segtrain export` writes besides the weights' source.
+struct ExportRequest {
+  std::string out;
+  std::string dtype = "float32";       // float32 | bfloat16
+  std::string max_shard_size = "5GB";  // as transformers' save_pretrained: 5GB, 500MB, 2GiB, bytes
+};
+
+// `segtrain export`: an HF folder transformers loads (models/hf.h), with the
+// tokenizer files of the model's HF origin (the folder itself, or the hf: base
+// a checkpoint was trained from) so the folder is usable as it is.
+void export_stored_model(const std::string& path, const std::vector<std::string>& overrides,
+                         const ExportRequest& request);
 
 }  // namespace segtrain::trainer
