@@ -51,7 +51,7 @@ def main():
     rows = []
     for name, ref in refs.items():
         backend = ref.backend_tokenizer
-        row = {"tokenizer": name, "kind": "sentencepiece" if name == "llama2" else "byte-level BPE"}
+        row = {"tokenizer": name, "kind": "sentencepiece" if name.startswith("llama2") else "byte-level BPE"}
         for n in (1, threads):
             b, tokens, seconds = native(args.segtrain, corpus, folders[name], os.path.join(work, f"s-{name}"), n)
             row[f"segtrain_mb_s_{n}t"] = round(b / 1e6 / seconds, 2)

@@ -788,7 +788,15 @@ std::string without_dummy_prefix(const std::string& proto) {
 // sentencepiece's add_dummy_prefix adds in front of the text.
 enum class Prepend { never, always, unless_space, first_unless_space };
 
-Prepend prepend_of(const json& j) {
+Prepend prepend_of(const json& j, const json& config) {
+  // transformers 5's LlamaTokenizer (Llama 2, Mistral) keeps tokenizer.json's vocabulary,
+  // merges and post-processor but sets its own pipeline: no normalizer and
+  // Metaspace(prepend_scheme = add_prefix_space ? (legacy ? always : first) : never).
+  const std::string cls = str(config, "tokenizer_class");
+  if (cls == "LlamaTokenizer" || cls == "LlamaTokenizerFast") {
+    if (!config_flag(config, "add_prefix_space").value_or(true)) return Prepend::never;
+    return config_flag(config, "legacy").value_or(false) ? Prepend::unless_space : Prepend::first_unless_space;
+  }
   Prepend mode = Prepend::never;
   std::function<void(const json&)> normalizer = [&](const json& n) {
     if (!n.is_object()) return;
@@ -824,6 +832,7 @@ DocumentTokenizer open_document_tokenizer(const std::string& path) {
     d.meta_name = "tokenizer.model";
     d.vocab_size = sp->vocab_size();
     d.eos_id = sp->eos_id();
+    d.bos_id = sp->bos_id();  // recorded; documents do not start with it (add_bos false), as before
     d.encode = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode(text, out); };
     d.files.emplace_back("tokenizer.model", sp->serialized());
     return d;
@@ -880,7 +889,7 @@ DocumentTokenizer open_document_tokenizer(const std::string& path) {
         im->vocab_size = d.vocab_size;
         im->parse_post_processor(j.value("post_processor", json()), "post_processor");
         im->parse_added(j.value("added_tokens", json()));
-        mode = prepend_of(j);
+        mode = prepend_of(j, config);
       } catch (const json::exception& e) {
         throw InputError(tj.string() + ": not valid JSON: " + e.what());
       }

@@ -116,6 +116,7 @@ void prepare_store(const PrepareOptions& o) {
     given->meta_name = "tokenizer.model";
     given->vocab_size = sp->vocab_size();
     given->eos_id = sp->eos_id();
+    given->bos_id = sp->bos_id();
     given->encode = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode(text, out); };
     given->files.emplace_back("tokenizer.model", sp->serialized());
   }

@@ -42,6 +42,8 @@ EDGE_TEXTS = [
     "Emoji 👍🏽 🇩🇪 😀😀😀 👨‍👩‍👧 ✨ and symbols ←→ ≠ ∑ € £ ¥ © ™",
     "Unicode spaces: a\u000bb c\u0085d e\u00a0f g\u3000h i\u2009j k\u200bl\ufeffm",
     "Specials in text: <|endoftext|> x <|begin_of_text|>y<|end_of_text|> <|im_start|>user\nhi<|im_end|> <s> </s>",
+    "x</s>y </s> z a </s> b<unk>c",
+    "  two leading spaces",
     "   leading spaces and a long token ================================================== end",
     "code: for (int i = 0; i < n; ++i) { x[i] += y[i] * 2; } // comment\n\tif (a && b || !c) return -1;",
     " " * 20000 + "x",  # long pre-tokens: whitespace runs, letters, punctuation, newlines
@@ -164,6 +166,19 @@ def build_tokenizers(work, train_texts):
     json.dump(config, open(os.path.join(d, "tokenizer_config.json"), "w"), indent=2)
     folders["llama2"] = d
 
+    # The legacy form of Llama-2 folders: tokenizer.json with a Prepend + Replace normalizer,
+    # tokenizer_config.json with legacy true (transformers 5 then prepends to every piece).
+    legacy = os.path.join(work, "llama2-legacy")
+    shutil.copytree(d, legacy)
+    j = json.load(open(os.path.join(legacy, "tokenizer.json")))
+    j["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+    j["pre_tokenizer"] = None
+    json.dump(j, open(os.path.join(legacy, "tokenizer.json"), "w"), ensure_ascii=False)
+    config["legacy"] = True
+    json.dump(config, open(os.path.join(legacy, "tokenizer_config.json"), "w"), indent=2)
+    folders["llama2-legacy"] = legacy
+
     return {name: AutoTokenizer.from_pretrained(path) for name, path in folders.items()}, folders
 
 
@@ -215,7 +230,7 @@ def run(args, work):
         check(meta["eos_id"] == eos, f"{name}: meta eos_id {meta['eos_id']} != {eos}")
         check(meta["bos_id"] == bos, f"{name}: meta bos_id {meta['bos_id']} != {bos}")
         check(meta["vocab_size"] == len(tok), f"{name}: meta vocab_size {meta['vocab_size']} != {len(tok)}")
-        kind = "hf-sentencepiece" if name == "llama2" else "hf-bpe"
+        kind = "hf-sentencepiece" if name.startswith("llama2") else "hf-bpe"
         check(meta.get("tokenizer_kind") == kind, f"{name}: tokenizer_kind {meta.get('tokenizer_kind')} != {kind}")
         for f in os.listdir(folders[name]):
             if f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"):
