@@ -6,7 +6,11 @@
 //
 // Which one a folder uses: tokenizer.model when it is a sentencepiece model (the
 // tokenizer the base was trained with; HF's tokenizer.json beside it is a
-// conversion of it), else tokenizer.json. A document is stored as the ids
+// conversion of it), else tokenizer.json. With both, sentencepiece encodes as
+// transformers does with the folder: tokenizer.json's post-processor and added
+// tokens, and the leading "▁" where transformers 5 puts it (LlamaTokenizer:
+// add_prefix_space and legacy from tokenizer_config.json; others: the file's
+// Metaspace prepend_scheme or Prepend normalizer). A document is stored as the ids
 // transformers gives for `tok(text).input_ids` (so BOS first where the folder adds
 // one), followed by EOS unless those ids already end with it.
 #include <cstdint>
