@@ -9,6 +9,11 @@ vocabulary is not sentencepiece:
     .venv/bin/python scripts/pretokenize_hf.py --tokenizer gpt2/tokenizer.json \
         --input corpus/ more.jsonl --out store --valid-fraction 0.05
 
+`segtrain prepare --tokenizer HF_DIR` does the same natively (ids equal to transformers,
+tests/data/hf_tokenizer_test.py) and also adds BOS where the folder's tokenizer does and
+records bos_id/eos_id in meta.json; this script encodes without special tokens and needs
+only a tokenizer.json.
+
 Inputs are read like `segtrain prepare` reads them: directories (recursively, sorted)
 of .txt/.md/.rst and .gz forms, one document per file; .jsonl(.gz), one document per
 line in --text-field. Empty and invalid UTF-8 documents are skipped and counted. EOS
