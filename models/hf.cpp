@@ -311,7 +311,10 @@ ModelConfig read_hf_config(const std::string& dir) {
   const json cfg = read_json(path);
   const auto type = field<std::string>(cfg, "model_type", source);
   ModelConfig c;
-  if (type == "gpt2") {
+  const auto arch = arch_of_hf_model_type(type);
+  if (!arch)
+    throw InputError(source + ": model_type \"" + type + "\" is not supported (expected gpt2, gpt_neox, bloom, llama, mistral or qwen2)");
+  if (*arch == Arch::gpt2) {
     c.arch = Arch::gpt2;
     c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
     c.d_model = hidden_size(cfg, "n_embd", source);
@@ -326,7 +329,7 @@ ModelConfig read_hf_config(const std::string& dir) {
             "scale_attn_by_inverse_layer_idx");
     require(field_or<bool>(cfg, "scale_attn_weights", true, source), source, "scale_attn_weights=false");
     require(field_or<bool>(cfg, "tie_word_embeddings", true, source), source, "an untied gpt2 head");
-  } else if (type == "gpt_neox") {
+  } else if (*arch == Arch::gpt_neox) {
     c.arch = Arch::gpt_neox;
     c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
     c.d_model = field<int64_t>(cfg, "hidden_size", source);
@@ -346,9 +349,9 @@ ModelConfig read_hf_config(const std::string& dir) {
     c.rope.theta = field_or<double>(rope, "rope_theta", field_or<double>(cfg, "rotary_emb_base",
                                     field_or<double>(cfg, "rope_theta", 10000.0, source), source), source);
     read_rope_scaling(cfg, rope, c, source);
-  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+  } else if (*arch == Arch::llama) {
     read_llama_family(cfg, type, c, source);
-  } else if (type == "bloom") {
+  } else {
     c.arch = Arch::bloom;
     c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
     c.d_model = cfg.contains("hidden_size") ? hidden_size(cfg, "hidden_size", source)
@@ -366,8 +369,6 @@ ModelConfig read_hf_config(const std::string& dir) {
     c.max_positions = trained;
     require(!field_or<bool>(cfg, "apply_residual_connection_post_layernorm", false, source), source,
             "apply_residual_connection_post_layernorm=true");
-  } else {
-    throw InputError(source + ": model_type \"" + type + "\" is not supported (expected gpt2, gpt_neox, bloom, llama, mistral or qwen2)");
   }
   restore_extension(cfg, c, source);
   check_model_config(c);

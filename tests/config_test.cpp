@@ -46,6 +46,32 @@ TEST_F(ConfigTest, MinimalConfigTakesDocumentedDefaults) {
   EXPECT_TRUE(loaded.config.train.budget.compute_equivalent);
 }
 
+// A run from a base folder takes the folder's architecture when model.arch is not
+// written: without it a chunk run from a Llama folder was checked as gpt2 (learned
+// table, "set model.extension.method: interpolate"). HF model types map as the reader does.
+TEST_F(ConfigTest, ABaseFoldersArchitectureIsTheRunsUnlessWritten) {
+  const std::string chunk = "data: {store: " + store() + ", sampler: {method: chunk}}\n";
+  for (const auto& [type, arch] : {std::pair{"qwen2", models::Arch::llama}, std::pair{"mistral", models::Arch::llama},
+                                   std::pair{"gpt_neox", models::Arch::gpt_neox}, std::pair{"bloom", models::Arch::bloom}}) {
+    const auto base = dir.path() / type;
+    write_file(base / "config.json", std::string("{\"model_type\": \"") + type + "\"}");
+    const auto loaded = load_config(file("hf.yaml", "model: {init: \"hf:" + base.string() + "\"}\n" + chunk), {});
+    EXPECT_EQ(loaded.config.model.spec.arch, arch) << type;
+    EXPECT_FALSE(loaded.origins.count("model.arch")) << "taken from the folder, not written";
+  }
+  // A segtrain checkpoint says its arch in model_config.json.
+  write_file(dir.path() / "run/model_config.json", "{\"arch\": \"gpt_neox\"}");
+  EXPECT_EQ(load_config(file("ck.yaml", "model: {init: \"checkpoint:" + (dir / "run") + "\"}\n" + chunk), {})
+                .config.model.spec.arch,
+            models::Arch::gpt_neox);
+  // Written, it stays what the file says (resolve_model_config then checks it against the base).
+  const auto written = load_config(
+      file("w.yaml", "model: {init: \"hf:" + (dir / "bloom") + "\", arch: bloom}\n" + chunk), {});
+  EXPECT_EQ(written.config.model.spec.arch, models::Arch::bloom);
+  // Scratch keeps the default.
+  EXPECT_EQ(load_config(minimal(), {}).config.model.spec.arch, models::Arch::gpt2);
+}
+
 TEST_F(ConfigTest, EveryKeyIsEmittedAndDocumented) {
   Config config;
   const std::string yaml = to_yaml(config);

@@ -179,10 +179,11 @@ TEST(LlamaCli, ChunkRunFromAnHfLlamaTrainsAndExportsWhatTransformersLoads) {
   auto prepare = run(kBin, {"prepare", "--input", dir / "corpus/train.jsonl", dir / "corpus/valid.jsonl", "--out",
                             dir / "store", "--vocab-size", "64"});
   ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
+  // No model.arch: a run takes its hf: base's architecture from config.json.
   auto config = [&](const std::string& name, const std::string& base) {
     const std::string path = dir / (name + ".yaml");
     test::write_file(path, "run: {name: " + name + ", output_dir: " + (dir / name) + ", threads: 1}\n"
-                           "model: {init: \"hf:" + base + "\", arch: llama, extension: {method: interpolate}}\n"
+                           "model: {init: \"hf:" + base + "\", extension: {method: interpolate}}\n"
                            "data:\n  store: " + (dir / "store") + "\n  train_length: 32\n  extended_length: 64\n"
                            "  sampler: {method: chunk, alpha: 0.25}\n"
                            "train: {micro_batch_size: 2, lr: 1.0e-3, warmup_steps: 1, log_every: 1, checkpoint_every: 0,"

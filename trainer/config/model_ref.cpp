@@ -1,5 +1,10 @@
 #include "trainer/config/model_ref.h"
 
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
 namespace segtrain::trainer {
 
 std::optional<ModelRef> parse_model_ref(const std::string& text) {
@@ -12,6 +17,37 @@ std::optional<ModelRef> parse_model_ref(const std::string& text) {
 std::string model_ref_dir(const std::string& text) {
   const auto ref = parse_model_ref(text);
   return ref ? ref->dir : "";
+}
+
+namespace {
+
+std::optional<nlohmann::json> json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
+std::optional<std::string> string_field(const std::optional<nlohmann::json>& j, const char* key) {
+  if (!j || !j->contains(key) || !(*j)[key].is_string()) return std::nullopt;
+  return (*j)[key].get<std::string>();
+}
+
+}  // namespace
+
+std::optional<models::Arch> model_ref_arch(const std::string& text) {
+  namespace fs = std::filesystem;
+  const auto ref = parse_model_ref(text);
+  if (!ref || !ref->from_folder()) return std::nullopt;
+  fs::path dir = ref->dir;
+  if (ref->kind == ModelRef::Kind::hf) {
+    const auto type = string_field(json_file(dir / "config.json"), "model_type");
+    return type ? models::arch_of_hf_model_type(*type) : std::nullopt;
+  }
+  if (!fs::exists(dir / "model_config.json") && fs::exists(dir / "final" / "model_config.json")) dir /= "final";
+  const auto arch = string_field(json_file(dir / "model_config.json"), "arch");
+  return arch ? enum_from_name(models::kArchs, *arch) : std::nullopt;
 }
 
 }  // namespace segtrain::trainer

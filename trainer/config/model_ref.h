@@ -3,6 +3,8 @@
 #include <optional>
 #include <string>
 
+#include "models/config.h"
+
 namespace segtrain::trainer {
 
 struct ModelRef {
@@ -23,5 +25,11 @@ std::optional<ModelRef> parse_model_ref(const std::string& text);
 
 // The folder of a reference that parses, else "" (scratch and malformed ones).
 std::string model_ref_dir(const std::string& text);
+
+// The architecture of the model a reference names, read from the folder without
+// loading it (config.json's model_type, or model_config.json's arch of a segtrain
+// checkpoint or run); nullopt for scratch, a missing folder or one that says none
+// (the validator and the model reader report those).
+std::optional<models::Arch> model_ref_arch(const std::string& text);
 
 }  // namespace segtrain::trainer

@@ -8,6 +8,7 @@
 #include "common/file_io.h"
 #include "common/strings.h"
 #include "trainer/config/config.h"
+#include "trainer/config/model_ref.h"
 #include "trainer/config/schema.h"
 #include "trainer/config/yaml_text.h"
 
@@ -231,6 +232,9 @@ LoadedConfig load_config(const std::string& file, const std::vector<std::string>
   LoadedConfig loaded = parse_config_file(file);
   for (const auto& assignment : overrides) apply_override(loaded, assignment);
   if (loaded.config.eval.lengths.empty()) loaded.config.eval.lengths = eval_lengths_for(loaded.config.data);
+  // A base folder's own architecture, unless the config names one (which must then match it).
+  if (!loaded.origins.count("model.arch"))
+    if (const auto arch = model_ref_arch(loaded.config.model.init)) loaded.config.model.spec.arch = *arch;
   auto errors = validate_config(loaded, /*check_paths=*/true, use);
   if (!errors.empty()) fail(errors);
   return loaded;
