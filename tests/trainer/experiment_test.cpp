@@ -80,7 +80,7 @@ TEST(Experiment, TinyRopeGridEndToEnd) {
   std::vector<std::string> keys;
   for (const auto& x : c["rows"]) keys.push_back(x["key"]);
   EXPECT_EQ(keys, (std::vector<std::string>{"ootb-none", "ootb-interpolate", "ootb-ntk", "ootb-dynamic_ntk", "ootb-yarn",
-                                            "da", "full", "chunk-0.5", "prefix-0.5", "randompos"}));
+                                            "ootb-llama3", "da", "full", "chunk-0.5", "prefix-0.5", "randompos"}));
   for (const auto& x : c["rows"]) {
     EXPECT_TRUE(std::isfinite(ppl(x, 32)) && std::isfinite(ppl(x, 64))) << x["key"];
     EXPECT_EQ(x["position_loss"].size(), 63u) << x["key"];  // L_e - 1 scored positions
@@ -437,7 +437,7 @@ TEST(ExperimentReport, RingSectionComparesEndsAndPlotsReadAtAGlance) {
   std::ostringstream diff;
   diff << std::showpos << std::fixed << std::setprecision(4)
        << mean_of(c.rows[1], 127 - 13, 127) - mean_of(c.rows[0], 127 - 13, 127);
-  EXPECT_NE(md.find("chunk-ring-0.25 beats chunk-0.25 at L_e"), std::string::npos) << md;
+  EXPECT_NE(md.find("- at 4·L_t = 128: chunk-ring-0.25 beats chunk-0.25 at L_e"), std::string::npos) << md;
   EXPECT_NE(md.find("its loss is " + diff.str() + " nats per token (better)"), std::string::npos) << diff.str() << "\n" << md;
   // The paper's findings still pick the best of the uniform chunk rows only.
   EXPECT_EQ(md.find("- at 4·L_t = 128: chunk-ring-0.25 ("), std::string::npos) << md;

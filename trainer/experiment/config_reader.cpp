@@ -345,7 +345,7 @@ std::vector<models::ExtensionMethod> ootb_methods_for(models::Arch arch) {
   using E = models::ExtensionMethod;
   switch (models::position_scheme(arch)) {
     case models::PositionScheme::learned: return {E::interpolate};  // a table has no rows past L_t otherwise
-    case models::PositionScheme::rope: return {E::none, E::interpolate, E::ntk, E::dynamic_ntk, E::yarn};
+    case models::PositionScheme::rope: return {E::none, E::interpolate, E::ntk, E::dynamic_ntk, E::yarn, E::llama3};
     case models::PositionScheme::alibi: return {E::none, E::interpolate, E::dynamic_interpolate, E::ntk_alibi};
   }
   return {};
