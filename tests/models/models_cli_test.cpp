@@ -218,6 +218,13 @@ TEST(LlamaCli, ChunkRunFromAnHfLlamaTrainsAndExportsWhatTransformersLoads) {
   auto ours = model->forward(tokens, positions);
   auto theirs = read_safetensors(dir / "export/hf_logits.safetensors").at("logits");
   EXPECT_LT(test::max_abs_diff(ours, theirs), 1e-4);
+  // ... and that reloads into segtrain unchanged: the same extension and logits.
+  auto back = load_model(dir / "export");
+  EXPECT_EQ(back->config().extension.method, ExtensionMethod::interpolate);
+  EXPECT_DOUBLE_EQ(factor_of(back->config()), 2.0);
+  EXPECT_EQ(original_length_of(back->config()), 64);
+  back->eval();
+  EXPECT_LT(test::max_abs_diff(back->forward(tokens, positions), ours), 1e-6);
   // 4.x's rope_scaling block beside 5.x's rope_parameters, with the same scaling.
   EXPECT_EQ(cfg["rope_scaling"]["rope_type"], "linear");
   EXPECT_EQ(cfg["rope_scaling"]["factor"], 2.0);
