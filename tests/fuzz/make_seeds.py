@@ -53,6 +53,22 @@ for name, params in {
     cfg.save_pretrained(folder)
     copy(os.path.join(folder, "config.json"), "hf_config", f"transformers_gpt_neox_{name}.json")
 
+# Llama-family configs as hub checkpoints write them: Llama 3.1's llama3 block and a
+# Phi-3-style longrope block in 4.x's rope_scaling, the original length at the top level.
+for name, scaling in {
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 16},
+    "longrope": {"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0, 1.1], "long_factor": [1.5, 2.5]},
+}.items():
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": 8,
+           "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "max_position_embeddings": 128 if name == "llama3" else 32, "rms_norm_eps": 1e-6, "rope_theta": 500000.0,
+           "rope_scaling": scaling}
+    if name == "longrope":
+        cfg["original_max_position_embeddings"] = 16
+    with open(os.path.join(corpus, "hf_config", f"transformers_llama_{name}.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
 # A sharded GPT-NeoX: its shards are the fixture beside which the index is fuzzed.
 neox = save(GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=V, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                                              intermediate_size=16, max_position_embeddings=16, rotary_pct=0.5)),

@@ -46,7 +46,7 @@ cp runs/gpt_neox/final/model.safetensors "$OUT/safetensors/segtrain_gpt_neox.saf
 cp runs/bloom/final/optimizer.safetensors "$OUT/safetensors/segtrain_optimizer_bloom.safetensors"
 "$BIN" export --model runs/gpt2 --out export_gpt2 >/dev/null 2>&1
 "$BIN" export --model runs/bloom --out export_bloom --set model.extension.method=ntk_alibi --set model.extension.factor=2 >/dev/null 2>&1
-for ext in interpolate ntk dynamic_ntk yarn; do
+for ext in interpolate ntk dynamic_ntk yarn llama3; do
   "$BIN" export --model runs/gpt_neox --out "export_neox_$ext" --set model.extension.method=$ext \
     --set model.extension.factor=2 >/dev/null 2>&1
   cp "export_neox_$ext/config.json" "$OUT/hf_config/segtrain_export_gpt_neox_$ext.json"
