@@ -203,12 +203,17 @@ void ring_section(std::ostringstream& md, const CorpusResults& c) {
       for (const auto& [label, x] : {std::pair{uniform, u}, std::pair{ring, r}})
         md << "| " << f << "·L_t = " << le << " | " << label << " | " << cell(x.ppl) << " | " << loss_cell(x.first)
            << " | " << loss_cell(x.last) << " | " << loss_cell(x.all) << " |\n";
+      auto signed_nats = [](double d) {
+        std::ostringstream o;
+        o << std::showpos << std::fixed << std::setprecision(4) << d;
+        return o.str();
+      };
       std::ostringstream line;
-      line << std::showpos << std::fixed << std::setprecision(4);
       line << "- at " << f << "·L_t = " << le << ": " << ring << " " << (r.ppl < u.ppl ? "beats" : "does NOT beat") << " "
            << uniform << " at L_e (" << cell(r.ppl) << " vs " << cell(u.ppl) << ", " << percent(r.ppl / u.ppl)
-           << "); over the last 10% of positions its loss is " << r.last - u.last << " nats per token ("
-           << (r.last < u.last ? "better" : "not better") << "), over the first 10% " << r.first - u.first << ".\n";
+           << "); over the last 10% of positions its loss is " << signed_nats(r.last - u.last) << " nats per token ("
+           << (r.last < u.last ? "better" : "not better") << "), over the first 10% " << signed_nats(r.first - u.first)
+           << ".\n";
       lines.push_back(line.str());
     }
   }
