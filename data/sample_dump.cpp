@@ -13,13 +13,23 @@
 
 namespace segtrain::data {
 
-void write_sample_dump(const TokenStore& store, const DataConfig& config, const SampleDumpOptions& options) {
+namespace {
+
+// Samples one at a time on this thread: what `segtrain sample` shows is what the
+// trainer's loader would draw for (seed, epoch, index).
+Loader sample_loader(const TokenStore& store, const DataConfig& config, const SampleDumpOptions& options) {
   LoaderOptions lo;
   lo.seed = options.seed;
   lo.split = options.split;
   lo.micro_batch_size = 1;
   lo.threads = 0;
-  Loader loader(store, config, lo);
+  return Loader(store, config, lo);
+}
+
+}  // namespace
+
+void write_sample_dump(const TokenStore& store, const DataConfig& config, const SampleDumpOptions& options) {
+  Loader loader = sample_loader(store, config, options);
   const char* split = options.split == Split::train ? "train" : "valid";
   log::info("sample: ", split, " split: ", describe(loader.windows().stats, config.extended_length));
   std::string out;
@@ -120,12 +130,7 @@ std::string describe_coverage(const Coverage& c, const DataConfig& config) {
 }
 
 std::string sample_coverage(const TokenStore& store, const DataConfig& config, const SampleDumpOptions& options) {
-  LoaderOptions lo;
-  lo.seed = options.seed;
-  lo.split = options.split;
-  lo.micro_batch_size = 1;
-  lo.threads = 0;
-  Loader loader(store, config, lo);
+  Loader loader = sample_loader(store, config, options);
   return describe_coverage(measure_coverage(loader, config.extended_length, options.count), config);
 }
 

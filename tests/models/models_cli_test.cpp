@@ -240,6 +240,16 @@ TEST(LlamaCli, ChunkRunFromAnHfLlamaTrainsAndExportsWhatTransformersLoads) {
   EXPECT_EQ(ids(dir / "export"), ids(ref + "/llama"));
   EXPECT_NE(ids(dir / "export").find("[5, 17, 96, 0]"), std::string::npos) << ids(dir / "export");
 
+  // A checkpoint whose config.yaml no longer parses still exports its weights; only the
+  // tokenizer files cannot follow, and the warning says why.
+  fs::copy(dir / "llama/final", dir / "broken", fs::copy_options::recursive);
+  test::write_file(dir / "broken/config.yaml", "model: [\n");
+  auto broken = run(kBin, {"export", "--model", dir / "broken", "--out", dir / "export_broken"});
+  EXPECT_EQ(broken.exit_code, 0) << broken.err;
+  EXPECT_NE(broken.err.find("tokenizer files not copied"), std::string::npos) << broken.err;
+  EXPECT_TRUE(fs::exists(dir / "export_broken/model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "export_broken/tokenizer.json"));
+
   // bf16 and sharded on request: every tensor is the fp32 export's rounded to bf16,
   // the index names every shard, and transformers loads the folder.
   auto small = run(kBin, {"export", "--model", dir / "llama", "--out", dir / "export_bf16", "--dtype", "bfloat16",

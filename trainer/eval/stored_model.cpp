@@ -51,7 +51,13 @@ std::string tokenizer_origin(std::string dir) {
     if (models::detect_model_format(dir, &dir) == models::ModelFormat::hf) return dir;
     const fs::path saved = fs::path(dir) / "config.yaml";
     if (!fs::exists(saved)) return "";
-    const auto ref = parse_model_ref(parse_config_file(saved.string()).config.model.init);
+    std::optional<ModelRef> ref;
+    try {
+      ref = parse_model_ref(parse_config_file(saved.string()).config.model.init);
+    } catch (const InputError& e) {  // the weights export fine without it; say why no tokenizer follows
+      log::warn("tokenizer files not copied: ", e.what());
+      return "";
+    }
     if (!ref || !ref->from_folder()) return "";
     if (ref->kind == ModelRef::Kind::hf) return ref->dir;
     dir = ref->dir;
