@@ -76,6 +76,10 @@ struct TrainConfig {
   int64_t eval_every = 0;          // steps; 0: evaluate only at the end
   int64_t log_every = 10;
   int64_t max_bad_steps = 10;      // consecutive non-finite losses before aborting
+  // Tokens per slice of the LM head + cross-entropy (training and evaluation),
+  // so the full [tokens x vocab] logits never exist at once. nullopt: auto
+  // (slices of about 64 MiB of fp32 logits); 0: the whole logits at once.
+  std::optional<int64_t> loss_chunk_tokens;
   bool tensorboard = true;
 };
 
@@ -100,6 +104,7 @@ struct DistributedConfig {
   Backend backend = Backend::auto_select;
   int64_t timeout_s = 300;
   double bucket_mb = 4;  // gradient all-reduce bucket size: small enough that buckets overlap backward on small models
+  bool shard_optimizer = false;  // ZeRO-1: each rank keeps AdamW's moments for its 1/N slice of every bucket
 };
 
 struct Config {

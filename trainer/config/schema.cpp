@@ -372,6 +372,10 @@ std::vector<Field> fields(Config& c) {
       integer("train.log_every", t.log_every, 1, kMaxInt, "Steps between metrics lines."),
       integer("train.max_bad_steps", t.max_bad_steps, 1, kMaxInt,
               "Consecutive non-finite losses (steps skipped) before the run aborts."),
+      maybe_integer("train.loss_chunk_tokens", t.loss_chunk_tokens, "auto", 0,
+                    "Tokens per slice of the LM head and cross-entropy (training and evaluation), so the full "
+                    "[tokens x vocab] logits never exist at once; auto: slices of about 64 MiB of fp32 logits; "
+                    "0: the whole logits at once."),
       flag("train.tensorboard", t.tensorboard, "Also write TensorBoard scalars to output_dir/tensorboard."),
 
       maybe_integer_list("eval.lengths", c.eval.lengths, "auto", 2,
@@ -392,6 +396,9 @@ std::vector<Field> fields(Config& c) {
               "Seconds a collective may wait before the run fails."),
       real("distributed.bucket_mb", c.distributed.bucket_mb, above(0), kNoHigh,
            "Gradient all-reduce bucket size in MB; each bucket is summed over ranks while backward still runs."),
+      flag("distributed.shard_optimizer", c.distributed.shard_optimizer,
+           "ZeRO-1: each rank keeps AdamW's moments for its 1/N slice of every bucket; gradients are "
+           "reduce-scattered and the updated slices all-gathered. Checkpoints hold the whole optimizer state."),
   };
 }
 
