@@ -1,8 +1,16 @@
-// FusedAdamW against LibTorch's own (per-parameter) torch::optim::AdamW.
+// FusedAdamW against LibTorch's own (per-parameter) torch::optim::AdamW, and
+// ShardedAdamW (ZeRO-1) against FusedAdamW.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <memory>
+
+#include "common/error.h"
+
+#include "trainer/train/flat_buckets.h"
 #include "trainer/train/optimizer.h"
+#include "trainer/train/sharded_optimizer.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -42,8 +50,9 @@ TEST(FusedAdamW, MatchesTorchOptimAdamWWithDecayGroups) {
   };
   torch::optim::AdamW reference({make_group(decay, 0.1), make_group(no_decay, 0.0)},
                                 torch::optim::AdamWOptions(o.lr));
-  EXPECT_TRUE(fused.decays("h.0.attn.weight"));
-  EXPECT_FALSE(fused.decays("wte.weight"));
+  EXPECT_TRUE(decays(o, "h.0.attn.weight", ours[0].second));
+  EXPECT_FALSE(decays(o, "h.0.attn.bias", ours[1].second));
+  EXPECT_FALSE(decays(o, "wte.weight", ours[3].second));
 
   for (int step = 0; step < 5; ++step) {
     const double lr = o.lr * (1.0 - 0.1 * step);
@@ -89,6 +98,140 @@ TEST(FusedAdamW, ParametersWithoutGradientsAreLeftAlone) {
   EXPECT_TRUE(torch::equal(params[0].second, before));
   opt.zero_grad();
   EXPECT_FALSE(params[1].second.grad().defined());
+}
+
+
+// One rank of a simulated group: the test moves the slices between ranks
+// itself (as the all-gather would), so the collectives here do nothing, and
+// the all-reduce of the norm adds what the other ranks reported.
+class SimulatedRank : public ProcessGroup {
+ public:
+  SimulatedRank(int64_t rank, int64_t world) : rank_(rank), world_(world) {}
+  int64_t rank() const override { return rank_; }
+  int64_t world_size() const override { return world_; }
+  void broadcast(std::vector<at::Tensor>&) override {}
+  void all_reduce_sum(std::vector<at::Tensor>& tensors) override {
+    for (auto& t : tensors) t.add_(others);
+  }
+  std::unique_ptr<PendingCollective> all_reduce_sum_async(const at::Tensor&) override { return done(); }
+  std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor&) override { return done(); }
+  std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor&) override { return done(); }
+  void barrier() override {}
+  double others = 0;  // what the other ranks add to an all-reduce
+
+ private:
+  static std::unique_ptr<PendingCollective> done() {
+    struct Done : PendingCollective {
+      void wait() override {}
+    };
+    return std::make_unique<Done>();
+  }
+  int64_t rank_, world_;
+};
+
+// Three ranks, each updating only its third of every bucket (tiny buckets cut
+// parameters, and decay groups, at slice boundaries), give FusedAdamW's values
+// once the slices are gathered; each holds a third of the moments; the whole
+// FusedAdamW state loads into the slices and the next step still agrees.
+TEST(ShardedAdamW, ThreeRanksOfSlicesUpdateLikeFusedAdamWOnTheWholeTensors) {
+  AdamWOptions o;
+  o.lr = 1e-2;
+  o.no_decay = {"wte"};
+  const int64_t world = 3;
+  auto reference = make_params(7);
+  FusedAdamW fused(reference, o);
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> params;
+  std::vector<std::unique_ptr<SimulatedRank>> groups;
+  std::vector<std::unique_ptr<FlatBuckets>> flats;
+  std::vector<std::unique_ptr<ShardedAdamW>> ranks;
+  for (int64_t r = 0; r < world; ++r) {
+    params.push_back(make_params(7));
+    std::vector<at::Tensor> plain;
+    for (auto& [n, p] : params.back()) plain.push_back(p);
+    groups.push_back(std::make_unique<SimulatedRank>(r, world));
+    // 50 floats a bucket: wte alone, then ln_1, bias and attn.weight together,
+    // whose slices of 15 cut the bias/attn.weight boundary (two decay groups).
+    flats.push_back(std::make_unique<FlatBuckets>(plain, 200, world));
+    ranks.push_back(std::make_unique<ShardedAdamW>(params.back(), o, *flats.back(), *groups.back()));
+  }
+  ASSERT_EQ(flats[0]->buckets().size(), 2u);
+  // The gather: every rank's buffers get rank r's slice r.
+  auto gather = [&] {
+    for (size_t b = 0; b < flats[0]->buckets().size(); ++b)
+      for (int64_t r = 0; r < world; ++r) {
+        const auto& mine = flats[r]->buckets()[b];
+        const int64_t n = mine.slice_numel(world), at = mine.slice_begin(r, world);
+        for (int64_t other = 0; other < world; ++other)
+          flats[other]->buckets()[b].params.narrow(0, at, n).copy_(mine.params.narrow(0, at, n));
+      }
+  };
+  auto set_grads = [&](int step) {
+    fake_grads(reference, step);
+    for (auto& rank_params : params) {
+      torch::manual_seed(1000 + step);
+      torch::NoGradGuard no_grad;
+      for (auto& [name, p] : rank_params) p.mutable_grad().copy_(torch::randn_like(p));  // into the bucket views
+    }
+  };
+  for (int step = 0; step < 4; ++step) {
+    set_grads(step);
+    fused.step(1e-2);
+    for (auto& rank : ranks) rank->step(1e-2);
+    gather();
+    for (int64_t r = 0; r < world; ++r)
+      for (size_t i = 0; i < reference.size(); ++i)
+        EXPECT_TRUE(torch::allclose(params[r][i].second, reference[i].second, 0, 1e-7))
+            << reference[i].first << " rank " << r << " step " << step;
+  }
+  int64_t sharded_bytes = 0;
+  for (auto& rank : ranks) sharded_bytes += rank->state_bytes();
+  int64_t moments = 0;
+  for (auto& [n, p] : reference) moments += 2 * p.nbytes();
+  // Together the ranks hold each moment once (plus a 4-byte step count a piece).
+  EXPECT_GE(sharded_bytes, moments);
+  EXPECT_LE(sharded_bytes, moments + 4 * 64);
+  EXPECT_LE(ranks[0]->state_bytes(), moments / world + 4 * 16);
+  EXPECT_GE(ranks[0]->state_bytes(), moments / world - 4 * 16);
+
+  // The whole state of FusedAdamW, loaded into each rank's slices.
+  const auto state = fused.state_dict();
+  for (auto& rank : ranks) {
+    rank->load_state_dict(state);
+    EXPECT_EQ(rank->steps_taken(), 4);
+  }
+  set_grads(10);
+  fused.step(1e-3);
+  for (auto& rank : ranks) rank->step(1e-3);
+  gather();
+  for (size_t i = 0; i < reference.size(); ++i)
+    EXPECT_TRUE(torch::allclose(params[2][i].second, reference[i].second, 0, 1e-7)) << reference[i].first;
+
+  auto missing = state;
+  missing.erase("exp_avg_sq.h.0.attn.bias");
+  EXPECT_THROW(ranks[1]->load_state_dict(missing), InputError);
+}
+
+// The norm of the whole gradient from the slices: each rank's squares plus
+// what the others report; clipping scales only the rank's own slices.
+TEST(ShardedAdamW, ClipsByTheGlobalNorm) {
+  auto params = make_params(3);
+  std::vector<at::Tensor> plain;
+  for (auto& [n, p] : params) plain.push_back(p);
+  SimulatedRank group(1, 2);
+  FlatBuckets flat(plain, 1 << 20, 2);
+  ShardedAdamW sharded(params, AdamWOptions{}, flat, group);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [n, p] : params) p.mutable_grad().fill_(1.0);
+  }
+  const auto& bucket = flat.buckets()[0];
+  const int64_t n = bucket.slice_numel(2);
+  const int64_t mine = bucket.numel - bucket.slice_begin(1, 2);  // rank 1's elements (the padding excluded)
+  group.others = 16.0;                                           // rank 0's squares
+  const double norm = sharded.clip_grad_norm(1.0);
+  EXPECT_NEAR(norm, std::sqrt(static_cast<double>(mine) + 16.0), 1e-6);
+  EXPECT_NEAR(bucket.grads.narrow(0, n, mine)[0].item<double>(), 1.0 / (norm + 1e-6), 1e-7);
+  EXPECT_EQ(bucket.grads[0].item<double>(), 1.0);  // rank 0's slice: not this rank's to scale
 }
 
 }  // namespace

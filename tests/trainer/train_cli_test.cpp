@@ -71,6 +71,31 @@ class TrainCli : public ::testing::Test {
   }
   void expect_two_ranks_equal_one(const std::string& name, const std::vector<std::string>& sets,
                                   const std::vector<std::string>& rank_sets);
+  // `segtrain ARGS...` as ranks 0 and 1 of a Gloo group on a port of its own (by `key`).
+  static std::pair<test::RunResult, test::RunResult> run_two_ranks(const std::string& key,
+                                                                   const std::vector<std::string>& args) {
+    const std::string port = std::to_string(20000 + (getpid() + 7919 * std::hash<std::string>{}(key)) % 20000);
+    auto rank_args = [&](int rank) {
+      std::vector<std::string> a = {"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                    "MASTER_PORT=" + port, kBin};
+      a.insert(a.end(), args.begin(), args.end());
+      return a;
+    };
+    test::RunResult other;
+    std::thread second([&] { other = run("env", rank_args(1)); });
+    auto first = run("env", rank_args(0));
+    second.join();
+    return {first, other};
+  }
+  // The largest difference between two runs' final weights.
+  static double weight_difference(const std::string& a, const std::string& b) {
+    const auto x = models::read_safetensors(a + "/final/model.safetensors");
+    const auto y = models::read_safetensors(b + "/final/model.safetensors");
+    double most = x.size() == y.size() ? 0.0 : 1e9;
+    for (const auto& [name, t] : x)
+      most = std::max(most, y.count(name) ? (t - y.at(name)).abs().max().item<double>() : 1e9);
+    return most;
+  }
   static test::TempDir* dir_;
 };
 test::TempDir* TrainCli::dir_ = nullptr;
@@ -374,20 +399,12 @@ void TrainCli::expect_two_ranks_equal_one(const std::string& name, const std::ve
   single_args.insert(single_args.end(), sets.begin(), sets.end());
   auto single = run(kBin, single_args);
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  const std::string port = std::to_string(20000 + (getpid() + 7919 * std::hash<std::string>{}(name)) % 20000);
-  const std::string cfg = config(name + "-2", "gpt_neox", "chunk");
-  auto rank_args = [&](int rank) {
-    std::vector<std::string> a = {"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
-                                  "MASTER_PORT=" + port, kBin, "train", cfg, "--set", "train.budget.tokens=4000",
-                                  "--set", "run.log_all_ranks=true", "--set", "distributed.bucket_mb=0.005"};
-    a.insert(a.end(), sets.begin(), sets.end());
-    a.insert(a.end(), rank_sets.begin(), rank_sets.end());
-    return a;
-  };
-  test::RunResult other;
-  std::thread second([&] { other = run("env", rank_args(1)); });
-  auto first = run("env", rank_args(0));
-  second.join();
+  std::vector<std::string> rank_args = {"train", config(name + "-2", "gpt_neox", "chunk"), "--set",
+                                        "train.budget.tokens=4000", "--set", "run.log_all_ranks=true",
+                                        "--set", "distributed.bucket_mb=0.005"};
+  rank_args.insert(rank_args.end(), sets.begin(), sets.end());
+  rank_args.insert(rank_args.end(), rank_sets.begin(), rank_sets.end());
+  auto [first, other] = run_two_ranks(name, rank_args);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   ASSERT_EQ(other.exit_code, 0) << other.err;
   auto a = values(run_dir(name + "-1"), "loss"), b = values(run_dir(name + "-2"), "loss");
@@ -402,6 +419,7 @@ void TrainCli::expect_two_ranks_equal_one(const std::string& name, const std::ve
   EXPECT_NE(rank0, "missing");
   EXPECT_EQ(rank0, checksum(run_dir(name + "-2") + "/logs/rank-1.log")) << "ranks ended with different weights";
   EXPECT_NEAR(std::stod(rank0), std::stod(checksum(run_dir(name + "-1") + "/logs/rank-0.log")), 1e-3);
+  EXPECT_LT(weight_difference(run_dir(name + "-1"), run_dir(name + "-2")), 1e-5);
 }
 
 TEST_F(TrainCli, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
@@ -418,6 +436,74 @@ TEST_F(TrainCli, TwoRanksEqualOneRankWithActivationCheckpointing) {
 // Gradients are summed over ranks only on the last micro-batch of a step.
 TEST_F(TrainCli, TwoRanksWithGradientAccumulationEqualOneRank) {
   expect_two_ranks_equal_one("dp-accum", {}, {"--set", "train.micro_batch_size=1", "--set", "train.grad_accum=2"});
+}
+
+// ZeRO-1: with distributed.shard_optimizer each rank updates its half of every
+// bucket and gathers the other half, and trains exactly like one rank (losses
+// and final weights within 1e-5) while holding half of AdamW's moments.
+TEST_F(TrainCli, TwoShardedRanksEqualOneRankWithHalfTheOptimizerState) {
+  expect_two_ranks_equal_one("zero", {}, {"--set", "train.micro_batch_size=2", "--set", "distributed.shard_optimizer=true"});
+  const double one = values(run_dir("zero-1"), "optimizer_state_mb").back();
+  const double each = values(run_dir("zero-2"), "optimizer_state_mb").back();
+  EXPECT_NEAR(each / one, 0.5, 0.02) << each << " MiB on rank 0 of 2, " << one << " MiB on one rank";
+  EXPECT_NE(test::read_file(run_dir("zero-2") + "/logs/rank-1.log").find("(sharded over 2 ranks)"), std::string::npos);
+}
+
+TEST_F(TrainCli, TwoShardedRanksEqualOneRankWithCheckpointingAndAccumulation) {
+  expect_two_ranks_equal_one("zero-ckpt-accum", {"--set", "model.activation_checkpointing=true"},
+                             {"--set", "train.micro_batch_size=1", "--set", "train.grad_accum=2", "--set",
+                              "distributed.shard_optimizer=true"});
+}
+
+// A sharded run's checkpoint holds the whole optimizer state: from step 8 two
+// sharded ranks, and one rank with grad_accum 2 (the same global batch), both
+// continue to the uninterrupted run's losses and final weights. Another global
+// batch is refused, and export needs no optimizer state.
+TEST_F(TrainCli, AShardedCheckpointResumesOnTheSameAndAnotherWorldSize) {
+  const std::vector<std::string> sets = {"--set", "train.budget.tokens=4000", "--set", "train.micro_batch_size=2",
+                                         "--set", "train.checkpoint_every=8", "--set", "train.keep_last=0",
+                                         "--set", "distributed.bucket_mb=0.005"};
+  auto args = [&](const std::string& name, std::vector<std::string> more) {
+    std::vector<std::string> a = {"train", config(name, "gpt_neox", "chunk")};
+    a.insert(a.end(), sets.begin(), sets.end());
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const std::vector<std::string> sharded = {"--set", "distributed.shard_optimizer=true"};
+  auto [whole, whole1] = run_two_ranks("zero-whole", args("zero-whole", sharded));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  ASSERT_EQ(whole1.exit_code, 0) << whole1.err;
+  for (const std::string name : {"zero-same", "zero-other", "zero-refused"}) {
+    fs::create_directories(run_dir(name) + "/checkpoints");
+    fs::copy(run_dir("zero-whole") + "/checkpoints/step-8", run_dir(name) + "/checkpoints/step-8",
+             fs::copy_options::recursive);
+  }
+  auto resume = args("zero-same", sharded);
+  resume.push_back("--resume");
+  auto [same, same1] = run_two_ranks("zero-same", resume);
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  ASSERT_EQ(same1.exit_code, 0) << same1.err;
+  auto other = run(kBin, args("zero-other", {"--set", "train.grad_accum=2", "--resume"}));
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+
+  const auto reference = values(run_dir("zero-whole"), "loss");
+  for (const std::string name : {"zero-same", "zero-other"}) {
+    const auto resumed = values(run_dir(name), "loss");
+    ASSERT_EQ(resumed.size() + 8, reference.size()) << name;
+    for (size_t i = 0; i < resumed.size(); ++i) EXPECT_NEAR(resumed[i], reference[i + 8], 1e-5) << name << " step " << i + 9;
+    EXPECT_LT(weight_difference(run_dir(name), run_dir("zero-whole")), 1e-5) << name;
+  }
+
+  auto refused = run(kBin, args("zero-refused", {"--resume"}));
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("global batch: checkpoint has 4 sequences a step (micro_batch_size 2 x grad_accum 1 x 2 "
+                             "ranks), this run has 2"),
+            std::string::npos)
+      << refused.err;
+
+  fs::remove(run_dir("zero-whole") + "/final/optimizer.safetensors");
+  auto exported = run(kBin, {"export", "--model", run_dir("zero-whole") + "/final", "--out", *dir_ / "zero-hf"});
+  EXPECT_EQ(exported.exit_code, 0) << exported.err;
 }
 
 // Without a launcher to tear it down, a rank whose peer was SIGKILLed fails its

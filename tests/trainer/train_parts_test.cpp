@@ -15,7 +15,10 @@
 #include "trainer/eval/perplexity.h"
 #include "common/error.h"
 #include "data/tokenizer.h"
+#include "trainer/train/flat_buckets.h"
+#include "trainer/train/gradient_sync.h"
 #include "trainer/train/optimizer.h"
+#include "trainer/train/sharded_optimizer.h"
 #include "trainer/eval/passkey.h"
 #include "trainer/train/step_loss.h"
 
@@ -229,6 +232,18 @@ class DoublingGroup : public ProcessGroup {
     later->t = tensor;
     return later;
   }
+  // As if every rank held the same gradients: the slice doubles; the gather
+  // leaves the buffer as it is.
+  std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor& whole) override {
+    const int64_t n = whole.numel() / world_size();
+    return all_reduce_sum_async(whole.narrow(0, rank() * n, n));
+  }
+  std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor&) override {
+    struct Done : PendingCollective {
+      void wait() override {}
+    };
+    return std::make_unique<Done>();
+  }
   void barrier() override {}
   std::vector<int64_t> started;  // sizes of the all-reduces, in order
 };
@@ -276,7 +291,8 @@ TEST(GradientSync, StartsEveryBucketDuringTheLastBackwardAndSumsExactly) {
 
     SyncCase s = sync_case(checkpointing);
     DoublingGroup group;
-    GradientSync sync(group, s.params, 4096);
+    FlatBuckets flat(s.params, 4096, group.world_size());
+    GradientSync sync(group, flat, Reduction::all_reduce);
     const int64_t buckets = sync.stats().buckets;
     ASSERT_GT(buckets, 3);
     backward(s, 0);  // an earlier micro-batch: nothing is reduced
@@ -286,13 +302,20 @@ TEST(GradientSync, StartsEveryBucketDuringTheLastBackwardAndSumsExactly) {
     EXPECT_EQ(static_cast<int64_t>(group.started.size()), buckets) << "checkpointing " << checkpointing;
     sync.finish();
     EXPECT_EQ(sync.stats().started_in_backward, buckets);
-    EXPECT_EQ(sync.stats().reduced_again, 0);
-    // Buckets follow reverse registration order and hold every parameter once.
-    int64_t total = 0;
-    for (auto n : group.started) total += n;
-    int64_t numel = 0;
+    // Buckets follow reverse registration order, hold every parameter once and
+    // are padded to a multiple of the world size; each reduction is one bucket.
+    int64_t numel = 0, packed = 0;
     for (const auto& p : s.params) numel += p.numel();
-    EXPECT_EQ(total, numel);
+    for (size_t b = 0; b < flat.buckets().size(); ++b) {
+      const FlatBucket& bucket = flat.buckets()[b];
+      packed += bucket.numel;
+      EXPECT_EQ(group.started[b], bucket.grads.numel());
+      EXPECT_EQ(bucket.grads.numel() % 2, 0);
+      EXPECT_LT(bucket.grads.numel() - bucket.numel, 2);
+      EXPECT_GE(bucket.members.front(), bucket.members.back());
+      if (b > 0) EXPECT_GT(flat.buckets()[b - 1].members.back(), bucket.members.front());
+    }
+    EXPECT_EQ(packed, numel);
     for (size_t i = 0; i < s.params.size(); ++i)
       EXPECT_TRUE(s.params[i].grad().equal(expected[i] * 2)) << "parameter " << i << " checkpointing " << checkpointing;
   }
@@ -308,7 +331,8 @@ TEST(GradientSync, AParameterWithoutAGradientDoesNotBlockTheStep) {
   params.push_back(unused);  // registered last: in the first bucket, which every other one waits for
   DoublingGroup group;
   {
-    GradientSync sync(group, params, 8192);  // the unused parameter shares its bucket
+    FlatBuckets flat(params, 8192, group.world_size());
+    GradientSync sync(group, flat, Reduction::all_reduce);  // the unused parameter shares its bucket
     ASSERT_GT(sync.stats().buckets, 2);
     sync.arm();
     backward(s, 0);
@@ -316,7 +340,7 @@ TEST(GradientSync, AParameterWithoutAGradientDoesNotBlockTheStep) {
     const auto stats = sync.stats();
     EXPECT_EQ(stats.started_in_backward, 0);
     EXPECT_EQ(static_cast<int64_t>(group.started.size()), stats.buckets);
-    EXPECT_FALSE(unused.grad().defined());
+    EXPECT_TRUE(unused.grad().defined() && unused.grad().eq(0).all().item<bool>());  // zeros, as DDP's
   }
   // Destroyed, the sync leaves no hook behind.
   for (auto& p : s.params) p.mutable_grad() = at::Tensor();

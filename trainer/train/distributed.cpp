@@ -2,8 +2,6 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -20,7 +18,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <mutex>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -165,20 +162,22 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, std:
 
 class C10dPending : public PendingCollective {
  public:
-  C10dPending(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout, at::Tensor staged,
-              at::Tensor target, std::shared_ptr<const Peers> peers)
+  C10dPending(c10::intrusive_ptr<c10d::Work> work, const char* what, std::chrono::milliseconds timeout,
+              at::Tensor staged, at::Tensor target, std::shared_ptr<const Peers> peers)
       : work_(std::move(work)),
+        what_(what),
         timeout_(timeout),
         staged_(std::move(staged)),
         target_(std::move(target)),
         peers_(std::move(peers)) {}
   void wait() override {
-    wait_for(work_, "all_reduce", timeout_, *peers_);
+    wait_for(work_, what_, timeout_, *peers_);
     if (target_.defined()) target_.copy_(staged_);
   }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
+  const char* what_;
   std::chrono::milliseconds timeout_;
   at::Tensor staged_, target_;  // target_ is set when the collective ran on a copy
   std::shared_ptr<const Peers> peers_;
@@ -206,13 +205,31 @@ class C10dGroup : public ProcessGroup {
   std::unique_ptr<PendingCollective> all_reduce_sum_async(const at::Tensor& tensor) override {
     std::vector<at::Tensor> one{staged(tensor)};
     auto work = backend_->allreduce(one);
-    return std::make_unique<C10dPending>(std::move(work), timeout_, one[0],
+    return std::make_unique<C10dPending>(std::move(work), "all_reduce", timeout_, one[0],
                                          one[0].is_same(tensor) ? at::Tensor() : tensor, peers_);
+  }
+  // Flat gradient and parameter buckets live on the group's device already.
+  std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor& whole) override {
+    at::Tensor input = whole, mine = own_slice(whole);
+    auto work = backend_->_reduce_scatter_base(mine, input);
+    return std::make_unique<C10dPending>(std::move(work), "reduce_scatter", timeout_, at::Tensor(), at::Tensor(),
+                                         peers_);
+  }
+  std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& whole) override {
+    at::Tensor output = whole, mine = own_slice(whole);
+    auto work = backend_->_allgather_base(output, mine);
+    return std::make_unique<C10dPending>(std::move(work), "all_gather", timeout_, at::Tensor(), at::Tensor(), peers_);
   }
   void barrier() override { wait_for(backend_->barrier(), "barrier", timeout_, *peers_); }
 
  private:
   at::Tensor staged(const at::Tensor& t) const { return device_ && t.device() != *device_ ? t.to(*device_) : t; }
+  at::Tensor own_slice(const at::Tensor& whole) const {
+    TORCH_CHECK(whole.dim() == 1 && whole.is_contiguous() && whole.numel() % world_size() == 0,
+                "a sharded collective needs a contiguous 1-D tensor whose length divides by the world size");
+    const int64_t n = whole.numel() / world_size();
+    return whole.narrow(0, rank() * n, n);
+  }
 
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::optional<at::Device> device_;
@@ -458,141 +475,6 @@ std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const Distribut
                              (hint.empty() ? "" : "; " + hint) + debug_detail(err));
   }
   return std::make_unique<C10dGroup>(gloo, std::nullopt, timeout, peers);
-}
-
-// --- GradientSync -------------------------------------------------------------
-
-struct GradientSync::State {
-  struct Bucket {
-    std::vector<size_t> members;  // parameter indices
-    size_t ready = 0;             // members whose gradient was accumulated this step
-    bool started = false, stale = false;
-    std::vector<size_t> packed;   // members in `flat` (those with a gradient)
-    at::Tensor flat;
-    std::unique_ptr<PendingCollective> pending;
-  };
-
-  ProcessGroup* group = nullptr;
-  std::vector<at::Tensor> params;
-  std::vector<Bucket> buckets;
-  std::vector<size_t> bucket_of;
-  std::vector<char> ready;
-  size_t next = 0;  // buckets start in index order
-  bool armed = false;
-  Stats stats;
-  std::mutex mutex;
-
-  void start(Bucket& b) {
-    at::NoGradGuard no_grad;
-    std::vector<at::Tensor> parts;
-    b.packed.clear();
-    for (size_t i : b.members)
-      if (params[i].grad().defined()) parts.push_back(params[i].grad().reshape(-1)), b.packed.push_back(i);
-    b.started = true;
-    if (parts.empty()) return;
-    b.flat = at::cat(parts);
-    b.pending = group->all_reduce_sum_async(b.flat);
-  }
-
-  // Called by backward (the hook) once parameter i's .grad holds this micro-batch's share.
-  void accumulated(size_t i) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!armed) return;
-    Bucket& b = buckets[bucket_of[i]];
-    if (b.started) {
-      b.stale = true;
-      return;
-    }
-    if (ready[i]) return;
-    ready[i] = 1;
-    ++b.ready;
-    while (next < buckets.size() && buckets[next].ready == buckets[next].members.size()) {
-      start(buckets[next++]);
-      ++stats.started_in_backward;
-    }
-  }
-
-  // Runs in AccumulateGrad, right after parameter `index`'s .grad was updated.
-  struct Hook : torch::autograd::PostAccumulateGradHook {
-    Hook(std::weak_ptr<State> s, size_t i) : state(std::move(s)), index(i) {}
-    void operator()(const torch::autograd::Variable& /*param*/) override {
-      if (auto s = state.lock()) s->accumulated(index);
-    }
-    std::weak_ptr<State> state;
-    size_t index;
-  };
-};
-
-GradientSync::GradientSync(ProcessGroup& group, const std::vector<at::Tensor>& params, int64_t bucket_bytes)
-    : state_(std::make_shared<State>()) {
-  State& s = *state_;
-  s.group = &group;
-  for (const auto& p : params)
-    if (p.requires_grad()) s.params.push_back(p);
-  s.bucket_of.resize(s.params.size());
-  s.ready.assign(s.params.size(), 0);
-  int64_t size = 0;
-  for (size_t i = s.params.size(); i-- > 0;) {
-    const int64_t bytes = static_cast<int64_t>(s.params[i].nbytes());
-    if (s.buckets.empty() || (size > 0 && size + bytes > bucket_bytes)) s.buckets.emplace_back(), size = 0;
-    s.buckets.back().members.push_back(i);
-    s.bucket_of[i] = s.buckets.size() - 1;
-    size += bytes;
-  }
-  s.stats.buckets = static_cast<int64_t>(s.buckets.size());
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    TORCH_CHECK(!torch::autograd::impl::post_acc_grad_hooks(s.params[i]), "a parameter already has a post-accumulate hook");
-    torch::autograd::impl::set_post_acc_grad_hooks(s.params[i], std::make_unique<State::Hook>(state_, i));
-  }
-}
-
-GradientSync::~GradientSync() {
-  for (const auto& p : state_->params) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
-}
-
-void GradientSync::arm() {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  State& s = *state_;
-  for (auto& b : s.buckets) {
-    b.ready = 0;
-    b.started = b.stale = false;
-    b.packed.clear();
-    b.flat.reset();
-    b.pending.reset();
-  }
-  std::fill(s.ready.begin(), s.ready.end(), 0);
-  s.next = 0;
-  s.stats.started_in_backward = s.stats.reduced_again = 0;
-  s.armed = true;
-}
-
-void GradientSync::finish() {
-  std::lock_guard<std::mutex> lock(state_->mutex);  // backward is over
-  State& s = *state_;
-  s.armed = false;
-  while (s.next < s.buckets.size()) s.start(s.buckets[s.next++]);
-  at::NoGradGuard no_grad;
-  for (auto& b : s.buckets) {
-    if (b.pending) b.pending->wait();
-    if (b.stale) {  // a gradient grew after the bucket started: reduce it again as it is now
-      s.start(b);
-      if (b.pending) b.pending->wait();
-      ++s.stats.reduced_again;
-    }
-    int64_t offset = 0;
-    for (size_t i : b.packed) {
-      at::Tensor& grad = s.params[i].mutable_grad();
-      grad.copy_(b.flat.narrow(0, offset, grad.numel()).view_as(grad));
-      offset += grad.numel();
-    }
-    b.flat.reset();
-    b.pending.reset();
-  }
-}
-
-GradientSync::Stats GradientSync::stats() const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->stats;
 }
 
 }  // namespace segtrain::trainer

@@ -47,6 +47,16 @@ class ProcessGroup {
   // Starts summing `tensor` over all ranks in place and returns at once. Every
   // rank must start its collectives in the same order.
   virtual std::unique_ptr<PendingCollective> all_reduce_sum_async(const at::Tensor& tensor) = 0;
+  // ZeRO-1's two halves of an all-reduce, in place on a flat 1-D `whole` whose
+  // length divides by world_size(); rank r's slice is [r*n/W, (r+1)*n/W).
+  // reduce-scatter: afterwards rank r's slice holds the sum over ranks of that
+  // slice (the rest of `whole` is left as it was). all-gather: afterwards all of
+  // `whole` holds every rank's slice. c10d's reduce_scatter_tensor and
+  // all_gather_into_tensor (_reduce_scatter_base, _allgather_base), which Gloo
+  // and NCCL both offer, with the slice as the output (input) buffer: NCCL's
+  // in-place form (recvbuff == sendbuff + rank * count).
+  virtual std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor& whole) = 0;
+  virtual std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& whole) = 0;
   virtual void barrier() = 0;
 };
 
@@ -68,42 +78,5 @@ Backend resolve_backend(Backend wanted, bool cuda_device);
 // backtrace follows only at run.log_level: debug.
 std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const DistributedConfig& config,
                                       const at::Device& device);
-
-// Sums gradients over all ranks while backward is still running, the way DDP's
-// reducer does. Parameters are packed into buckets of about `bucket_bytes` in
-// reverse registration order, roughly the order backward produces their
-// gradients. Only on a step's last micro-batch (after arm()) a hook on each
-// parameter notes when its gradient has been accumulated; as soon as all of a
-// bucket's gradients are there, the bucket is flattened and its all-reduce
-// starts, buckets strictly in index order so every rank issues the same
-// sequence of collectives. finish() then starts what backward left (buckets
-// with a parameter that got no gradient this step), waits, and writes the sums
-// back into .grad. Reentrant activation checkpointing accumulates gradients in
-// a nested backward; the hooks fire there just the same. A gradient that is
-// accumulated again after its bucket started (a parameter used in two places
-// of a reentrant graph) makes that bucket be reduced once more in finish().
-// Ranks must agree on which parameters get a gradient, as they do for one model.
-class GradientSync {
- public:
-  GradientSync(ProcessGroup& group, const std::vector<at::Tensor>& params, int64_t bucket_bytes = 25 << 20);
-  ~GradientSync();  // removes the hooks
-  GradientSync(const GradientSync&) = delete;
-  GradientSync& operator=(const GradientSync&) = delete;
-
-  void arm();     // before the backward of the step's last micro-batch
-  void finish();  // after it: every .grad holds the sum over ranks
-
-  struct Stats {
-    int64_t buckets = 0;
-    int64_t started_in_backward = 0;  // in the last finish(); the rest were started by finish() itself
-    int64_t reduced_again = 0;
-  };
-  Stats stats() const;
-
- private:
-  struct State;
-  std::shared_ptr<State> state_;
-  std::vector<at::Tensor> params_;
-};
 
 }  // namespace segtrain::trainer

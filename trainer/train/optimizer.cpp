@@ -1,5 +1,7 @@
 #include "trainer/train/optimizer.h"
 
+#include <cmath>
+
 #include "common/error.h"
 
 namespace segtrain::trainer {
@@ -12,7 +14,7 @@ FusedAdamW::FusedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& na
   groups_[1].weight_decay = 0.0;
   for (const auto& [name, param] : named_parameters) {
     if (!param.requires_grad()) continue;
-    Group& g = decays(name) && param.dim() >= 2 ? groups_[0] : groups_[1];
+    Group& g = decays(options_, name, param) ? groups_[0] : groups_[1];
     g.names.push_back(name);
     g.params.push_back(param);
     g.exp_avg.push_back(at::zeros_like(param, at::MemoryFormat::Preserve));
@@ -22,10 +24,23 @@ FusedAdamW::FusedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& na
   }
 }
 
-bool FusedAdamW::decays(const std::string& name) const {
-  for (const auto& pattern : options_.no_decay)
+bool decays(const AdamWOptions& options, const std::string& name, const at::Tensor& param) {
+  if (param.dim() < 2) return false;
+  for (const auto& pattern : options.no_decay)
     if (!pattern.empty() && name.find(pattern) != std::string::npos) return false;
   return true;
+}
+
+// Two foreach kernels instead of a loop over parameters.
+double FusedAdamW::clip_grad_norm(double max_norm) {
+  std::vector<at::Tensor> grads;
+  for (const auto& g : groups_)
+    for (const auto& p : g.params)
+      if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  const double norm = at::stack(at::_foreach_norm(grads, 2, at::kFloat)).norm().item<double>();
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
+  return norm;
 }
 
 void FusedAdamW::step_group(Group& g, double lr) {
@@ -57,7 +72,15 @@ void FusedAdamW::zero_grad() {
       if (p.grad().defined()) p.mutable_grad() = at::Tensor();
 }
 
-std::map<std::string, at::Tensor> FusedAdamW::state_dict() const {
+int64_t FusedAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& g : groups_)
+    for (size_t i = 0; i < g.names.size(); ++i)
+      bytes += static_cast<int64_t>(g.exp_avg[i].nbytes() + g.exp_avg_sq[i].nbytes() + g.steps[i].nbytes());
+  return bytes;
+}
+
+std::map<std::string, at::Tensor> FusedAdamW::state_dict() {
   std::map<std::string, at::Tensor> state;
   for (const auto& g : groups_)
     for (size_t i = 0; i < g.names.size(); ++i) {

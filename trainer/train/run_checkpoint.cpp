@@ -75,12 +75,13 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
   }
 }
 
-void save_checkpoint(const fs::path& dir, const models::TransformerLM& model, const FusedAdamW& optimizer,
-                     const TrainerState& state, const Config& config) {
+void save_checkpoint(const fs::path& dir, const models::TransformerLM& model,
+                     const std::map<std::string, at::Tensor>& optimizer_state, const TrainerState& state,
+                     const Config& config) {
   try {
     AtomicDir out(dir);
     models::save_model_dir(model, out.path().string());
-    models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer.state_dict());
+    models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer_state);
     write_file_atomic(out.path() / "trainer_state.json", state_to_json(state));
     write_file_atomic(out.path() / "config.yaml", to_yaml(config));
     out.commit();
@@ -130,9 +131,28 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
   }
   const TrainerState state =
       state_from_json(read_file(checkpoint_dir / "trainer_state.json", "trainer state"), (checkpoint_dir / "trainer_state.json").string());
-  if (state.world_size != world_size)
-    differences.push_back("world size: checkpoint was written by " + std::to_string(state.world_size) +
-                          " ranks, this run has " + std::to_string(world_size));
+  // Sequences per optimizer step over all ranks; the loader's cursor counts them.
+  auto count = [&](const YAML::Node& c, const std::string& key) {
+    const std::string text = key_text(c, key);
+    try {
+      size_t used = 0;
+      const int64_t v = std::stoll(text, &used);
+      if (used == text.size() && v >= 1) return v;
+    } catch (const std::exception&) {
+    }
+    throw InputError(saved_config.string() + ": " + key + " is " + text + ", expected an integer >= 1");
+  };
+  auto global_batch = [&](const YAML::Node& c, int64_t ranks) {
+    const int64_t micro = count(c, "train.micro_batch_size"), accum = count(c, "train.grad_accum");
+    return std::make_pair(micro * accum * ranks, std::to_string(micro) + " x grad_accum " + std::to_string(accum) +
+                                                     " x " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks"));
+  };
+  const auto then = global_batch(saved, state.world_size), now = global_batch(current, world_size);
+  if (then.first != now.first)
+    differences.push_back("global batch: checkpoint has " + std::to_string(then.first) + " sequences a step (micro_batch_size " +
+                          then.second + "), this run has " + std::to_string(now.first) + " (micro_batch_size " + now.second +
+                          "); with another number of ranks, set train.grad_accum or train.micro_batch_size so the "
+                          "product stays the same");
   if (!differences.empty()) {
     std::string message = "cannot resume from " + checkpoint_dir.string() + ": its config differs:";
     for (const auto& d : differences) message += "\n  " + d;
@@ -140,7 +160,7 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
   }
 }
 
-void load_checkpoint(const fs::path& dir, models::TransformerLM& model, FusedAdamW& optimizer) {
+void load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer) {
   model->load_tensors(models::read_safetensors((dir / "model.safetensors").string()), (dir / "model.safetensors").string());
   optimizer.load_state_dict(models::read_safetensors((dir / "optimizer.safetensors").string()));
 }

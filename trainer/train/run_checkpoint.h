@@ -7,6 +7,7 @@
 // so one that exists is complete; leftovers of an interrupted write are ignored.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,8 +36,11 @@ std::string state_to_json(const TrainerState& state);
 TrainerState state_from_json(const std::string& text, const std::string& source);
 
 // Writes a complete checkpoint directory at `dir` (replacing one that is there).
-void save_checkpoint(const fs::path& dir, const models::TransformerLM& model, const FusedAdamW& optimizer,
-                     const TrainerState& state, const Config& config);
+// `optimizer_state` is Optimizer::state_dict(): the whole state, also when it
+// was sharded over ranks, so any world size can resume from it.
+void save_checkpoint(const fs::path& dir, const models::TransformerLM& model,
+                     const std::map<std::string, at::Tensor>& optimizer_state, const TrainerState& state,
+                     const Config& config);
 
 struct CheckpointRef {
   fs::path dir;
@@ -48,12 +52,15 @@ std::optional<CheckpointRef> newest_checkpoint(const fs::path& run_dir);
 
 // Refuses (InputError, listing every difference) a checkpoint whose config differs
 // from `config` in a key with KeyRole::resume, or in one of `extra_keys` (an
-// experiment also insists on the same optimizer settings).
+// experiment also insists on the same optimizer settings), or whose global
+// batch (micro_batch_size x grad_accum x ranks) differs: the world size may
+// change when grad_accum or micro_batch_size keeps the global batch, and the
+// data stream then continues with the same samples in each step.
 void check_resume_compatible(const fs::path& checkpoint_dir, const Config& config, int64_t world_size,
                              const std::vector<std::string>& extra_keys = {});
 
 // Loads weights and optimizer state saved by save_checkpoint.
-void load_checkpoint(const fs::path& dir, models::TransformerLM& model, FusedAdamW& optimizer);
+void load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer);
 
 // Keeps the newest `keep_last` step-* directories (0 keeps all) and removes any
 // leftovers of interrupted writes.

@@ -30,11 +30,14 @@
 #include "trainer/train/budget.h"
 #include "trainer/train/cadence.h"
 #include "trainer/train/distributed.h"
+#include "trainer/train/flat_buckets.h"
+#include "trainer/train/gradient_sync.h"
 #include "trainer/train/lr_schedule.h"
 #include "trainer/train/metrics.h"
 #include "trainer/train/model_setup.h"
 #include "trainer/train/optimizer.h"
 #include "trainer/train/run_checkpoint.h"
+#include "trainer/train/sharded_optimizer.h"
 #include "trainer/train/step_loss.h"
 
 namespace segtrain::trainer {
@@ -45,17 +48,6 @@ using Clock = std::chrono::steady_clock;
 std::string where(const LoadedConfig& loaded, const std::string& key) {
   auto it = loaded.origins.find(key);
   return (it != loaded.origins.end() ? it->second : loaded.source + " (default)") + ": " + key;
-}
-
-// Global-norm clipping with two foreach kernels instead of a loop over parameters.
-double clip_gradients(const std::vector<at::Tensor>& params, double max_norm) {
-  std::vector<at::Tensor> grads;
-  for (const auto& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return 0.0;
-  const double norm = at::stack(at::_foreach_norm(grads, 2, at::kFloat)).norm().item<double>();
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
-  return norm;
 }
 
 AdamWOptions adamw_options(const TrainConfig& t) {
@@ -124,6 +116,7 @@ class Trainer {
   void stop_if_signalled();
   void evaluate_during_training();
   std::vector<double> global_sum(std::vector<double> values);
+  void log_optimizer_memory();
 
   const Config& c_;
   DistributedEnv dist_;
@@ -135,8 +128,9 @@ class Trainer {
   models::ModelConfig model_config_;
   models::TransformerLM model_;
   std::vector<at::Tensor> params_;
+  std::unique_ptr<FlatBuckets> flat_;  // data parallel: parameters and gradients in flat buckets
   std::unique_ptr<GradientSync> sync_;
-  std::unique_ptr<FusedAdamW> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   TrainerState state_;
   std::unique_ptr<data::Loader> loader_;
   TrainingPlan plan_;
@@ -186,11 +180,18 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
     std::vector<at::Tensor> data;
     for (const auto& p : params_) data.push_back(p.detach());
     group_->broadcast(data);
-    // Sums gradients over ranks in buckets while the step's last backward runs.
-    sync_ = std::make_unique<GradientSync>(*group_, params_,
-                                           static_cast<int64_t>(c_.distributed.bucket_mb * (1 << 20)));
+    // Sums (or, sharded, reduce-scatters) gradients over ranks in buckets while
+    // the step's last backward runs.
+    flat_ = std::make_unique<FlatBuckets>(params_, static_cast<int64_t>(c_.distributed.bucket_mb * (1 << 20)),
+                                          dist_.world_size);
+    sync_ = std::make_unique<GradientSync>(
+        *group_, *flat_, c_.distributed.shard_optimizer ? Reduction::reduce_scatter : Reduction::all_reduce);
   }
-  optimizer_ = std::make_unique<FusedAdamW>(named, adamw_options(c_.train));
+  if (group_ && c_.distributed.shard_optimizer)
+    optimizer_ = std::make_unique<ShardedAdamW>(named, adamw_options(c_.train), *flat_, *group_);
+  else
+    optimizer_ = std::make_unique<FusedAdamW>(named, adamw_options(c_.train));
+  log_optimizer_memory();
   state_.world_size = dist_.world_size;
   if (run_.resume_from) {
     load_checkpoint(run_.resume_from->dir, model_, *optimizer_);
@@ -284,7 +285,7 @@ StepResult Trainer::train_step() {
 
   // A non-finite loss or gradient never reaches the weights; a step without
   // loss tokens (possible with prefix) has nothing to learn from.
-  result.grad_norm = std::isfinite(result.loss) ? clip_gradients(params_, c_.train.grad_clip) : result.loss;
+  result.grad_norm = std::isfinite(result.loss) ? optimizer_->clip_grad_norm(c_.train.grad_clip) : result.loss;
   if (!std::isfinite(result.loss) || !std::isfinite(result.grad_norm)) {
     ++state_.skipped_steps;
     ++state_.consecutive_bad_steps;
@@ -298,7 +299,8 @@ StepResult Trainer::train_step() {
     state_.consecutive_bad_steps = 0;
     if (result.loss_tokens > 0) optimizer_->step(result.lr);
   }
-  optimizer_->zero_grad();
+  if (flat_) flat_->zero_grad();  // the gradients stay views into the buckets
+  else optimizer_->zero_grad();
   ++state_.step;
   window_tokens_ += plan_.tokens_per_step;
   ++window_steps_;
@@ -315,17 +317,20 @@ void Trainer::log_step(const StepResult& step) {
                        {"grad_norm", step.grad_norm},
                        {"tokens_per_s", static_cast<double>(window_tokens_) / std::max(seconds, 1e-9)},
                        {"loss_tokens", step.loss_tokens},
-                       {"skipped_steps", state_.skipped_steps}};
+                       {"skipped_steps", state_.skipped_steps},
+                       {"optimizer_state_mb", std::round(static_cast<double>(optimizer_->state_bytes()) / (1 << 20) * 1000) / 1000}};
   row.update(peak_memory_json(peak_memory(device_)));
   metrics_->record(row, seconds_per_step * static_cast<double>(plan_.total_steps - state_.step));
   window_start_ = Clock::now();
   window_tokens_ = window_steps_ = 0;
 }
 
-// Rank 0 writes; the others wait so nobody runs ahead of a checkpoint.
+// Rank 0 writes; the others wait so nobody runs ahead of a checkpoint. A
+// sharded optimizer state is gathered first, by every rank.
 void Trainer::save(const fs::path& dir) {
+  const auto optimizer_state = optimizer_->state_dict();
   if (writer_) {
-    save_checkpoint(dir, model_, *optimizer_, state_, c_);
+    save_checkpoint(dir, model_, optimizer_state, state_, c_);
     prune_checkpoints(run_.dir, c_.train.keep_last);
   }
   if (group_) group_->barrier();
@@ -380,6 +385,18 @@ void Trainer::evaluate_final() {
                                         c_.eval.passkey_trials, static_cast<uint64_t>(c_.run.seed));
   write_eval_outputs(outputs, c_.run.name, results, passkey, EvalDevice{device_, peak_memory(device_)});
   log_passkey(passkey);
+}
+
+// AdamW's moments on this rank: with distributed.shard_optimizer about 1/N of
+// the whole (also in metrics.jsonl as optimizer_state_mb).
+void Trainer::log_optimizer_memory() {
+  const double mib = static_cast<double>(optimizer_->state_bytes()) / (1 << 20);
+  const bool sharded = group_ && c_.distributed.shard_optimizer;
+  log::info("rank ", dist_.rank, ": optimizer state ", std::fixed, std::setprecision(1), mib, " MiB",
+            sharded ? " (sharded over " + std::to_string(dist_.world_size) + " ranks)" : std::string(),
+            std::defaultfloat);
+  if (c_.distributed.shard_optimizer && !group_)
+    log::info("distributed.shard_optimizer: one rank holds the whole state; nothing to shard");
 }
 
 // Sums over ranks (identity for one process), so every rank takes the same decisions.

@@ -1,0 +1,46 @@
+#include "trainer/train/flat_buckets.h"
+
+#include <ATen/core/grad_mode.h>
+
+namespace segtrain::trainer {
+
+FlatBuckets::FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_bytes, int64_t world_size)
+    : world_size_(world_size) {
+  for (const auto& p : params)
+    if (p.requires_grad()) params_.push_back(p);
+  bucket_of_.resize(params_.size());
+  int64_t bytes = 0;
+  for (size_t i = params_.size(); i-- > 0;) {
+    const at::Tensor& p = params_[i];
+    const bool new_bucket = buckets_.empty() || (bytes > 0 && bytes + static_cast<int64_t>(p.nbytes()) > bucket_bytes) ||
+                            params_[buckets_.back().members.front()].options().dtype() != p.options().dtype() ||
+                            params_[buckets_.back().members.front()].device() != p.device();
+    if (new_bucket) buckets_.emplace_back(), bytes = 0;
+    FlatBucket& b = buckets_.back();
+    b.members.push_back(i);
+    b.offsets.push_back(b.numel);
+    b.numel += p.numel();
+    bytes += static_cast<int64_t>(p.nbytes());
+    bucket_of_[i] = buckets_.size() - 1;
+  }
+  at::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    const at::Tensor& first = params_[b.members.front()];
+    const int64_t padded = (b.numel + world_size_ - 1) / world_size_ * world_size_;
+    b.params = at::zeros({padded}, first.options());
+    b.grads = at::zeros({padded}, first.options());
+    for (size_t k = 0; k < b.members.size(); ++k) {
+      at::Tensor p = params_[b.members[k]];
+      at::Tensor values = b.params.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
+      values.copy_(p);
+      p.set_data(values);
+      p.mutable_grad() = b.grads.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
+    }
+  }
+}
+
+void FlatBuckets::zero_grad() {
+  for (auto& b : buckets_) b.grads.zero_();
+}
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,51 @@
+#pragma once
+// The parameters of a data-parallel run packed into flat buckets, as DDP's
+// gradient_as_bucket_view and ZeRO lay them out: each bucket is one flat buffer
+// of parameter values and one of gradients, and every parameter's data and
+// .grad become views into them. Collectives then run in place on whole buckets
+// (no packing copies), and a rank's 1/N slice of a bucket is a plain narrow().
+//
+// Parameters go into buckets of about `bucket_bytes` in reverse registration
+// order, roughly the order backward produces their gradients. Each buffer is
+// padded with zeros to a multiple of the world size so it splits into equal
+// slices; rank r owns [r*S, (r+1)*S) of every bucket, S = padded / world size.
+// Gradients stay allocated between steps and are zeroed, not freed.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace segtrain::trainer {
+
+struct FlatBucket {
+  std::vector<size_t> members;   // parameter indices, in the order they are packed
+  std::vector<int64_t> offsets;  // where each member starts in the buffers
+  int64_t numel = 0;             // the members' elements; the rest is padding
+  at::Tensor params, grads;      // flat, [padded]
+
+  int64_t slice_numel(int64_t world_size) const { return params.numel() / world_size; }
+  int64_t slice_begin(int64_t rank, int64_t world_size) const { return rank * slice_numel(world_size); }
+};
+
+class FlatBuckets {
+ public:
+  // Takes the parameters that require a gradient; all of a bucket's share one
+  // dtype and device (a change starts a new bucket).
+  FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_bytes, int64_t world_size);
+
+  const std::vector<at::Tensor>& params() const { return params_; }
+  std::vector<FlatBucket>& buckets() { return buckets_; }
+  const std::vector<FlatBucket>& buckets() const { return buckets_; }
+  size_t bucket_of(size_t param) const { return bucket_of_[param]; }
+  int64_t world_size() const { return world_size_; }
+
+  void zero_grad();  // every gradient (and the padding) to 0, in place
+
+ private:
+  std::vector<at::Tensor> params_;
+  std::vector<FlatBucket> buckets_;
+  std::vector<size_t> bucket_of_;
+  int64_t world_size_;
+};
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,53 @@
+#pragma once
+// Sums gradients over all ranks while backward is still running, the way DDP's
+// reducer does, on the flat buckets of FlatBuckets (each .grad is a view into
+// its bucket, so a collective runs in place on the bucket: no packing copies).
+// Only on a step's last micro-batch (after arm()) a hook on each parameter
+// notes when its gradient has been accumulated; as soon as all of a bucket's
+// gradients are there, its collective starts, buckets strictly in index order
+// so every rank issues the same sequence. finish() then starts what backward
+// left (buckets with a parameter that got no gradient this step) and waits.
+//   all_reduce:     afterwards every .grad holds the sum over ranks.
+//   reduce_scatter: afterwards only this rank's slice of each bucket holds the
+//                   sum (ZeRO-1: the optimizer updates that slice alone); the
+//                   rest of the buffer still holds this rank's own gradients.
+// Reentrant activation checkpointing accumulates gradients in a nested
+// backward; the hooks fire there just the same. A gradient accumulated again
+// after its bucket started (one parameter used in two checkpointed segments)
+// would race with the collective: finish() refuses the step instead, as DDP
+// does. Ranks must agree on which parameters get a gradient, as they do for
+// one model.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "trainer/train/distributed.h"
+#include "trainer/train/flat_buckets.h"
+
+namespace segtrain::trainer {
+
+enum class Reduction { all_reduce, reduce_scatter };
+
+class GradientSync {
+ public:
+  GradientSync(ProcessGroup& group, FlatBuckets& buckets, Reduction reduction);
+  ~GradientSync();  // removes the hooks
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
+
+  void arm();     // before the backward of the step's last micro-batch
+  void finish();  // after it: the sums are in place (see Reduction)
+
+  struct Stats {
+    int64_t buckets = 0;
+    int64_t started_in_backward = 0;  // in the last finish(); the rest were started by finish() itself
+  };
+  Stats stats() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace segtrain::trainer
