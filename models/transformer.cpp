@@ -103,6 +103,16 @@ TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(con
 }
 
 at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens, const at::Tensor& positions) {
+  return logits(hidden(tokens, positions));
+}
+
+at::Tensor TransformerLMImpl::head_weight() const { return lm_head ? lm_head->weight : wte->weight; }
+
+at::Tensor TransformerLMImpl::logits(const at::Tensor& hidden) {
+  return lm_head ? lm_head(hidden) : at::linear(hidden, wte->weight);
+}
+
+at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor& positions) {
   const auto& c = config_;
   if (tokens.dim() != 2 || positions.sizes() != tokens.sizes())
     throw InputError("TransformerLM.forward: tokens and positions must both be [B, T]; got " +
@@ -154,8 +164,7 @@ at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens, const at::Tensor
       x = block->forward(x, cos, sin, mask);
     }
   }
-  x = ln_f ? ln_f(x) : rms_f(x);
-  return lm_head ? lm_head(x) : at::linear(x, wte->weight);
+  return ln_f ? ln_f(x) : rms_f(x);
 }
 
 void TransformerLMImpl::load_tensors(const std::map<std::string, at::Tensor>& tensors, const std::string& source,

@@ -6,10 +6,12 @@
 //   bloom    ALiBi, LayerNorm after the embedding, tanh GELU, tied head
 //   llama    RoPE on the whole head, RMSNorm, SwiGLU, grouped-query attention,
 //            optional biases, tied or untied head (models/llama_block.h)
-// forward(tokens [B,T], positions [B,T]) -> logits [B,T,V]. Positions are any
-// per-sample ids (segmented sequences keep their original ones); the causal mask
-// follows sequence order. Parameter names are segtrain's own; models/hf_names.h
-// maps them to transformers'.
+// forward(tokens [B,T], positions [B,T]) -> logits [B,T,V], which is
+// logits(hidden(tokens, positions)); callers that need the head over slices of the
+// tokens (models/lm_head_loss.h) or at one position take hidden() and the head
+// apart. Positions are any per-sample ids (segmented sequences keep their original
+// ones); the causal mask follows sequence order. Parameter names are segtrain's
+// own; models/hf_names.h maps them to transformers'.
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
@@ -42,6 +44,12 @@ TORCH_MODULE(Block);
 struct TransformerLMImpl : torch::nn::Module {
   explicit TransformerLMImpl(ModelConfig config);
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions);
+  // The final norm's output [B,T,D]: everything but the LM head.
+  at::Tensor hidden(const at::Tensor& tokens, const at::Tensor& positions);
+  // The LM head's weight [V,D]: lm_head's, or wte's when the head is tied.
+  at::Tensor head_weight() const;
+  // The LM head on hidden states [...,D] -> logits [...,V].
+  at::Tensor logits(const at::Tensor& hidden);
 
   // Copies named tensors into the parameters (names as in named_parameters()).
   // A gpt2 position table with the original number of rows is interpolated to
