@@ -1,0 +1,45 @@
+#pragma once
+// The LM head and cross-entropy over slices of the tokens, so the full
+// [tokens x vocab] logits never exist at once (train.loss_chunk_tokens).
+//
+// Each slice of `chunk_tokens` rows of the hidden states [N,D] gets its logits
+// h W^T [chunk,V] in fp32, their log-sum-exp and the negative log-likelihood of
+// its targets; with gradients, the same pass also turns the slice's logits into
+// d loss / d logits = softmax - onehot and folds them into d hidden (its rows) and
+// d W (accumulated in fp32), so backward only scales those by the incoming
+// gradient. Same loss and gradients as at::cross_entropy on the whole logits,
+// within fp32 rounding (tests/models/lm_head_loss_test.cpp).
+//
+// Precision follows what the unchunked head does: under autocast for the hidden
+// states' device the head's matmuls run in the autocast dtype (bf16) and their
+// logits are then cast to fp32, as `linear` under autocast followed by
+// .to(kFloat) does; otherwise in the promoted dtype of hidden and W. Autocast is
+// off inside (the casts are explicit).
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace segtrain::models {
+
+// train.loss_chunk_tokens: nullopt is auto, slices of about this many bytes of fp32 logits.
+inline constexpr int64_t kAutoLossChunkBytes = int64_t{64} << 20;
+// PyTorch's default ignore_index, which data::kNoTarget also is.
+inline constexpr int64_t kIgnoreTarget = -100;
+
+// Tokens per slice for a configured value (nullopt: auto, max(1, 64 MiB / (vocab * 4)));
+// 0 means off: the caller computes the whole logits at once.
+int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab);
+
+// Sum over the targets that are not ignore_index of -log softmax(hidden W^T)[target],
+// as an fp32 scalar, differentiable with respect to hidden [...,D] and weight [V,D]
+// (each when it requires a gradient). targets: int64 [...], the leading shape of hidden.
+at::Tensor lm_head_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                            int64_t chunk_tokens, int64_t ignore_index = kIgnoreTarget);
+
+// The same per token, fp32 in the shape of targets (0 where the target is
+// ignored), without gradients (evaluation).
+at::Tensor lm_head_nll(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                       int64_t chunk_tokens, int64_t ignore_index = kIgnoreTarget);
+
+}  // namespace segtrain::models

@@ -1,0 +1,231 @@
+// The LM head and cross-entropy over slices of the tokens (models/lm_head_loss.h)
+// against at::cross_entropy on the whole logits: the summed loss, the per-token
+// losses and the gradients of hidden and W, for slices of 1 token, sizes that do
+// not divide the tokens and one larger than them, with ignored targets and a
+// slice with none to score; through TransformerLMs (tied and untied heads, with
+// activation checkpointing) every parameter's gradient; under bf16 autocast,
+// close to the unchunked bf16 head.
+#include <gtest/gtest.h>
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include "models/lm_head_loss.h"
+#include "models/transformer.h"
+
+namespace segtrain::models {
+namespace {
+
+constexpr int64_t kIgnore = -100;
+
+// Largest |a - b| over the largest |b| (at least 1): one relative figure for a tensor.
+double relative_error(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = std::max(1.0, b.abs().max().item<double>());
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / scale;
+}
+
+at::Tensor reference_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                          at::Reduction::Reduction reduction = at::Reduction::Sum) {
+  at::Tensor logits = at::linear(hidden, weight).to(at::kFloat);
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), {}, reduction, kIgnore);
+}
+
+struct Case {
+  at::Tensor hidden, weight, targets;
+};
+
+// 23 tokens (a prime: no slice size but 1 and 23 divides it), vocab 37, some
+// targets ignored and tokens 7..13 all ignored (a whole slice of 7).
+Case make_case() {
+  torch::manual_seed(11);
+  Case c;
+  c.hidden = torch::randn({23, 16}) * 2;
+  c.weight = torch::randn({37, 16}) * 0.5;
+  c.targets = torch::randint(0, 37, {23}, at::kLong);
+  for (int64_t i : {0, 3, 7, 8, 9, 10, 11, 12, 13, 22}) c.targets[i] = kIgnore;
+  return c;
+}
+
+const std::vector<int64_t> kChunks = {1, 5, 7, 22, 23, 100};
+
+TEST(LmHeadLoss, SumAndGradientsEqualCrossEntropyOnTheWholeLogits) {
+  const Case c = make_case();
+  at::Tensor h0 = c.hidden.clone().requires_grad_(), w0 = c.weight.clone().requires_grad_();
+  at::Tensor expected = reference_loss(h0, w0, c.targets);
+  (expected * 0.37).backward();  // a scale like the trainer's 1 / loss tokens
+  for (int64_t chunk : kChunks) {
+    at::Tensor h = c.hidden.clone().requires_grad_(), w = c.weight.clone().requires_grad_();
+    at::Tensor loss = lm_head_loss_sum(h, w, c.targets, chunk);
+    EXPECT_EQ(loss.scalar_type(), at::kFloat);
+    EXPECT_EQ(loss.dim(), 0);
+    EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-5 * std::abs(expected.item<double>())) << chunk;
+    (loss * 0.37).backward();
+    EXPECT_LT(relative_error(h.grad(), h0.grad()), 1e-5) << "d hidden, chunk " << chunk;
+    EXPECT_LT(relative_error(w.grad(), w0.grad()), 1e-5) << "d W, chunk " << chunk;
+    // Ignored tokens get no gradient at all.
+    EXPECT_EQ(h.grad().narrow(0, 7, 7).abs().max().item<double>(), 0.0) << chunk;
+  }
+}
+
+TEST(LmHeadLoss, OnlyTheInputsThatRequireAGradientGetOne) {
+  const Case c = make_case();
+  at::Tensor h0 = c.hidden.clone().requires_grad_();
+  reference_loss(h0, c.weight, c.targets).backward();
+  at::Tensor h = c.hidden.clone().requires_grad_(), w = c.weight.clone();
+  lm_head_loss_sum(h, w, c.targets, 4).backward();
+  EXPECT_LT(relative_error(h.grad(), h0.grad()), 1e-5);
+  EXPECT_FALSE(w.grad().defined());
+
+  at::Tensor w0 = c.weight.clone().requires_grad_(), w1 = c.weight.clone().requires_grad_();
+  reference_loss(c.hidden, w0, c.targets).backward();
+  lm_head_loss_sum(c.hidden, w1, c.targets, 4).backward();
+  EXPECT_LT(relative_error(w1.grad(), w0.grad()), 1e-5);
+
+  // Without gradients (or with grad mode off) it is the plain sum, no graph.
+  at::Tensor plain = lm_head_loss_sum(c.hidden, c.weight, c.targets, 4);
+  EXPECT_FALSE(plain.requires_grad());
+  {
+    torch::NoGradGuard no_grad;
+    at::Tensor off = lm_head_loss_sum(c.hidden.clone().requires_grad_(), c.weight, c.targets, 4);
+    EXPECT_FALSE(off.requires_grad());
+    EXPECT_NEAR(off.item<double>(), plain.item<double>(), 1e-6 * std::abs(plain.item<double>()));
+  }
+}
+
+TEST(LmHeadLoss, PerTokenNllEqualsCrossEntropyWithoutReduction) {
+  const Case c = make_case();
+  // [B,T,D] hidden and [B,T] targets keep their shape.
+  at::Tensor hidden = c.hidden.narrow(0, 0, 22).reshape({2, 11, 16});
+  at::Tensor targets = c.targets.narrow(0, 0, 22).reshape({2, 11});
+  at::Tensor expected = reference_loss(hidden, c.weight, targets, at::Reduction::None).view({2, 11});
+  for (int64_t chunk : kChunks) {
+    at::Tensor nll = lm_head_nll(hidden, c.weight.clone().requires_grad_(), targets, chunk);
+    ASSERT_EQ(nll.sizes(), targets.sizes()) << chunk;
+    EXPECT_EQ(nll.scalar_type(), at::kFloat);
+    EXPECT_FALSE(nll.requires_grad());
+    EXPECT_LT(relative_error(nll, expected), 1e-5) << chunk;
+    EXPECT_TRUE(nll.masked_select(targets.eq(kIgnore)).eq(0).all().item<bool>()) << chunk;
+  }
+}
+
+TEST(LmHeadLoss, AnAllIgnoredInputIsZeroWithZeroGradients) {
+  const Case c = make_case();
+  at::Tensor h = c.hidden.clone().requires_grad_(), w = c.weight.clone().requires_grad_();
+  at::Tensor loss = lm_head_loss_sum(h, w, at::full({23}, kIgnore, at::kLong), 5);
+  EXPECT_EQ(loss.item<double>(), 0.0);
+  loss.backward();
+  EXPECT_EQ(h.grad().abs().max().item<double>(), 0.0);
+  EXPECT_EQ(w.grad().abs().max().item<double>(), 0.0);
+}
+
+TEST(LmHeadLoss, AutoSlicesHoldAbout64MiBOfFp32Logits) {
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 32000), (64 << 20) / (32000 * 4));
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 160), (64 << 20) / (160 * 4));
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, int64_t{1} << 30), 1);
+  EXPECT_EQ(loss_chunk_tokens_for(0, 32000), 0);
+  EXPECT_EQ(loss_chunk_tokens_for(7, 32000), 7);
+}
+
+ModelConfig tiny(Arch arch, bool checkpointing) {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = 41;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.d_ff = 64;
+  c.max_positions = 64;
+  c.activation_checkpointing = checkpointing;
+  if (arch == Arch::llama) c.n_kv_heads = 2;
+  return c;
+}
+
+std::map<std::string, at::Tensor> grads_of(TransformerLM& model) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& p : model->named_parameters()) out[p.key()] = p.value().grad().clone();
+  return out;
+}
+
+// gpt2 and bloom tie the head to wte (its gradient is the embedding's plus the
+// head's), gpt_neox and untied llama have their own; checkpointing recomputes the
+// blocks in backward.
+TEST(LmHeadLoss, EveryParameterGradientOfATransformerLMEqualsTheUnchunkedOnes) {
+  for (auto arch : {Arch::gpt2, Arch::gpt_neox, Arch::bloom, Arch::llama})
+    for (bool checkpointing : {false, true}) {
+      const std::string what = std::string(enum_name(kArchs, arch)) + (checkpointing ? " checkpointed" : "");
+      torch::manual_seed(5);
+      TransformerLM model(tiny(arch, checkpointing));
+      model->train();
+      at::Tensor tokens = torch::randint(0, 41, {3, 13}, at::kLong);
+      at::Tensor positions = torch::arange(12).unsqueeze(0).expand({3, 12}).contiguous();
+      at::Tensor inputs = tokens.narrow(1, 0, 12), targets = tokens.narrow(1, 1, 12).clone();
+      targets.narrow(1, 0, 4).fill_(kIgnore);  // a prefix without loss, as the prefix sampler makes
+      const double expected = reference_loss(model->hidden(inputs, positions), model->head_weight(), targets)
+                                  .item<double>();
+      at::Tensor reference = at::cross_entropy_loss(model->forward(inputs, positions).reshape({-1, 41}),
+                                                    targets.reshape(-1), {}, at::Reduction::Sum, kIgnore);
+      EXPECT_NEAR(reference.item<double>(), expected, 1e-5 * expected) << what;
+      reference.backward();
+      const auto want = grads_of(model);
+      for (int64_t chunk : {1, 7, 1000}) {
+        model->zero_grad();
+        at::Tensor loss = lm_head_loss_sum(model->hidden(inputs, positions), model->head_weight(), targets, chunk);
+        EXPECT_NEAR(loss.item<double>(), reference.item<double>(), 1e-5 * reference.item<double>()) << what;
+        loss.backward();
+        const auto got = grads_of(model);
+        ASSERT_EQ(got.size(), want.size());
+        for (const auto& [name, g] : want)
+          EXPECT_LT(relative_error(got.at(name), g), 1e-5) << what << " chunk " << chunk << " " << name;
+      }
+    }
+}
+
+// bf16 autocast, as train.precision bf16 runs the model: the chunked head casts
+// h and W to bf16 itself, as `linear` under autocast does, so it stays close to
+// the unchunked bf16 head, and autocast is in effect (not the fp32 figures).
+TEST(LmHeadLoss, Bf16AutocastStaysCloseToTheUnchunkedBf16Head) {
+  const Case c = make_case();
+  at::Tensor h32 = c.hidden.clone().requires_grad_(), w32 = c.weight.clone().requires_grad_();
+  at::Tensor fp32 = reference_loss(h32, w32, c.targets);
+
+  struct Bf16Autocast {
+    Bf16Autocast() {
+      at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+      at::autocast::set_autocast_enabled(at::kCPU, true);
+    }
+    ~Bf16Autocast() {
+      at::autocast::set_autocast_enabled(at::kCPU, false);
+      at::autocast::clear_cache();
+    }
+  };
+  at::Tensor h0 = c.hidden.clone().requires_grad_(), w0 = c.weight.clone().requires_grad_();
+  at::Tensor expected;
+  {
+    Bf16Autocast autocast;
+    expected = reference_loss(h0, w0, c.targets);
+  }
+  expected.backward();
+  ASSERT_GT(std::abs(expected.item<double>() - fp32.item<double>()), 1e-4) << "autocast is not in effect";
+  for (int64_t chunk : {1, 5, 100}) {
+    at::Tensor h = c.hidden.clone().requires_grad_(), w = c.weight.clone().requires_grad_();
+    at::Tensor loss;
+    {
+      Bf16Autocast autocast;
+      loss = lm_head_loss_sum(h, w, c.targets, chunk);
+    }
+    EXPECT_EQ(loss.scalar_type(), at::kFloat);
+    EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-4 * std::abs(expected.item<double>())) << chunk;
+    loss.backward();
+    EXPECT_EQ(h.grad().scalar_type(), at::kFloat);
+    EXPECT_EQ(w.grad().scalar_type(), at::kFloat);
+    EXPECT_LT(relative_error(h.grad(), h0.grad()), 1e-2) << "d hidden, chunk " << chunk;
+    EXPECT_LT(relative_error(w.grad(), w0.grad()), 1e-2) << "d W, chunk " << chunk;
+    {
+      Bf16Autocast autocast;
+      at::Tensor nll = lm_head_nll(c.hidden, c.weight, c.targets, chunk);
+      EXPECT_NEAR(nll.sum().item<double>(), expected.item<double>(), 1e-4 * std::abs(expected.item<double>()));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace segtrain::models
