@@ -150,6 +150,42 @@ TEST(Evaluate, PerplexityEqualsADirectComputationOverNonOverlappingWindows) {
   EXPECT_EQ(sliding[0].tokens, (50 - 1) - (50 - 16) % 8 + (33 - 1) - (33 - 16) % 8 + (64 - 1) - (64 - 16) % 8);
 }
 
+// train.loss_chunk_tokens: a micro-batch's loss and every gradient (tied head,
+// activation checkpointing) are the same with the head over slices of 1 or 7
+// tokens, auto (one slice here) or the whole logits (0, today's summed_loss).
+TEST(TrainStep, MicroBatchLossIsTheSameOverSlicesOfTheTokens) {
+  data::Batch batch;
+  batch.batch_size = 2;
+  batch.length = 16;
+  std::mt19937 rng(9);
+  for (int64_t i = 0; i < 32; ++i) {
+    batch.tokens.push_back(static_cast<int32_t>(rng() % 32));
+    batch.positions.push_back(static_cast<int32_t>(i % 16));
+    batch.targets.push_back(static_cast<int32_t>(rng() % 32));
+    batch.loss_mask.push_back(i % 16 >= 5);  // a prefix without loss tokens
+  }
+  const MicroBatch m = to_tensors(batch, torch::kCPU);
+  std::vector<std::pair<double, std::vector<at::Tensor>>> runs;
+  for (std::optional<int64_t> chunk : std::vector<std::optional<int64_t>>{0, 1, 7, std::nullopt}) {
+    torch::manual_seed(3);
+    auto config = tiny(models::Arch::gpt2);
+    config.activation_checkpointing = true;
+    models::TransformerLM model(config);
+    model->train();
+    at::Tensor loss = micro_batch_loss(model, m, chunk);
+    loss.backward();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    runs.emplace_back(loss.item<double>(), grads);
+  }
+  const auto& [loss0, grads0] = runs.front();
+  for (size_t r = 1; r < runs.size(); ++r) {
+    EXPECT_NEAR(runs[r].first, loss0, 1e-5 * loss0) << "run " << r;
+    for (size_t i = 0; i < grads0.size(); ++i)
+      EXPECT_LT((runs[r].second[i] - grads0[i]).abs().max().item<double>(), 1e-5) << "run " << r << " parameter " << i;
+  }
+}
+
 }  // namespace
 }  // namespace segtrain::trainer
 

@@ -1,9 +1,12 @@
 #include "trainer/train/step_loss.h"
 
 #include "data/sampler.h"
+#include "models/lm_head_loss.h"
 #include "trainer/runtime/device.h"
 
 namespace segtrain::trainer {
+
+static_assert(data::kNoTarget == models::kIgnoreTarget, "the chunked loss ignores the targets the sampler masks");
 
 MicroBatch to_tensors(const data::Batch& b, const c10::Device& device) {
   const std::vector<int64_t> shape = {b.batch_size, b.length};
@@ -24,6 +27,14 @@ MicroBatch to_tensors(const data::Batch& b, const c10::Device& device) {
 at::Tensor summed_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape(-1), {},
                                 at::Reduction::Sum, data::kNoTarget);
+}
+
+at::Tensor micro_batch_loss(models::TransformerLM& model, const MicroBatch& m,
+                            std::optional<int64_t> loss_chunk_tokens) {
+  const int64_t chunk = models::loss_chunk_tokens_for(loss_chunk_tokens, model->head_weight().size(0));
+  if (chunk == 0) return summed_loss(model->forward(m.tokens, m.positions), m.targets);
+  return models::lm_head_loss_sum(model->hidden(m.tokens, m.positions), model->head_weight(), m.targets, chunk,
+                                  data::kNoTarget);
 }
 
 }  // namespace segtrain::trainer

@@ -267,12 +267,11 @@ StepResult Trainer::train_step() {
   // Summed on the device: one host sync per step, not one per micro-batch.
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   for (size_t k = 0; k < micro.size(); ++k) {
-    at::Tensor logits;
+    at::Tensor loss;
     {
       Autocast autocast(c_.train.precision == Precision::bf16, device_.type());
-      logits = model_->forward(micro[k].tokens, micro[k].positions);
+      loss = micro_batch_loss(model_, micro[k], c_.train.loss_chunk_tokens);
     }
-    at::Tensor loss = summed_loss(logits, micro[k].targets);
     if (sync_ && k + 1 == micro.size()) sync_->arm();  // the last micro-batch's backward all-reduces
     (loss / denominator).backward();
     loss_sum += loss.detach().to(at::kDouble);
