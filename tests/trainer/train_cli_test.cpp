@@ -674,5 +674,58 @@ TEST_F(TrainCli, Bf16AutocastTrainsWithFiniteLosses) {
   EXPECT_TRUE(differs) << "bf16 losses equal fp32 bit for bit: autocast is not in effect";
 }
 
+// train.loss_chunk_tokens: the LM head and cross-entropy over slices of 7 tokens
+// or auto (one slice at this vocabulary) train as the whole logits (0) do (bloom:
+// a tied head; prefix: targets without loss; activation checkpointing), and
+// `segtrain eval --loss-chunk-tokens` scores the same perplexity either way.
+TEST_F(TrainCli, LossOverSlicesOfTheTokensTrainsAndEvaluatesAsTheWholeLogits) {
+  std::map<std::string, std::vector<double>> loss;
+  std::map<std::string, double> ppl;
+  for (const std::string chunk : {"0", "7", "auto"}) {
+    const std::string name = "loss-chunk-" + chunk;
+    auto r = run(kBin, {"train", config(name, "bloom", "prefix"), "--set", "train.budget.tokens=4000", "--set",
+                        "train.loss_chunk_tokens=" + chunk, "--set", "model.activation_checkpointing=true"});
+    ASSERT_EQ(r.exit_code, 0) << chunk << "\n" << r.err;
+    loss[chunk] = values(run_dir(name), "loss");
+    ppl[chunk] = json::parse(test::read_file(run_dir(name) + "/eval.json"))["results"][0]["ppl"].get<double>();
+  }
+  ASSERT_GT(loss["0"].size(), 20u);
+  for (const std::string chunk : {"7", "auto"}) {
+    ASSERT_EQ(loss[chunk].size(), loss["0"].size()) << chunk;
+    for (size_t i = 0; i < loss["0"].size(); ++i)
+      EXPECT_NEAR(loss[chunk][i], loss["0"][i], 1e-5 * loss["0"][i]) << chunk << " step " << i + 1;
+    EXPECT_NEAR(ppl[chunk], ppl["0"], 1e-5 * ppl["0"]) << chunk;
+  }
+  // bf16 autocast: the slices' head matmuls in bf16 too, close to the whole bf16 logits.
+  for (const std::string chunk : {"0", "7"}) {
+    const std::string name = "loss-chunk-bf16-" + chunk;
+    auto r = run(kBin, {"train", config(name, "bloom", "prefix"), "--set", "train.budget.tokens=4000", "--set",
+                        "train.loss_chunk_tokens=" + chunk, "--set", "train.precision=bf16"});
+    ASSERT_EQ(r.exit_code, 0) << chunk << "\n" << r.err;
+  }
+  const auto bf16_whole = values(run_dir("loss-chunk-bf16-0"), "loss");
+  const auto bf16_sliced = values(run_dir("loss-chunk-bf16-7"), "loss");
+  ASSERT_EQ(bf16_sliced.size(), bf16_whole.size());
+  for (size_t i = 0; i < bf16_whole.size(); ++i) {
+    EXPECT_NEAR(bf16_sliced[i], bf16_whole[i], 1e-3 * bf16_whole[i]) << "bf16 step " << i + 1;
+    EXPECT_GT(std::abs(bf16_whole[i] - loss["0"][i]), 0) << "bf16 equals fp32: autocast is not in effect";
+  }
+
+  std::map<std::string, double> scored;
+  for (const std::string chunk : {"0", "5", "auto"}) {
+    const std::string out = *dir_ / ("loss-chunk-eval-" + chunk + ".json");
+    auto r = run(kBin, {"eval", "--model", run_dir("loss-chunk-0"), "--data", *dir_ / "store", "--lengths", "32",
+                        "--loss-chunk-tokens", chunk, "--out", out});
+    ASSERT_EQ(r.exit_code, 0) << chunk << "\n" << r.err;
+    scored[chunk] = json::parse(test::read_file(out))["results"][0]["ppl"].get<double>();
+  }
+  EXPECT_NEAR(scored["5"], scored["0"], 1e-5 * scored["0"]);
+  EXPECT_NEAR(scored["auto"], scored["0"], 1e-5 * scored["0"]);
+  auto bad = run(kBin, {"eval", "--model", run_dir("loss-chunk-0"), "--data", *dir_ / "store", "--lengths", "32",
+                        "--loss-chunk-tokens", "-3", "--out", *dir_ / "bad.json"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("auto or an integer >= 0"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace segtrain

@@ -186,6 +186,44 @@ TEST(TrainStep, MicroBatchLossIsTheSameOverSlicesOfTheTokens) {
   }
 }
 
+// Evaluation over slices of the tokens (1, 5, auto) scores every window and
+// position as the whole logits (0) do.
+TEST(Evaluate, PerplexityIsTheSameOverSlicesOfTheTokens) {
+  test::TempDir dir;
+  const int64_t vocab = 32;
+  {
+    data::IndexedDatasetWriter writer((dir / "valid"), data::TokenDtype::uint16);
+    std::mt19937 rng(4);
+    for (int64_t length : {50, 40}) {
+      std::vector<int32_t> doc(length);
+      for (auto& t : doc) t = static_cast<int32_t>(rng() % vocab);
+      writer.add_document(doc);
+    }
+    writer.finish();
+  }
+  auto split = data::IndexedDataset::open(dir / "valid", vocab);
+  torch::manual_seed(2);
+  models::TransformerLM model(tiny(models::Arch::bloom, vocab));
+  PerplexityOptions options;
+  options.lengths = {16, 24};
+  options.batch_size = 2;
+  options.per_position = true;
+  options.loss_chunk_tokens = 0;
+  const auto whole = evaluate(model, split, options);
+  for (std::optional<int64_t> chunk : std::vector<std::optional<int64_t>>{1, 5, std::nullopt}) {
+    options.loss_chunk_tokens = chunk;
+    const auto sliced = evaluate(model, split, options);
+    ASSERT_EQ(sliced.size(), whole.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_EQ(sliced[i].tokens, whole[i].tokens);
+      EXPECT_NEAR(sliced[i].loss, whole[i].loss, 1e-5 * whole[i].loss) << whole[i].length;
+      ASSERT_EQ(sliced[i].position_loss.size(), whole[i].position_loss.size());
+      for (size_t p = 0; p < whole[i].position_loss.size(); ++p)
+        EXPECT_NEAR(sliced[i].position_loss[p], whole[i].position_loss[p], 1e-5 * whole[i].position_loss[p]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace segtrain::trainer
 

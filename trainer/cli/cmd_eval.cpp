@@ -26,7 +26,20 @@ void add_eval(CLI::App& app, Chosen& chosen) {
       ->check(CLI::IsMember({"digits", "recall"}));
   e->add_option("--device", o->device, "auto (cuda when this build and machine have it), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  choose_on(e, chosen, "eval", OnSignal::exit_now, [o] {
+  auto loss_chunk = std::make_shared<std::string>("auto");
+  e->add_option("--loss-chunk-tokens", *loss_chunk,
+                "Tokens per slice of the LM head and cross-entropy, as train.loss_chunk_tokens: auto (slices of "
+                "about 64 MiB of fp32 logits), or N; 0: the whole logits at once")
+      ->type_name("auto|N")
+      ->check(
+          [](const std::string& v) -> std::string {
+            if (v == "auto") return "";
+            if (!v.empty() && v.size() < 18 && v.find_first_not_of("0123456789") == std::string::npos) return "";
+            return "expected auto or an integer >= 0, got '" + v + "'";
+          },
+          "auto|N");
+  choose_on(e, chosen, "eval", OnSignal::exit_now, [o, loss_chunk] {
+    if (*loss_chunk != "auto") o->loss_chunk_tokens = std::stoll(*loss_chunk);
     evaluate_stored_model(*o);
     return 0;
   });

@@ -33,6 +33,7 @@ void evaluate_stored_model(const EvalOptions& options) {
   eval.max_sequences = options.max_sequences;
   eval.stride = options.stride;
   eval.per_position = !options.per_position_csv.empty();
+  eval.loss_chunk_tokens = options.loss_chunk_tokens;
   for (int64_t length : eval.lengths)
     if (eval.stride >= length)
       throw InputError("--stride " + std::to_string(eval.stride) + " must be shorter than the length " +

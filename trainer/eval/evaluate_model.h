@@ -2,6 +2,7 @@
 // `segtrain eval`: perplexity by length (and optionally passkey accuracy) of a
 // stored model on a token store, written as eval JSON.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct EvalOptions {
   int64_t passkey_trials = 0;          // per length; 0: off
   std::string passkey_style = "digits";
   std::string device = "auto";  // auto|cpu|cuda, as run.device
+  std::optional<int64_t> loss_chunk_tokens;  // as train.loss_chunk_tokens: nullopt auto, 0 off
 };
 
 void evaluate_stored_model(const EvalOptions& options);

@@ -101,7 +101,9 @@ std::vector<PasskeyResult> passkey_accuracy(models::TransformerLM& model, const 
         const int64_t n = static_cast<int64_t>(ids.size());
         at::Tensor x = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).unsqueeze(0).to(device);
         at::Tensor positions = at::arange(n, at::kLong).unsqueeze(0).to(device);
-        const int32_t next = static_cast<int32_t>(model->forward(x, positions)[0][n - 1].argmax().item<int64_t>());
+        // The head at the last position only: the next token is all greedy decoding needs.
+        const at::Tensor last = model->hidden(x, positions).select(1, n - 1);
+        const int32_t next = static_cast<int32_t>(model->logits(last)[0].argmax().item<int64_t>());
         ids.push_back(next);
         generated.push_back(next);
       }

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/signals.h"
+#include "models/lm_head_loss.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -48,6 +49,7 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
   const bool was_training = model->is_training();
   model->eval();
   const auto device = model->parameters().front().device();
+  const int64_t chunk = models::loss_chunk_tokens_for(options.loss_chunk_tokens, model->head_weight().size(0));
   std::vector<LengthResult> results;
   for (int64_t length : options.lengths) {
     if (length < 2) throw InputError("evaluation length " + std::to_string(length) + " is below 2");
@@ -72,13 +74,17 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
       }
       tokens = tokens.to(at::kLong);
       at::Tensor positions = at::arange(length, at::kLong).unsqueeze(0).expand({b, length}).contiguous();
-      at::Tensor logits = model->forward(tokens.to(device), positions.to(device)).to(at::kFloat);
-      at::Tensor nll = at::cross_entropy_loss(logits.narrow(1, 0, length - 1).reshape({-1, logits.size(2)}),
-                                              tokens.narrow(1, 1, length - 1).reshape(-1).to(device), {},
-                                              at::Reduction::None)
-                           .view({b, length - 1})
-                           .cpu()
-                           .to(at::kDouble);
+      const at::Tensor targets = tokens.narrow(1, 1, length - 1).to(device);
+      at::Tensor nll;
+      if (chunk == 0) {
+        at::Tensor logits = model->forward(tokens.to(device), positions.to(device)).to(at::kFloat);
+        nll = at::cross_entropy_loss(logits.narrow(1, 0, length - 1).reshape({-1, logits.size(2)}),
+                                     targets.reshape(-1), {}, at::Reduction::None);
+      } else {
+        at::Tensor hidden = model->hidden(tokens.to(device), positions.to(device));
+        nll = models::lm_head_nll(hidden.narrow(1, 0, length - 1), model->head_weight(), targets, chunk);
+      }
+      nll = nll.view({b, length - 1}).cpu().to(at::kDouble);
       at::Tensor mask = scored.to(at::kDouble);
       total += (nll * mask).sum().item<double>();
       r.tokens += scored.sum().item<int64_t>();
@@ -107,8 +113,9 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
   return results;
 }
 
-PerplexityOptions perplexity_options(const EvalConfig& eval) {
+PerplexityOptions perplexity_options(const EvalConfig& eval, std::optional<int64_t> loss_chunk_tokens) {
   PerplexityOptions o;
+  o.loss_chunk_tokens = loss_chunk_tokens;
   o.lengths = eval.lengths;
   o.max_sequences = eval.max_sequences;
   o.stride = eval.stride;

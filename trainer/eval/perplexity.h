@@ -4,6 +4,7 @@
 // sliding stride is given; each window is scored on its L-1 next-token
 // predictions, as transformers scores `model(ids, labels=ids)`.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct PerplexityOptions {
   int64_t stride = 0;         // 0: non-overlapping; else windows every `stride` tokens
   int64_t batch_size = 4;
   bool per_position = false;
+  // Tokens per slice of the LM head and cross-entropy (train.loss_chunk_tokens):
+  // nullopt auto, 0 the whole logits at once (models/lm_head_loss.h).
+  std::optional<int64_t> loss_chunk_tokens;
 };
 
 struct LengthResult {
@@ -34,7 +38,8 @@ struct LengthResult {
 std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::IndexedDataset& split,
                                    const PerplexityOptions& options);
 
-// eval.lengths, max_sequences, stride, batch_size and per_position of a run config.
-PerplexityOptions perplexity_options(const EvalConfig& eval);
+// eval.lengths, max_sequences, stride, batch_size and per_position of a run config,
+// and its train.loss_chunk_tokens (nullopt: auto).
+PerplexityOptions perplexity_options(const EvalConfig& eval, std::optional<int64_t> loss_chunk_tokens = std::nullopt);
 
 }  // namespace segtrain::trainer

@@ -170,6 +170,7 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   eval.stride = templ.eval.stride;
   eval.batch_size = templ.eval.batch_size;
   eval.per_position = true;
+  eval.loss_chunk_tokens = templ.train.loss_chunk_tokens;  // the same figures either way: not in `settings`
   const nlohmann::json settings = {{"model", model_dir},     {"model_files", model_identity(model_dir)},
                                    {"overrides", overrides},
                                    {"lengths", eval.lengths}, {"max_sequences", eval.max_sequences},
