@@ -99,6 +99,14 @@ for r in load("train_memory_bench"):
         f"(**{r['chunk_over_truncate']:.3f}x**), full {r['peak_rss_mb_full']:.0f} MB ({r['full_over_truncate']:.2f}x)",
         f"chunk <= {r['target_chunk_over_truncate']}x truncate: "
         f"{verdict(r['chunk_over_truncate'] <= r['target_chunk_over_truncate'])}"))
+for r in load("loss_chunk_memory_bench"):
+    headline.append((
+        f"peak RSS of one training step, loss over slices (vocab {r['vocab']}, 1 x {r['length']} tokens, "
+        f"d {r['d_model']}, {r['precision']})",
+        f"whole logits {r['step_peak_rss_mb_whole']:.0f} MiB, slices of {r['auto_chunk_tokens']} tokens "
+        f"{r['step_peak_rss_mb_chunked']:.0f} MiB: **{r['saved_mb']:.0f} MiB saved = {r['saved_over_logits']:.2f}x** "
+        f"the {r['fp32_logits_mb']:.0f} MiB of fp32 logits",
+        f"most of the logits' size: {verdict(r['saved_over_logits'] >= 0.5)}"))
 for r in load("gpu_memory_bench"):
     headline.append((
         f"peak GPU memory, {r['model']} (d {r['d_model']} x {r['layers']} layers, micro-batch {r['micro_batch']}, "

@@ -16,6 +16,14 @@
                           at L_e = 4 L_t and full at L_e, same model and micro-batch:
                           CPU the process's peak RSS; CUDA the caching allocator's peak
                           (peak_gpu_mb, peak_gpu_reserved_mb of segtrain's metrics.jsonl).
+  train_bench.py loss_chunk
+                          peak RSS of one training step of `segtrain train` at vocab
+                          32,000, L 2,048, d_model 256 (micro-batch 1, fp32 on the CPU)
+                          with the LM head and cross-entropy over slices of the tokens
+                          (train.loss_chunk_tokens auto) and over the whole logits (0):
+                          the step's peak_rss_mb from metrics.jsonl (before the final
+                          checkpoint and evaluation), the difference and its ratio to
+                          the fp32 logits' size (2,048 x 32,000 x 4 bytes = 250 MiB).
   train_bench.py probe    torch version, its CUDA and the visible GPUs, as JSON.
   train_bench.py peak     the matmul peak of BENCH_DEVICE, as JSON (a child of `speed`).
   train_bench.py loop ... one PyTorch training run (a child of `speed`).
@@ -605,6 +613,56 @@ def memory():
     print(json.dumps({"benchmark": benchmark, "setup": setup, "results": rows}, indent=1))
 
 
+LOSS_CHUNK_SHAPE = dict(vocab=32000, d_model=256, n_layers=2, n_heads=4, length=2048)
+
+
+def loss_chunk():
+    """One training step with train.loss_chunk_tokens auto and 0: its peak RSS."""
+    check_segtrain()
+    shape = LOSS_CHUNK_SHAPE
+    L, V = shape["length"], shape["vocab"]
+    logits_mib = L * V * 4 / 2 ** 20
+    step_rss, process_rss, loss = {}, {}, {}
+    with tempfile.TemporaryDirectory(prefix="segtrain-loss-chunk-bench-") as work:
+        store = os.path.join(work, "store")
+        write_store(store, V, docs=2, doc_tokens=L)
+        for setting in ("0", "auto"):
+            out = os.path.join(work, f"chunk-{setting}")
+            config = out + ".yaml"
+            pathlib.Path(config).write_text(f"""run: {{name: bench, output_dir: {out}, threads: {THREADS}, log_level: warn, device: cpu}}
+model: {{arch: gpt2, d_model: {shape['d_model']}, n_layers: {shape['n_layers']}, n_heads: {shape['n_heads']}, max_positions: {L}}}
+data: {{store: {store}, train_length: {L}, extended_length: {L}, sampler: {{method: truncate}}}}
+train: {{budget: {{tokens: {L}}}, micro_batch_size: 1, warmup_steps: 1, log_every: 1, checkpoint_every: 0,
+        tensorboard: false, precision: fp32, loss_chunk_tokens: {setting}}}
+eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
+""")
+            process_rss[setting] = run_child([str(SEGTRAIN), "train", config], out + ".log")
+            rows = metrics_rows(out)
+            if len(rows) != 1:
+                raise SystemExit(f"train_bench: {out} ran {len(rows)} steps, expected 1")
+            step_rss[setting], loss[setting] = rows[0]["peak_rss_mb"], rows[0]["loss"]
+            log(f"loss_chunk_tokens {setting}: step peak RSS {step_rss[setting]:.0f} MiB, process "
+                f"{process_rss[setting]:.0f} MB, loss {loss[setting]:.6f}")
+            shutil.rmtree(out)
+    saved = step_rss["0"] - step_rss["auto"]
+    row = {"vocab": V, "length": L, "d_model": shape["d_model"], "layers": shape["n_layers"], "micro_batch": 1,
+           "precision": "fp32", "threads": THREADS,
+           "auto_chunk_tokens": max(1, (64 << 20) // (V * 4)),
+           "step_peak_rss_mb_whole": round(step_rss["0"], 1), "step_peak_rss_mb_chunked": round(step_rss["auto"], 1),
+           "saved_mb": round(saved, 1), "fp32_logits_mb": round(logits_mib, 1),
+           "saved_over_logits": round(saved / logits_mib, 3),
+           "process_peak_rss_mb_whole": round(process_rss["0"], 1),
+           "process_peak_rss_mb_chunked": round(process_rss["auto"], 1),
+           "loss_whole": loss["0"], "loss_chunked": loss["auto"]}
+    setup = (f"peak RSS of one segtrain train step (gpt2, d_model {shape['d_model']}, {shape['n_layers']} layers, "
+             f"vocab {V}, 1 x {L} tokens, fp32, {THREADS} thread(s)) with train.loss_chunk_tokens auto (the LM head and "
+             f"cross-entropy over slices of {row['auto_chunk_tokens']} tokens) vs 0 (the whole logits): the step's "
+             f"peak_rss_mb of metrics.jsonl (MiB, before the final checkpoint and evaluation), saved = their "
+             f"difference, against the fp32 logits' size; process_*: the whole process's peak (wait4), evaluation "
+             f"at {L} included")
+    print(json.dumps({"benchmark": "loss_chunk_memory", "setup": setup, "results": [row]}, indent=1))
+
+
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "speed"
     if command == "loop" and len(sys.argv) == 5:
@@ -613,9 +671,11 @@ if __name__ == "__main__":
         speed()
     elif command == "memory":
         memory()
+    elif command == "loss_chunk":
+        loss_chunk()
     elif command == "probe":
         probe()
     elif command == "peak":
         matmul_peak()
     else:
-        raise SystemExit(f"usage: {sys.argv[0]} speed|memory|probe|peak (BENCH_DEVICE=cpu|cuda)")
+        raise SystemExit(f"usage: {sys.argv[0]} speed|memory|loss_chunk|probe|peak (BENCH_DEVICE=cpu|cuda)")
