@@ -149,20 +149,23 @@ TEST(ShardedAdamW, ThreeRanksOfSlicesUpdateLikeFusedAdamWOnTheWholeTensors) {
     std::vector<at::Tensor> plain;
     for (auto& [n, p] : params.back()) plain.push_back(p);
     groups.push_back(std::make_unique<SimulatedRank>(r, world));
-    // 50 floats a bucket: wte alone, then ln_1, bias and attn.weight together,
-    // whose slices of 15 cut the bias/attn.weight boundary (two decay groups).
+    // 50 floats a bucket: wte alone (64 floats padded to 66: segments of 48
+    // and 18), then ln_1, bias and attn.weight together (one segment of 45),
+    // whose parts of 15 cut the bias/attn.weight boundary (two decay groups).
     flats.push_back(std::make_unique<FlatBuckets>(plain, 200, world));
     ranks.push_back(std::make_unique<ShardedAdamW>(params.back(), o, *flats.back(), *groups.back()));
   }
   ASSERT_EQ(flats[0]->buckets().size(), 2u);
-  // The gather: every rank's buffers get rank r's slice r.
+  ASSERT_EQ(flats[0]->buckets()[0].segments.size(), 2u);
+  // The gather: every rank's buffers get rank r's part of every segment.
   auto gather = [&] {
     for (size_t b = 0; b < flats[0]->buckets().size(); ++b)
       for (int64_t r = 0; r < world; ++r) {
         const auto& mine = flats[r]->buckets()[b];
-        const int64_t n = mine.slice_numel(world), at = mine.slice_begin(r, world);
-        for (int64_t other = 0; other < world; ++other)
-          flats[other]->buckets()[b].params.narrow(0, at, n).copy_(mine.params.narrow(0, at, n));
+        for (const auto& range : mine.owned(r, world))
+          for (int64_t other = 0; other < world; ++other)
+            flats[other]->buckets()[b].params.narrow(0, range.begin, range.numel)
+                .copy_(mine.params.narrow(0, range.begin, range.numel));
       }
   };
   auto set_grads = [&](int step) {
@@ -225,8 +228,9 @@ TEST(ShardedAdamW, ClipsByTheGlobalNorm) {
     for (auto& [n, p] : params) p.mutable_grad().fill_(1.0);
   }
   const auto& bucket = flat.buckets()[0];
-  const int64_t n = bucket.slice_numel(2);
-  const int64_t mine = bucket.numel - bucket.slice_begin(1, 2);  // rank 1's elements (the padding excluded)
+  ASSERT_EQ(bucket.segments.size(), 1u);
+  const int64_t n = bucket.owned(1, 2)[0].begin;
+  const int64_t mine = bucket.numel - n;  // rank 1's elements (the padding excluded)
   group.others = 16.0;                                           // rank 0's squares
   const double norm = sharded.clip_grad_norm(1.0);
   EXPECT_NEAR(norm, std::sqrt(static_cast<double>(mine) + 16.0), 1e-6);

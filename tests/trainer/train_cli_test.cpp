@@ -209,7 +209,7 @@ class SmallDisk {
 // with space freed --resume finishes exactly like an uninterrupted run. A
 // store or an export that does not fit leaves nothing half-written behind.
 TEST_F(TrainCli, AFullDiskLosesNothingAndResumeFinishesTheRun) {
-  SmallDisk disk(*dir_ / "small", "1200k");
+  SmallDisk disk(*dir_ / "small", "1100k");
   if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   const std::vector<std::string> sets = {"--set", "train.budget.tokens=24000", "--set", "train.checkpoint_every=10",
                                          "--set", "train.keep_last=100"};

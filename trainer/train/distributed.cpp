@@ -183,13 +183,58 @@ class C10dPending : public PendingCollective {
   std::shared_ptr<const Peers> peers_;
 };
 
+// Several collectives that complete together.
+class C10dPendingAll : public PendingCollective {
+ public:
+  C10dPendingAll(std::vector<c10::intrusive_ptr<c10d::Work>> works, const char* what, std::chrono::milliseconds timeout,
+                 std::shared_ptr<const Peers> peers)
+      : works_(std::move(works)), what_(what), timeout_(timeout), peers_(std::move(peers)) {}
+  void wait() override {
+    for (auto& work : works_) wait_for(work, what_, timeout_, *peers_);
+  }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  const char* what_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<const Peers> peers_;
+};
+
+// A reduce-scatter built from an all-to-all: rank r receives every rank's copy
+// of its slice and sums them itself, in rank order.
+class AllToAllReduceScatter : public PendingCollective {
+ public:
+  AllToAllReduceScatter(c10::intrusive_ptr<c10d::Work> work, at::Tensor received, at::Tensor mine,
+                        std::chrono::milliseconds timeout, std::shared_ptr<const Peers> peers)
+      : work_(std::move(work)),
+        received_(std::move(received)),
+        mine_(std::move(mine)),
+        timeout_(timeout),
+        peers_(std::move(peers)) {}
+  void wait() override {
+    wait_for(work_, "reduce_scatter (all-to-all)", timeout_, *peers_);
+    at::sum_out(mine_, received_.view({-1, mine_.numel()}), {0});
+    received_.reset();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  at::Tensor received_, mine_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<const Peers> peers_;
+};
+
 // One c10d backend (Gloo, or NCCL on CUDA builds). NCCL only takes tensors on
 // its device, so CPU tensors (the loop's scalar sums) are staged there.
 class C10dGroup : public ProcessGroup {
  public:
   C10dGroup(c10::intrusive_ptr<c10d::Backend> backend, std::optional<at::Device> device,
-            std::chrono::milliseconds timeout, std::shared_ptr<const Peers> peers)
-      : backend_(std::move(backend)), device_(device), timeout_(timeout), peers_(std::move(peers)) {}
+            std::chrono::milliseconds timeout, std::shared_ptr<const Peers> peers, bool native_sharded_collectives)
+      : backend_(std::move(backend)),
+        device_(device),
+        timeout_(timeout),
+        peers_(std::move(peers)),
+        native_sharded_collectives_(native_sharded_collectives) {}
   int64_t rank() const override { return backend_->getRank(); }
   int64_t world_size() const override { return backend_->getSize(); }
   void broadcast(std::vector<at::Tensor>& tensors) override {
@@ -209,14 +254,39 @@ class C10dGroup : public ProcessGroup {
                                          one[0].is_same(tensor) ? at::Tensor() : tensor, peers_);
   }
   // Flat gradient and parameter buckets live on the group's device already.
+  // ProcessGroupGloo's reduce_scatter_tensor clones the whole input and
+  // all-reduces the clone (reduce_scatter_tensor_coalesced): a second copy of
+  // every gradient until the step's collectives are waited for, and twice
+  // the traffic of a reduce-scatter. On Gloo it is an all-to-all instead
+  // (alltoall_base, in place on the input), summed by the receiver.
   std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor& whole) override {
     at::Tensor input = whole, mine = own_slice(whole);
+    if (!native_sharded_collectives_) {
+      at::Tensor received = at::empty_like(whole);
+      std::vector<int64_t> equal_splits;
+      auto work = backend_->alltoall_base(received, input, equal_splits, equal_splits);
+      return std::make_unique<AllToAllReduceScatter>(std::move(work), received, mine, timeout_, peers_);
+    }
     auto work = backend_->_reduce_scatter_base(mine, input);
     return std::make_unique<C10dPending>(std::move(work), "reduce_scatter", timeout_, at::Tensor(), at::Tensor(),
                                          peers_);
   }
+  // ProcessGroupGloo's all-gather gathers into a buffer of its own, allocated
+  // on its worker thread (whose malloc arena keeps it); on Gloo each rank's
+  // slice is broadcast from its owner instead, in place.
   std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& whole) override {
     at::Tensor output = whole, mine = own_slice(whole);
+    if (!native_sharded_collectives_) {
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      const int64_t n = whole.numel() / world_size();
+      for (int64_t root = 0; root < world_size(); ++root) {
+        std::vector<at::Tensor> slice{whole.narrow(0, root * n, n)};
+        c10d::BroadcastOptions options;
+        options.rootRank = root;
+        works.push_back(backend_->broadcast(slice, options));
+      }
+      return std::make_unique<C10dPendingAll>(std::move(works), "all_gather (broadcasts)", timeout_, peers_);
+    }
     auto work = backend_->_allgather_base(output, mine);
     return std::make_unique<C10dPending>(std::move(work), "all_gather", timeout_, at::Tensor(), at::Tensor(), peers_);
   }
@@ -235,6 +305,7 @@ class C10dGroup : public ProcessGroup {
   std::optional<at::Device> device_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<const Peers> peers_;
+  bool native_sharded_collectives_;
 };
 
 std::string master_text(const DistributedEnv& e) { return e.master_addr + ":" + std::to_string(e.master_port); }
@@ -445,7 +516,7 @@ std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const Distribut
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
-    return std::make_unique<C10dGroup>(nccl, device, timeout, peers);
+    return std::make_unique<C10dGroup>(nccl, device, timeout, peers, /*native_sharded_collectives=*/true);
   }
 #endif
   (void)backend;  // gloo
@@ -474,7 +545,7 @@ std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const Distribut
                              " could not connect to its peers over Gloo: " + peers->annotate(message_of(err)) +
                              (hint.empty() ? "" : "; " + hint) + debug_detail(err));
   }
-  return std::make_unique<C10dGroup>(gloo, std::nullopt, timeout, peers);
+  return std::make_unique<C10dGroup>(gloo, std::nullopt, timeout, peers, /*native_sharded_collectives=*/false);
 }
 
 }  // namespace segtrain::trainer

@@ -51,10 +51,13 @@ class ProcessGroup {
   // length divides by world_size(); rank r's slice is [r*n/W, (r+1)*n/W).
   // reduce-scatter: afterwards rank r's slice holds the sum over ranks of that
   // slice (the rest of `whole` is left as it was). all-gather: afterwards all of
-  // `whole` holds every rank's slice. c10d's reduce_scatter_tensor and
-  // all_gather_into_tensor (_reduce_scatter_base, _allgather_base), which Gloo
-  // and NCCL both offer, with the slice as the output (input) buffer: NCCL's
-  // in-place form (recvbuff == sendbuff + rank * count).
+  // `whole` holds every rank's slice. NCCL: c10d's reduce_scatter_tensor and
+  // all_gather_into_tensor (_reduce_scatter_base, _allgather_base) with the
+  // slice as the output (input) buffer, NCCL's in-place form (recvbuff ==
+  // sendbuff + rank * count). Gloo, whose versions of both allocate a whole
+  // copy (distributed.cpp): the reduce-scatter is an all-to-all
+  // (alltoall_base) into a buffer of `whole`'s size that lives until wait(),
+  // summed by the receiver; the all-gather is one in-place broadcast a rank.
   virtual std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor& whole) = 0;
   virtual std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& whole) = 0;
   virtual void barrier() = 0;

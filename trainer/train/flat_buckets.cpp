@@ -2,6 +2,8 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+
 namespace segtrain::trainer {
 
 FlatBuckets::FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_bytes, int64_t world_size)
@@ -27,6 +29,10 @@ FlatBuckets::FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_b
   for (auto& b : buckets_) {
     const at::Tensor& first = params_[b.members.front()];
     const int64_t padded = (b.numel + world_size_ - 1) / world_size_ * world_size_;
+    const int64_t per_segment =
+        std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(first.element_size()) / world_size_) * world_size_;
+    for (int64_t begin = 0; begin < padded; begin += per_segment)
+      b.segments.push_back({begin, std::min(per_segment, padded - begin)});
     b.params = at::zeros({padded}, first.options());
     b.grads = at::zeros({padded}, first.options());
     for (size_t k = 0; k < b.members.size(); ++k) {
@@ -37,6 +43,15 @@ FlatBuckets::FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_b
       p.mutable_grad() = b.grads.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
     }
   }
+}
+
+std::vector<FlatRange> FlatBucket::owned(int64_t rank, int64_t world_size) const {
+  std::vector<FlatRange> out;
+  for (const auto& segment : segments) {
+    const int64_t part = segment.numel / world_size;
+    out.push_back({segment.begin + rank * part, part});
+  }
+  return out;
 }
 
 void FlatBuckets::zero_grad() {

@@ -6,10 +6,14 @@
 // (no packing copies), and a rank's 1/N slice of a bucket is a plain narrow().
 //
 // Parameters go into buckets of about `bucket_bytes` in reverse registration
-// order, roughly the order backward produces their gradients. Each buffer is
-// padded with zeros to a multiple of the world size so it splits into equal
-// slices; rank r owns [r*S, (r+1)*S) of every bucket, S = padded / world size.
-// Gradients stay allocated between steps and are zeroed, not freed.
+// order, roughly the order backward produces their gradients; a parameter
+// larger than that has a bucket of its own. Each bucket is padded with zeros
+// to a multiple of the world size and cut into segments of at most about
+// `bucket_bytes` (each a multiple of the world size): the unit of every
+// collective, so no collective, and no buffer a backend allocates for one
+// (Gloo's), is larger than that, even for a 32k x 4096 embedding. Rank r owns
+// the r-th of the N equal parts of every segment. Gradients stay allocated
+// between steps and are zeroed, not freed.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -17,14 +21,20 @@
 
 namespace segtrain::trainer {
 
+// A contiguous range [begin, begin + numel) of a bucket's buffers.
+struct FlatRange {
+  int64_t begin = 0, numel = 0;
+};
+
 struct FlatBucket {
   std::vector<size_t> members;   // parameter indices, in the order they are packed
   std::vector<int64_t> offsets;  // where each member starts in the buffers
   int64_t numel = 0;             // the members' elements; the rest is padding
   at::Tensor params, grads;      // flat, [padded]
+  std::vector<FlatRange> segments;  // cover the buffers in order; each numel divides by the world size
 
-  int64_t slice_numel(int64_t world_size) const { return params.numel() / world_size; }
-  int64_t slice_begin(int64_t rank, int64_t world_size) const { return rank * slice_numel(world_size); }
+  // This rank's part of each segment, in order.
+  std::vector<FlatRange> owned(int64_t rank, int64_t world_size) const;
 };
 
 class FlatBuckets {

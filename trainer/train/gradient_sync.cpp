@@ -16,17 +16,30 @@ struct GradientSync::State {
   std::vector<size_t> ready_members;  // by bucket: members whose gradient was accumulated this step
   std::vector<char> started;          // by bucket
   std::vector<char> ready;            // by parameter
-  std::vector<std::unique_ptr<PendingCollective>> pending;  // by bucket
+  std::vector<std::unique_ptr<PendingCollective>> pending;  // by collective (segment), in the order started
   size_t next = 0;  // buckets start in index order
   bool armed = false;
   int64_t late_param = -1;  // a gradient that arrived after its bucket started
   Stats stats;
   std::mutex mutex;
 
+  // At most this many collectives in flight: starting one first waits for the
+  // one this many places before it (long done, as a rule), so the buffers a
+  // backend allocates for a collective (Gloo's reduce-scatter) exist for a
+  // few segments at a time, never for all of them.
+  static constexpr size_t kInFlight = 3;
+
   void start(size_t b) {
-    const at::Tensor& grads = flat->buckets()[b].grads;
-    pending[b] = reduction == Reduction::all_reduce ? group->all_reduce_sum_async(grads)
-                                                    : group->reduce_scatter_sum_async(grads);
+    const FlatBucket& bucket = flat->buckets()[b];
+    for (const auto& segment : bucket.segments) {
+      if (pending.size() >= kInFlight && pending[pending.size() - kInFlight]) {
+        pending[pending.size() - kInFlight]->wait();
+        pending[pending.size() - kInFlight].reset();
+      }
+      const at::Tensor grads = bucket.grads.narrow(0, segment.begin, segment.numel);
+      pending.push_back(reduction == Reduction::all_reduce ? group->all_reduce_sum_async(grads)
+                                                           : group->reduce_scatter_sum_async(grads));
+    }
     started[b] = 1;
   }
 
@@ -68,7 +81,6 @@ GradientSync::GradientSync(ProcessGroup& group, FlatBuckets& flat, Reduction red
   const size_t buckets = flat.buckets().size();
   s.ready_members.assign(buckets, 0);
   s.started.assign(buckets, 0);
-  s.pending.resize(buckets);
   s.ready.assign(flat.params().size(), 0);
   s.stats.buckets = static_cast<int64_t>(buckets);
   for (size_t i = 0; i < flat.params().size(); ++i) {
@@ -88,7 +100,7 @@ void GradientSync::arm() {
   std::fill(s.ready_members.begin(), s.ready_members.end(), 0);
   std::fill(s.started.begin(), s.started.end(), 0);
   std::fill(s.ready.begin(), s.ready.end(), 0);
-  for (auto& p : s.pending) p.reset();
+  s.pending.clear();
   s.next = 0;
   s.late_param = -1;
   s.stats.started_in_backward = 0;
@@ -100,10 +112,9 @@ void GradientSync::finish() {
   State& s = *state_;
   s.armed = false;
   while (s.next < s.started.size()) s.start(s.next++);
-  for (auto& p : s.pending) {
+  for (auto& p : s.pending)
     if (p) p->wait();
-    p.reset();
-  }
+  s.pending.clear();
   if (s.late_param >= 0)
     throw std::runtime_error("distributed: parameter " + std::to_string(s.late_param) +
                              " received a gradient after its bucket was already being summed over ranks (a "

@@ -4,13 +4,13 @@
 // its bucket, so a collective runs in place on the bucket: no packing copies).
 // Only on a step's last micro-batch (after arm()) a hook on each parameter
 // notes when its gradient has been accumulated; as soon as all of a bucket's
-// gradients are there, its collective starts, buckets strictly in index order
-// so every rank issues the same sequence. finish() then starts what backward
+// gradients are there, its collectives start (one a segment), buckets strictly
+// in index order so every rank issues the same sequence. finish() then starts what backward
 // left (buckets with a parameter that got no gradient this step) and waits.
 //   all_reduce:     afterwards every .grad holds the sum over ranks.
-//   reduce_scatter: afterwards only this rank's slice of each bucket holds the
-//                   sum (ZeRO-1: the optimizer updates that slice alone); the
-//                   rest of the buffer still holds this rank's own gradients.
+//   reduce_scatter: afterwards only this rank's part of each segment holds the
+//                   sum (ZeRO-1: the optimizer updates those alone); the rest
+//                   of the buffer still holds this rank's own gradients.
 // Reentrant activation checkpointing accumulates gradients in a nested
 // backward; the hooks fire there just the same. A gradient accumulated again
 // after its bucket started (one parameter used in two checkpointed segments)

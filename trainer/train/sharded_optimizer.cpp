@@ -23,30 +23,32 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
   }
   const int64_t rank = group_.rank(), world = group_.world_size();
   for (auto& b : buckets_.buckets()) {
-    const int64_t begin = b.slice_begin(rank, world), end = begin + b.slice_numel(world);
     std::vector<Piece> pieces;
     Update decayed{options_.weight_decay, {}, {}, {}, {}, {}}, plain{0.0, {}, {}, {}, {}, {}};
-    for (size_t k = 0; k < b.members.size(); ++k) {
-      const at::Tensor& p = buckets_.params()[b.members[k]];
-      const int64_t first = std::max(begin, b.offsets[k]), last = std::min(end, b.offsets[k] + p.numel());
-      if (first >= last) continue;
-      Piece piece;
-      piece.param = b.members[k];
-      piece.param_offset = first - b.offsets[k];
-      piece.bucket_offset = first;
-      piece.numel = last - first;
-      piece.decayed = decays(options_, names_[piece.param], p);
-      piece.exp_avg = at::zeros({piece.numel}, p.options());
-      piece.exp_avg_sq = at::zeros({piece.numel}, p.options());
-      piece.step = at::zeros({}, p.options().dtype(at::kFloat));  // the fused kernel's step count
-      Update& u = piece.decayed ? decayed : plain;
-      u.params.push_back(b.params.narrow(0, first, piece.numel));
-      u.grads.push_back(b.grads.narrow(0, first, piece.numel));
-      u.exp_avg.push_back(piece.exp_avg);
-      u.exp_avg_sq.push_back(piece.exp_avg_sq);
-      u.steps.push_back(piece.step);
-      slice_grads_.push_back(u.grads.back());
-      pieces.push_back(std::move(piece));
+    for (const FlatRange& range : b.owned(rank, world)) {
+      for (size_t k = 0; k < b.members.size(); ++k) {
+        const at::Tensor& p = buckets_.params()[b.members[k]];
+        const int64_t first = std::max(range.begin, b.offsets[k]);
+        const int64_t last = std::min(range.begin + range.numel, b.offsets[k] + p.numel());
+        if (first >= last) continue;
+        Piece piece;
+        piece.param = b.members[k];
+        piece.param_offset = first - b.offsets[k];
+        piece.bucket_offset = first;
+        piece.numel = last - first;
+        piece.decayed = decays(options_, names_[piece.param], p);
+        piece.exp_avg = at::zeros({piece.numel}, p.options());
+        piece.exp_avg_sq = at::zeros({piece.numel}, p.options());
+        piece.step = at::zeros({}, p.options().dtype(at::kFloat));  // the fused kernel's step count
+        Update& u = piece.decayed ? decayed : plain;
+        u.params.push_back(b.params.narrow(0, first, piece.numel));
+        u.grads.push_back(b.grads.narrow(0, first, piece.numel));
+        u.exp_avg.push_back(piece.exp_avg);
+        u.exp_avg_sq.push_back(piece.exp_avg_sq);
+        u.steps.push_back(piece.step);
+        slice_grads_.push_back(u.grads.back());
+        pieces.push_back(std::move(piece));
+      }
     }
     std::vector<Update> updates;
     for (Update* u : {&decayed, &plain})
@@ -78,7 +80,9 @@ void ShardedAdamW::step(double lr) {
                         options_.beta1, options_.beta2, u.weight_decay, options_.eps, /*amsgrad=*/false,
                         /*maximize=*/false);
     }
-    gathers.push_back(group_.all_gather_async(buckets_.buckets()[b].params));
+    const FlatBucket& bucket = buckets_.buckets()[b];
+    for (const auto& segment : bucket.segments)
+      gathers.push_back(group_.all_gather_async(bucket.params.narrow(0, segment.begin, segment.numel)));
   }
   for (auto& g : gathers) g->wait();
   ++steps_taken_;
@@ -97,7 +101,8 @@ std::map<std::string, at::Tensor> ShardedAdamW::state_dict() {
       at::Tensor whole = at::zeros_like(bucket.params);
       for (const auto& piece : pieces_[b])
         whole.narrow(0, piece.bucket_offset, piece.numel).copy_(first ? piece.exp_avg : piece.exp_avg_sq);
-      group_.all_gather_async(whole)->wait();
+      for (const auto& segment : bucket.segments)
+        group_.all_gather_async(whole.narrow(0, segment.begin, segment.numel))->wait();
       if (!keeper) continue;
       for (size_t k = 0; k < bucket.members.size(); ++k) {
         const at::Tensor& p = buckets_.params()[bucket.members[k]];

@@ -1,11 +1,11 @@
 #pragma once
 // ZeRO stage 1 (as DeepSpeed's stage 1 and llm.c's zero_stage 1 do it): every
 // rank holds all parameters and gradients, but AdamW's moments only for its
-// 1/N slice of each flat bucket (flat_buckets.h). GradientSync reduce-scatters
-// the gradients into those slices while backward runs; step() updates each
-// bucket's slice with the fused AdamW kernel and starts that bucket's
-// all-gather at once, so the gathers of earlier buckets run while later ones
-// are updated. Parameters are fp32 (bf16 is autocast), so they are their own
+// 1/N part of each segment of the flat buckets (flat_buckets.h): its slice.
+// GradientSync reduce-scatters the gradients into the slices while backward
+// runs; step() updates a bucket's slice with the fused AdamW kernel and starts
+// that bucket's all-gathers at once, so the gathers of earlier buckets run
+// while later ones are updated. Parameters are fp32 (bf16 is autocast), so they are their own
 // master weights: the sharded state is the two moments, 8 bytes a parameter
 // over N ranks. A slice may cut a parameter; its pieces keep the decay group
 // of the parameter they belong to. The elementwise update gives the same

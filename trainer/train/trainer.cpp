@@ -349,7 +349,7 @@ void Trainer::stop_if_signalled() {
 void Trainer::evaluate_during_training() {
   metrics_->newline();
   try {
-    const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), perplexity_options(c_.eval));
+    const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), perplexity_options(c_.eval, c_.train.loss_chunk_tokens));
     metrics_->eval_scalars(results, state_.step);
     for (const auto& r : results) log::info("step ", state_.step, " eval L=", r.length, " ppl ", r.ppl);
   } catch (const Interrupted& stop) {
@@ -371,7 +371,7 @@ void Trainer::save_final() {
 }
 
 void Trainer::evaluate_final() {
-  const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), perplexity_options(c_.eval));
+  const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), perplexity_options(c_.eval, c_.train.loss_chunk_tokens));
   metrics_->eval_scalars(results, state_.step);
   if (!writer_) return;
   const EvalOutputs outputs = run_eval_outputs(run_.dir, c_.eval.per_position, c_.data.train_length);
