@@ -91,14 +91,16 @@ std::map<std::string, at::Tensor> FusedAdamW::state_dict() {
   return state;
 }
 
+const at::Tensor& state_entry(const std::map<std::string, at::Tensor>& state, const std::string& key,
+                              at::IntArrayRef like) {
+  auto it = state.find(key);
+  if (it == state.end()) throw InputError("optimizer state has no entry '" + key + "'");
+  if (it->second.sizes() != like) throw InputError("optimizer state '" + key + "' has the wrong shape for this model");
+  return it->second;
+}
+
 void FusedAdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
-  auto fetch = [&](const std::string& key, const at::Tensor& like) {
-    auto it = state.find(key);
-    if (it == state.end()) throw InputError("optimizer state has no entry '" + key + "'");
-    if (it->second.sizes() != like.sizes())
-      throw InputError("optimizer state '" + key + "' has the wrong shape for this model");
-    return it->second;
-  };
+  auto fetch = [&](const std::string& key, const at::Tensor& like) { return state_entry(state, key, like.sizes()); };
   at::NoGradGuard no_grad;
   for (auto& g : groups_)
     for (size_t i = 0; i < g.names.size(); ++i) {

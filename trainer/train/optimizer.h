@@ -27,6 +27,11 @@ struct AdamWOptions {
 // pattern, and never a 1-D one (biases, norm gains).
 bool decays(const AdamWOptions& options, const std::string& name, const at::Tensor& param);
 
+// The entry `key` of a saved optimizer state, shaped like `like`; InputError
+// naming the key when it is missing or shaped otherwise.
+const at::Tensor& state_entry(const std::map<std::string, at::Tensor>& state, const std::string& key,
+                              at::IntArrayRef like);
+
 // What the training loop needs of an optimizer; FusedAdamW (every rank holds
 // the whole state) and ShardedAdamW (ZeRO-1, sharded_optimizer.h) provide it.
 class Optimizer {

@@ -118,13 +118,7 @@ std::map<std::string, at::Tensor> ShardedAdamW::state_dict() {
 }
 
 void ShardedAdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
-  auto fetch = [&](const std::string& key, const at::Tensor& param) {
-    auto it = state.find(key);
-    if (it == state.end()) throw InputError("optimizer state has no entry '" + key + "'");
-    if (it->second.sizes() != param.sizes())
-      throw InputError("optimizer state '" + key + "' has the wrong shape for this model");
-    return it->second;
-  };
+  auto fetch = [&](const std::string& key, const at::Tensor& param) { return state_entry(state, key, param.sizes()); };
   at::NoGradGuard no_grad;
   int64_t steps = -1;
   for (size_t i = 0; i < names_.size(); ++i) {  // every entry is checked, also those of other ranks' slices
