@@ -7,6 +7,8 @@
 # The configuration (bench/env.sh): SEGTRAIN_CUDA=1 runs build-cuda with .venv-cuda.
 # A benchmark that cannot run here (the GPU ones without a visible GPU) prints
 # {"benchmark": ..., "skipped": "why"}, which the summary shows as such.
+# bench/smollm2_bench.sh (and gpu_smollm2_bench.sh) train the real SmolLM2-135M shape
+# against transformers; from its real weights after `make real-base` (about 7 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/env.sh

@@ -91,6 +91,19 @@ for r in load("gpu_speed_bench"):
         f"{r['heads']} heads, vocab {r['vocab']}, {r['micro_batch']} x {r['length']} tokens, bf16, {r['gpu']})",
         f"segtrain {rate(r['segtrain_tokens_per_s'])} vs PyTorch {rate(r['pytorch_tokens_per_s'])} tokens/s = "
         f"{spread(r)}; {mfu}", target))
+for name in ("smollm2_bench", "gpu_smollm2_bench"):
+    for r in load(name):
+        memory = (f"peak RSS {r['segtrain_peak_rss_mb']:.0f} vs {r['transformers_peak_rss_mb']:.0f} MiB = "
+                  f"**{r['rss_ratio']:.2f}x** ({r['rss_ratio_min']:.2f}..{r['rss_ratio_max']:.2f})")
+        if "gpu" in r:
+            memory += (f"; peak GPU {r['segtrain_peak_gpu_mb']:.0f} vs {r['transformers_peak_gpu_mb']:.0f} MiB "
+                       f"= {r['gpu_ratio']:.2f}x")
+        headline.append((
+            f"training speed and memory, {r['model']} ({r['params'] / 1e6:.0f}M, {r['init']}; {r['micro_batch']} x "
+            f"{r['length']} tokens, {r['precision']} on {r.get('gpu', r['device'])}, {r['threads']} "
+            f"thread{'s' if r['threads'] != 1 else ''}) against transformers",
+            f"segtrain {r['segtrain_tokens_per_s']:.1f} vs transformers {r['transformers_tokens_per_s']:.1f} tokens/s = "
+            f"{spread(r)}; {memory}; first-step loss equal to {r['step1_loss_max_abs_diff']:.1g}", ""))
 for r in load("train_memory_bench"):
     headline.append((
         f"peak RSS, {r['model']} (d {r['d_model']} x {r['layers']} layers, micro-batch {r['micro_batch']}, "
