@@ -150,6 +150,66 @@ TEST(Evaluate, PerplexityEqualsADirectComputationOverNonOverlappingWindows) {
   EXPECT_EQ(sliding[0].tokens, (50 - 1) - (50 - 16) % 8 + (33 - 1) - (33 - 16) % 8 + (64 - 1) - (64 - 16) % 8);
 }
 
+// prefixes_of_longest: each length's figure is the first L tokens of the longest
+// windows, computed directly here with a forward over exactly those L tokens
+// (causal attention: the same numbers as the prefix of the long forward).
+TEST(Evaluate, PrefixesOfTheLongestWindowsEqualShortWindowsOverTheSameTokens) {
+  test::TempDir dir;
+  const int64_t vocab = 32;
+  {
+    data::IndexedDatasetWriter writer((dir / "valid"), data::TokenDtype::uint16);
+    std::mt19937 rng(5);
+    for (int64_t length : {70, 20, 33}) {  // 20: shorter than the longest length, not used
+      std::vector<int32_t> doc(length);
+      for (auto& t : doc) t = static_cast<int32_t>(rng() % vocab);
+      writer.add_document(doc);
+    }
+    writer.finish();
+  }
+  auto split = data::IndexedDataset::open(dir / "valid", vocab);
+  for (auto arch : {models::Arch::gpt_neox, models::Arch::bloom, models::Arch::llama}) {
+    torch::manual_seed(2);
+    models::TransformerLM model(tiny(arch, vocab));
+    PerplexityOptions options;
+    options.lengths = {8, 16, 32};
+    options.batch_size = 2;
+    options.per_position = true;
+    options.prefixes_of_longest = true;
+    const auto results = evaluate(model, split, options);
+    ASSERT_EQ(results.size(), 3u);
+    torch::NoGradGuard no_grad;
+    model->eval();
+    // The windows of 32: [0, 32) and [32, 64) of the first document, [0, 32) of the third.
+    const std::vector<std::pair<int64_t, int64_t>> windows = {{0, 0}, {0, 32}, {2, 0}};
+    for (const auto& r : results) {
+      const int64_t L = r.length;
+      double total = 0;
+      std::vector<double> at(L - 1, 0.0);
+      for (const auto& [doc, start] : windows) {
+        std::vector<int32_t> ids(L);
+        split.copy(doc, start, L, ids.data());
+        at::Tensor x = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0);
+        at::Tensor logp = torch::log_softmax(model->forward(x, torch::arange(L).unsqueeze(0)).to(at::kDouble), -1);
+        for (int64_t j = 0; j + 1 < L; ++j) {
+          const double nll = -logp[0][j][ids[j + 1]].item<double>();
+          total += nll, at[j] += nll / 3;
+        }
+      }
+      EXPECT_EQ(r.sequences, 3) << L;
+      EXPECT_EQ(r.tokens, 3 * (L - 1)) << L;
+      EXPECT_NEAR(r.loss, total / (3 * (L - 1)), 1e-5) << L;
+      ASSERT_EQ(static_cast<int64_t>(r.position_loss.size()), L - 1);
+      for (int64_t j = 0; j + 1 < L; ++j) EXPECT_NEAR(r.position_loss[j], at[j], 1e-5) << L << " " << j;
+    }
+  }
+  PerplexityOptions sliding;
+  sliding.lengths = {8, 16};
+  sliding.stride = 4;
+  sliding.prefixes_of_longest = true;
+  models::TransformerLM model(tiny(models::Arch::gpt_neox, vocab));
+  EXPECT_THROW(evaluate(model, split, sliding), InputError);
+}
+
 // train.loss_chunk_tokens: a micro-batch's loss and every gradient (tied head,
 // activation checkpointing) are the same with the head over slices of 1 or 7
 // tokens, auto (one slice here) or the whole logits (0, today's summed_loss).

@@ -50,6 +50,33 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
   model->eval();
   const auto device = model->parameters().front().device();
   const int64_t chunk = models::loss_chunk_tokens_for(options.loss_chunk_tokens, model->head_weight().size(0));
+  if (options.prefixes_of_longest && !options.lengths.empty()) {
+    if (options.stride > 0)
+      throw InputError("perplexity from the prefixes of the longest windows needs non-overlapping windows (stride 0)");
+    PerplexityOptions longest = options;
+    longest.prefixes_of_longest = false;
+    longest.per_position = true;
+    longest.lengths = {*std::max_element(options.lengths.begin(), options.lengths.end())};
+    const LengthResult whole = evaluate(model, split, longest).front();
+    std::vector<LengthResult> results;
+    for (int64_t length : options.lengths) {
+      if (length < 2) throw InputError("evaluation length " + std::to_string(length) + " is below 2");
+      LengthResult r;
+      r.length = length;
+      r.sequences = whole.sequences;
+      r.tokens = whole.sequences * (length - 1);
+      // Every window scores every position, so the mean over positions is the mean over tokens.
+      double sum = 0;
+      for (int64_t p = 0; p < length - 1; ++p) sum += whole.position_loss[p];
+      r.loss = whole.sequences ? sum / static_cast<double>(length - 1) : std::numeric_limits<double>::quiet_NaN();
+      r.ppl = std::exp(r.loss);
+      if (options.per_position)
+        r.position_loss.assign(whole.position_loss.begin(), whole.position_loss.begin() + (length - 1));
+      results.push_back(std::move(r));
+    }
+    if (was_training) model->train();
+    return results;
+  }
   std::vector<LengthResult> results;
   for (int64_t length : options.lengths) {
     if (length < 2) throw InputError("evaluation length " + std::to_string(length) + " is below 2");

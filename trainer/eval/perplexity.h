@@ -20,6 +20,12 @@ struct PerplexityOptions {
   int64_t stride = 0;         // 0: non-overlapping; else windows every `stride` tokens
   int64_t batch_size = 4;
   bool per_position = false;
+  // Only windows of the longest length are run; a shorter length L is scored on
+  // the first L tokens of each (its first L-1 predictions). The same figures as L
+  // windows for a causal model whose positions do not depend on the input's
+  // length (not for dynamic NTK / dynamic interpolation / LongRoPE), for the
+  // cost of the longest length alone. Non-overlapping windows only (stride 0).
+  bool prefixes_of_longest = false;
   // Tokens per slice of the LM head and cross-entropy (train.loss_chunk_tokens):
   // nullopt auto, 0 the whole logits at once (models/lm_head_loss.h).
   std::optional<int64_t> loss_chunk_tokens;
