@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/error.h"
 #include "test_util.h"
 #include "trainer/experiment/experiment.h"
 #include "trainer/experiment/plan.h"
@@ -345,6 +346,75 @@ TEST(ExperimentPlan, TrainedRowsFollowSeed004) {
   }
 }
 
+// A given base trained at its own context (config.json's max_position_embeddings,
+// here 256) is extended by L_e over that context, not over L_t; experiment.train_tokens
+// gives every trained row the same fixed budget; truncate trains with the rows' extension.
+TEST(ExperimentPlan, AGivenBaseIsExtendedFromItsOwnContextUnderOneTokenBudget) {
+  test::TempDir dir;
+  fs::create_directories(dir / "base");
+  test::write_file(dir / "base/config.json",
+                   R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 200,
+                       "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                       "num_key_value_heads": 1, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+                       "rope_theta": 10000.0, "tie_word_embeddings": true})");
+  fs::create_directories(dir / "store");
+  test::write_file(dir / "store/meta.json", "{}");
+  const std::string yaml = "experiment:\n"
+                           "  output_dir: " + (dir / "out") + "\n"
+                           "  factors: [4, 16]\n"
+                           "  methods: [truncate, chunk-0.25, da]\n"
+                           "  train_extension: yarn\n"
+                           "  train_tokens: 4096\n"
+                           "  eval_lengths: [32, 128, 256, 512]\n"
+                           "  eval_from_longest: true\n"
+                           "  corpora:\n"
+                           "    - {name: given, store: " + (dir / "store") + ", base: hf:" + (dir / "base") + "}\n"
+                           "run: {seed: 7}\n"
+                           "data: {train_length: 32}\n"
+                           "train: {micro_batch_size: 2}\n";
+  test::write_file(dir / "x.yaml", yaml);
+  const auto x = trainer::load_experiment(dir / "x.yaml", {});
+  EXPECT_EQ(trainer::base_context(x, x.corpora[0]), 256);
+  EXPECT_EQ(trainer::extension_factor(x, x.corpora[0], 4), 1.0);   // L_e = 128 < 256: no scaling needed
+  EXPECT_EQ(trainer::extension_factor(x, x.corpora[0], 16), 2.0);  // L_e = 512 = 2 x 256
+  EXPECT_EQ(trainer::row_lengths(x, 4), (std::vector<int64_t>{32, 128, 256, 512}));
+  const auto runs = trainer::plan_training_runs(x, x.corpora[0]);
+  ASSERT_EQ(runs.size(), 6u);  // no base run: the base is given
+  for (const auto& run : runs) {
+    const auto& c = run.config.config;
+    EXPECT_FALSE(c.train.budget.compute_equivalent) << run.label;
+    EXPECT_EQ(c.train.budget.tokens, 4096) << run.label;
+    EXPECT_TRUE(trainer::validate_config(run.config, /*check_paths=*/false).empty()) << run.label;
+    if (run.method->domain_adaptation) {
+      EXPECT_EQ(c.model.spec.extension.method, models::ExtensionMethod::none);
+      continue;
+    }
+    EXPECT_EQ(c.data.sampler.method, run.method->sampler) << run.label;
+    EXPECT_EQ(c.model.spec.extension.method, models::ExtensionMethod::yarn) << run.label;
+    EXPECT_EQ(c.model.spec.extension.factor, run.factor == 16 ? 2.0 : 1.0) << run.label;
+  }
+
+  // The lengths must hold L_t and every L_e; a passkey section needs its lengths.
+  std::string bad = yaml;
+  bad.replace(bad.find("[32, 128, 256, 512]"), 19, "[32, 256]");
+  test::write_file(dir / "bad.yaml", bad + "");
+  try {
+    trainer::load_experiment(dir / "bad.yaml", {});
+    ADD_FAILURE() << "accepted eval_lengths without L_e";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("experiment.eval_lengths: 128 is missing"), std::string::npos) << e.what();
+  }
+  bad = yaml;
+  bad.replace(bad.find("  eval_from_longest"), 0, "  passkey: {trials: 2}\n");
+  test::write_file(dir / "bad.yaml", bad);
+  try {
+    trainer::load_experiment(dir / "bad.yaml", {});
+    ADD_FAILURE() << "accepted a passkey section without lengths";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("experiment.passkey.lengths: required"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {
   using trainer::parse_trained_method;
   EXPECT_EQ(parse_trained_method("chunk-0.125")->sampler, data::SamplerMethod::chunk);
@@ -359,7 +429,9 @@ TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {
   EXPECT_EQ(ring->sampler, data::SamplerMethod::chunk);
   EXPECT_EQ(ring->alpha, 0.25);
   EXPECT_EQ(ring->placement, data::ChunkPlacement::ring);
-  for (const char* bad : {"chunk", "chunk-", "chunk-0", "chunk-1.5", "chunk-0.25x", "prefix-abc", "truncate", "",
+  EXPECT_EQ(parse_trained_method("truncate")->sampler, data::SamplerMethod::truncate);
+  EXPECT_FALSE(parse_trained_method("truncate")->domain_adaptation);
+  for (const char* bad : {"chunk", "chunk-", "chunk-0", "chunk-1.5", "chunk-0.25x", "prefix-abc", "truncated", "",
                           "chunk-ring-", "chunk-ring-1.5", "chunk-ring-x", "prefix-ring-0.25"})
     EXPECT_FALSE(parse_trained_method(bad)) << bad;
   using E = models::ExtensionMethod;

@@ -58,6 +58,34 @@ class MapReader {
     }
     return value;
   }
+  std::optional<bool> boolean(const std::string& key) {
+    auto node = get(key);
+    if (!node) return std::nullopt;
+    bool value = false;
+    if (!node->IsScalar() || !YAML::convert<bool>::decode(*node, value)) {
+      fail(*node, key, "expected true or false");
+      return std::nullopt;
+    }
+    return value;
+  }
+  // A list of integers >= lo, each once.
+  std::optional<std::vector<int64_t>> integers(const std::string& key, int64_t lo) {
+    auto items = list(key);
+    if (!items) return std::nullopt;
+    std::vector<int64_t> out;
+    for (const auto& item : *items) {
+      int64_t v = 0;
+      if (!item.IsScalar() || !YAML::convert<int64_t>::decode(item, v) || v < lo)
+        errors_.push_back(location(source_, item.Mark()) + ": " + path_ + "." + key + ": expected integers >= " +
+                          std::to_string(lo));
+      else if (std::find(out.begin(), out.end(), v) != out.end())
+        errors_.push_back(location(source_, item.Mark()) + ": " + path_ + "." + key + ": " + std::to_string(v) +
+                          " is listed twice");
+      else
+        out.push_back(v);
+    }
+    return out;
+  }
   std::optional<double> fraction(const std::string& key) {
     auto node = get(key);
     if (!node) return std::nullopt;
@@ -124,8 +152,8 @@ std::vector<Assignment> read_set(MapReader& parent, const std::string& key, cons
       }
       if (key == "extend" && name == "train.budget.tokens") {
         parent.errors().push_back(where + ": " + path + ".set." + name +
-                                  ": every trained row has the compute-equivalent budget (seed 004, eq. 2) so "
-                                  "that rows compare; size it with the corpus instead");
+                                  ": every trained row has the same budget so that rows compare: the "
+                                  "compute-equivalent one (seed 004, eq. 2), or experiment.train_tokens");
         continue;
       }
       YAML::Emitter value;
@@ -204,9 +232,15 @@ void read_corpus(const YAML::Node& node, size_t index, MapReader& parent, Experi
       r.errors().push_back(corpus.origin + ": " + path + ".base: expected hf:DIR or checkpoint:DIR, got '" + *base + "'");
     else if (!fs::is_directory(dir))
       r.errors().push_back(corpus.origin + ": " + path + ".base: '" + dir + "' does not exist or is not a directory");
-    else if (corpus.store.empty())
+    else if (!corpus.store.empty() || ref->kind != ModelRef::Kind::hf)
+      ;  // a ready store (checked against the base's vocabulary when evaluated), or a checkpoint's (below)
+    else if (!fs::exists(fs::path(dir) / "tokenizer.json") && !fs::exists(fs::path(dir) / "tokenizer.model"))
+      r.errors().push_back(corpus.origin + ": " + path + ".base: '" + dir +
+                           "' has neither tokenizer.json nor tokenizer.model to tokenize the corpus's text with; "
+                           "give a store made in its vocabulary (corpora[].store)");
+    if (ref && ref->kind == ModelRef::Kind::checkpoint && corpus.store.empty())
       r.errors().push_back(corpus.origin + ": " + path +
-                           ".base: a given base needs the corpus as a store tokenized with its vocabulary "
+                           ".base: a checkpoint base needs the corpus as a store tokenized with its vocabulary "
                            "(corpora[].store), not text to train a new tokenizer on");
   }
   r.finish();
@@ -253,7 +287,8 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
     auto method = parse_trained_method(method_names[i]);
     if (!method)
       errors.push_back(location(x.file, method_marks[i]) + ": experiment.methods: unknown method '" + method_names[i] +
-                       "'; expected da, full, randompos, pose, chunk-<alpha>, chunk-ring-<alpha> or prefix-<alpha>");
+                       "'; expected da, truncate, full, randompos, pose, chunk-<alpha>, chunk-ring-<alpha> or "
+                       "prefix-<alpha>");
     else if (std::any_of(x.methods.begin(), x.methods.end(), [&](const auto& m) { return m.name == method->name; }))
       errors.push_back(location(x.file, method_marks[i]) + ": experiment.methods: '" + method->name + "' is listed twice");
     else
@@ -277,6 +312,37 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
   }
   if (auto te = r.get("train_extension"); te && !(te->IsScalar() && te->Scalar() == "auto"))
     x.train_extension = extension_name(*te, "train_extension");
+  x.train_tokens = r.integer("train_tokens", 1);
+  x.eval_lengths = r.integers("eval_lengths", 2).value_or(std::vector<int64_t>{});
+  std::sort(x.eval_lengths.begin(), x.eval_lengths.end());
+  x.eval_from_longest = r.boolean("eval_from_longest").value_or(false);
+  // The tables compare rows at L_t and at each L_e: both must be among the lengths.
+  if (!x.eval_lengths.empty())
+    for (int64_t needed : [&] {
+           std::vector<int64_t> v = {lt};
+           for (int64_t f : x.factors)
+             if (f <= std::numeric_limits<int64_t>::max() / lt) v.push_back(f * lt);
+           return v;
+         }())
+      if (std::find(x.eval_lengths.begin(), x.eval_lengths.end(), needed) == x.eval_lengths.end())
+        errors.push_back(location(x.file, r.get("eval_lengths")->Mark()) + ": experiment.eval_lengths: " +
+                         std::to_string(needed) + " is missing; the lengths must include L_t = " + std::to_string(lt) +
+                         " and every L_e = factor * L_t");
+  if (auto passkey = section(r, "passkey")) {
+    MapReader p(*passkey, "experiment.passkey", x.file, errors);
+    x.passkey.lengths = p.integers("lengths", 2).value_or(std::vector<int64_t>{});
+    std::sort(x.passkey.lengths.begin(), x.passkey.lengths.end());
+    x.passkey.trials = p.integer("trials", 1).value_or(x.passkey.trials);
+    if (auto style = p.string("style")) {
+      if (auto s = enum_from_name(kPasskeyStyles, *style))
+        x.passkey.style = *s;
+      else
+        p.fail(*p.get("style"), "style", "expected digits or recall, got '" + *style + "'");
+    }
+    if (x.passkey.lengths.empty() && !passkey->operator[]("lengths").IsDefined())
+      errors.push_back(location(x.file, passkey->Mark()) + ": experiment.passkey.lengths: required (the prompt lengths)");
+    p.finish();
+  }
   if (auto corpora = r.list("corpora")) {
     for (size_t i = 0; i < corpora->size(); ++i) read_corpus((*corpora)[i], i, r, x);
   } else if (!r.get("corpora")) {
@@ -313,6 +379,9 @@ std::optional<TrainedMethod> parse_trained_method(const std::string& name) {
     m.domain_adaptation = true;
     return m;
   }
+  // Truncate training with the rows' extension (the domain-adaptation row of a base
+  // extended with a scaling); `da` trains on the base's own positions instead.
+  if (name == "truncate") return m.sampler = data::SamplerMethod::truncate, m;
   if (name == "full") return m.sampler = data::SamplerMethod::full, m;
   if (name == "randompos") return m.sampler = data::SamplerMethod::randompos, m;
   if (name == "pose") return m.sampler = data::SamplerMethod::pose, m;

@@ -12,7 +12,9 @@
 // template every run starts from) plus an `experiment:` section:
 //   experiment:
 //     name, output_dir, factors: [2, 4], methods: [...], ootb: [...],
-//     train_extension: auto | <method>,
+//     train_extension: auto | <method>, train_tokens: N,
+//     eval_lengths: [...], eval_from_longest: false,
+//     passkey: {lengths: [...], trials: N, style: digits | recall},
 //     corpora: [{name, synthetic: {docs, min_tokens, max_tokens, seed} | inputs: [...] | store: DIR,
 //                vocab_size, valid_fraction, base: hf:DIR | checkpoint:DIR}],
 //     base:   {set: {key: value, ...}}   # the pretraining run at L_t
@@ -32,7 +34,8 @@ namespace segtrain::trainer {
 // One way to reach L_e with training. `da` is seed 004's domain-adaptation
 // control: more truncate training at L_t, then the OOTB extension at eval.
 struct TrainedMethod {
-  std::string name;  // "da", "full", "chunk-0.25", "chunk-ring-0.25", "prefix-0.5", "randompos", "pose"
+  // "da", "truncate", "full", "chunk-0.25", "chunk-ring-0.25", "prefix-0.5", "randompos", "pose"
+  std::string name;
   data::SamplerMethod sampler = data::SamplerMethod::truncate;
   double alpha = 0.25;
   data::ChunkPlacement placement = data::ChunkPlacement::uniform;  // chunk-ring-<alpha>: ring
@@ -48,7 +51,17 @@ struct CorpusSpec {
   std::string store;
   int64_t vocab_size = 1024;
   double valid_fraction = 0.05;
-  std::string base;  // "hf:DIR" | "checkpoint:DIR": a given base; empty: pretrain one at L_t
+  // "hf:DIR" | "checkpoint:DIR": a given base; empty: pretrain one at L_t. With text
+  // `inputs`, the store is tokenized with the base's own tokenizer (its folder's).
+  std::string base;
+};
+
+// Passkey retrieval of every row (trainer/eval/passkey.h), scored apart from
+// perplexity so that adding it to a finished grid evaluates nothing else again.
+struct PasskeySpec {
+  std::vector<int64_t> lengths;  // empty: no passkey
+  int64_t trials = 5;
+  PasskeyStyle style = PasskeyStyle::digits;
 };
 
 // A `key: value` of base.set / extend.set, kept as a --set assignment plus where it was written.
@@ -65,6 +78,16 @@ struct ExperimentConfig {
   std::vector<TrainedMethod> methods;
   std::vector<models::ExtensionMethod> ootb;  // empty: every method that applies to the base
   std::optional<models::ExtensionMethod> train_extension;  // nullopt: the scheme's default
+  // Tokens every trained row trains on; nullopt: the compute-equivalent budget
+  // (L_e / L_t epochs, seed 004 eq. 2). Either way every row sees the same number.
+  std::optional<int64_t> train_tokens;
+  // Lengths every row of every factor is evaluated at; empty: L_t and L_e.
+  std::vector<int64_t> eval_lengths;
+  // Each length's perplexity from the first L tokens of the longest windows (one
+  // forward a window): exact for a causal model whose positions do not depend on
+  // the input's length; rows with dynamic methods are scored length by length.
+  bool eval_from_longest = false;
+  PasskeySpec passkey;
   std::vector<CorpusSpec> corpora;
   std::vector<Assignment> base_set, extend_set;
   LoadedConfig base_template;  // the file's run sections with the command line's --set applied
@@ -77,7 +100,7 @@ ExperimentConfig load_experiment(const std::string& file, const std::vector<std:
 // Runs (or resumes) the grid and writes results.md, results.json and the plots.
 void run_experiment(const ExperimentConfig& experiment);
 
-// The trained-row names the grid knows: "da", "full", "randompos", "pose",
+// The trained-row names the grid knows: "da", "truncate", "full", "randompos", "pose",
 // "chunk-<alpha>", "chunk-ring-<alpha>", "prefix-<alpha>".
 std::optional<TrainedMethod> parse_trained_method(const std::string& name);
 

@@ -6,7 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <iomanip>
 #include <map>
+#include <sstream>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
@@ -32,10 +35,25 @@ namespace segtrain::trainer {
 
 namespace {
 
+// The folder whose tokenizer makes the store of a corpus with text and an hf: base;
+// "" when the grid trains a sentencepiece model on the text.
+std::string base_tokenizer(const CorpusSpec& corpus) {
+  const auto ref = parse_model_ref(corpus.base);
+  return ref && ref->kind == ModelRef::Kind::hf && corpus.store.empty() ? ref->dir : "";
+}
+
 // The corpus settings a store was made from, and for text inputs every file's
 // size and content digest; a store made from others (an edited file) is stale.
 nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
   nlohmann::json j = {{"vocab_size", corpus.vocab_size}, {"valid_fraction", corpus.valid_fraction}};
+  if (const std::string tokenizer = base_tokenizer(corpus); !tokenizer.empty()) {
+    // The base's tokenizer replaces a trained one: its files are part of what the store is made from.
+    j.erase("vocab_size");
+    j["tokenizer"] = {{"base", tokenizer}, {"files", nlohmann::json::array()}};
+    for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"})
+      if (const fs::path file = fs::path(tokenizer) / name; fs::exists(file))
+        j["tokenizer"]["files"].push_back({{"name", name}, {"fnv1a64", data::file_digest(file)}});
+  }
   if (corpus.synthetic)
     j["synthetic"] = {{"docs", corpus.synthetic->documents},
                       {"min_tokens", corpus.synthetic->min_words},
@@ -107,6 +125,7 @@ void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const Loa
   p.inputs = inputs;
   p.out = staged_store.path().string();
   p.vocab_size = corpus.vocab_size;
+  p.tokenizer = base_tokenizer(corpus);
   p.valid_fraction = corpus.valid_fraction;
   p.seed = base_template.config.run.seed;
   log::info("experiment ", corpus.name, ": tokenizing into ", store.string());
@@ -161,9 +180,18 @@ void ensure_trained(const PlannedRun& run) {
   run_training(run.config, previous ? Resume::required : Resume::no, /*final_eval=*/false);
 }
 
+// Whether a model's rotary frequencies or ALiBi slopes depend on the input's
+// length, so that a prefix of a long window is not scored as a short window is.
+bool positions_depend_on_length(models::ExtensionMethod method) {
+  using E = models::ExtensionMethod;
+  return method == E::dynamic_ntk || method == E::dynamic_interpolate || method == E::longrope;
+}
+
 // Evaluates one row's model unless row.json holds this exact evaluation.
 RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string& model_dir,
-                       const std::vector<std::string>& overrides, const Config& templ, const data::TokenStore& store) {
+                       const std::vector<std::string>& overrides, const ExperimentConfig& x,
+                       const data::TokenStore& store) {
+  const Config& templ = x.base_template.config;
   PerplexityOptions eval;
   eval.lengths = row.lengths;
   eval.max_sequences = templ.eval.max_sequences;
@@ -171,10 +199,10 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   eval.batch_size = templ.eval.batch_size;
   eval.per_position = true;
   eval.loss_chunk_tokens = templ.train.loss_chunk_tokens;  // the same figures either way: not in `settings`
-  const nlohmann::json settings = {{"model", model_dir},     {"model_files", model_identity(model_dir)},
-                                   {"overrides", overrides},
-                                   {"lengths", eval.lengths}, {"max_sequences", eval.max_sequences},
-                                   {"stride", eval.stride},   {"split", templ.eval.split}};
+  nlohmann::json settings = {{"model", model_dir},     {"model_files", model_identity(model_dir)},
+                             {"overrides", overrides},
+                             {"lengths", eval.lengths}, {"max_sequences", eval.max_sequences},
+                             {"stride", eval.stride},   {"split", templ.eval.split}};
   const fs::path record = row_dir / "row.json";
   if (fs::exists(record)) {
     if (auto saved = row_from_json(read_file(record, "row record"), record.string()); saved.evaluated_with == settings.dump()) {
@@ -189,15 +217,22 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   } catch (const InputError& e) {
     throw InputError(std::string(e.what()) + "; a given base needs a store tokenized with its own tokenizer");
   }
+  // Prefix scoring only where it gives the same figures; the record says which.
+  eval.prefixes_of_longest = x.eval_from_longest && !positions_depend_on_length(stored.config.extension.method);
+  if (eval.prefixes_of_longest) settings["prefixes_of_longest"] = true;
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
-  log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", eval.lengths.front(), "..", longest);
+  log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", eval.lengths.front(), "..", longest,
+            eval.prefixes_of_longest ? " (every length from the longest windows)" : "");
+  const auto started = std::chrono::steady_clock::now();
   row.results = evaluate(model, store.split(data::parse_split(templ.eval.split)), eval);
+  row.eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   row.model = model_dir;
   row.evaluated_with = settings.dump();
   fs::create_directories(row_dir);
   write_file_atomic(row_dir / "eval.json", eval_json(model_dir, row.results));
   write_file_atomic(record, row_to_json(row));
   for (const auto& r : row.results) log::info("  L=", r.length, ": ppl ", r.ppl);
+  log::info("  evaluated in ", static_cast<int64_t>(row.eval_seconds), " s");
   return row;
 }
 
@@ -209,6 +244,13 @@ RowResult new_row(std::string key, std::string label, std::string kind, int64_t 
   row.factor = factor;
   row.lengths = std::move(lengths);
   return row;
+}
+
+// A factor as --set takes it: "4", "2.5".
+std::string format_factor(double factor) {
+  std::ostringstream out;
+  out << std::setprecision(12) << factor;
+  return out.str();
 }
 
 std::string extension_override(models::ExtensionMethod method) {
@@ -240,19 +282,18 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
   out.factors = x.factors;
   out.arch = enum_name(models::kArchs, base_arch(x, corpus));
   const RowResult base_row = new_row("base", "base at L_t", "base", 1, {lt});
-  out.base = evaluate_row(base_row, corpus_dir(x, corpus) / "base-eval", base_model_dir(x, corpus), {}, templ, store);
+  out.base = evaluate_row(base_row, corpus_dir(x, corpus) / "base-eval", base_model_dir(x, corpus), {}, x, store);
 
   for (int64_t factor : x.factors) {
-    const int64_t le = factor * lt;
     const fs::path fdir = factor_dir(x, corpus, factor);
-    const std::string factor_set = "model.extension.factor=" + std::to_string(factor);
+    const std::string factor_set = "model.extension.factor=" + format_factor(extension_factor(x, corpus, factor));
     for (auto method : ootb_rows(x, corpus)) {
       throw_if_stopped();
       const RowResult row = new_row("ootb-" + std::string(enum_name(models::kExtensionMethods, method)),
-                                    ootb_label(x, corpus, method), "ootb", factor, {lt, le});
+                                    ootb_label(x, corpus, method), "ootb", factor, row_lengths(x, factor));
       std::vector<std::string> overrides;
       if (method != models::ExtensionMethod::none) overrides = {extension_override(method), factor_set};
-      out.rows.push_back(evaluate_row(row, fdir / row.key, base_model_dir(x, corpus), overrides, templ, store));
+      out.rows.push_back(evaluate_row(row, fdir / row.key, base_model_dir(x, corpus), overrides, x, store));
     }
     for (const auto& run : runs) {
       if (run.factor != factor || !run.method) continue;
@@ -260,18 +301,52 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
       ensure_trained(run);
       throw_if_stopped();
       RowResult row = new_row(run.method->name, run.method->domain_adaptation ? "DA" : run.method->name, "trained",
-                              factor, {lt, le});
+                              factor, row_lengths(x, factor));
       std::vector<std::string> overrides;
       const auto ootb_extension = default_train_extension(base_arch(x, corpus));
       if (run.method->domain_adaptation && ootb_extension != models::ExtensionMethod::none)
         overrides = {extension_override(ootb_extension), factor_set};
       const fs::path run_dir = run.config.config.run.output_dir;
       row.train_tokens = newest_checkpoint(run_dir)->state.tokens;
-      out.rows.push_back(evaluate_row(row, run_dir, (run_dir / "final").string(), overrides, templ, store));
+      out.rows.push_back(evaluate_row(row, run_dir, (run_dir / "final").string(), overrides, x, store));
     }
   }
   return out;
 }
+
+// The grid's wall time across invocations, kept in <output_dir>/wall_time.json:
+// what this invocation has spent so far plus what earlier ones recorded.
+class GridClock {
+ public:
+  explicit GridClock(const fs::path& file) : file_(file), started_(std::chrono::steady_clock::now()) {
+    if (!fs::exists(file_)) return;
+    try {
+      const auto j = nlohmann::json::parse(read_file(file_, "grid wall time"));
+      before_ = {j.at("seconds").get<double>(), j.at("invocations").get<int64_t>()};
+    } catch (const std::exception&) {
+      log::warn("experiment: ", file_.string(), " is unreadable; the wall time starts again from this run");
+    }
+  }
+  GridTime now() const {
+    return {before_.seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count(),
+            before_.invocations + 1};
+  }
+  void save() const {
+    const GridTime t = now();
+    write_file_atomic(file_, nlohmann::json{{"seconds", t.seconds}, {"invocations", t.invocations}}.dump() + "\n");
+  }
+  ~GridClock() {
+    try {
+      save();
+    } catch (const std::exception&) {
+    }
+  }
+
+ private:
+  fs::path file_;
+  std::chrono::steady_clock::time_point started_;
+  GridTime before_;
+};
 
 }  // namespace
 
@@ -283,13 +358,16 @@ void run_experiment(const ExperimentConfig& x) {
   const log::ScopedFile experiment_log((fs::path(x.output_dir) / "experiment.log").string());
   log::info("experiment ", x.name, ": ", x.corpora.size(), " corpora x ", x.factors.size(), " factors; writing ",
             x.output_dir);
+  const GridClock clock(fs::path(x.output_dir) / "wall_time.json");
   std::vector<CorpusResults> corpora;
   for (const auto& corpus : x.corpora) {
     corpora.push_back(run_corpus(x, corpus));
     // Tables so far are worth having even if a later corpus fails.
-    write_reports(x, corpora);
+    write_reports(x, corpora, clock.now());
   }
-  log::info("experiment ", x.name, ": wrote ", (fs::path(x.output_dir) / "results.md").string());
+  clock.save();
+  log::info("experiment ", x.name, ": wrote ", (fs::path(x.output_dir) / "results.md").string(), "; wall time ",
+            static_cast<int64_t>(clock.now().seconds), " s over ", clock.now().invocations, " run(s)");
 }
 
 }  // namespace segtrain::trainer

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "models/model_io.h"
+#include "models/positions.h"
 #include "trainer/config/model_ref.h"
 
 namespace segtrain::trainer {
@@ -40,6 +41,22 @@ std::vector<models::ExtensionMethod> ootb_rows(const ExperimentConfig& x, const 
 
 models::ExtensionMethod train_extension(const ExperimentConfig& x, const CorpusSpec& corpus) {
   return x.train_extension.value_or(default_train_extension(base_arch(x, corpus)));
+}
+
+int64_t base_context(const ExperimentConfig& x, const CorpusSpec& corpus) {
+  if (corpus.base.empty()) return x.base_template.config.data.train_length;
+  return models::original_length_of(models::read_model_config(model_ref_dir(corpus.base)));
+}
+
+double extension_factor(const ExperimentConfig& x, const CorpusSpec& corpus, int64_t factor) {
+  const double le = static_cast<double>(factor * x.base_template.config.data.train_length);
+  return std::max(1.0, le / static_cast<double>(base_context(x, corpus)));
+}
+
+std::vector<int64_t> row_lengths(const ExperimentConfig& x, int64_t factor) {
+  if (!x.eval_lengths.empty()) return x.eval_lengths;
+  const int64_t lt = x.base_template.config.data.train_length;
+  return {lt, factor * lt};
 }
 
 namespace {
@@ -123,11 +140,13 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
       const auto extension = method.domain_adaptation ? models::ExtensionMethod::none : train_extension(x, corpus);
       grid_set(r, "model.extension.method", c.model.spec.extension.method, extension, label);
       std::optional<double> factor_value;
-      if (extension != models::ExtensionMethod::none) factor_value = static_cast<double>(factor);
+      if (extension != models::ExtensionMethod::none) factor_value = extension_factor(x, corpus, factor);
       grid_set(r, "model.extension.factor", c.model.spec.extension.factor, factor_value, label);
-      // Every trained row sees the same number of tokens (seed 004, eq. 2).
-      grid_set(r, "train.budget.compute_equivalent", c.train.budget.compute_equivalent, true, label);
-      c.train.budget.tokens.reset();
+      // Every trained row sees the same number of tokens: L_e / L_t epochs (seed 004,
+      // eq. 2) or the experiment's train_tokens (a corpus far larger than a budget).
+      grid_set(r, "train.budget.compute_equivalent", c.train.budget.compute_equivalent, !x.train_tokens, label);
+      c.train.budget.tokens = x.train_tokens;
+      if (x.train_tokens) r.origins["train.budget.tokens"] = x.file + " (experiment.train_tokens)";
       grid_set(r, "eval.lengths", c.eval.lengths, std::vector<int64_t>{lt}, label);
       runs.push_back(std::move(run));
     }

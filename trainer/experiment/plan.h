@@ -23,6 +23,14 @@ std::string base_model_dir(const ExperimentConfig& x, const CorpusSpec& corpus);
 models::Arch base_arch(const ExperimentConfig& x, const CorpusSpec& corpus);
 std::vector<models::ExtensionMethod> ootb_rows(const ExperimentConfig& x, const CorpusSpec& corpus);
 models::ExtensionMethod train_extension(const ExperimentConfig& x, const CorpusSpec& corpus);
+// The length the base was trained at: L_t for a base the grid pretrains, a given
+// base's own (its original length: config.json's max_position_embeddings for hf:).
+int64_t base_context(const ExperimentConfig& x, const CorpusSpec& corpus);
+// model.extension.factor of every extended row at `factor`: L_e over the base's
+// context, at least 1 (a base trained at 8k needs no scaling at L_e = 8k).
+double extension_factor(const ExperimentConfig& x, const CorpusSpec& corpus, int64_t factor);
+// The lengths every row at `factor` is evaluated at: experiment.eval_lengths, or L_t and L_e.
+std::vector<int64_t> row_lengths(const ExperimentConfig& x, int64_t factor);
 
 // Keys the grid sets itself for every run (plan_training_runs sets no other);
 // an experiment's `base.set` / `extend.set` may not touch them.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 
@@ -29,7 +30,7 @@ json row_json(const RowResult& row) {
                        {"tokens", r.tokens}});
   json out = {{"key", row.key},       {"label", row.label},   {"kind", row.kind},
               {"factor", row.factor}, {"lengths", row.lengths}, {"model", row.model},
-              {"train_tokens", row.train_tokens}, {"results", results}};
+              {"train_tokens", row.train_tokens}, {"eval_seconds", row.eval_seconds}, {"results", results}};
   // The curve at the longest length is the one the plots show.
   if (!row.results.empty()) {
     json curve = json::array();
@@ -96,6 +97,36 @@ void table(std::ostringstream& md, const CorpusResults& c, bool at_extended_leng
     for (int64_t f : c.factors) md << " " << cell(ppl_at(c, label, f, at_extended_length ? f * c.train_length : c.train_length)) << " |";
     md << "\n";
   }
+}
+
+// Every row of `factor` at each length it was evaluated at (experiment.eval_lengths).
+void length_table(std::ostringstream& md, const CorpusResults& c, int64_t factor) {
+  std::vector<int64_t> lengths;
+  for (const auto& row : c.rows)
+    if (row.factor == factor)
+      for (int64_t l : row.lengths)
+        if (std::find(lengths.begin(), lengths.end(), l) == lengths.end()) lengths.push_back(l);
+  std::sort(lengths.begin(), lengths.end());
+  md << "| method |";
+  for (int64_t l : lengths) md << " " << l << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const auto& label : row_labels(c)) {
+    bool any = false;
+    for (int64_t l : lengths) any = any || !std::isnan(ppl_at(c, label, factor, l));
+    if (!any) continue;
+    md << "| " << label << " |";
+    for (int64_t l : lengths) md << " " << cell(ppl_at(c, label, factor, l)) << " |";
+    md << "\n";
+  }
+}
+
+std::string duration(double seconds) {
+  std::ostringstream out;
+  const auto s = static_cast<int64_t>(seconds);
+  out << s / 3600 << " h " << std::setw(2) << std::setfill('0') << (s % 3600) / 60 << " min";
+  return out.str();
 }
 
 std::string percent(double ratio) {
@@ -237,6 +268,7 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     row.lengths = j.at("lengths").get<std::vector<int64_t>>();
     row.model = j.at("model");
     row.train_tokens = j.at("train_tokens");
+    row.eval_seconds = j.value("eval_seconds", 0.0);
     row.evaluated_with = j.at("evaluated_with").is_null() ? "" : j.at("evaluated_with").dump();
     for (const auto& r : j.at("results")) {
       LengthResult l;
@@ -260,13 +292,17 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
   }
 }
 
-std::string results_markdown(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora) {
+std::string results_markdown(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora,
+                             const GridTime& time) {
   std::ostringstream md;
   md << "# Experiment " << x.name << "\n\n"
      << "Made by `segtrain experiment " << x.file << "`. Every number is perplexity (lower is better) on the same "
      << "non-overlapping windows of each corpus's validation split (seed 004, 4.5). OOTB rows are the base model "
      << "with no training and the named extension method; every trained row starts from the base and sees the same "
      << "number of training tokens (seed 004, eq. 2). DA is more truncate training at L_t, evaluated like OOTB.\n\n";
+  if (time.invocations > 0)
+    md << "Wall time of the grid so far: " << duration(time.seconds) << " (" << time.invocations
+       << (time.invocations == 1 ? " run" : " runs, resumed") << " of `segtrain experiment`).\n\n";
   for (const auto& c : corpora) {
     md << "## " << c.name << " (" << c.arch << ", L_t = " << c.train_length << ")\n\n";
     if (!c.base.results.empty())
@@ -276,6 +312,15 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
     table(md, c, true);
     md << "\nPerplexity at L_t = " << c.train_length << " of the same models (what extending costs on short inputs):\n\n";
     table(md, c, false);
+    if (!x.eval_lengths.empty())
+      for (int64_t f : c.factors) {
+        md << "\nPerplexity by length, every row of " << f << "·L_t = " << f * c.train_length
+           << (x.eval_from_longest ? " (each length on the first L tokens of the same longest windows; rows whose "
+                                     "positions depend on the input's length scored on windows of each length)"
+                                   : "")
+           << ":\n\n";
+        length_table(md, c, f);
+      }
     md << "\nTraining tokens per trained row:";
     for (int64_t f : c.factors)
       for (const auto& row : c.rows)
@@ -296,7 +341,7 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
   return md.str();
 }
 
-void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora) {
+void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora, const GridTime& time) {
   const fs::path out = x.output_dir;
   json all = {{"experiment", x.name}, {"file", x.file}, {"corpora", json::array()}};
   for (const auto& c : corpora) {
@@ -334,7 +379,9 @@ void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& 
     }
   }
   write_file_atomic(out / "results.json", all.dump(2) + "\n");
-  write_file_atomic(out / "results.md", results_markdown(x, corpora));
+  all["wall_seconds"] = time.seconds;
+  all["invocations"] = time.invocations;
+  write_file_atomic(out / "results.md", results_markdown(x, corpora, time));
 }
 
 }  // namespace segtrain::trainer

@@ -22,6 +22,13 @@ struct RowResult {
   std::string model;           // the model folder evaluated
   std::string evaluated_with;  // settings (model, overrides, windows) as JSON: equal means reusable
   int64_t train_tokens = 0;    // trained rows: tokens seen in training
+  double eval_seconds = 0;     // wall time of the perplexity evaluation
+};
+
+// The grid's wall time over every invocation (a resumed grid adds to it).
+struct GridTime {
+  double seconds = 0;
+  int64_t invocations = 0;
 };
 
 struct CorpusResults {
@@ -36,9 +43,10 @@ std::string row_to_json(const RowResult& row);
 RowResult row_from_json(const std::string& text, const std::string& source);
 
 // Writes results.json, results.md and plots/<corpus>-x<f>.svg in the output folder.
-void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora);
+void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora, const GridTime& time = {});
 
 // results.md's text (tests read it without touching the disk).
-std::string results_markdown(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora);
+std::string results_markdown(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora,
+                             const GridTime& time = {});
 
 }  // namespace segtrain::trainer
