@@ -8,7 +8,7 @@ BUILD_DIR ?= build
 endif
 export BUILD_DIR
 
-.PHONY: all setup build build-cuda demo test bench fuzz gpu-check experiments real-base clean
+.PHONY: all setup build build-cuda demo test bench fuzz gpu-check experiments real-base kernel-corpus clean
 all: build
 
 setup build:
@@ -47,8 +47,14 @@ REAL_BASE ?= runs/bases/smollm2-135m
 real-base: setup
 	@$(if $(filter 1,$(SEGTRAIN_CUDA)),.venv-cuda,.venv)/bin/python scripts/real_base.py --out $(REAL_BASE)
 
-# The grid on the real base needs it built first.
-experiment-smollm2: real-base
+# The long-document corpus of the real-base grid: C files >= 120 KB of Debian's kernel
+# source as runs/corpora/linux-c.jsonl (scripts/kernel_corpus.py; installs linux-source-6.1).
+kernel-corpus:
+	@SEGTRAIN_APT_LISTS="scripts/apt-packages.txt scripts/apt-packages-experiments.txt" bash scripts/setup.sh
+	@$(if $(filter 1,$(SEGTRAIN_CUDA)),.venv-cuda,.venv)/bin/python scripts/kernel_corpus.py --out runs/corpora/linux-c.jsonl
+
+# The grid on the real base (configs/experiments/smollm2.yaml) needs both first.
+experiment-smollm2: real-base kernel-corpus
 
 experiments: experiment-ape experiment-rope experiment-alibi
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""A long-document corpus from Debian's Linux kernel source (linux-source-6.1):
+every C file of at least --min-bytes, one JSONL line {"path", "text"} per file,
+in path order. Long documents are what an extension to 32k positions trains and
+is measured on; linux-doc's prose files are too short (none reaches 120 KB).
+
+    python scripts/kernel_corpus.py --out runs/corpora/linux-c.jsonl
+
+Skipped: folders of generated register tables (drivers/gpu, drivers/pinctrl,
+drivers/clk), whose text is numbers more than code. Idempotent: an output whose
+sidecar .json records the same tarball and selection is kept. Exit 2 with one line
+when the tarball is missing (scripts/apt-packages-experiments.txt installs it).
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tarfile
+
+SKIPPED = ("drivers/gpu/", "drivers/pinctrl/", "drivers/clk/")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tarball", default="/usr/src/linux-source-6.1.tar.xz")
+    p.add_argument("--out", default="runs/corpora/linux-c.jsonl")
+    p.add_argument("--min-bytes", type=int, default=120_000)
+    a = p.parse_args()
+
+    if not os.path.isfile(a.tarball):
+        print(f"kernel-corpus: error: {a.tarball} does not exist; install Debian's linux-source-6.1 "
+              f"(scripts/apt-packages-experiments.txt; `make experiment-smollm2` does)", file=sys.stderr)
+        sys.exit(2)
+    st = os.stat(a.tarball)
+    selection = {"tarball": a.tarball, "tarball_bytes": st.st_size, "tarball_mtime": int(st.st_mtime),
+                 "min_bytes": a.min_bytes, "skipped": list(SKIPPED)}
+    sidecar = a.out + ".json"
+    if os.path.exists(a.out) and os.path.exists(sidecar):
+        try:
+            with open(sidecar) as f:
+                if json.load(f).get("selection") == selection:
+                    print(f"kernel-corpus: {a.out} is made", file=sys.stderr)
+                    return
+        except (OSError, ValueError):
+            pass
+
+    docs = []
+    with tarfile.open(a.tarball, "r:xz") as tar:
+        for member in tar:
+            if not member.isfile() or not member.name.endswith(".c") or member.size < a.min_bytes:
+                continue
+            path = member.name.split("/", 1)[1] if "/" in member.name else member.name
+            if path.startswith(SKIPPED):
+                continue
+            text = tar.extractfile(member).read().decode("utf-8", errors="replace")
+            docs.append((path, text))
+    docs.sort()
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    tmp = a.out + ".tmp"
+    digest = hashlib.sha256()
+    with open(tmp, "w", encoding="utf-8") as f:
+        for path, text in docs:
+            line = json.dumps({"path": path, "text": text}, ensure_ascii=False)
+            digest.update(line.encode())
+            f.write(line + "\n")
+    os.replace(tmp, a.out)
+    with open(sidecar, "w") as f:
+        json.dump({"selection": selection, "documents": len(docs), "bytes": sum(len(t) for _, t in docs),
+                   "sha256": digest.hexdigest()}, f, indent=2)
+        f.write("\n")
+    print(f"kernel-corpus: wrote {a.out}: {len(docs)} C files of >= {a.min_bytes} bytes", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
