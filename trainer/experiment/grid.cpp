@@ -203,6 +203,11 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
                              {"overrides", overrides},
                              {"lengths", eval.lengths}, {"max_sequences", eval.max_sequences},
                              {"stride", eval.stride},   {"split", templ.eval.split}};
+  const int64_t longest = *std::max_element(eval.lengths.begin(), eval.lengths.end());
+  const StoredModel stored = open_stored_model(model_dir, overrides, longest);
+  // Prefix scoring only where it gives the same figures; the record says which.
+  eval.prefixes_of_longest = x.eval_from_longest && !positions_depend_on_length(stored.config.extension.method);
+  if (eval.prefixes_of_longest) settings["prefixes_of_longest"] = true;
   const fs::path record = row_dir / "row.json";
   if (fs::exists(record)) {
     if (auto saved = row_from_json(read_file(record, "row record"), record.string()); saved.evaluated_with == settings.dump()) {
@@ -210,16 +215,11 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
       return saved;
     }
   }
-  const int64_t longest = *std::max_element(eval.lengths.begin(), eval.lengths.end());
-  const StoredModel stored = open_stored_model(model_dir, overrides, longest);
   try {
     check_store_fits(stored, store.vocab_size(), "experiment");
   } catch (const InputError& e) {
     throw InputError(std::string(e.what()) + "; a given base needs a store tokenized with its own tokenizer");
   }
-  // Prefix scoring only where it gives the same figures; the record says which.
-  eval.prefixes_of_longest = x.eval_from_longest && !positions_depend_on_length(stored.config.extension.method);
-  if (eval.prefixes_of_longest) settings["prefixes_of_longest"] = true;
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
   log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", eval.lengths.front(), "..", longest,
             eval.prefixes_of_longest ? " (every length from the longest windows)" : "");
