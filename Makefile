@@ -20,8 +20,9 @@ build-cuda:
 demo: build
 	@bash scripts/quickstart.sh
 
+# CTEST_ARGS passes more ctest options, e.g. CTEST_ARGS="-LE real_base" or "-R experiment".
 test: build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j2 --timeout 900
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j2 --timeout 900 $(CTEST_ARGS)
 
 bench: build
 	@bash bench/run.sh
