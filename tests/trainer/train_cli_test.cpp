@@ -346,6 +346,18 @@ TEST_F(TrainCli, EvalReportsPerplexityByLengthAndRefusesPositionsPastTheTable) {
   EXPECT_EQ(own["results"][0]["length"], 32);
   EXPECT_EQ(own["device"], "cpu");
   for (double rss : values(run_dir("eval-base"), "peak_rss_mb")) EXPECT_GT(rss, 10.0);
+
+  // --model takes model.init's spelling too: checkpoint:DIR is the folder itself; hf:DIR
+  // of a segtrain run is refused, naming what it lacks.
+  auto spelled = run(kBin, {"eval", "--model", "checkpoint:" + run_dir("eval-base"), "--data", *dir_ / "store",
+                            "--lengths", "32,64", "--set", "model.extension.method=interpolate", "--out",
+                            *dir_ / "spelled.json"});
+  ASSERT_EQ(spelled.exit_code, 0) << spelled.err;
+  EXPECT_EQ(json::parse(test::read_file(*dir_ / "spelled.json"))["results"], j["results"]);
+  auto wrong = run(kBin, {"eval", "--model", "hf:" + run_dir("eval-base"), "--data", *dir_ / "store", "--lengths",
+                          "32", "--out", *dir_ / "wrong.json"});
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.err;
+  EXPECT_NE(wrong.err.find("is not a transformers model (no config.json)"), std::string::npos) << wrong.err;
 }
 
 // run.device: cuda (and `segtrain eval --device cuda`) where there is no CUDA:

@@ -19,9 +19,15 @@ namespace segtrain::trainer {
 StoredModel open_stored_model(const std::string& path, const std::vector<std::string>& overrides,
                               std::optional<int64_t> target_length) {
   StoredModel m;
-  if (!models::detect_model_format(path, &m.dir))
+  // `hf:DIR` and `checkpoint:DIR` as model.init writes them, or a plain folder.
+  const auto ref = parse_model_ref(path);
+  const std::string dir = ref && ref->from_folder() ? ref->dir : path;
+  const auto format = models::detect_model_format(dir, &m.dir);
+  if (!format)
     throw InputError("--model: '" + path + "' is not a model directory: neither a segtrain checkpoint/run " +
                      "(model_config.json) nor an HF folder (config.json)");
+  if (ref && ref->from_folder() && (*format == models::ModelFormat::hf) != (ref->kind == ModelRef::Kind::hf))
+    throw InputError("--model: '" + path + "' is not " + ref->description() + " (no " + ref->marker_file() + ")");
   m.config = apply_model_overrides(models::read_model_config(m.dir), overrides, target_length);
   return m;
 }
