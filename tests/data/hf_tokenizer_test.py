@@ -24,6 +24,8 @@ import sys
 import tempfile
 
 import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from megatron_store import read_split  # noqa: E402
 
 failures = []
 
@@ -57,18 +59,6 @@ def check(condition, message):
     if not condition:
         failures.append(message)
         print("FAIL:", message, file=sys.stderr)
-
-
-def read_split(prefix):
-    idx = open(prefix + ".idx", "rb").read()
-    code = idx[17]
-    n, _ = (int(x) for x in np.frombuffer(idx, np.uint64, 2, 18))
-    sizes = np.frombuffer(idx, np.int32, n, 34)
-    pointers = np.frombuffer(idx, np.int64, n, 34 + 4 * n)
-    dtype = {8: np.uint16, 4: np.int32}[code]
-    data = np.fromfile(prefix + ".bin", dtype=dtype)
-    item = np.dtype(dtype).itemsize
-    return [data[p // item:p // item + s].tolist() for p, s in zip(pointers, sizes)]
 
 
 def linux_doc(limit_bytes):

@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from megatron_store import read_split  # noqa: E402
 
 SKIP = 77
 DOCS = "/usr/share/doc/linux-doc-6.1/Documentation"
@@ -66,19 +68,6 @@ def say(*parts):
 
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
-
-
-def read_split(prefix):
-    import numpy as np
-    idx = open(prefix + ".idx", "rb").read()
-    code = idx[17]
-    n, _ = (int(x) for x in np.frombuffer(idx, np.uint64, 2, 18))
-    sizes = np.frombuffer(idx, np.int32, n, 34)
-    pointers = np.frombuffer(idx, np.int64, n, 34 + 4 * n)
-    dtype = {8: np.uint16, 4: np.int32}[code]
-    data = np.fromfile(prefix + ".bin", dtype=dtype)
-    item = np.dtype(dtype).itemsize
-    return [data[p // item:p // item + s].tolist() for p, s in zip(pointers, sizes)]
 
 
 def windows(docs, length, max_sequences):
