@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "data/bpe_decoder.h"
 #include "data/tokenizer.h"
 
 namespace segtrain::data {
@@ -634,6 +635,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
       im.fail("pre_tokenizer", "no ByteLevel (only byte-level BPE tokenizers are supported natively: GPT-2, Llama 3, Qwen2)");
     im.parse_post_processor(j.value("post_processor", json()), "post_processor");
     im.parse_added(j.value("added_tokens", json()));
+    t.decoder_ = make_bpe_decoder(j, path);
   } catch (const json::exception& e) {
     throw InputError(path + ": unexpected value: " + e.what());
   }
