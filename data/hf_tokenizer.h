@@ -71,6 +71,11 @@ struct DocumentTokenizer {
   bool add_bos = false;               // every document starts with bos_id (tok(text) adds it)
   // One document's ids: [BOS] text ids EOS. Thread-safe.
   std::function<void(std::string_view, std::vector<int32_t>&)> encode;
+  // Appends the ids of `text` alone, as a document holds them between its BOS and EOS
+  // (`tok(text, add_special_tokens=False)`). Thread-safe.
+  std::function<void(std::string_view, std::vector<int32_t>&)> encode_text;
+  // ids -> text: sentencepiece's decode, or tokenizer.json's decoder (BpeTokenizer::decode).
+  std::function<std::string(const std::vector<int32_t>&)> decode;
   // Files the store keeps a copy of: (name in the store, bytes).
   std::vector<std::pair<std::string, std::string>> files;
 };
