@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "data/bpe_decoder.h"
 #include "data/tokenizer.h"
 
 namespace segtrain::data {
@@ -634,6 +635,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
       im.fail("pre_tokenizer", "no ByteLevel (only byte-level BPE tokenizers are supported natively: GPT-2, Llama 3, Qwen2)");
     im.parse_post_processor(j.value("post_processor", json()), "post_processor");
     im.parse_added(j.value("added_tokens", json()));
+    t.decoder_ = make_bpe_decoder(j, path);
   } catch (const json::exception& e) {
     throw InputError(path + ": unexpected value: " + e.what());
   }
@@ -834,6 +836,8 @@ DocumentTokenizer open_document_tokenizer(const std::string& path) {
     d.eos_id = sp->eos_id();
     d.bos_id = sp->bos_id();  // recorded; documents do not start with it (add_bos false), as before
     d.encode = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode(text, out); };
+    d.encode_text = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode_ids(text, out); };
+    d.decode = [sp](const std::vector<int32_t>& ids) { return sp->decode(ids); };
     d.files.emplace_back("tokenizer.model", sp->serialized());
     return d;
   }
@@ -876,6 +880,7 @@ DocumentTokenizer open_document_tokenizer(const std::string& path) {
         sp->encode_ids(text, out);
         if (out.empty() || out.back() != eos) out.push_back(eos);
       };
+      d.encode_text = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode_ids(text, out); };
     } else {
       // transformers loads tokenizer.json, its conversion of the model: its post-processor says
       // what goes around `tok(text)` (BOS for Llama 2), its added tokens are matched in the text
@@ -901,8 +906,7 @@ DocumentTokenizer open_document_tokenizer(const std::string& path) {
       d.add_bos = d.bos_id >= 0 && !im->prefix.empty() && im->prefix.front() == d.bos_id;
       auto plain = std::make_shared<Tokenizer>(Tokenizer::from_serialized(without_dummy_prefix(sp->serialized()), model.string()));
       const int32_t eos = d.eos_id;
-      d.encode = [plain, im, mode, eos](std::string_view text, std::vector<int32_t>& out) {
-        out.assign(im->prefix.begin(), im->prefix.end());
+      d.encode_text = [plain, im, mode](std::string_view text, std::vector<int32_t>& out) {
         std::vector<Piece> pieces{{std::string(text), -1}};
         im->split_added(im->raw_added, pieces);
         for (size_t i = 0; i < pieces.size(); ++i) {
@@ -916,10 +920,15 @@ DocumentTokenizer open_document_tokenizer(const std::string& path) {
                               (mode == Prepend::first_unless_space && i == 0 && !space);
           plain->encode_ids(prefix ? " " + p.text : p.text, out);
         }
+      };
+      d.encode = [text_ids = d.encode_text, im, eos](std::string_view text, std::vector<int32_t>& out) {
+        out.assign(im->prefix.begin(), im->prefix.end());
+        text_ids(text, out);
         out.insert(out.end(), im->suffix.begin(), im->suffix.end());
         if (out.empty() || out.back() != eos) out.push_back(eos);
       };
     }
+    d.decode = [sp](const std::vector<int32_t>& ids) { return sp->decode(ids); };
     d.files.emplace_back("tokenizer.model", sp->serialized());
   } else if (fs::is_regular_file(tj)) {
     auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load(tj.string()));
@@ -952,6 +961,8 @@ DocumentTokenizer open_document_tokenizer(const std::string& path) {
       out.insert(out.end(), bpe->suffix().begin(), bpe->suffix().end());
       if (out.empty() || out.back() != eos) out.push_back(eos);
     };
+    d.encode_text = [bpe](std::string_view text, std::vector<int32_t>& out) { bpe->encode(text, out); };
+    d.decode = [bpe](const std::vector<int32_t>& ids) { return bpe->decode(ids); };
   } else {
     throw InputError(path + ": neither tokenizer.model nor tokenizer.json in this folder (expected a Hugging Face "
                             "tokenizer folder or a sentencepiece .model file)");

@@ -24,6 +24,8 @@
 
 namespace segtrain::data {
 
+struct BpeDecoder;  // data/bpe_decoder.h
+
 // tokenizer.json of a byte-level BPE. Supported: model BPE (merges as "a b" or
 // ["a", "b"], ignore_merges, unk_token, byte_fallback); normalizer null, NFC, NFD,
 // NFKC, NFKD or a Sequence of them; pre_tokenizer ByteLevel (its GPT-2 regex when
@@ -47,12 +49,16 @@ class BpeTokenizer {
   // The post-processor's special tokens around a single sequence (Llama 3: BOS first).
   const std::vector<int32_t>& prefix() const;
   const std::vector<int32_t>& suffix() const;
+  // ids -> UTF-8 text as `tokenizers`' decode(ids, skip_special_tokens=False) with the
+  // file's decoder (data/bpe_decoder.h: ByteLevel, ByteFallback, Fuse). Thread-safe.
+  std::string decode(const std::vector<int32_t>& ids) const;
 
   struct Impl;  // hf_tokenizer.cpp's alone
 
  private:
   BpeTokenizer();
   std::unique_ptr<Impl> impl_;
+  std::shared_ptr<const BpeDecoder> decoder_;  // bpe_decoder.cpp's
 };
 
 // The tokenizer a store is made with, given as `--tokenizer PATH`: a sentencepiece
@@ -65,6 +71,11 @@ struct DocumentTokenizer {
   bool add_bos = false;               // every document starts with bos_id (tok(text) adds it)
   // One document's ids: [BOS] text ids EOS. Thread-safe.
   std::function<void(std::string_view, std::vector<int32_t>&)> encode;
+  // Appends the ids of `text` alone, as a document holds them between its BOS and EOS
+  // (`tok(text, add_special_tokens=False)`). Thread-safe.
+  std::function<void(std::string_view, std::vector<int32_t>&)> encode_text;
+  // ids -> text: sentencepiece's decode, or tokenizer.json's decoder (BpeTokenizer::decode).
+  std::function<std::string(const std::vector<int32_t>&)> decode;
   // Files the store keeps a copy of: (name in the store, bytes).
   std::vector<std::pair<std::string, std::string>> files;
 };

@@ -118,6 +118,8 @@ void prepare_store(const PrepareOptions& o) {
     given->eos_id = sp->eos_id();
     given->bos_id = sp->bos_id();
     given->encode = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode(text, out); };
+    given->encode_text = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode_ids(text, out); };
+    given->decode = [sp](const std::vector<int32_t>& ids) { return sp->decode(ids); };
     given->files.emplace_back("tokenizer.model", sp->serialized());
   }
   const DocumentTokenizer& tokenizer = *given;

@@ -15,6 +15,7 @@
 #include "data/windows.h"
 #include "models/safetensors.h"
 #include "test_util.h"
+#include "tokenizer_folders.h"
 
 namespace segtrain {
 namespace {
@@ -689,6 +690,79 @@ TEST_F(TrainCli, Bf16AutocastTrainsWithFiniteLosses) {
 // train.loss_chunk_tokens: the LM head and cross-entropy over slices of 7 tokens
 // or auto (one slice at this vocabulary) train as the whole logits (0) do (bloom:
 // a tied head; prefix: targets without loss; activation checkpointing), and
+// Passkey retrieval with a byte-level BPE store (BOS first, as Llama 3): the run's own final
+// evaluation and `segtrain eval --passkey-trials` write accuracy by length into eval.json; a
+// store that records no tokenizer (Megatron's, made elsewhere) is refused with exit 2, one
+// line naming the store, before any training.
+TEST_F(TrainCli, PasskeyWithAByteLevelBpeStore) {
+  test::write_byte_bpe_folder(*dir_ / "bpe-folder", true);
+  auto prepare = run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", *dir_ / "corpus/valid.jsonl", "--out",
+                            *dir_ / "bpe-store", "--tokenizer", *dir_ / "bpe-folder"});
+  ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
+  ASSERT_EQ(json::parse(test::read_file(*dir_ / "bpe-store/meta.json"))["tokenizer_kind"], "hf-bpe");
+  const std::vector<std::string> sets = {"--set", "data.store=" + (*dir_ / "bpe-store"), "--set",
+                                         "train.budget.tokens=2000", "--set", "eval.lengths=[256,512]"};
+  std::vector<std::string> args = {"train", config("passkey-bpe", "gpt_neox", "truncate"), "--set",
+                                   "eval.passkey_trials=2"};
+  args.insert(args.end(), sets.begin(), sets.end());
+  auto trained = run(kBin, args);
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  auto check_passkey = [](const json& j, int64_t trials) {
+    ASSERT_TRUE(j.contains("passkey")) << j.dump();
+    ASSERT_EQ(j["passkey"].size(), 2u);
+    EXPECT_EQ(j["passkey"][0]["length"], 256);
+    EXPECT_EQ(j["passkey"][1]["length"], 512);
+    for (const auto& row : j["passkey"]) {
+      EXPECT_EQ(row["trials"], trials);
+      EXPECT_GE(row["correct"].get<int64_t>(), 0);
+      EXPECT_LE(row["correct"].get<int64_t>(), trials);
+      EXPECT_DOUBLE_EQ(row["accuracy"].get<double>(), row["correct"].get<double>() / static_cast<double>(trials));
+    }
+  };
+  check_passkey(json::parse(test::read_file(run_dir("passkey-bpe") + "/eval.json")), 2);
+
+  for (const std::string style : {"digits", "recall"}) {
+    const std::string out = *dir_ / ("passkey-bpe-" + style + ".json");
+    auto eval = run(kBin, {"eval", "--model", run_dir("passkey-bpe"), "--data", *dir_ / "bpe-store", "--lengths",
+                           "256,512", "--max-sequences", "2", "--passkey-trials", "3", "--passkey-style", style,
+                           "--out", out});
+    ASSERT_EQ(eval.exit_code, 0) << style << "\n" << eval.err;
+    const json j = json::parse(test::read_file(out));
+    EXPECT_EQ(j["results"].size(), 2u);
+    check_passkey(j, 3);
+  }
+
+  // The same tokens as a Megatron dataset made elsewhere: no tokenizer recorded.
+  auto megatron = run(kBin, {"prepare", "--input", *dir_ / "bpe-store/train.bin", "--out", *dir_ / "megatron-store",
+                             "--vocab-size",
+                             std::to_string(json::parse(test::read_file(*dir_ / "bpe-store/meta.json"))["vocab_size"].get<int64_t>())});
+  ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
+  auto refused = run(kBin, {"eval", "--model", run_dir("passkey-bpe"), "--data", *dir_ / "megatron-store", "--lengths",
+                            "256", "--passkey-trials", "1", "--out", *dir_ / "refused.json"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("--passkey-trials"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find(*dir_ / "megatron-store/meta.json"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("records no tokenizer"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(*dir_ / "refused.json"));
+  std::vector<std::string> refused_train = {"train", config("passkey-megatron", "gpt_neox", "truncate"), "--set",
+                                            "eval.passkey_trials=1", "--set",
+                                            "data.store=" + (*dir_ / "megatron-store"), "--set",
+                                            "eval.lengths=[256]"};
+  auto no_run = run(kBin, refused_train);
+  EXPECT_EQ(no_run.exit_code, 2) << no_run.err;
+  EXPECT_NE(no_run.err.find("eval.passkey_trials"), std::string::npos) << no_run.err;
+  EXPECT_NE(no_run.err.find("records no tokenizer"), std::string::npos) << no_run.err;
+  EXPECT_FALSE(fs::exists(run_dir("passkey-megatron") + "/metrics.jsonl")) << "refused before training";
+  // A length too short for a prompt is refused before training too, not after it.
+  std::vector<std::string> short_train = {"train", config("passkey-short", "gpt_neox", "truncate"), "--set",
+                                          "eval.passkey_trials=1", "--set", "data.store=" + (*dir_ / "bpe-store"),
+                                          "--set", "eval.lengths=[32]"};
+  auto too_short = run(kBin, short_train);
+  EXPECT_EQ(too_short.exit_code, 2) << too_short.err;
+  EXPECT_NE(too_short.err.find("length 32 is too short"), std::string::npos) << too_short.err;
+  EXPECT_FALSE(fs::exists(run_dir("passkey-short") + "/metrics.jsonl")) << "refused before training";
+}
+
 // `segtrain eval --loss-chunk-tokens` scores the same perplexity either way.
 TEST_F(TrainCli, LossOverSlicesOfTheTokensTrainsAndEvaluatesAsTheWholeLogits) {
   std::map<std::string, std::vector<double>> loss;

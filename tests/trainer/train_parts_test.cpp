@@ -14,12 +14,10 @@
 #include "trainer/train/distributed.h"
 #include "trainer/eval/perplexity.h"
 #include "common/error.h"
-#include "data/tokenizer.h"
 #include "trainer/train/flat_buckets.h"
 #include "trainer/train/gradient_sync.h"
 #include "trainer/train/optimizer.h"
 #include "trainer/train/sharded_optimizer.h"
-#include "trainer/eval/passkey.h"
 #include "trainer/train/step_loss.h"
 
 namespace segtrain::trainer {
@@ -289,61 +287,6 @@ TEST(Evaluate, PerplexityIsTheSameOverSlicesOfTheTokens) {
 
 namespace segtrain::trainer {
 namespace {
-
-data::Tokenizer small_tokenizer() {
-  std::vector<std::string> docs;
-  for (int i = 0; i < 200; ++i)
-    docs.push_back("There is an important info hidden inside a lot of irrelevant text. The grass is green. The sky "
-                   "is blue. The sun is yellow. Here we go. There and back again. The pass key is " +
-                   std::to_string(10000 + 37 * i) + ". What is the pass key? recall : the password of bakodi is "
-                   "mesupona . the quiet river meets the old bridge near the market . ba da fa ga ka la ma na pa ra sa ta "
-                   "va za be di fo gu ke li mo nu pe ri so tu ve zi .");
-  data::TokenizerTrainOptions options;
-  options.vocab_size = 120;
-  options.threads = 1;
-  return data::Tokenizer::train(docs, options);
-}
-
-TEST(Passkey, PromptsFitTheLengthAndHideTheKeyOnce) {
-  const data::Tokenizer tokenizer = small_tokenizer();
-  for (auto style : {PasskeyStyle::digits, PasskeyStyle::recall})
-    for (int64_t length : {384, 1024}) {
-      std::set<std::string> answers;
-      for (int64_t trial = 0; trial < 8; ++trial) {
-        PasskeyPrompt p = make_passkey_prompt(tokenizer, style, length, 7, trial);
-        EXPECT_LE(static_cast<int64_t>(p.tokens.size()), length);
-        EXPECT_GT(static_cast<int64_t>(p.tokens.size()), length / 2) << "filler should fill the length";
-        EXPECT_GE(p.depth, 0.0);
-        EXPECT_LE(p.depth, 1.0);
-        const std::string text = tokenizer.decode(p.tokens);
-        const auto first = text.find(p.answer);
-        ASSERT_NE(first, std::string::npos) << text;
-        if (style == PasskeyStyle::digits) {
-          EXPECT_NE(text.find(p.answer, first + 1), std::string::npos);
-        }
-        const std::string question = style == PasskeyStyle::digits ? "The pass key is" : "the password of";
-        EXPECT_NE(text.rfind(question), std::string::npos);
-        EXPECT_GT(text.rfind(question), first) << "the question comes after the key";
-        EXPECT_EQ(make_passkey_prompt(tokenizer, style, length, 7, trial).tokens, p.tokens) << "not deterministic";
-        answers.insert(p.answer);
-      }
-      EXPECT_GE(answers.size(), 6u) << "keys should vary between trials";
-    }
-  EXPECT_THROW(make_passkey_prompt(tokenizer, PasskeyStyle::digits, 64, 7, 0), InputError);
-}
-
-TEST(Passkey, AccuracyCountsEveryTrial) {
-  const data::Tokenizer tokenizer = small_tokenizer();
-  torch::manual_seed(4);
-  models::TransformerLM model(tiny(models::Arch::bloom, tokenizer.vocab_size()));
-  auto results = passkey_accuracy(model, tokenizer, PasskeyStyle::recall, {128, 192}, 3, 11);
-  ASSERT_EQ(results.size(), 2u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.trials, 3);
-    EXPECT_GE(r.correct, 0);
-    EXPECT_LE(r.correct, 3);
-  }
-}
 
 // Stands in for a 2-rank group whose other rank computed the same gradients:
 // an all-reduce doubles the tensor, but only when waited for, as a real one

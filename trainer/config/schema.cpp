@@ -387,7 +387,7 @@ std::vector<Field> fields(Config& c) {
               "0: non-overlapping windows (seed 004); otherwise a sliding window with this stride."),
       integer("eval.batch_size", c.eval.batch_size, 1, kMaxInt, "Sequences per evaluation forward pass."),
       integer("eval.passkey_trials", c.eval.passkey_trials, 0, kMaxInt,
-              "Passkey-retrieval prompts per length at the end of a run; 0: off. Needs the store's tokenizer.model."),
+              "Passkey-retrieval prompts per length at the end of a run; 0: off. Written with the store's own tokenizer (sentencepiece or BPE)."),
       choice("eval.passkey_style", c.eval.passkey_style, kPasskeyStyles,
              "digits: the usual pass-key prompt; recall: the synthetic corpus's 'recall : the password of X is' form."),
 

@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "common/error.h"
+#include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
-#include "data/tokenizer.h"
 #include "models/model_io.h"
 #include "trainer/eval/eval_outputs.h"
 #include "trainer/eval/passkey.h"
@@ -38,17 +39,23 @@ void evaluate_stored_model(const EvalOptions& options) {
     if (eval.stride >= length)
       throw InputError("--stride " + std::to_string(eval.stride) + " must be shorter than the length " +
                        std::to_string(length) + " (0 gives non-overlapping windows)");
+  // The store's own tokenizer writes the passkey prompts; a store without one is refused before evaluating.
+  constexpr uint64_t kPasskeySeed = 1234;
+  std::optional<data::PromptTokenizer> prompts;
+  if (options.passkey_trials > 0) {
+    try {
+      prompts = data::open_prompt_tokenizer(options.data);
+      for (int64_t length : options.lengths)  // a length too short for a prompt, too
+        make_passkey_prompt(*prompts, *enum_from_name(kPasskeyStyles, options.passkey_style), length, kPasskeySeed, 0);
+    } catch (const InputError& e) {
+      throw InputError(std::string("--passkey-trials: ") + e.what());
+    }
+  }
   const auto results = evaluate(model, store.split(data::parse_split(options.split)), eval);
   std::vector<PasskeyResult> passkey;
-  if (options.passkey_trials > 0) {
-    const fs::path tokenizer_model = fs::path(options.data) / "tokenizer.model";
-    if (!fs::exists(tokenizer_model))
-      throw InputError("--passkey-trials: the store '" + options.data +
-                       "' has no sentencepiece tokenizer.model to write prompts with");
-    const auto tokenizer = data::Tokenizer::load(tokenizer_model.string());
-    passkey = passkey_accuracy(model, tokenizer, *enum_from_name(kPasskeyStyles, options.passkey_style),
-                               options.lengths, options.passkey_trials, /*seed=*/1234);
-  }
+  if (prompts)
+    passkey = passkey_accuracy(model, *prompts, *enum_from_name(kPasskeyStyles, options.passkey_style),
+                               options.lengths, options.passkey_trials, kPasskeySeed);
   EvalOutputs outputs{options.out, {}, {}, 0};
   if (eval.per_position) {
     outputs.per_position_csv = options.per_position_csv;

@@ -39,81 +39,119 @@ Template make_template(PasskeyStyle style, std::mt19937_64& rng) {
           " the password of " + name + " is " + value + " .", " recall : the password of " + name + " is", value};
 }
 
-std::vector<int32_t> encode(const data::Tokenizer& tokenizer, const std::string& text) {
+// intro, `repeats` fillers with the needle before filler `needle_at`, the question.
+std::string prompt_text(const Template& t, int64_t repeats, int64_t needle_at) {
+  std::string text = t.intro;
+  for (int64_t i = 0; i <= repeats; ++i) {
+    if (i == needle_at) text += t.needle;
+    if (i < repeats) text += t.filler;
+  }
+  text += t.question;
+  if (t.intro.empty() && text.starts_with(' ')) text.erase(0, 1);  // a document does not start with a space
+  return text;
+}
+
+std::vector<int32_t> with_bos(const data::PromptTokenizer& tokenizer, const std::string& text) {
   std::vector<int32_t> ids;
-  if (!text.empty()) tokenizer.encode(text, ids);
+  if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+  const auto t = tokenizer.encode(text);
+  ids.insert(ids.end(), t.begin(), t.end());
   return ids;
 }
 
-// Letters and digits only, so spacing differences between tokenizers do not matter.
-std::string normalized(const std::string& text) {
-  std::string out;
-  for (char c : text)
-    if (std::isalnum(static_cast<unsigned char>(c))) out += c;
-  return out;
-}
+// model->eval() and no autograd for a scope; the model's mode is restored after.
+struct Inference {
+  explicit Inference(models::TransformerLM& m) : model(m), was_training(m->is_training()) { model->eval(); }
+  ~Inference() {
+    if (was_training) model->train();
+  }
+  models::TransformerLM& model;
+  bool was_training;
+  at::NoGradGuard no_grad;
+};
 
 }  // namespace
 
-PasskeyPrompt make_passkey_prompt(const data::Tokenizer& tokenizer, PasskeyStyle style, int64_t length,
+PasskeyPrompt make_passkey_prompt(const data::PromptTokenizer& tokenizer, PasskeyStyle style, int64_t length,
                                   uint64_t seed, int64_t trial) {
   std::mt19937_64 rng(seed * 1000003ULL + static_cast<uint64_t>(length) * 7919ULL + static_cast<uint64_t>(trial));
   const Template t = make_template(style, rng);
-  const auto intro = encode(tokenizer, t.intro), filler = encode(tokenizer, t.filler);
-  const auto needle = encode(tokenizer, t.needle), question = encode(tokenizer, t.question);
-  const int64_t answer_room = static_cast<int64_t>(encode(tokenizer, " " + t.answer).size()) + 2;
-  const int64_t fixed = static_cast<int64_t>(intro.size() + needle.size() + question.size()) + answer_room;
-  const int64_t repeats = filler.empty() ? 0 : std::max<int64_t>(0, (length - fixed) / static_cast<int64_t>(filler.size()));
-  if (repeats < 1)
-    throw InputError("passkey: length " + std::to_string(length) + " is too short for a prompt of " +
-                     std::to_string(fixed) + " tokens plus filler");
-  const int64_t needle_at = static_cast<int64_t>(rng() % static_cast<uint64_t>(repeats + 1));
-  PasskeyPrompt prompt;
-  prompt.answer = t.answer;
-  prompt.depth = static_cast<double>(needle_at) / static_cast<double>(repeats);
-  prompt.tokens = intro;
-  for (int64_t i = 0; i <= repeats; ++i) {
-    if (i == needle_at) prompt.tokens.insert(prompt.tokens.end(), needle.begin(), needle.end());
-    if (i < repeats) prompt.tokens.insert(prompt.tokens.end(), filler.begin(), filler.end());
+  const uint64_t depth_draw = rng();
+  const int64_t bos = tokenizer.bos_id() >= 0 ? 1 : 0;
+  const int64_t filler = static_cast<int64_t>(tokenizer.encode(t.filler).size());
+  const int64_t fixed = bos + static_cast<int64_t>(tokenizer.encode(t.intro + t.needle + t.question + " " + t.answer).size());
+  auto too_short = [&] {
+    return InputError("passkey: length " + std::to_string(length) + " is too short for a prompt of " +
+                      std::to_string(fixed) + " tokens plus filler");
+  };
+  int64_t repeats = filler > 0 ? (length - fixed) / filler : 0;
+  if (repeats < 1) throw too_short();
+
+  // The whole text, prompt and answer, is encoded at once as a document would be; the
+  // answer's ids are what that encoding adds to the prompt's own (so " 71432" is
+  // tokenized in context, and a sentencepiece model adds no "▁" of its own before it).
+  auto build = [&](int64_t r) {
+    PasskeyPrompt p;
+    const int64_t needle_at = static_cast<int64_t>(depth_draw % static_cast<uint64_t>(r + 1));
+    const std::string text = prompt_text(t, r, needle_at);
+    p.tokens = with_bos(tokenizer, text);
+    const auto whole = with_bos(tokenizer, text + " " + t.answer);
+    if (whole.size() <= p.tokens.size() || !std::equal(p.tokens.begin(), p.tokens.end(), whole.begin()))
+      throw InputError("passkey: the store's " + tokenizer.kind() + " tokenizer does not keep the answer ' " + t.answer +
+                       "' apart from the question ('" + t.question + "'): the prompt's ids are not a prefix of the "
+                       "whole text's");
+    p.answer_ids.assign(whole.begin() + static_cast<std::ptrdiff_t>(p.tokens.size()), whole.end());
+    p.answer = t.answer;
+    p.depth = static_cast<double>(needle_at) / static_cast<double>(r);
+    return p;
+  };
+  auto size = [](const PasskeyPrompt& p) { return static_cast<int64_t>(p.tokens.size() + p.answer_ids.size()); };
+  // Filler pieces may encode a little differently in context: fit by whole fillers.
+  PasskeyPrompt prompt = build(repeats);
+  while (size(prompt) > length) {
+    repeats -= std::max<int64_t>(1, (size(prompt) - length + filler - 1) / filler);
+    if (repeats < 1) throw too_short();
+    prompt = build(repeats);
   }
-  prompt.tokens.insert(prompt.tokens.end(), question.begin(), question.end());
+  for (PasskeyPrompt more = build(repeats + 1); size(more) <= length; more = build(++repeats + 1)) prompt = std::move(more);
   return prompt;
 }
 
-std::vector<PasskeyResult> passkey_accuracy(models::TransformerLM& model, const data::Tokenizer& tokenizer,
+// Teacher forcing: prompt + answer (all but its last id) in one forward, the LM head
+// only at the positions that predict the answer's ids, correct iff the argmax at every
+// one of them is the answer's id. This is exactly greedy decoding reproducing the
+// answer's ids: by induction, while greedy decoding has produced answer[0..k), its
+// input is the teacher-forced one, and under the causal mask the logits at a position
+// depend only on the tokens up to it; a first wrong argmax is where greedy decoding
+// leaves the answer. One forward instead of one per answer token (the prompts are long).
+bool passkey_correct(models::TransformerLM& model, const PasskeyPrompt& prompt) {
+  if (prompt.tokens.empty() || prompt.answer_ids.empty()) throw std::invalid_argument("passkey: empty prompt or answer");
+  Inference inference(model);
+  const auto device = model->parameters().front().device();
+  std::vector<int64_t> ids(prompt.tokens.begin(), prompt.tokens.end());
+  ids.insert(ids.end(), prompt.answer_ids.begin(), prompt.answer_ids.end() - 1);
+  const auto n = static_cast<int64_t>(ids.size()), k = static_cast<int64_t>(prompt.answer_ids.size());
+  const at::Tensor x = at::tensor(ids, at::kLong).unsqueeze(0).to(device);
+  const at::Tensor positions = at::arange(n, at::kLong).unsqueeze(0).to(device);
+  const at::Tensor at_answer = model->hidden(x, positions).narrow(1, n - k, k);
+  const at::Tensor predicted = model->logits(at_answer)[0].argmax(-1).to(at::kCPU);
+  const std::vector<int64_t> answer(prompt.answer_ids.begin(), prompt.answer_ids.end());
+  return at::equal(predicted, at::tensor(answer, at::kLong));
+}
+
+std::vector<PasskeyResult> passkey_accuracy(models::TransformerLM& model, const data::PromptTokenizer& tokenizer,
                                             PasskeyStyle style, const std::vector<int64_t>& lengths, int64_t trials,
                                             uint64_t seed) {
-  at::NoGradGuard no_grad;
-  const bool was_training = model->is_training();
-  model->eval();
-  const auto device = model->parameters().front().device();
   std::vector<PasskeyResult> results;
   for (int64_t length : lengths) {
     PasskeyResult r;
     r.length = length;
     for (int64_t trial = 0; trial < trials; ++trial) {
-      PasskeyPrompt prompt = make_passkey_prompt(tokenizer, style, length, seed, trial);
-      std::vector<int32_t> ids = prompt.tokens;
-      const size_t answer_tokens = encode(tokenizer, " " + prompt.answer).size() + 2;
-      std::vector<int32_t> generated;
-      // Greedy decoding without a cache: prompts are evaluated a handful of times.
-      for (size_t k = 0; k < answer_tokens && static_cast<int64_t>(ids.size()) < length; ++k) {
-        const int64_t n = static_cast<int64_t>(ids.size());
-        at::Tensor x = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).unsqueeze(0).to(device);
-        at::Tensor positions = at::arange(n, at::kLong).unsqueeze(0).to(device);
-        // The head at the last position only: the next token is all greedy decoding needs.
-        const at::Tensor last = model->hidden(x, positions).select(1, n - 1);
-        const int32_t next = static_cast<int32_t>(model->logits(last)[0].argmax().item<int64_t>());
-        ids.push_back(next);
-        generated.push_back(next);
-      }
-      const std::string said = normalized(tokenizer.decode(generated));
-      r.correct += said.rfind(normalized(prompt.answer), 0) == 0;
+      r.correct += passkey_correct(model, make_passkey_prompt(tokenizer, style, length, seed, trial));
       ++r.trials;
     }
     results.push_back(r);
   }
-  if (was_training) model->train();
   return results;
 }
 

@@ -19,8 +19,8 @@
 #include "common/log.h"
 #include "common/signals.h"
 #include "data/loader.h"
+#include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
-#include "data/tokenizer.h"
 #include "models/positions.h"
 #include "trainer/eval/eval_outputs.h"
 #include "trainer/eval/passkey.h"
@@ -125,6 +125,7 @@ class Trainer {
   c10::Device device_;
   std::unique_ptr<ProcessGroup> group_;
   data::TokenStore store_;
+  std::optional<data::PromptTokenizer> prompts_;  // the store's tokenizer, when eval.passkey_trials > 0
   models::ModelConfig model_config_;
   models::TransformerLM model_;
   std::vector<at::Tensor> params_;
@@ -157,9 +158,16 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
               dist_.master_port);
   at::set_num_threads(static_cast<int>(thread_count(c_.run.threads)));
   reset_peak_memory(device_);
-  if (c_.eval.passkey_trials > 0 && !fs::exists(fs::path(c_.data.store) / "tokenizer.model"))
-    throw InputError(where(loaded, "eval.passkey_trials") + ": the store '" + c_.data.store +
-                     "' has no sentencepiece tokenizer.model to write passkey prompts with");
+  // The store's own tokenizer writes the passkey prompts: a store without one is refused now, not after training.
+  if (c_.eval.passkey_trials > 0) {
+    try {
+      prompts_ = data::open_prompt_tokenizer(c_.data.store);
+      for (int64_t length : c_.eval.lengths)  // a length too short for a prompt, too
+        make_passkey_prompt(*prompts_, c_.eval.passkey_style, length, static_cast<uint64_t>(c_.run.seed), 0);
+    } catch (const InputError& e) {
+      throw InputError(where(loaded, "eval.passkey_trials") + ": " + e.what());
+    }
+  }
   // A learned table has no rows past its end: say so now, not after training.
   if (models::position_scheme(model_config_.arch) == models::PositionScheme::learned)
     for (int64_t length : c_.eval.lengths)
@@ -379,8 +387,7 @@ void Trainer::evaluate_final() {
   write_eval_outputs(outputs, c_.run.name, results, {}, EvalDevice{device_, peak_memory(device_)});
   log_perplexity("eval " + c_.eval.split + " ", results);
   if (c_.eval.passkey_trials == 0) return;
-  const auto tokenizer = data::Tokenizer::load((fs::path(c_.data.store) / "tokenizer.model").string());
-  const auto passkey = passkey_accuracy(model_, tokenizer, c_.eval.passkey_style, c_.eval.lengths,
+  const auto passkey = passkey_accuracy(model_, *prompts_, c_.eval.passkey_style, c_.eval.lengths,
                                         c_.eval.passkey_trials, static_cast<uint64_t>(c_.run.seed));
   write_eval_outputs(outputs, c_.run.name, results, passkey, EvalDevice{device_, peak_memory(device_)});
   log_passkey(passkey);
