@@ -24,7 +24,10 @@ with eval_from_longest. Checked against independent paths:
 5. wall_time.json counts the invocation; a second run trains and evaluates nothing, leaves
    every row.json as it was and counts a second invocation; results.md has the by-length
    table and the wall-time line;
-6. eval_lengths without L_e is refused: exit 2 naming experiment.eval_lengths.
+6. eval_lengths without L_e is refused: exit 2 naming experiment.eval_lengths;
+7. experiment.passkey added to the finished grid scores passkey alone (perplexity kept), on
+   every OOTB and trained row but not the base row, with `segtrain eval --passkey-trials`'s
+   figures for the same model; a further run scores nothing.
 """
 import argparse
 import gzip
@@ -154,8 +157,8 @@ def build_base(folder):
 
 # ---------------------------------------------------------------------------------------------
 
-def experiment_yaml(out, base, inputs, eval_lengths):
-    return f"""experiment:
+def experiment_yaml(out, base, inputs, eval_lengths, passkey=""):
+    return f"""experiment:{passkey}
   name: hf-base
   output_dir: {out}
   factors: [{FACTOR}]
@@ -397,7 +400,7 @@ def run(args, work):
           f"wall_time.json after two runs: {wall2} (after one: {wall})")
     md = open(os.path.join(out, "results.md")).read()
     check("| method | 32 | 64 | 128 |" in md, "results.md: no '| method | 32 | 64 | 128 |' table")
-    check("Wall time of the grid so far" in md and "2 runs, resumed" in md,
+    check("Wall time of the grid so far" in md and "2 runs, each resuming the last" in md,
           "results.md: no 'Wall time of the grid so far' line counting 2 runs")
     results = json.load(open(os.path.join(out, "results.json")))
     check(results.get("invocations") == 2 and abs(results.get("wall_seconds", -1) - wall2["seconds"]) < 5,
@@ -405,6 +408,48 @@ def run(args, work):
           f"wall_time.json {wall2}")
     say(f"wall time: {wall['seconds']:.3f} s after the first run, {wall2['seconds']:.3f} s over "
         f"{wall2['invocations']} runs; {len(rows)} row.json files untouched by the second")
+
+    # 7. Passkey added to the finished grid: perplexity is kept (no row scored again), every
+    # OOTB and trained row gains passkey figures that are `segtrain eval --passkey-trials`'s
+    # for the same model, and the base row at L_t none (it is the OOTB row without scaling).
+    open(xfile, "w").write(experiment_yaml(out, base, inputs, LENGTHS,
+                                           passkey="\n  passkey: {lengths: [256, 512], trials: 3}"))
+    third = segtrain(args, "experiment", xfile)
+    check("evaluating " not in third.stderr and "training " not in third.stderr,
+          f"adding passkey scored perplexity or trained again:\n{third.stderr[-3000:]}")
+    check(third.stderr.count("passkey retrieval of ") == 5, f"passkey rows: {third.stderr.count('passkey retrieval of ')}")
+    for p, (_, data) in row_files(out).items():
+        before, now = json.loads(rows[p][1]), json.loads(data)
+        check(now["results"] == before["results"] and now["evaluated_with"] == before["evaluated_with"],
+              f"{p}: perplexity changed when passkey was added")
+        if "base-eval" in p:
+            check("passkey" not in now, f"{p}: the base row got passkey figures")
+            continue
+        check([(q["length"], q["trials"]) for q in now.get("passkey", [])] == [(256, 3), (512, 3)],
+              f"{p}: passkey {now.get('passkey')}")
+    yarn = load_row(os.path.join(fdir, "ootb-yarn", "row.json"))
+    pk = os.path.join(work, "yarn-passkey.json")
+    segtrain(args, "eval", "--model", base, "--data", store, "--lengths", "256,512", "--max-sequences", "1",
+             "--passkey-trials", "3", "--out", pk, "--set", "model.extension.method=yarn",
+             "--set", f"model.extension.factor={SCALE:g}")
+    direct = [(q["length"], q["correct"]) for q in json.load(open(pk))["passkey"]]
+    check([(q["length"], q["correct"]) for q in yarn["passkey"]] == direct,
+          f"ootb-yarn passkey {yarn['passkey']} vs segtrain eval {direct}")
+    md = open(os.path.join(out, "results.md")).read()
+    check("Passkey retrieval" in md and "| method | 256 | 512 |" in md, "results.md: no passkey table")
+    # A prompt length too short for the prompt is refused before any work, naming the key.
+    open(xfile, "w").write(experiment_yaml(out, base, inputs, LENGTHS,
+                                           passkey="\n  passkey: {lengths: [64], trials: 3}"))
+    short = segtrain(args, "experiment", xfile, expect=None)
+    check(short.returncode == 2 and "experiment.passkey" in short.stderr and "too short" in short.stderr
+          and "evaluat" not in short.stderr,  # refused before the first row is looked at
+          f"passkey length 64: exit {short.returncode}: {short.stderr[-600:]}")
+    open(xfile, "w").write(experiment_yaml(out, base, inputs, LENGTHS,
+                                           passkey="\n  passkey: {lengths: [256, 512], trials: 3}"))
+    fourth = segtrain(args, "experiment", xfile)
+    check("passkey retrieval of " not in fourth.stderr and "evaluating " not in fourth.stderr,
+          "a fourth run scored passkey again")
+    say(f"passkey added to the finished grid: 5 rows scored, perplexity kept; ootb-yarn {direct}")
 
     # 6. eval_lengths without L_e.
     bad_out = os.path.join(work, "bad-out")

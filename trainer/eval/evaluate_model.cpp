@@ -40,7 +40,6 @@ void evaluate_stored_model(const EvalOptions& options) {
       throw InputError("--stride " + std::to_string(eval.stride) + " must be shorter than the length " +
                        std::to_string(length) + " (0 gives non-overlapping windows)");
   // The store's own tokenizer writes the passkey prompts; a store without one is refused before evaluating.
-  constexpr uint64_t kPasskeySeed = 1234;
   std::optional<data::PromptTokenizer> prompts;
   if (options.passkey_trials > 0) {
     try {

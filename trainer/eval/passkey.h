@@ -20,6 +20,10 @@
 namespace segtrain::trainer {
 
 
+// The prompts' seed of `segtrain eval --passkey-trials` and of an experiment's rows, so
+// that a grid's passkey figures are `segtrain eval`'s for the same model.
+inline constexpr uint64_t kPasskeySeed = 1234;
+
 struct PasskeyResult {
   int64_t length = 0;
   int64_t trials = 0;

@@ -18,6 +18,7 @@
 #include "common/signals.h"
 #include "data/corpus.h"
 #include "data/prepare.h"
+#include "data/prompt_tokenizer.h"
 #include "data/synth.h"
 #include "data/token_store.h"
 #include "models/model_io.h"
@@ -187,10 +188,12 @@ bool positions_depend_on_length(models::ExtensionMethod method) {
   return method == E::dynamic_ntk || method == E::dynamic_interpolate || method == E::longrope;
 }
 
-// Evaluates one row's model unless row.json holds this exact evaluation.
+// Evaluates one row's model: perplexity by length unless row.json holds this
+// exact evaluation, and passkey retrieval (experiment.passkey) unless it holds
+// that too; each part is reused on its own, so adding one keeps the other.
 RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string& model_dir,
                        const std::vector<std::string>& overrides, const ExperimentConfig& x,
-                       const data::TokenStore& store) {
+                       const std::string& store_path, const data::TokenStore& store) {
   const Config& templ = x.base_template.config;
   PerplexityOptions eval;
   eval.lengths = row.lengths;
@@ -199,21 +202,48 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   eval.batch_size = templ.eval.batch_size;
   eval.per_position = true;
   eval.loss_chunk_tokens = templ.train.loss_chunk_tokens;  // the same figures either way: not in `settings`
-  nlohmann::json settings = {{"model", model_dir},     {"model_files", model_identity(model_dir)},
+  const std::string files = model_identity(model_dir);
+  nlohmann::json settings = {{"model", model_dir},     {"model_files", files},
                              {"overrides", overrides},
                              {"lengths", eval.lengths}, {"max_sequences", eval.max_sequences},
                              {"stride", eval.stride},   {"split", templ.eval.split}};
-  const int64_t longest = *std::max_element(eval.lengths.begin(), eval.lengths.end());
+  // The base row at L_t is the OOTB row without a scaling: its passkey would repeat that row's.
+  const bool with_passkey = !x.passkey.lengths.empty() && row.kind != "base";
+  const nlohmann::json passkey_settings =
+      !with_passkey
+          ? nlohmann::json()
+          : nlohmann::json{{"model", model_dir},          {"model_files", files},
+                           {"overrides", overrides},      {"lengths", x.passkey.lengths},
+                           {"trials", x.passkey.trials},  {"style", enum_name(kPasskeyStyles, x.passkey.style)},
+                           {"seed", kPasskeySeed}};
+  int64_t longest = *std::max_element(eval.lengths.begin(), eval.lengths.end());
+  if (with_passkey) longest = std::max(longest, x.passkey.lengths.back());
   const StoredModel stored = open_stored_model(model_dir, overrides, longest);
   // Prefix scoring only where it gives the same figures; the record says which.
   eval.prefixes_of_longest = x.eval_from_longest && !positions_depend_on_length(stored.config.extension.method);
   if (eval.prefixes_of_longest) settings["prefixes_of_longest"] = true;
+
   const fs::path record = row_dir / "row.json";
+  bool perplexity_done = false, passkey_done = passkey_settings.is_null();
   if (fs::exists(record)) {
-    if (auto saved = row_from_json(read_file(record, "row record"), record.string()); saved.evaluated_with == settings.dump()) {
-      log::info("experiment: ", row_dir.string(), " is evaluated");
-      return saved;
+    RowResult saved = row_from_json(read_file(record, "row record"), record.string());
+    if (saved.evaluated_with == settings.dump()) {
+      perplexity_done = true;
+      row.results = saved.results;
+      row.eval_seconds = saved.eval_seconds;
+      row.model = saved.model;
+      row.evaluated_with = saved.evaluated_with;
     }
+    if (!passkey_done && saved.passkey_with == passkey_settings.dump()) {
+      passkey_done = true;
+      row.passkey = saved.passkey;
+      row.passkey_with = saved.passkey_with;
+      row.passkey_seconds = saved.passkey_seconds;
+    }
+  }
+  if (perplexity_done && passkey_done) {
+    log::info("experiment: ", row_dir.string(), " is evaluated");
+    return row;
   }
   try {
     check_store_fits(stored, store.vocab_size(), "experiment");
@@ -221,18 +251,32 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
     throw InputError(std::string(e.what()) + "; a given base needs a store tokenized with its own tokenizer");
   }
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
-  log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", eval.lengths.front(), "..", longest,
-            eval.prefixes_of_longest ? " (every length from the longest windows)" : "");
-  const auto started = std::chrono::steady_clock::now();
-  row.results = evaluate(model, store.split(data::parse_split(templ.eval.split)), eval);
-  row.eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  row.model = model_dir;
-  row.evaluated_with = settings.dump();
   fs::create_directories(row_dir);
-  write_file_atomic(row_dir / "eval.json", eval_json(model_dir, row.results));
-  write_file_atomic(record, row_to_json(row));
-  for (const auto& r : row.results) log::info("  L=", r.length, ": ppl ", r.ppl);
-  log::info("  evaluated in ", static_cast<int64_t>(row.eval_seconds), " s");
+  if (!perplexity_done) {
+    log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", eval.lengths.front(), "..",
+              eval.lengths.back(), eval.prefixes_of_longest ? " (every length from the longest windows)" : "");
+    const auto started = std::chrono::steady_clock::now();
+    row.results = evaluate(model, store.split(data::parse_split(templ.eval.split)), eval);
+    row.eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    row.model = model_dir;
+    row.evaluated_with = settings.dump();
+    write_file_atomic(row_dir / "eval.json", eval_json(model_dir, row.results));
+    write_file_atomic(record, row_to_json(row));  // perplexity is kept even if the passkey part fails
+    for (const auto& r : row.results) log::info("  L=", r.length, ": ppl ", r.ppl);
+    log::info("  evaluated in ", static_cast<int64_t>(row.eval_seconds), " s");
+  }
+  if (!passkey_done) {
+    log::info("experiment: passkey retrieval of ", row.label, " at L = ", x.passkey.lengths.front(), "..",
+              x.passkey.lengths.back(), ", ", x.passkey.trials, " prompts each");
+    const data::PromptTokenizer tokenizer = data::open_prompt_tokenizer(store_path);
+    const auto started = std::chrono::steady_clock::now();
+    row.passkey = passkey_accuracy(model, tokenizer, x.passkey.style, x.passkey.lengths, x.passkey.trials, kPasskeySeed);
+    row.passkey_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    row.passkey_with = passkey_settings.dump();
+    write_file_atomic(record, row_to_json(row));
+    log_passkey(row.passkey);
+    log::info("  passkey in ", static_cast<int64_t>(row.passkey_seconds), " s");
+  }
   return row;
 }
 
@@ -275,6 +319,15 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
   throw_if_stopped();
 
   const data::TokenStore store = data::TokenStore::open(store_dir(x, corpus));
+  if (!x.passkey.lengths.empty()) {
+    // The store's tokenizer writes the prompts: refused now (exit 2), not after hours of training.
+    try {
+      const data::PromptTokenizer tokenizer = data::open_prompt_tokenizer(store_dir(x, corpus));
+      for (int64_t length : x.passkey.lengths) make_passkey_prompt(tokenizer, x.passkey.style, length, kPasskeySeed, 0);
+    } catch (const InputError& e) {
+      throw InputError(x.file + ": experiment.passkey: corpus '" + corpus.name + "': " + e.what());
+    }
+  }
   CorpusResults out;
   out.name = corpus.name;
   out.store = store_dir(x, corpus);
@@ -282,7 +335,8 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
   out.factors = x.factors;
   out.arch = enum_name(models::kArchs, base_arch(x, corpus));
   const RowResult base_row = new_row("base", "base at L_t", "base", 1, {lt});
-  out.base = evaluate_row(base_row, corpus_dir(x, corpus) / "base-eval", base_model_dir(x, corpus), {}, x, store);
+  out.base = evaluate_row(base_row, corpus_dir(x, corpus) / "base-eval", base_model_dir(x, corpus), {}, x,
+                          store_dir(x, corpus), store);
 
   for (int64_t factor : x.factors) {
     const fs::path fdir = factor_dir(x, corpus, factor);
@@ -293,7 +347,7 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
                                     ootb_label(x, corpus, method), "ootb", factor, row_lengths(x, factor));
       std::vector<std::string> overrides;
       if (method != models::ExtensionMethod::none) overrides = {extension_override(method), factor_set};
-      out.rows.push_back(evaluate_row(row, fdir / row.key, base_model_dir(x, corpus), overrides, x, store));
+      out.rows.push_back(evaluate_row(row, fdir / row.key, base_model_dir(x, corpus), overrides, x, store_dir(x, corpus), store));
     }
     for (const auto& run : runs) {
       if (run.factor != factor || !run.method) continue;
@@ -308,7 +362,7 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
         overrides = {extension_override(ootb_extension), factor_set};
       const fs::path run_dir = run.config.config.run.output_dir;
       row.train_tokens = newest_checkpoint(run_dir)->state.tokens;
-      out.rows.push_back(evaluate_row(row, run_dir, (run_dir / "final").string(), overrides, x, store));
+      out.rows.push_back(evaluate_row(row, run_dir, (run_dir / "final").string(), overrides, x, store_dir(x, corpus), store));
     }
   }
   return out;

@@ -38,6 +38,14 @@ json row_json(const RowResult& row) {
     out["position_loss"] = curve;
   }
   out["evaluated_with"] = row.evaluated_with.empty() ? json(nullptr) : json::parse(row.evaluated_with);
+  if (!row.passkey_with.empty()) {
+    json passkey = json::array();
+    for (const auto& p : row.passkey)
+      passkey.push_back({{"length", p.length}, {"trials", p.trials}, {"correct", p.correct}, {"accuracy", p.accuracy()}});
+    out["passkey"] = passkey;
+    out["passkey_with"] = json::parse(row.passkey_with);
+    out["passkey_seconds"] = row.passkey_seconds;
+  }
   return out;
 }
 
@@ -118,6 +126,32 @@ void length_table(std::ostringstream& md, const CorpusResults& c, int64_t factor
     if (!any) continue;
     md << "| " << label << " |";
     for (int64_t l : lengths) md << " " << cell(ppl_at(c, label, factor, l)) << " |";
+    md << "\n";
+  }
+}
+
+// Passkey accuracy of every row of `factor` by prompt length: "correct/trials".
+void passkey_table(std::ostringstream& md, const CorpusResults& c, int64_t factor) {
+  std::vector<int64_t> lengths;
+  for (const auto& row : c.rows)
+    if (row.factor == factor)
+      for (const auto& p : row.passkey)
+        if (std::find(lengths.begin(), lengths.end(), p.length) == lengths.end()) lengths.push_back(p.length);
+  if (lengths.empty()) return;
+  std::sort(lengths.begin(), lengths.end());
+  md << "\nPasskey retrieval, correct of trials by prompt length (every row of " << factor << "·L_t; the same "
+     << "prompts for every row):\n\n| method |";
+  for (int64_t l : lengths) md << " " << l << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const auto& row : c.rows) {
+    if (row.factor != factor || row.passkey.empty()) continue;
+    md << "| " << row.label << " |";
+    for (int64_t l : lengths) {
+      auto it = std::find_if(row.passkey.begin(), row.passkey.end(), [&](const auto& p) { return p.length == l; });
+      md << " " << (it == row.passkey.end() ? "-" : std::to_string(it->correct) + "/" + std::to_string(it->trials)) << " |";
+    }
     md << "\n";
   }
 }
@@ -269,6 +303,12 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     row.model = j.at("model");
     row.train_tokens = j.at("train_tokens");
     row.eval_seconds = j.value("eval_seconds", 0.0);
+    if (j.contains("passkey_with") && !j.at("passkey_with").is_null()) {
+      row.passkey_with = j.at("passkey_with").dump();
+      row.passkey_seconds = j.value("passkey_seconds", 0.0);
+      for (const auto& p : j.at("passkey"))
+        row.passkey.push_back({p.at("length").get<int64_t>(), p.at("trials").get<int64_t>(), p.at("correct").get<int64_t>()});
+    }
     row.evaluated_with = j.at("evaluated_with").is_null() ? "" : j.at("evaluated_with").dump();
     for (const auto& r : j.at("results")) {
       LengthResult l;
@@ -301,8 +341,9 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
      << "with no training and the named extension method; every trained row starts from the base and sees the same "
      << "number of training tokens (seed 004, eq. 2). DA is more truncate training at L_t, evaluated like OOTB.\n\n";
   if (time.invocations > 0)
-    md << "Wall time of the grid so far: " << duration(time.seconds) << " (" << time.invocations
-       << (time.invocations == 1 ? " run" : " runs, resumed") << " of `segtrain experiment`).\n\n";
+    md << "Wall time of the grid so far: " << duration(time.seconds) << " ("
+       << (time.invocations == 1 ? std::string("one run") : std::to_string(time.invocations) + " runs, each resuming the last")
+       << " of `segtrain experiment`).\n\n";
   for (const auto& c : corpora) {
     md << "## " << c.name << " (" << c.arch << ", L_t = " << c.train_length << ")\n\n";
     if (!c.base.results.empty())
@@ -321,6 +362,7 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
            << ":\n\n";
         length_table(md, c, f);
       }
+    for (int64_t f : c.factors) passkey_table(md, c, f);
     md << "\nTraining tokens per trained row:";
     for (int64_t f : c.factors)
       for (const auto& row : c.rows)
@@ -378,9 +420,9 @@ void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& 
       write_file_atomic(out / "plots" / ring_plot_name(c, f), line_plot_svg(options, series));
     }
   }
-  write_file_atomic(out / "results.json", all.dump(2) + "\n");
   all["wall_seconds"] = time.seconds;
   all["invocations"] = time.invocations;
+  write_file_atomic(out / "results.json", all.dump(2) + "\n");
   write_file_atomic(out / "results.md", results_markdown(x, corpora, time));
 }
 

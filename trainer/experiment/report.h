@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/eval/passkey.h"
 #include "trainer/eval/perplexity.h"
 #include "trainer/experiment/experiment.h"
 
@@ -23,6 +24,11 @@ struct RowResult {
   std::string evaluated_with;  // settings (model, overrides, windows) as JSON: equal means reusable
   int64_t train_tokens = 0;    // trained rows: tokens seen in training
   double eval_seconds = 0;     // wall time of the perplexity evaluation
+  // Passkey accuracy by length (experiment.passkey), recorded with its own settings
+  // so that adding it to a finished grid scores nothing else again.
+  std::vector<PasskeyResult> passkey;
+  std::string passkey_with;  // settings as JSON, empty when not measured
+  double passkey_seconds = 0;
 };
 
 // The grid's wall time over every invocation (a resumed grid adds to it).
