@@ -72,6 +72,12 @@ int64_t max_positions_of(const ModelConfig& c) {
 
 int64_t d_ff_of(const ModelConfig& c) { return c.d_ff.value_or(4 * c.d_model); }
 
+bool positions_depend_on_length(const ModelConfig& c) {
+  const auto m = c.extension.method;
+  return m == ExtensionMethod::dynamic_ntk || m == ExtensionMethod::dynamic_interpolate ||
+         m == ExtensionMethod::longrope;
+}
+
 int64_t original_length_of(const ModelConfig& c) {
   return c.extension.original_length ? *c.extension.original_length : max_positions_of(c);
 }

@@ -46,6 +46,11 @@ struct RopeParams {
 // looks at it, like transformers' dynamic rope update.
 RopeParams rope_params(const ModelConfig& config, int64_t seq_len);
 
+// Whether the extension's frequencies or slopes depend on the input's length
+// (dynamic NTK, dynamic interpolation, LongRoPE's short/long factors): then the
+// first L tokens of a longer input are not scored as an input of L tokens.
+bool positions_depend_on_length(const ModelConfig& config);
+
 // --- ALiBi (bloom) -----------------------------------------------------------
 // BLOOM's slopes, including head counts that are not powers of two: the first
 // 2^k heads get 2^(-8/2^k)^h, the rest the odd powers of 2^(-4/2^k).

@@ -17,8 +17,8 @@ with eval_from_longest. Checked against independent paths:
 2. the OOTB yarn row at 32, 64 and 128 is exp(mean of the first L-1 per-position losses) of
    `segtrain eval --lengths 128 --per-position` with yarn at factor 2 (= 128 / 64), and at 128
    that eval's own figure; a factor of 4 gives other figures (the comparison can tell);
-3. the OOTB dynamic_ntk row is `segtrain eval --lengths 32,64,128` length by length (windows
-   of each length), and its row.json does not record prefixes_of_longest;
+3. the OOTB dynamic_ntk row is transformers' dynamic rope on the first L tokens of the same
+   windows of 128 (one forward a length), and at 32 the base row's and ootb-none's figure;
 4. both trained rows trained on train_tokens (within one batch), their final model has YaRN at
    factor 2 over 64 positions, truncate with the truncate sampler (the run's config.yaml);
 5. wall_time.json counts the invocation; a second run trains and evaluates nothing, leaves
@@ -275,34 +275,42 @@ def check_yarn(args, work, base, store, fdir):
 
 
 def check_dynamic(args, work, base, store, fdir):
-    """3. OOTB dynamic_ntk: windows of each length, as `segtrain eval --lengths 32,64,128`."""
+    """3. OOTB dynamic_ntk: every length on the first L tokens of the same windows of L_e as the
+    other rows, one forward a length (its frequencies depend on the input's length), against
+    transformers' dynamic rope on exactly those tokens; the base row at L_t on those windows too."""
+    import torch
+    from transformers import AutoConfig, LlamaForCausalLM
     row = load_row(os.path.join(fdir, "ootb-dynamic_ntk", "row.json"))
-    check("prefixes_of_longest" not in row["evaluated_with"],
-          f"ootb-dynamic_ntk: evaluated_with records prefixes_of_longest: {row['evaluated_with']}")
-    out = os.path.join(work, "dynamic.json")
-    segtrain(args, "eval", "--model", base, "--data", store, "--split", "valid",
-             "--lengths", ",".join(map(str, LENGTHS)), "--max-sequences", str(MAX_SEQUENCES), "--out", out,
-             "--set", "model.extension.method=dynamic_ntk", "--set", f"model.extension.factor={SCALE:g}")
-    direct = {r["length"]: r["ppl"] for r in json.load(open(out))["results"]}
+    check(row["evaluated_with"].get("prefixes_of_longest") is True,
+          f"ootb-dynamic_ntk: evaluated_with {row['evaluated_with']}")
+    # trainer/eval/perplexity.cpp's windows of L_e: non-overlapping, documents in store order, the first MAX_SEQUENCES.
+    valid = read_split(os.path.join(store, "valid"))
+    windows = [doc[s:s + L_E] for doc in valid for s in range(0, len(doc) - L_E + 1, L_E)][:MAX_SEQUENCES]
+    check(len(windows) == MAX_SEQUENCES, f"{len(windows)} windows of {L_E} in the validation split")
+    cfg = AutoConfig.from_pretrained(base)
+    theta = cfg.rope_parameters["rope_theta"]
+    cfg.rope_parameters = {"rope_type": "dynamic", "factor": SCALE, "rope_theta": theta}
+    model = LlamaForCausalLM.from_pretrained(base, config=cfg, dtype=torch.float32).eval()
     worst = 0.0
-    for length in LENGTHS:
-        d = rel(ppl_at(row, length), direct[length])
-        worst = max(worst, d)
-        check(d < SAME_TOL, f"ootb-dynamic_ntk at {length}: grid {ppl_at(row, length):.12f} vs segtrain eval "
-                            f"{direct[length]:.12f}, relative {d:.2e}")
-    # Windows of L_t, where dynamic NTK leaves the base as it is: the base's own figure at L_t, not the
-    # (other) figure of the first L_t tokens of the longest windows.
+    with torch.no_grad():
+        for length in LENGTHS:
+            ids = torch.tensor([w[:length] for w in windows])
+            loss = model(ids, labels=ids).loss.item()  # the mean over the windows' L-1 predictions each
+            d = rel(ppl_at(row, length), math.exp(loss))
+            worst = max(worst, d)
+            check(d < 1e-5, f"ootb-dynamic_ntk at {length}: grid {ppl_at(row, length):.9f} vs transformers' dynamic "
+                            f"rope on the first {length} tokens of the same windows {math.exp(loss):.9f}, relative {d:.2e}")
+    # At L_t dynamic NTK leaves the base as it is (L_t < its 64 positions): the base row's figure,
+    # which is scored on the same windows, and ootb-none's.
     base_row = load_row(os.path.join(os.path.dirname(fdir), "base-eval", "row.json"))
     none_row = load_row(os.path.join(fdir, "ootb-none", "row.json"))
-    d_base = rel(ppl_at(row, L_T), ppl_at(base_row, L_T))
-    check(d_base < SAME_TOL, f"ootb-dynamic_ntk at {L_T}: {ppl_at(row, L_T):.12f}, the base at L_t "
-                             f"{ppl_at(base_row, L_T):.12f}: not scored on windows of {L_T}?")
-    check(rel(ppl_at(none_row, L_T), ppl_at(base_row, L_T)) > 1e-4,
-          f"ootb-none from prefixes at {L_T} ({ppl_at(none_row, L_T)}) equals the base on windows of {L_T} "
-          f"({ppl_at(base_row, L_T)}): the windows cannot be told apart")
-    say(f"ootb-dynamic_ntk: ppl {[round(direct[l], 6) for l in LENGTHS]}, grid vs `segtrain eval` worst relative "
-        f"difference {worst:.2e}; at {L_T} the base's {ppl_at(base_row, L_T):.6f} (prefixes of {L_E} give "
-        f"{ppl_at(none_row, L_T):.6f} without scaling)")
+    for name, other in (("the base row", base_row), ("ootb-none", none_row)):
+        d = rel(ppl_at(row, L_T), ppl_at(other, L_T))
+        check(d < 1e-9, f"ootb-dynamic_ntk at {L_T}: {ppl_at(row, L_T):.12f}, {name} {ppl_at(other, L_T):.12f}")
+    # At L_e it scales, so the figure differs from the unscaled one: the comparison can tell.
+    check(rel(ppl_at(row, L_E), ppl_at(none_row, L_E)) > 1e-4, "ootb-dynamic_ntk at L_e equals ootb-none")
+    say(f"ootb-dynamic_ntk: grid vs transformers' dynamic rope on the same tokens, worst relative difference "
+        f"{worst:.2e}; at {L_T} equal to the base row and ootb-none")
 
 
 def check_trained(args, work, fdir, base, store):

@@ -148,10 +148,13 @@ TEST(Evaluate, PerplexityEqualsADirectComputationOverNonOverlappingWindows) {
   EXPECT_EQ(sliding[0].tokens, (50 - 1) - (50 - 16) % 8 + (33 - 1) - (33 - 16) % 8 + (64 - 1) - (64 - 16) % 8);
 }
 
-// prefixes_of_longest: each length's figure is the first L tokens of the longest
-// windows, computed directly here with a forward over exactly those L tokens
-// (causal attention: the same numbers as the prefix of the long forward).
-TEST(Evaluate, PrefixesOfTheLongestWindowsEqualShortWindowsOverTheSameTokens) {
+// window_length: each length's figure is the first L tokens of the same windows of
+// window_length tokens, computed directly here with a forward over exactly those L
+// tokens; for a static model evaluate() reads them off one longer forward (causal
+// attention), for dynamic NTK it must run one forward a length (its frequencies
+// depend on the input's length), and a model evaluated at short lengths alone uses
+// the same windows.
+TEST(Evaluate, EveryLengthIsScoredOnTheFirstLTokensOfTheSameWindows) {
   test::TempDir dir;
   const int64_t vocab = 32;
   {
@@ -165,16 +168,24 @@ TEST(Evaluate, PrefixesOfTheLongestWindowsEqualShortWindowsOverTheSameTokens) {
     writer.finish();
   }
   auto split = data::IndexedDataset::open(dir / "valid", vocab);
-  for (auto arch : {models::Arch::gpt_neox, models::Arch::bloom, models::Arch::llama}) {
+  struct Case { models::Arch arch; models::ExtensionMethod method; std::vector<int64_t> lengths; };
+  for (const Case& k : {Case{models::Arch::gpt_neox, models::ExtensionMethod::none, {8, 16, 32}},
+                        Case{models::Arch::bloom, models::ExtensionMethod::none, {8, 16, 32}},
+                        Case{models::Arch::llama, models::ExtensionMethod::none, {8, 16, 32}},
+                        Case{models::Arch::llama, models::ExtensionMethod::dynamic_ntk, {8, 16, 32}},
+                        Case{models::Arch::gpt_neox, models::ExtensionMethod::none, {8}}}) {
     torch::manual_seed(2);
-    models::TransformerLM model(tiny(arch, vocab));
+    auto config = tiny(k.arch, vocab);
+    config.extension.method = k.method;
+    if (k.method != models::ExtensionMethod::none) config.extension.factor = 2.0, config.extension.original_length = 8;
+    models::TransformerLM model(config);
     PerplexityOptions options;
-    options.lengths = {8, 16, 32};
+    options.lengths = k.lengths;
     options.batch_size = 2;
     options.per_position = true;
-    options.prefixes_of_longest = true;
+    options.window_length = 32;
     const auto results = evaluate(model, split, options);
-    ASSERT_EQ(results.size(), 3u);
+    ASSERT_EQ(results.size(), k.lengths.size());
     torch::NoGradGuard no_grad;
     model->eval();
     // The windows of 32: [0, 32) and [32, 64) of the first document, [0, 32) of the third.
@@ -203,7 +214,7 @@ TEST(Evaluate, PrefixesOfTheLongestWindowsEqualShortWindowsOverTheSameTokens) {
   PerplexityOptions sliding;
   sliding.lengths = {8, 16};
   sliding.stride = 4;
-  sliding.prefixes_of_longest = true;
+  sliding.window_length = 16;
   models::TransformerLM model(tiny(models::Arch::gpt_neox, vocab));
   EXPECT_THROW(evaluate(model, split, sliding), InputError);
 }

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/signals.h"
 #include "models/lm_head_loss.h"
+#include "models/positions.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -50,11 +51,16 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
   model->eval();
   const auto device = model->parameters().front().device();
   const int64_t chunk = models::loss_chunk_tokens_for(options.loss_chunk_tokens, model->head_weight().size(0));
-  if (options.prefixes_of_longest && !options.lengths.empty()) {
+  if (options.window_length > 0) {
     if (options.stride > 0)
-      throw InputError("perplexity from the prefixes of the longest windows needs non-overlapping windows (stride 0)");
+      throw InputError("perplexity on the first L tokens of shared windows needs non-overlapping windows (stride 0)");
+    for (int64_t length : options.lengths)
+      if (length > options.window_length)
+        throw InputError("evaluation length " + std::to_string(length) + " is longer than the windows (" +
+                         std::to_string(options.window_length) + ")");
+  }
+  if (options.window_length > 0 && options.lengths.size() > 1 && !models::positions_depend_on_length(model->config())) {
     PerplexityOptions longest = options;
-    longest.prefixes_of_longest = false;
     longest.per_position = true;
     longest.lengths = {*std::max_element(options.lengths.begin(), options.lengths.end())};
     const LengthResult whole = evaluate(model, split, longest).front();
@@ -85,7 +91,8 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
                        std::to_string(length) + " (0 gives non-overlapping windows)");
     LengthResult r;
     r.length = length;
-    const auto windows = windows_for(split, length, options.stride, options.max_sequences);
+    const int64_t window = options.window_length > 0 ? options.window_length : length;
+    const auto windows = windows_for(split, window, options.stride, options.max_sequences);
     std::vector<double> position_sum(length - 1, 0.0);
     std::vector<int64_t> position_count(length - 1, 0);
     double total = 0;

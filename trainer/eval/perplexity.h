@@ -20,12 +20,13 @@ struct PerplexityOptions {
   int64_t stride = 0;         // 0: non-overlapping; else windows every `stride` tokens
   int64_t batch_size = 4;
   bool per_position = false;
-  // Only windows of the longest length are run; a shorter length L is scored on
-  // the first L tokens of each (its first L-1 predictions). The same figures as L
-  // windows for a causal model whose positions do not depend on the input's
-  // length (not for dynamic NTK / dynamic interpolation / LongRoPE), for the
-  // cost of the longest length alone. Non-overlapping windows only (stride 0).
-  bool prefixes_of_longest = false;
+  // 0: windows of each length. Else every length is scored on the first L tokens
+  // of the same windows of window_length tokens (>= every length; non-overlapping
+  // only), so that all lengths, and every model evaluated so, see the same text.
+  // A model whose positions do not depend on the input's length runs one forward
+  // over the first max(lengths) tokens of a window and each length is read off its
+  // prefix (causal attention: the same figures); others run one forward a length.
+  int64_t window_length = 0;
   // Tokens per slice of the LM head and cross-entropy (train.loss_chunk_tokens):
   // nullopt auto, 0 the whole logits at once (models/lm_head_loss.h).
   std::optional<int64_t> loss_chunk_tokens;

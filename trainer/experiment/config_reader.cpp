@@ -316,6 +316,10 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
   x.eval_lengths = r.integers("eval_lengths", 2).value_or(std::vector<int64_t>{});
   std::sort(x.eval_lengths.begin(), x.eval_lengths.end());
   x.eval_from_longest = r.boolean("eval_from_longest").value_or(false);
+  if (x.eval_from_longest && x.base_template.config.eval.stride > 0)
+    errors.push_back(location(x.file, r.get("eval_from_longest")->Mark()) +
+                     ": experiment.eval_from_longest: needs non-overlapping windows, but eval.stride is " +
+                     std::to_string(x.base_template.config.eval.stride));
   // The tables compare rows at L_t and at each L_e: both must be among the lengths.
   if (!x.eval_lengths.empty())
     for (int64_t needed : [&] {

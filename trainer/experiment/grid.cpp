@@ -181,13 +181,6 @@ void ensure_trained(const PlannedRun& run) {
   run_training(run.config, previous ? Resume::required : Resume::no, /*final_eval=*/false);
 }
 
-// Whether a model's rotary frequencies or ALiBi slopes depend on the input's
-// length, so that a prefix of a long window is not scored as a short window is.
-bool positions_depend_on_length(models::ExtensionMethod method) {
-  using E = models::ExtensionMethod;
-  return method == E::dynamic_ntk || method == E::dynamic_interpolate || method == E::longrope;
-}
-
 // Evaluates one row's model: perplexity by length unless row.json holds this
 // exact evaluation, and passkey retrieval (experiment.passkey) unless it holds
 // that too; each part is reused on its own, so adding one keeps the other.
@@ -219,9 +212,14 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   int64_t longest = *std::max_element(eval.lengths.begin(), eval.lengths.end());
   if (with_passkey) longest = std::max(longest, x.passkey.lengths.back());
   const StoredModel stored = open_stored_model(model_dir, overrides, longest);
-  // Prefix scoring only where it gives the same figures; the record says which.
-  eval.prefixes_of_longest = x.eval_from_longest && !positions_depend_on_length(stored.config.extension.method);
-  if (eval.prefixes_of_longest) settings["prefixes_of_longest"] = true;
+  // eval_from_longest: every row and length on the first L tokens of the same windows
+  // of the grid's longest length (evaluate() runs one forward a window where the
+  // model allows); the record says so, and which windows when they are longer than the row's lengths.
+  if (x.eval_from_longest) {
+    for (int64_t f : x.factors) eval.window_length = std::max(eval.window_length, row_lengths(x, f).back());
+    settings["prefixes_of_longest"] = true;
+    if (eval.lengths.back() != eval.window_length) settings["window_length"] = eval.window_length;
+  }
 
   const fs::path record = row_dir / "row.json";
   bool perplexity_done = false, passkey_done = passkey_settings.is_null();
@@ -254,7 +252,8 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   fs::create_directories(row_dir);
   if (!perplexity_done) {
     log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", eval.lengths.front(), "..",
-              eval.lengths.back(), eval.prefixes_of_longest ? " (every length from the longest windows)" : "");
+              eval.lengths.back(), eval.window_length ? " (the first L tokens of windows of " +
+                                                        std::to_string(eval.window_length) + ")" : std::string());
     const auto started = std::chrono::steady_clock::now();
     row.results = evaluate(model, store.split(data::parse_split(templ.eval.split)), eval);
     row.eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -314,20 +313,22 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
   const int64_t lt = templ.data.train_length;
   ensure_store(x, corpus, x.base_template);
   throw_if_stopped();
+  if (!x.passkey.lengths.empty()) {
+    // The store's tokenizer writes the prompts: refused now (exit 2), not after hours of training.
+    try {
+      const data::PromptTokenizer tokenizer = data::open_prompt_tokenizer(store_dir(x, corpus));
+      for (int64_t length : x.passkey.lengths)  // every prompt the rows will be given
+        for (int64_t trial = 0; trial < x.passkey.trials; ++trial)
+          make_passkey_prompt(tokenizer, x.passkey.style, length, kPasskeySeed, trial);
+    } catch (const InputError& e) {
+      throw InputError(x.file + ": experiment.passkey: corpus '" + corpus.name + "': " + e.what());
+    }
+  }
   const auto runs = plan_training_runs(x, corpus);
   if (corpus.base.empty()) ensure_trained(runs.front());
   throw_if_stopped();
 
   const data::TokenStore store = data::TokenStore::open(store_dir(x, corpus));
-  if (!x.passkey.lengths.empty()) {
-    // The store's tokenizer writes the prompts: refused now (exit 2), not after hours of training.
-    try {
-      const data::PromptTokenizer tokenizer = data::open_prompt_tokenizer(store_dir(x, corpus));
-      for (int64_t length : x.passkey.lengths) make_passkey_prompt(tokenizer, x.passkey.style, length, kPasskeySeed, 0);
-    } catch (const InputError& e) {
-      throw InputError(x.file + ": experiment.passkey: corpus '" + corpus.name + "': " + e.what());
-    }
-  }
   CorpusResults out;
   out.name = corpus.name;
   out.store = store_dir(x, corpus);
