@@ -285,7 +285,8 @@ TEST(Experiment, BadFilesExitTwoNamingTheLineAndKey) {
       {"evaluation lengths in set", corpus + "  base:\n    set: {eval.lengths: [64]}\n",
        ":6:11: experiment.base.set.eval.lengths: the experiment sets this key"},
       {"budget of trained rows", corpus + "  extend:\n    set: {train.budget.tokens: 5}\n",
-       "experiment.extend.set.train.budget.tokens: every trained row has the compute-equivalent budget"},
+       "experiment.extend.set.train.budget.tokens: every trained row has the same budget so that rows compare: "
+       "the compute-equivalent one (seed 004, eq. 2), or experiment.train_tokens"},
       {"bad value in set", corpus + "  base:\n    set: {train.lr: fast}\n", ":6:11: --set train.lr=fast: train.lr: expected"},
   };
   for (const auto& c : cases) {
