@@ -362,7 +362,7 @@ TEST(ExperimentPlan, AGivenBaseIsExtendedFromItsOwnContextUnderOneTokenBudget) {
   test::write_file(dir / "store/meta.json", "{}");
   const std::string yaml = "experiment:\n"
                            "  output_dir: " + (dir / "out") + "\n"
-                           "  factors: [4, 16]\n"
+                           "  factors: [16]\n"
                            "  methods: [truncate, chunk-0.25, da]\n"
                            "  train_extension: yarn\n"
                            "  train_tokens: 4096\n"
@@ -378,9 +378,9 @@ TEST(ExperimentPlan, AGivenBaseIsExtendedFromItsOwnContextUnderOneTokenBudget) {
   EXPECT_EQ(trainer::base_context(x, x.corpora[0]), 256);
   EXPECT_EQ(trainer::extension_factor(x, x.corpora[0], 4), 1.0);   // L_e = 128 < 256: no scaling needed
   EXPECT_EQ(trainer::extension_factor(x, x.corpora[0], 16), 2.0);  // L_e = 512 = 2 x 256
-  EXPECT_EQ(trainer::row_lengths(x, 4), (std::vector<int64_t>{32, 128, 256, 512}));
+  EXPECT_EQ(trainer::row_lengths(x, 16), (std::vector<int64_t>{32, 128, 256, 512}));
   const auto runs = trainer::plan_training_runs(x, x.corpora[0]);
-  ASSERT_EQ(runs.size(), 6u);  // no base run: the base is given
+  ASSERT_EQ(runs.size(), 3u);  // no base run: the base is given
   for (const auto& run : runs) {
     const auto& c = run.config.config;
     EXPECT_FALSE(c.train.budget.compute_equivalent) << run.label;
@@ -403,7 +403,21 @@ TEST(ExperimentPlan, AGivenBaseIsExtendedFromItsOwnContextUnderOneTokenBudget) {
     trainer::load_experiment(dir / "bad.yaml", {});
     ADD_FAILURE() << "accepted eval_lengths without L_e";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("experiment.eval_lengths: 128 is missing"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("experiment.eval_lengths: 512 is missing"), std::string::npos) << e.what();
+  }
+  // Lengths of its own go with one factor and stop at its L_e (the plots are drawn there).
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"factors: [16]", "factors: [4, 16]"},
+                                 {"[32, 128, 256, 512]", "[32, 128, 256, 512, 1024]"}}) {
+    bad = yaml;
+    bad.replace(bad.find(from), from.size(), to);
+    test::write_file(dir / "bad.yaml", bad);
+    try {
+      trainer::load_experiment(dir / "bad.yaml", {});
+      ADD_FAILURE() << "accepted " << to;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("give them with one factor and none longer than its L_e"), std::string::npos)
+          << e.what();
+    }
   }
   bad = yaml;
   bad.replace(bad.find("  eval_from_longest"), 0, "  passkey: {trials: 2}\n");

@@ -320,6 +320,13 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
     errors.push_back(location(x.file, r.get("eval_from_longest")->Mark()) +
                      ": experiment.eval_from_longest: needs non-overlapping windows, but eval.stride is " +
                      std::to_string(x.base_template.config.eval.stride));
+  // A row keeps the loss by position of its longest length, which the plots and the
+  // ring section read as L_e's: with lengths of its own, a grid has one factor and no
+  // length past its L_e.
+  if (!x.eval_lengths.empty() && (x.factors.size() != 1 || x.eval_lengths.back() > x.factors.front() * lt))
+    errors.push_back(location(x.file, r.get("eval_lengths")->Mark()) +
+                     ": experiment.eval_lengths: give them with one factor and none longer than its L_e (the "
+                     "loss-by-position plots are drawn at L_e)");
   // The tables compare rows at L_t and at each L_e: both must be among the lengths.
   if (!x.eval_lengths.empty())
     for (int64_t needed : [&] {
