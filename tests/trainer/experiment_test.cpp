@@ -405,6 +405,17 @@ TEST(ExperimentPlan, AGivenBaseIsExtendedFromItsOwnContextUnderOneTokenBudget) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("experiment.eval_lengths: 512 is missing"), std::string::npos) << e.what();
   }
+  // truncate without an extension would be the da row again.
+  bad = yaml;
+  bad.replace(bad.find("  train_extension: yarn\n"), 24, "");
+  test::write_file(dir / "bad.yaml", bad);
+  try {
+    trainer::load_experiment(dir / "bad.yaml", {});
+    ADD_FAILURE() << "accepted truncate with no extension";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("truncate trains with the rows' extension, which is none"), std::string::npos)
+        << e.what();
+  }
   // Lengths of its own go with one factor and stop at its L_e (the plots are drawn there).
   for (const auto& [from, to] : {std::pair<std::string, std::string>{"factors: [16]", "factors: [4, 16]"},
                                  {"[32, 128, 256, 512]", "[32, 128, 256, 512, 1024]"}}) {

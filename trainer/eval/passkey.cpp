@@ -124,6 +124,10 @@ PasskeyPrompt make_passkey_prompt(const data::PromptTokenizer& tokenizer, Passke
 // input is the teacher-forced one, and under the causal mask the logits at a position
 // depend only on the tokens up to it; a first wrong argmax is where greedy decoding
 // leaves the answer. One forward instead of one per answer token (the prompts are long).
+// For positions that depend on the input's length (dynamic NTK, dynamic interpolation,
+// LongRoPE; models::positions_depend_on_length) the forward sees the prompt and answer
+// at once, where greedy decoding would see a few tokens fewer at its first steps: the
+// same scoring for every row, within a few tokens of greedy decoding there.
 bool passkey_correct(models::TransformerLM& model, const PasskeyPrompt& prompt) {
   if (prompt.tokens.empty() || prompt.answer_ids.empty()) throw std::invalid_argument("passkey: empty prompt or answer");
   Inference inference(model);

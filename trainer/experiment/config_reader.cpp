@@ -368,6 +368,12 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
   for (const auto& corpus : x.corpora) {
     if (!corpus.base.empty() && !fs::is_directory(model_ref_dir(corpus.base))) continue;  // reported above
     const models::Arch arch = base_arch(x, corpus);
+    // truncate is DA with the rows' extension: with none, it would train DA's run again.
+    if (std::any_of(x.methods.begin(), x.methods.end(), [](const auto& m) { return m.name == "truncate"; }) &&
+        x.train_extension.value_or(default_train_extension(arch)) == models::ExtensionMethod::none)
+      errors.push_back(x.file + ": experiment.methods: truncate trains with the rows' extension, which is none for " +
+                       "corpus '" + corpus.name + "' (experiment.train_extension): that is the da row; use da, or set " +
+                       "experiment.train_extension");
     const auto applicable = ootb_methods_for(arch);
     for (auto m : x.ootb)
       if (std::find(applicable.begin(), applicable.end(), m) == applicable.end()) {

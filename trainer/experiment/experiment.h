@@ -3,7 +3,7 @@
 // corpus: a base model at L_t (given, or pretrained), then for each extension
 // factor f (L_e = f * L_t) the out-of-the-box rows (no training, each applicable
 // extension method) and the trained rows (DA, full, chunk-a, prefix-a,
-// randompos), all under the same compute-equivalent budget, each evaluated at
+// randompos), all under the same budget (compute-equivalent, or train_tokens), each evaluated at
 // L_t and L_e on the same held-out windows. Every row lives in its own
 // directory and counts as done once its eval.json is there, so an interrupted
 // grid resumes where it stopped.

@@ -51,7 +51,7 @@ nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
     // The base's tokenizer replaces a trained one: its files are part of what the store is made from.
     j.erase("vocab_size");
     j["tokenizer"] = {{"base", tokenizer}, {"files", nlohmann::json::array()}};
-    for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"})
+    for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"})
       if (const fs::path file = fs::path(tokenizer) / name; fs::exists(file))
         j["tokenizer"]["files"].push_back({{"name", name}, {"fnv1a64", data::file_digest(file)}});
   }
