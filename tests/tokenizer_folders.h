@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "test_util.h"
 
@@ -127,5 +128,32 @@ inline void write_jsonl(const std::filesystem::path& path, const std::vector<std
   for (const auto& t : texts) out += nlohmann::json{{"text", t}}.dump() + "\n";
   write_file(path, out);
 }
+
+// One store of each kind `prepare` writes, from the same `texts`: a sentencepiece
+// .model ("sp.model"), an HF folder's sentencepiece model with BOS ("hf-sp"), and a
+// byte-level BPE folder with and without BOS ("bpe-bos", "bpe").
+struct StoresOfEveryTokenizer {
+  TempDir dir;
+  std::map<std::string, std::string> by_name;  // name -> store directory
+  explicit StoresOfEveryTokenizer(const std::vector<std::string>& texts) {
+    write_jsonl(dir.path() / "corpus.jsonl", texts);
+    write_sentencepiece_model(dir.path() / "sp.model");
+    write_byte_bpe_folder(dir.path() / "bpe-bos", true);
+    write_byte_bpe_folder(dir.path() / "bpe", false);
+    std::filesystem::create_directories(dir.path() / "hf-sp");
+    std::filesystem::copy_file(dir.path() / "sp.model", dir.path() / "hf-sp/tokenizer.model");
+    write_file(dir.path() / "hf-sp/tokenizer_config.json", R"({"add_bos_token": true})");
+    for (const std::string name : {"sp.model", "hf-sp", "bpe-bos", "bpe"}) {
+      data::PrepareOptions o;
+      o.inputs = {dir / "corpus.jsonl"};
+      o.out = dir / ("store-" + name);
+      o.tokenizer = dir / name;
+      o.valid_fraction = 0;
+      o.threads = 1;
+      data::prepare_store(o);
+      by_name[name] = o.out;
+    }
+  }
+};
 
 }  // namespace segtrain::test

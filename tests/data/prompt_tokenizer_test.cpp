@@ -22,32 +22,8 @@ const std::vector<std::string> kTexts = {
     "recall : the password of bakodi is mesupona . the quiet river meets the old bridge near the market .",
     "Here we go. There and back again. I will quiz you about the important information there."};
 
-struct Stores {
-  test::TempDir dir;
-  std::map<std::string, std::string> by_name;  // name -> store directory
-  Stores() {
-    test::write_jsonl(dir.path() / "corpus.jsonl", kTexts);
-    test::write_sentencepiece_model(dir.path() / "sp.model");
-    test::write_byte_bpe_folder(dir.path() / "bpe-bos", true);
-    test::write_byte_bpe_folder(dir.path() / "bpe", false);
-    fs::create_directories(dir.path() / "hf-sp");
-    fs::copy_file(dir.path() / "sp.model", dir.path() / "hf-sp/tokenizer.model");
-    test::write_file(dir.path() / "hf-sp/tokenizer_config.json", R"({"add_bos_token": true})");
-    for (const std::string name : {"sp.model", "hf-sp", "bpe-bos", "bpe"}) {
-      PrepareOptions o;
-      o.inputs = {dir / "corpus.jsonl"};
-      o.out = dir / ("store-" + name);
-      o.tokenizer = dir / name;
-      o.valid_fraction = 0;
-      o.threads = 1;
-      prepare_store(o);
-      by_name[name] = o.out;
-    }
-  }
-};
-
-Stores& stores() {
-  static Stores s;
+test::StoresOfEveryTokenizer& stores() {
+  static test::StoresOfEveryTokenizer s(kTexts);
   return s;
 }
 

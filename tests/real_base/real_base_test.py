@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, failures, rel  # noqa: E402
 from megatron_store import read_split  # noqa: E402
 
 SKIP = 77
@@ -52,22 +53,8 @@ FACTOR = L_E / L_T
 REL_TOL = 1e-5
 POSITION_TOL = 2e-4  # absolute, on a per-position mean loss printed with 8 digits
 
-failures = []
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL:", message, file=sys.stderr, flush=True)
-    return condition
-
-
 def say(*parts):
     print("real_base:", *parts, file=sys.stderr, flush=True)
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
 
 
 def windows(docs, length, max_sequences):

@@ -41,6 +41,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, failures, rel  # noqa: E402
 from megatron_store import read_split  # noqa: E402
 
 DOCS = "/usr/share/doc/linux-doc-6.1/Documentation/process"
@@ -62,22 +63,8 @@ VALID_FRACTION = 0.25
 PREFIX_TOL = 1e-6               # relative, ppl from the printed per-position losses
 SAME_TOL = 1e-9                 # relative, the same evaluation by two paths
 
-failures = []
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL:", message, file=sys.stderr, flush=True)
-    return condition
-
-
 def say(*parts):
     print("experiment_hf_base:", *parts, file=sys.stderr, flush=True)
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
 
 
 def text_of(name):

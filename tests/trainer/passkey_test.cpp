@@ -22,33 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One store of each kind, made from the same short corpus.
-struct Stores {
-  test::TempDir dir;
-  std::map<std::string, std::string> by_name;
-  Stores() {
-    test::write_jsonl(dir.path() / "corpus.jsonl", {test::kPromptWords, "The sky is blue. The sun is yellow."});
-    test::write_sentencepiece_model(dir.path() / "sp.model");
-    test::write_byte_bpe_folder(dir.path() / "bpe-bos", true);
-    test::write_byte_bpe_folder(dir.path() / "bpe", false);
-    fs::create_directories(dir.path() / "hf-sp");
-    fs::copy_file(dir.path() / "sp.model", dir.path() / "hf-sp/tokenizer.model");
-    test::write_file(dir.path() / "hf-sp/tokenizer_config.json", R"({"add_bos_token": true})");
-    for (const std::string name : {"sp.model", "hf-sp", "bpe-bos", "bpe"}) {
-      data::PrepareOptions o;
-      o.inputs = {dir / "corpus.jsonl"};
-      o.out = dir / ("store-" + name);
-      o.tokenizer = dir / name;
-      o.valid_fraction = 0;
-      o.threads = 1;
-      data::prepare_store(o);
-      by_name[name] = o.out;
-    }
-  }
-};
-
-Stores& stores() {
-  static Stores s;
+test::StoresOfEveryTokenizer& stores() {
+  static test::StoresOfEveryTokenizer s({test::kPromptWords, "The sky is blue. The sun is yellow."});
   return s;
 }
 
