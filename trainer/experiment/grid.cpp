@@ -308,7 +308,41 @@ std::string ootb_label(const ExperimentConfig& x, const CorpusSpec& corpus, mode
   return std::string("OOTB ") + enum_name(models::kExtensionMethods, method);
 }
 
-CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
+// The grid's wall time across invocations, kept in <output_dir>/wall_time.json:
+// what this invocation has spent so far plus what earlier ones recorded.
+class GridClock {
+ public:
+  explicit GridClock(const fs::path& file) : file_(file), started_(std::chrono::steady_clock::now()) {
+    if (!fs::exists(file_)) return;
+    try {
+      const auto j = nlohmann::json::parse(read_file(file_, "grid wall time"));
+      before_ = {j.at("seconds").get<double>(), j.at("invocations").get<int64_t>()};
+    } catch (const std::exception&) {
+      log::warn("experiment: ", file_.string(), " is unreadable; the wall time starts again from this run");
+    }
+  }
+  GridTime now() const {
+    return {before_.seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count(),
+            before_.invocations + 1};
+  }
+  void save() const {
+    const GridTime t = now();
+    write_file_atomic(file_, nlohmann::json{{"seconds", t.seconds}, {"invocations", t.invocations}}.dump() + "\n");
+  }
+  ~GridClock() {
+    try {
+      save();
+    } catch (const std::exception&) {
+    }
+  }
+
+ private:
+  fs::path file_;
+  std::chrono::steady_clock::time_point started_;
+  GridTime before_;
+};
+
+CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, const GridClock& clock) {
   const Config& templ = x.base_template.config;
   const int64_t lt = templ.data.train_length;
   ensure_store(x, corpus, x.base_template);
@@ -349,6 +383,7 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
       std::vector<std::string> overrides;
       if (method != models::ExtensionMethod::none) overrides = {extension_override(method), factor_set};
       out.rows.push_back(evaluate_row(row, fdir / row.key, base_model_dir(x, corpus), overrides, x, store_dir(x, corpus), store));
+      clock.save();  // a grid killed later keeps the time of every row it finished
     }
     for (const auto& run : runs) {
       if (run.factor != factor || !run.method) continue;
@@ -364,44 +399,11 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus) {
       const fs::path run_dir = run.config.config.run.output_dir;
       row.train_tokens = newest_checkpoint(run_dir)->state.tokens;
       out.rows.push_back(evaluate_row(row, run_dir, (run_dir / "final").string(), overrides, x, store_dir(x, corpus), store));
+      clock.save();  // a grid killed later keeps the time of every row it finished
     }
   }
   return out;
 }
-
-// The grid's wall time across invocations, kept in <output_dir>/wall_time.json:
-// what this invocation has spent so far plus what earlier ones recorded.
-class GridClock {
- public:
-  explicit GridClock(const fs::path& file) : file_(file), started_(std::chrono::steady_clock::now()) {
-    if (!fs::exists(file_)) return;
-    try {
-      const auto j = nlohmann::json::parse(read_file(file_, "grid wall time"));
-      before_ = {j.at("seconds").get<double>(), j.at("invocations").get<int64_t>()};
-    } catch (const std::exception&) {
-      log::warn("experiment: ", file_.string(), " is unreadable; the wall time starts again from this run");
-    }
-  }
-  GridTime now() const {
-    return {before_.seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count(),
-            before_.invocations + 1};
-  }
-  void save() const {
-    const GridTime t = now();
-    write_file_atomic(file_, nlohmann::json{{"seconds", t.seconds}, {"invocations", t.invocations}}.dump() + "\n");
-  }
-  ~GridClock() {
-    try {
-      save();
-    } catch (const std::exception&) {
-    }
-  }
-
- private:
-  fs::path file_;
-  std::chrono::steady_clock::time_point started_;
-  GridTime before_;
-};
 
 }  // namespace
 
@@ -416,7 +418,7 @@ void run_experiment(const ExperimentConfig& x) {
   const GridClock clock(fs::path(x.output_dir) / "wall_time.json");
   std::vector<CorpusResults> corpora;
   for (const auto& corpus : x.corpora) {
-    corpora.push_back(run_corpus(x, corpus));
+    corpora.push_back(run_corpus(x, corpus, clock));
     // Tables so far are worth having even if a later corpus fails.
     write_reports(x, corpora, clock.now());
   }
