@@ -41,7 +41,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, failures, rel  # noqa: E402
+from checks import check, finish, rel  # noqa: E402
 from megatron_store import read_split  # noqa: E402
 
 DOCS = "/usr/share/doc/linux-doc-6.1/Documentation/process"
@@ -478,11 +478,7 @@ def main():
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    say(f"{time.time() - start:.1f} s in all")
-    if failures:
-        print(f"{len(failures)} check(s) failed", file=sys.stderr)
-        sys.exit(1)
-    print("experiment_hf_base: all checks passed")
+    finish("experiment_hf_base", time.time() - start)
 
 
 if __name__ == "__main__":
