@@ -60,7 +60,9 @@ std::shared_ptr<spdlog::logger> make_logger(const Options& options) {
   sinks.push_back(g_files);
   auto logger = std::make_shared<spdlog::logger>("segtrain", sinks.begin(), sinks.end());
   logger->set_level(to_spdlog(options.level));
-  logger->flush_on(spdlog::level::warn);
+  // Every line reaches the files at once: a user tails train.log or experiment.log
+  // during hours of work, and a killed process keeps what it logged.
+  logger->flush_on(spdlog::level::trace);
   return logger;
 }
 

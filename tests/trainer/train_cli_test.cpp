@@ -297,6 +297,66 @@ TEST_F(TrainCli, ResumeAutoStartsFreshOrContinues) {
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
 
+// One writer per run directory: while a run trains, a second run on its
+// output_dir (a requeued job with --resume auto), an evaluation writing into it
+// and an export into it exit 2 naming the holder, and write nothing there. When
+// the holder is killed, the OS releases the lock and --resume auto continues.
+TEST_F(TrainCli, ASecondWriterOfARunDirectoryIsRefusedNamingTheFirst) {
+  const std::string name = "held";
+  const std::vector<std::string> args = {"train", config(name, "gpt2", "truncate"), "--set",
+                                         "train.budget.tokens=120000", "--set", "train.checkpoint_every=5",
+                                         "--resume", "auto"};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv = {const_cast<char*>(kBin.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    freopen("/dev/null", "w", stderr);
+    execv(kBin.c_str(), argv.data());
+    _exit(127);
+  }
+  const std::string metrics = run_dir(name) + "/metrics.jsonl";
+  auto rows = [&] {
+    const std::string text = test::read_file(metrics);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  for (int i = 0; i < 6000 && !fs::exists(run_dir(name) + "/checkpoints/step-5"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(fs::exists(run_dir(name) + "/checkpoints/step-5")) << "the first run did not get going";
+
+  const std::string holder = "is in use by segtrain train (pid " + std::to_string(pid) + " on host ";
+  auto second = run(kBin, args);
+  EXPECT_EQ(second.exit_code, 2) << second.err;
+  EXPECT_NE(second.err.find("run.output_dir: '" + run_dir(name) + "' " + holder), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("kill -TERM " + std::to_string(pid)), std::string::npos) << second.err;
+  auto eval = run(kBin, {"eval", "--model", run_dir(name) + "/checkpoints/step-5", "--data", *dir_ / "store",
+                         "--lengths", "32", "--out", run_dir(name) + "/eval.json"});
+  EXPECT_EQ(eval.exit_code, 2) << eval.err;
+  EXPECT_NE(eval.err.find("--out: '" + run_dir(name) + "/eval.json' is inside the run directory"), std::string::npos)
+      << eval.err;
+  EXPECT_NE(eval.err.find(holder), std::string::npos) << eval.err;
+  auto exported = run(kBin, {"export", "--model", run_dir(name) + "/checkpoints/step-5", "--out", run_dir(name) + "/hf"});
+  EXPECT_EQ(exported.exit_code, 2) << exported.err;
+  EXPECT_NE(exported.err.find(holder), std::string::npos) << exported.err;
+  EXPECT_FALSE(fs::exists(run_dir(name) + "/eval.json"));
+  EXPECT_FALSE(fs::exists(run_dir(name) + "/hf"));
+  // Its metrics are one run's: steps 1, 2, ... with no repeats.
+  const int64_t logged = rows();
+  const auto steps = values(run_dir(name), "step");
+  ASSERT_GE(steps.size(), 5u);
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i], static_cast<double>(i + 1)) << "row " << i;
+  EXPECT_GE(logged, 5);
+
+  // Killed (no chance to clean up): the lock goes with the process.
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  auto resumed = run(kBin, args);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resuming from"), std::string::npos) << resumed.err;
+  EXPECT_EQ(resumed.err.find("in use by"), std::string::npos) << resumed.err;
+}
+
 TEST_F(TrainCli, NonFiniteLossesAreSkippedThenAbort) {
   auto base = run(kBin, {"train", config("nan-base", "gpt_neox", "truncate"), "--set", "train.budget.tokens=2000"});
   ASSERT_EQ(base.exit_code, 0) << base.err;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "common/dir_lock.h"
 #include "common/error.h"
 #include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
@@ -19,6 +20,12 @@ namespace segtrain::trainer {
 
 void evaluate_stored_model(const EvalOptions& options) {
   namespace fs = std::filesystem;
+  // Nothing is written into a run directory that a run is writing.
+  const DirectoryLock out_lock = DirectoryLock::hold_enclosing(options.out, "--out", "segtrain eval");
+  const DirectoryLock csv_lock = options.per_position_csv.empty()
+                                     ? DirectoryLock()
+                                     : DirectoryLock::hold_enclosing(options.per_position_csv, "--per-position",
+                                                                     "segtrain eval");
   // factor auto: stretch the model to the longest evaluated length.
   const int64_t longest = *std::max_element(options.lengths.begin(), options.lengths.end());
   const c10::Device device = pick_device(*enum_from_name(kDevices, options.device), /*local_rank=*/0, "--device");

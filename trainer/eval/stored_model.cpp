@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/atomic_write.h"
+#include "common/dir_lock.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
@@ -99,9 +100,10 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
     throw InputError("--max-shard-size: expected a positive size such as 5GB, 500MB, 2GiB or bytes, got '" +
                      request.max_shard_size + "'");
   options.max_shard_bytes = *shard;
+  const std::string& out = request.out;
+  const DirectoryLock out_lock = DirectoryLock::hold_enclosing(out, "--out", "segtrain export");
   const StoredModel stored = open_stored_model(path, overrides);
   const auto& c = stored.config;
-  const std::string& out = request.out;
   const std::string origin = tokenizer_origin(stored.dir);
   if (!origin.empty() && !fs::is_directory(origin))
     log::warn("the model's HF origin ", origin, " is gone: its tokenizer files are not copied to the export");

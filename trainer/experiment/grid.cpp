@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/atomic_write.h"
+#include "common/dir_lock.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
@@ -411,7 +412,8 @@ void run_experiment(const ExperimentConfig& x) {
   if (const char* world = std::getenv("WORLD_SIZE"); world && std::string(world) != "1")
     throw InputError("WORLD_SIZE=" + std::string(world) +
                      ": `segtrain experiment` runs its grid in one process; launch single runs with segtrain-launch");
-  fs::create_directories(x.output_dir);
+  const DirectoryLock lock = DirectoryLock::hold(x.output_dir, "experiment.output_dir", "segtrain experiment");
+  if (!lock.warning().empty()) log::warn(lock.warning());
   const log::ScopedFile experiment_log((fs::path(x.output_dir) / "experiment.log").string());
   log::info("experiment ", x.name, ": ", x.corpora.size(), " corpora x ", x.factors.size(), " factors; writing ",
             x.output_dir);

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "common/atomic_write.h"
+#include "common/dir_lock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -69,17 +70,25 @@ struct StepResult {
   int64_t loss_tokens = 0;
 };
 
-// Where the run's files are, which checkpoint it continues from, and its log file.
+// Where the run's files are, its lock (rank 0's), which checkpoint it continues
+// from, and its log file.
 struct RunDirectory {
   fs::path dir;
+  DirectoryLock lock;
   std::optional<CheckpointRef> resume_from;
   std::unique_ptr<log::ScopedFile> log_file;
 };
 
 // A launcher restart (segtrain-launch, torchrun) continues the interrupted run;
 // otherwise an existing run is only continued with --resume (or --resume auto).
+// Rank 0 locks the directory before it looks for checkpoints: one writer per run.
 RunDirectory open_run_directory(const Config& c, const DistributedEnv& dist, Resume requested) {
-  RunDirectory run{c.run.output_dir, newest_checkpoint(c.run.output_dir), nullptr};
+  RunDirectory run{c.run.output_dir, {}, std::nullopt, nullptr};
+  if (dist.rank == 0) {
+    run.lock = DirectoryLock::hold(run.dir, "run.output_dir", "segtrain train");
+    if (!run.lock.warning().empty()) log::warn(run.lock.warning());
+  }
+  run.resume_from = newest_checkpoint(run.dir);
   const bool resume = requested == Resume::required ||
                       ((requested == Resume::if_any || dist.restart > 0) && run.resume_from.has_value());
   if (!resume && run.resume_from)
