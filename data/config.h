@@ -43,6 +43,7 @@ struct DataConfig {
   int64_t extended_length = 1024; // L_e
   SamplerConfig sampler;
   int64_t prefetch = 4;           // batches prepared ahead on the loader thread
+  bool allow_tokenizer_mismatch = false;  // train on a store made with another tokenizer than the base's
 };
 
 }  // namespace segtrain::data

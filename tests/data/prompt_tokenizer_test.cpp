@@ -8,6 +8,7 @@
 #include "data/prepare.h"
 #include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
+#include "data/tokenizer_identity.h"
 #include "test_util.h"
 #include "tokenizer_folders.h"
 
@@ -97,6 +98,49 @@ TEST(PromptTokenizer, AStoreWithoutItsTokenizerIsRefusedNamingTheStoreAndTheFile
     expect_refused(copy.string(), {(copy / file).string(), "missing", copy.string()});
   }
   expect_refused((dir.path() / "nothing").string(), {"meta.json"});
+}
+
+// The identity train and eval compare (data/tokenizer_identity.h): one sentencepiece
+// model is the same tokenizer as a .model file, as an HF folder and in either store;
+// BOS or not, a BPE is itself; another tokenizer differs by its vocabulary or, of the
+// same size, by its ids; a checkpoint's record reads back as it was written.
+TEST(TokenizerIdentity, TheSameTokenizerInEveryFormMatchesAndAnotherDoesNot) {
+  auto& s = stores();
+  const auto sp_store = store_tokenizer_identity(s.by_name.at("sp.model"));
+  const auto hf_sp_store = store_tokenizer_identity(s.by_name.at("hf-sp"));
+  const auto hf_sp_folder = folder_tokenizer_identity(s.dir / "hf-sp");
+  ASSERT_TRUE(sp_store && hf_sp_store && hf_sp_folder);
+  EXPECT_FALSE(sp_store->probe_ids.empty());
+  EXPECT_EQ(identity_difference(*sp_store, *hf_sp_folder), "");
+  EXPECT_EQ(identity_difference(*hf_sp_store, *hf_sp_folder), "");
+  const auto bpe_store = store_tokenizer_identity(s.by_name.at("bpe"));
+  const auto bpe_bos_folder = folder_tokenizer_identity(s.dir / "bpe-bos");
+  ASSERT_TRUE(bpe_store && bpe_bos_folder);
+  EXPECT_EQ(identity_difference(*bpe_store, *bpe_bos_folder), "");
+  EXPECT_EQ(identity_difference(*sp_store, *bpe_store).rfind("vocabulary " + std::to_string(sp_store->vocab_size) +
+                                                                 " (sentencepiece) vs " +
+                                                                 std::to_string(bpe_store->vocab_size) + " (hf-bpe)",
+                                                             0),
+            0u)
+      << identity_difference(*sp_store, *bpe_store);
+
+  // Two BPEs of the same size: words of the same lengths, other letters.
+  test::write_byte_bpe_folder(s.dir / "bpe-one", false, "abc def ghi");
+  test::write_byte_bpe_folder(s.dir / "bpe-two", false, "jkl mno pqr");
+  const auto one = folder_tokenizer_identity(s.dir / "bpe-one");
+  const auto two = folder_tokenizer_identity(s.dir / "bpe-two");
+  ASSERT_TRUE(one && two);
+  ASSERT_EQ(one->vocab_size, two->vocab_size);
+  EXPECT_EQ(identity_difference(*one, *two),
+            "the same vocabulary size (" + std::to_string(one->vocab_size) + ") but other ids for the same text");
+
+  std::string store;
+  const TokenizerIdentity back = identity_from_json(identity_to_json(*bpe_store, "some/store"), "record", &store);
+  EXPECT_EQ(store, "some/store");
+  EXPECT_EQ(identity_difference(back, *bpe_store), "");
+  EXPECT_EQ(back.probe, kTokenizerProbe);
+  EXPECT_THROW(identity_from_json("{\"kind\": 3}", "record"), InputError);
+  EXPECT_FALSE(folder_tokenizer_identity(s.dir / "nowhere"));
 }
 
 }  // namespace

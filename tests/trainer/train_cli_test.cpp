@@ -357,6 +357,94 @@ TEST_F(TrainCli, ASecondWriterOfARunDirectoryIsRefusedNamingTheFirst) {
   EXPECT_EQ(resumed.err.find("in use by"), std::string::npos) << resumed.err;
 }
 
+// A store and a model that disagree: a model's ids mean the tokens of the tokenizer
+// it learned, so a store made with another tokenizer is refused (exit 2) by train
+// (an hf: base) and eval (an HF folder, or a checkpoint's record of its store),
+// naming both and the prepare command that fixes it; the override keys allow it
+// with a warning; a model that records no tokenizer gets a one-line warning.
+TEST_F(TrainCli, AStoreMadeWithAnotherTokenizerThanTheModelsIsRefused) {
+  // A BPE store and an HF model folder with that tokenizer (exported, tokenizer files beside).
+  test::write_byte_bpe_folder(*dir_ / "mismatch-bpe-folder", false);
+  auto prepare = run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", *dir_ / "corpus/valid.jsonl", "--out",
+                            *dir_ / "mismatch-bpe-store", "--tokenizer", *dir_ / "mismatch-bpe-folder"});
+  ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
+  const std::vector<std::string> small = {"--set", "train.budget.tokens=1000", "--set", "eval.lengths=[32]"};
+  auto with = [&](std::vector<std::string> a, const std::vector<std::string>& more) {
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  auto bpe = run(kBin, with({"train", config("mismatch-bpe", "llama", "truncate"), "--set",
+                             "data.store=" + (*dir_ / "mismatch-bpe-store")}, small));
+  ASSERT_EQ(bpe.exit_code, 0) << bpe.err;
+  const std::string hf = *dir_ / "mismatch-hf";
+  auto exported = run(kBin, {"export", "--model", run_dir("mismatch-bpe"), "--out", hf});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(fs::path(*dir_ / "mismatch-bpe-folder") / f, fs::path(hf) / f, fs::copy_options::overwrite_existing);
+  auto sp = run(kBin, with({"train", config("mismatch-sp", "llama", "truncate")}, small));
+  ASSERT_EQ(sp.exit_code, 0) << sp.err;
+  ASSERT_TRUE(fs::exists(run_dir("mismatch-sp") + "/final/store_tokenizer.json"));
+
+  // train from hf: the BPE model on the sentencepiece store.
+  auto refused = run(kBin, with({"train", config("mismatch-train", "llama", "truncate"), "--set",
+                                 "model.init=hf:" + hf}, small));
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("data.store: the store '" + (*dir_ / "store") +
+                             "' was made with another tokenizer than the model's (vocabulary 160 (sentencepiece) vs "),
+            std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("(hf-bpe); the model's: HF folder '" + hf + "'); make a store with the model's tokenizer: "
+                             "segtrain prepare --input TEXT... --tokenizer " + hf + " --out STORE, or set "
+                             "data.allow_tokenizer_mismatch: true if this is deliberate"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(fs::exists(run_dir("mismatch-train") + "/checkpoints"));
+  auto allowed = run(kBin, with({"train", config("mismatch-allowed", "llama", "truncate"), "--set",
+                                 "model.init=hf:" + hf, "--set", "data.allow_tokenizer_mismatch=true"}, small));
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.err;
+  EXPECT_NE(allowed.err.find("going on as data.allow_tokenizer_mismatch: true asks"), std::string::npos) << allowed.err;
+
+  // eval: the HF folder on the sentencepiece store; the sentencepiece run (its record) on the BPE store.
+  auto eval = [&](const std::string& model, const std::string& store, std::vector<std::string> more) {
+    return run(kBin, with({"eval", "--model", model, "--data", store, "--lengths", "32", "--max-sequences", "2",
+                           "--out", *dir_ / "mismatch-eval.json"}, more));
+  };
+  auto hf_on_sp = eval(hf, *dir_ / "store", {});
+  EXPECT_EQ(hf_on_sp.exit_code, 2) << hf_on_sp.err;
+  EXPECT_NE(hf_on_sp.err.find("--data: the store '" + (*dir_ / "store") + "' was made with another tokenizer"),
+            std::string::npos)
+      << hf_on_sp.err;
+  EXPECT_NE(hf_on_sp.err.find("or set --allow-tokenizer-mismatch if this is deliberate"), std::string::npos)
+      << hf_on_sp.err;
+  auto sp_on_bpe = eval(run_dir("mismatch-sp"), *dir_ / "mismatch-bpe-store", {});
+  EXPECT_EQ(sp_on_bpe.exit_code, 2) << sp_on_bpe.err;
+  EXPECT_NE(sp_on_bpe.err.find("the model's: checkpoint '" + run_dir("mismatch-sp") + "/final' (trained on store '" +
+                               (*dir_ / "store") + "')); make a store with the model's tokenizer: segtrain prepare "
+                               "--input TEXT... --tokenizer " + (*dir_ / "store/tokenizer.model")),
+            std::string::npos)
+      << sp_on_bpe.err;
+  auto forced = eval(hf, *dir_ / "store", {"--allow-tokenizer-mismatch"});
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_NE(forced.err.find("going on as --allow-tokenizer-mismatch asks"), std::string::npos) << forced.err;
+
+  // Matching pairs pass without a word about tokenizers.
+  for (const auto& [model, store] : {std::pair{hf, *dir_ / "mismatch-bpe-store"},
+                                     std::pair{run_dir("mismatch-sp"), *dir_ / "store"},
+                                     std::pair{run_dir("mismatch-bpe"), *dir_ / "mismatch-bpe-store"}}) {
+    auto ok = eval(model, store, {});
+    EXPECT_EQ(ok.exit_code, 0) << model << "\n" << ok.err;
+    EXPECT_EQ(ok.err.find("tokenizer"), std::string::npos) << model << "\n" << ok.err;
+  }
+  // A checkpoint without a record (and no HF origin): one warning line, then the evaluation.
+  fs::copy(run_dir("mismatch-sp") + "/final", *dir_ / "mismatch-unrecorded", fs::copy_options::recursive);
+  fs::remove(*dir_ / "mismatch-unrecorded/store_tokenizer.json");
+  auto unrecorded = eval(*dir_ / "mismatch-unrecorded", *dir_ / "store", {});
+  EXPECT_EQ(unrecorded.exit_code, 0) << unrecorded.err;
+  EXPECT_NE(unrecorded.err.find("records no tokenizer (no store_tokenizer.json, no HF tokenizer files): nothing checks"),
+            std::string::npos)
+      << unrecorded.err;
+}
+
 TEST_F(TrainCli, NonFiniteLossesAreSkippedThenAbort) {
   auto base = run(kBin, {"train", config("nan-base", "gpt_neox", "truncate"), "--set", "train.budget.tokens=2000"});
   ASSERT_EQ(base.exit_code, 0) << base.err;

@@ -24,6 +24,8 @@ void add_eval(CLI::App& app, Chosen& chosen) {
       ->check(CLI::NonNegativeNumber);
   e->add_option("--passkey-style", o->passkey_style, "digits, or recall for models trained on `segtrain synth`")
       ->check(CLI::IsMember({"digits", "recall"}));
+  e->add_flag("--allow-tokenizer-mismatch", o->allow_tokenizer_mismatch,
+             "Evaluate on a store made with another tokenizer than the model's (refused otherwise)");
   e->add_option("--device", o->device, "auto (cuda when this build and machine have it), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   auto loss_chunk = std::make_shared<std::string>("auto");

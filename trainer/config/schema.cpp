@@ -348,6 +348,9 @@ std::vector<Field> fields(Config& c) {
              "a ring and rotated, so every offset is covered equally often (the run crossing the end is split in two).")
           .with({KeyRole::resume}),
       integer("data.prefetch", c.data.prefetch, 1, 1024, "Batches prepared ahead on the loader thread."),
+      flag("data.allow_tokenizer_mismatch", c.data.allow_tokenizer_mismatch,
+           "Train a model.init base on a store made with another tokenizer (refused otherwise: its ids would "
+           "mean other tokens to the model); a warning then."),
 
       maybe_integer("train.budget.tokens", t.budget.tokens, "null", 1,
                     "Training tokens to process; setting it turns compute_equivalent off.").with({KeyRole::resume}),

@@ -30,11 +30,14 @@ void evaluate_stored_model(const EvalOptions& options) {
   const int64_t longest = *std::max_element(options.lengths.begin(), options.lengths.end());
   const c10::Device device = pick_device(*enum_from_name(kDevices, options.device), /*local_rank=*/0, "--device");
   const StoredModel stored = open_stored_model(options.model, options.overrides, longest);
+  // Model and store are checked against each other before any weights are read.
+  const data::TokenStore store = data::TokenStore::open(options.data);
+  check_store_tokenizer(options.data, stored.dir, "--data", "--allow-tokenizer-mismatch",
+                        options.allow_tokenizer_mismatch);
+  check_store_fits(stored, store.vocab_size(), "--data");
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
   model->to(device);
   reset_peak_memory(device);
-  const data::TokenStore store = data::TokenStore::open(options.data);
-  check_store_fits(stored, store.vocab_size(), "--data");
 
   PerplexityOptions eval;
   eval.lengths = options.lengths;

@@ -22,6 +22,7 @@ struct EvalOptions {
   std::string passkey_style = "digits";
   std::string device = "auto";  // auto|cpu|cuda, as run.device
   std::optional<int64_t> loss_chunk_tokens;  // as train.loss_chunk_tokens: nullopt auto, 0 off
+  bool allow_tokenizer_mismatch = false;     // evaluate on a store made with another tokenizer (a warning)
 };
 
 void evaluate_stored_model(const EvalOptions& options);

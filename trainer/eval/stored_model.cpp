@@ -89,6 +89,48 @@ void copy_tokenizer_files(const std::string& origin, const fs::path& out) {
 
 }  // namespace
 
+std::optional<ModelTokenizer> model_tokenizer(const std::string& model_dir) {
+  const fs::path record = fs::path(model_dir) / "store_tokenizer.json";
+  if (fs::is_regular_file(record)) {
+    std::string store;
+    ModelTokenizer m{data::identity_from_json(read_file(record, "store tokenizer record"), record.string(), &store),
+                     "checkpoint '" + model_dir + "' (trained on store '" + store + "')", ""};
+    m.tokenizer = m.identity.kind == "sentencepiece" ? (fs::path(store) / "tokenizer.model").string() : store;
+    return m;
+  }
+  const std::string origin = tokenizer_origin(model_dir);
+  if (origin.empty() || !fs::is_directory(origin)) return std::nullopt;
+  auto identity = data::folder_tokenizer_identity(origin);
+  if (!identity) return std::nullopt;
+  return ModelTokenizer{*identity, "HF folder '" + origin + "'", origin};
+}
+
+void check_store_tokenizer(const std::string& store_dir, const std::string& model_dir, const std::string& key,
+                           const std::string& override_hint, bool allowed) {
+  const auto model = model_tokenizer(model_dir);
+  const auto store = data::store_tokenizer_identity(store_dir, model ? model->identity.probe : data::kTokenizerProbe);
+  if (!model) {
+    log::warn("the model '", model_dir, "' records no tokenizer (no store_tokenizer.json, no HF tokenizer files): ",
+              "nothing checks that the store '", store_dir, "' was made with its tokenizer");
+    return;
+  }
+  if (!store) {
+    log::warn(key, ": the store '", store_dir, "' records no tokenizer (made without --tokenizer): nothing checks ",
+              "that it was made with the model's (", model->source, ")");
+    return;
+  }
+  const std::string difference = data::identity_difference(*store, model->identity);
+  if (difference.empty()) return;
+  const std::string what = key + ": the store '" + store_dir + "' was made with another tokenizer than the model's (" +
+                           difference + "; the model's: " + model->source + ")";
+  if (allowed) {
+    log::warn(what, "; going on as ", override_hint, " asks");
+    return;
+  }
+  throw InputError(what + "; make a store with the model's tokenizer: segtrain prepare --input TEXT... --tokenizer " +
+                   model->tokenizer + " --out STORE, or set " + override_hint + " if this is deliberate");
+}
+
 void export_stored_model(const std::string& path, const std::vector<std::string>& overrides,
                          const ExportRequest& request) {
   models::HfExportOptions options;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "data/tokenizer_identity.h"
 #include "models/config.h"
 
 namespace segtrain::trainer {
@@ -22,6 +23,25 @@ StoredModel open_stored_model(const std::string& path, const std::vector<std::st
 
 // InputError when token ids of a store with `store_vocab_size` would be out of the model's range.
 void check_store_fits(const StoredModel& model, int64_t store_vocab_size, const std::string& store_name);
+
+// The tokenizer a model learned, and where that was read (data/tokenizer_identity.h):
+// a checkpoint's record of its store (store_tokenizer.json), else the tokenizer files
+// of its HF origin (the folder itself, or the hf: base it was trained from).
+// nullopt when it has neither (trained from scratch before records were kept).
+struct ModelTokenizer {
+  data::TokenizerIdentity identity;
+  std::string source;     // "HF folder 'DIR'" | "checkpoint 'DIR' (trained on store 'S')"
+  std::string tokenizer;  // what `segtrain prepare --tokenizer` takes to make a matching store
+};
+std::optional<ModelTokenizer> model_tokenizer(const std::string& model_dir);
+
+// Refuses (InputError) evaluating or training `model_dir` on a store made with
+// another tokenizer, naming both and the `segtrain prepare` command that makes a
+// matching store; `key` says where the store was given ("data.store", "--data")
+// and `override_hint` how to allow it on purpose (then a warning). A one-line
+// warning when either side records no tokenizer to compare.
+void check_store_tokenizer(const std::string& store_dir, const std::string& model_dir, const std::string& key,
+                           const std::string& override_hint, bool allowed);
 
 // What `segtrain export` writes besides the weights' source.
 struct ExportRequest {

@@ -249,6 +249,9 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   } catch (const InputError& e) {
     throw InputError(std::string(e.what()) + "; a given base needs a store tokenized with its own tokenizer");
   }
+  check_store_tokenizer(store_path, stored.dir, x.file + ": " + row.label,
+                        "data.allow_tokenizer_mismatch: true (under experiment.base.set)",
+                        templ.data.allow_tokenizer_mismatch);
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
   fs::create_directories(row_dir);
   if (!perplexity_done) {

@@ -77,13 +77,14 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
 
 void save_checkpoint(const fs::path& dir, const models::TransformerLM& model,
                      const std::map<std::string, at::Tensor>& optimizer_state, const TrainerState& state,
-                     const Config& config) {
+                     const Config& config, const std::string& store_tokenizer) {
   try {
     AtomicDir out(dir);
     models::save_model_dir(model, out.path().string());
     models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer_state);
     write_file_atomic(out.path() / "trainer_state.json", state_to_json(state));
     write_file_atomic(out.path() / "config.yaml", to_yaml(config));
+    if (!store_tokenizer.empty()) write_file_atomic(out.path() / "store_tokenizer.json", store_tokenizer);
     out.commit();
   } catch (const InputError&) {
     throw;

@@ -2,7 +2,8 @@
 // Run checkpoints (docs/architecture.md, "Run directory"); not to be confused
 // with activation checkpointing (models/activation_checkpoint.h):
 //   <run>/checkpoints/step-<N>/ and <run>/final/ each hold model.safetensors,
-//   model_config.json, optimizer.safetensors, trainer_state.json and config.yaml.
+//   model_config.json, optimizer.safetensors, trainer_state.json, config.yaml and
+//   store_tokenizer.json (which tokenizer the model learned).
 // A directory is written beside its final name and renamed in (common/atomic_write.h),
 // so one that exists is complete; leftovers of an interrupted write are ignored.
 #include <cstdint>
@@ -38,9 +39,11 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
 // Writes a complete checkpoint directory at `dir` (replacing one that is there).
 // `optimizer_state` is Optimizer::state_dict(): the whole state, also when it
 // was sharded over ranks, so any world size can resume from it.
+// `store_tokenizer` is the store's tokenizer record (store_tokenizer.json,
+// data/tokenizer_identity.h), empty when the store records no tokenizer.
 void save_checkpoint(const fs::path& dir, const models::TransformerLM& model,
                      const std::map<std::string, at::Tensor>& optimizer_state, const TrainerState& state,
-                     const Config& config);
+                     const Config& config, const std::string& store_tokenizer);
 
 struct CheckpointRef {
   fs::path dir;

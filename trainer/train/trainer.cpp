@@ -22,10 +22,13 @@
 #include "data/loader.h"
 #include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
+#include "data/tokenizer_identity.h"
 #include "models/positions.h"
 #include "trainer/eval/eval_outputs.h"
 #include "trainer/eval/passkey.h"
 #include "trainer/eval/perplexity.h"
+#include "trainer/eval/stored_model.h"
+#include "trainer/config/model_ref.h"
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/memory.h"
 #include "trainer/train/budget.h"
@@ -135,6 +138,7 @@ class Trainer {
   std::unique_ptr<ProcessGroup> group_;
   data::TokenStore store_;
   std::optional<data::PromptTokenizer> prompts_;  // the store's tokenizer, when eval.passkey_trials > 0
+  std::string store_tokenizer_;  // the store's tokenizer record each checkpoint keeps (empty: it records none)
   models::ModelConfig model_config_;
   models::TransformerLM model_;
   std::vector<at::Tensor> params_;
@@ -167,6 +171,12 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
               dist_.master_port);
   at::set_num_threads(static_cast<int>(thread_count(c_.run.threads)));
   reset_peak_memory(device_);
+  // The store's ids must mean the base's tokens; checkpoints keep which tokenizer the model learns.
+  if (const std::string base = model_ref_dir(c_.model.init); !base.empty())
+    check_store_tokenizer(c_.data.store, base, where(loaded, "data.store"), "data.allow_tokenizer_mismatch: true",
+                          c_.data.allow_tokenizer_mismatch);
+  if (const auto identity = data::store_tokenizer_identity(c_.data.store))
+    store_tokenizer_ = data::identity_to_json(*identity, c_.data.store);
   // The store's own tokenizer writes the passkey prompts: a store without one is refused now, not after training.
   if (c_.eval.passkey_trials > 0) {
     try {
@@ -346,7 +356,7 @@ void Trainer::log_step(const StepResult& step) {
 void Trainer::save(const fs::path& dir) {
   const auto optimizer_state = optimizer_->state_dict();
   if (writer_) {
-    save_checkpoint(dir, model_, optimizer_state, state_, c_);
+    save_checkpoint(dir, model_, optimizer_state, state_, c_, store_tokenizer_);
     prune_checkpoints(run_.dir, c_.train.keep_last);
   }
   if (group_) group_->barrier();
