@@ -12,4 +12,12 @@ namespace segtrain {
 // (errno's text, or that it is a directory).
 std::string read_file(const std::filesystem::path& path, const std::string& what = "file");
 
+// `folder / name` for a file name that a file inside `folder` gives (a shard of a
+// safetensors index, the tokenizer a store's meta.json names). InputError naming
+// `file` and `entry` when the name is empty, absolute, or leaves the folder by
+// "..": a file may only point within its own folder. (Symbolic links inside the
+// folder are followed as usual: HF caches link their blobs so.)
+std::filesystem::path path_inside(const std::filesystem::path& folder, const std::string& name,
+                                  const std::string& file, const std::string& entry);
+
 }  // namespace segtrain

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "data/token_store.h"
 
 namespace segtrain::data {
@@ -31,7 +32,8 @@ PromptTokenizer open_prompt_tokenizer(const std::string& store_dir) {
     throw InputError(meta_path + ": tokenizer_kind '" + kind + "' is not one of sentencepiece, hf-sentencepiece, hf-bpe");
   // The file meta.json's "tokenizer" names: "tokenizer.model" or "hf:tokenizer.json".
   const std::string name = meta.tokenizer.starts_with("hf:") ? meta.tokenizer.substr(3) : meta.tokenizer;
-  const fs::path file = dir / (name.empty() ? (kind == "hf-bpe" ? "tokenizer.json" : "tokenizer.model") : name);
+  const fs::path file = path_inside(dir, name.empty() ? (kind == "hf-bpe" ? "tokenizer.json" : "tokenizer.model") : name,
+                                    meta_path, "\"tokenizer\"");
   if (!fs::is_regular_file(file))
     throw InputError(file.string() + ": missing: the store '" + store_dir + "' records the tokenizer '" +
                      meta.tokenizer + "' (" + kind + ") in meta.json but does not hold its file");

@@ -191,7 +191,8 @@ TensorMap read_safetensors_dir(const std::string& dir) {
   }
   TensorMap out;
   for (const auto& [file, names] : by_file) {
-    auto shard = read_safetensors((fs::path(dir) / file).string());
+    const fs::path shard_path = path_inside(dir, file, index_path.string(), "weight_map[\"" + names.front() + "\"]");
+    auto shard = read_safetensors(shard_path.string());
     for (const auto& name : names) {
       auto it = shard.find(name);
       if (it == shard.end()) throw InputError((fs::path(dir) / file).string() + ": missing tensor " + name +

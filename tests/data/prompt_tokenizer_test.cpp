@@ -4,6 +4,8 @@
 // InputError naming the store and the file.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "common/error.h"
 #include "data/prepare.h"
 #include "data/prompt_tokenizer.h"
@@ -98,6 +100,20 @@ TEST(PromptTokenizer, AStoreWithoutItsTokenizerIsRefusedNamingTheStoreAndTheFile
     expect_refused(copy.string(), {(copy / file).string(), "missing", copy.string()});
   }
   expect_refused((dir.path() / "nothing").string(), {"meta.json"});
+
+  // meta.json may name only a file inside the store: not one beside it, even a real tokenizer.
+  const fs::path leaky = dir.path() / "leaky";
+  fs::copy(stores().by_name.at("bpe"), leaky, fs::copy_options::recursive);
+  fs::create_directories(dir.path() / "outside");
+  fs::copy_file(leaky / "tokenizer.json", dir.path() / "outside/tokenizer.json");
+  for (const std::string& name :
+       {std::string("hf:../outside/tokenizer.json"), "hf:" + (dir.path() / "outside/tokenizer.json").string()}) {
+    auto meta = nlohmann::json::parse(test::read_file(leaky / "meta.json"));
+    meta["tokenizer"] = name;
+    test::write_file(leaky / "meta.json", meta.dump());
+    expect_refused(leaky.string(), {(leaky / "meta.json").string() + ": \"tokenizer\" is '" + name.substr(3) +
+                                    "': expected the name of a file inside '" + leaky.string() + "'"});
+  }
 }
 
 // The identity train and eval compare (data/tokenizer_identity.h): one sentencepiece

@@ -46,6 +46,38 @@ TEST(Safetensors, ShardedDirectoryWithIndexRoundTrips) {
   for (const auto& [name, t] : tensors) EXPECT_TRUE(at::equal(back[name], t)) << name;
 }
 
+// An index names its shards; a name that is absolute or leaves the folder is refused,
+// naming the index and the entry, before anything outside the folder is read.
+TEST(Safetensors, AnIndexNamingAShardOutsideItsFolderIsRefused) {
+  test::TempDir dir;
+  const fs::path model = dir.path() / "model";
+  write_safetensors_dir(model.string(), {{"w", at::randn({4})}}, 1);
+  write_safetensors_dir((dir.path() / "outside").string(), {{"w", at::randn({4})}}, 1);
+  std::string shard;
+  for (const auto& e : fs::directory_iterator(dir.path() / "outside"))
+    if (e.path().extension() == ".safetensors") shard = e.path().filename().string();
+  ASSERT_FALSE(shard.empty());
+  const fs::path index = model / "model.safetensors.index.json";
+  for (const auto& [name, why] : std::vector<std::pair<std::string, std::string>>{
+           {"../outside/" + shard, "it leaves the folder"},
+           {(dir.path() / "outside" / shard).string(), "it is absolute"},
+           {"sub/../../outside/" + shard, "it leaves the folder"}}) {
+    test::write_file(index, R"({"metadata": {}, "weight_map": {"w": ")" + name + R"("}})");
+    try {
+      read_safetensors_dir(model.string());
+      ADD_FAILURE() << name << ": read from outside the folder";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), index.string() + ": weight_map[\"w\"] is '" + name +
+                                           "': expected the name of a file inside '" + model.string() + "' (" + why + ")");
+    }
+  }
+  // A shard in a subfolder stays allowed.
+  fs::create_directories(model / "shards");
+  fs::copy_file(dir.path() / "outside" / shard, model / "shards" / shard);
+  test::write_file(index, R"({"metadata": {}, "weight_map": {"w": "shards/)" + shard + R"("}})");
+  EXPECT_EQ(read_safetensors_dir(model.string()).size(), 1u);
+}
+
 TEST(Safetensors, CorruptFilesAreInputErrorsNamingTheFile) {
   test::TempDir dir;
   const std::string path = dir / "bad.safetensors";
