@@ -219,6 +219,16 @@ int run_attempt(const Options& o, int attempt, std::string& failure) {
       if (w.running && ::waitpid(w.pid, &w.status, WNOHANG) == w.pid) {
         w.running = false;
         const bool ok = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
+        const int code = WIFEXITED(w.status) ? WEXITSTATUS(w.status) : 0;
+        if ((code == 128 + SIGINT || code == 128 + SIGTERM) && result == 0 && !forwarded) {
+          // A worker stopped on request (signalled by a scheduler or a user): the others
+          // agree at their next step and save with it; no restart, the job ends with its code.
+          forwarded = code - 128;
+          std::cerr << "segtrain-launch: rank " << w.rank << " stopped on signal " << forwarded
+                    << "; stopping the others\n";
+          signal_all(workers, forwarded);
+          continue;
+        }
         if (!ok && result == 0 && !forwarded) {
           result = 1;
           failure = "rank " + std::to_string(w.rank) +

@@ -769,6 +769,87 @@ TEST_F(TrainCli, LauncherRestartsAfterARankIsKilledAndTheRunFinishesFromItsCheck
             test::read_file(run_dir("launch-whole") + "/final/model.safetensors"));
 }
 
+// SIGTERM to one rank of two (the scheduler's or a user's): every rank agrees at the
+// next step boundary, or between evaluation batches, saves the same checkpoint and
+// exits 143; the launcher ends with 143 too, without a restart; --resume then ends
+// exactly where the uninterrupted run does.
+TEST_F(TrainCli, ASignalToOneRankStopsEveryRankAtTheSameStep) {
+  const std::string launch = SEGTRAIN_LAUNCH_BIN;
+  // Evaluation every 12 steps over the whole training split, long enough to be caught in.
+  const std::vector<std::string> sets = {"--set", "train.budget.tokens=4000", "--set", "train.micro_batch_size=2",
+                                         "--set", "train.checkpoint_every=0", "--set", "run.log_all_ranks=true",
+                                         "--set", "train.eval_every=12", "--set", "eval.split=train", "--set",
+                                         "eval.lengths=[128]", "--set", "eval.max_sequences=0", "--set",
+                                         "eval.batch_size=1", "--set", "distributed.timeout_s=30"};
+  const int port = 23000 + getpid() % 17000;
+  auto args = [&](const std::string& name, int port_offset, std::vector<std::string> more) {
+    std::vector<std::string> a = {"--nproc-per-node", "2", "--max-restarts", "1", "--master-port",
+                                  std::to_string(port + port_offset), "--", kBin, "train",
+                                  config(name, "gpt_neox", "chunk")};
+    a.insert(a.end(), sets.begin(), sets.end());
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  auto whole = run(launch, args("stop-whole", 0, {}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+
+  // `when` is the line rank 1's log must hold before it is signalled.
+  auto stop_rank_1 = [&](const std::string& name, int port_offset, const std::string& when,
+                         const std::vector<std::string>& more = {}) {
+    test::RunResult launched;
+    std::thread launcher([&] { launched = run(launch, args(name, port_offset, more), 300); });
+    const std::string log = run_dir(name) + "/logs/rank-1.log";
+    pid_t victim = -1;
+    for (int i = 0; i < 6000 && victim < 0; ++i) {
+      if (test::read_file(log).find(when) != std::string::npos) victim = find_worker(name, "RANK=1");
+      if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (victim > 0) kill(victim, SIGTERM);
+    const auto signalled = std::chrono::steady_clock::now();
+    launcher.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+    EXPECT_GT(victim, 0) << name << ": rank 1 never logged '" << when << "'\n" << launched.err;
+    EXPECT_EQ(launched.exit_code, 143) << launched.err;
+    EXPECT_LT(seconds, 20) << launched.err;
+    // The first rank to exit tells the launcher; 143 is a stop, not a failure to restart from.
+    EXPECT_TRUE(std::regex_search(launched.err, std::regex("segtrain-launch: rank [01] stopped on signal 15; "
+                                                           "stopping the others")))
+        << launched.err;
+    EXPECT_EQ(launched.err.find("restarting"), std::string::npos) << launched.err;
+    // Both ranks saved the same step and said so; that is the newest checkpoint.
+    std::smatch m;
+    std::vector<std::string> steps;
+    for (const std::string r : {"0", "1"}) {
+      const std::string text = test::read_file(run_dir(name) + "/logs/rank-" + r + ".log");
+      EXPECT_TRUE(std::regex_search(text, m, std::regex("signal 15.*: saved step (\\d+); continue with --resume")))
+          << "rank " << r << ":\n" << text;
+      steps.push_back(m.size() > 1 ? m[1].str() : "?");
+    }
+    EXPECT_EQ(steps[0], steps[1]);
+    EXPECT_TRUE(fs::exists(run_dir(name) + "/checkpoints/step-" + steps[0]));
+    EXPECT_FALSE(fs::exists(run_dir(name) + "/final"));
+    std::vector<std::string> resume = more;
+    resume.push_back("--resume");
+    auto resumed = run(launch, args(name, port_offset + 1, resume));
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+    if (more.empty()) {
+      EXPECT_EQ(losses(run_dir(name)), losses(run_dir("stop-whole")));
+      EXPECT_EQ(test::read_file(run_dir(name) + "/final/model.safetensors"),
+                test::read_file(run_dir("stop-whole") + "/final/model.safetensors"));
+    } else {  // ZeRO-1 sums in another order: equal within rounding
+      EXPECT_LT(weight_difference(run_dir(name), run_dir("stop-whole")), 1e-5);
+    }
+    return test::read_file(run_dir(name) + "/logs/rank-0.log");
+  };
+  stop_rank_1("stop-training", 10, "step 3/");
+  const std::string during_eval = stop_rank_1("stop-eval", 20, "step 12: evaluating");
+  EXPECT_NE(during_eval.find("signal 15 during evaluation: saved step 12"), std::string::npos) << during_eval;
+  // With a sharded optimizer the saved state is gathered from both ranks: both must be there.
+  const std::string sharded = stop_rank_1("stop-eval-sharded", 30, "step 12: evaluating",
+                                          {"--set", "distributed.shard_optimizer=true"});
+  EXPECT_NE(sharded.find("signal 15 during evaluation: saved step 12"), std::string::npos) << sharded;
+}
+
 // torchrun (from the torch wheel) hosts the store in its agent: every rank is a
 // client under the /worker/attempt_<n> prefix.
 TEST_F(TrainCli, TorchrunNoPythonLaunchesTheSameRun) {

@@ -97,7 +97,9 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
     std::vector<int64_t> position_count(length - 1, 0);
     double total = 0;
     for (size_t first = 0; first < windows.size(); first += options.batch_size) {
-      throw_if_stopped();  // a stop is noted only under OnSignal::stop_at_checkpoint (training)
+      // A stop is noted only under OnSignal::stop_at_checkpoint (training, the grid).
+      if (options.check_stop) options.check_stop();
+      else throw_if_stopped();
       const int64_t b = std::min<int64_t>(options.batch_size, windows.size() - first);
       at::Tensor tokens = at::empty({b, length}, at::kInt);
       at::Tensor scored = at::zeros({b, length - 1}, at::kBool);

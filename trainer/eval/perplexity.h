@@ -4,6 +4,7 @@
 // sliding stride is given; each window is scored on its L-1 next-token
 // predictions, as transformers scores `model(ids, labels=ids)`.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,10 @@ struct PerplexityOptions {
   // Tokens per slice of the LM head and cross-entropy (train.loss_chunk_tokens):
   // nullopt auto, 0 the whole logits at once (models/lm_head_loss.h).
   std::optional<int64_t> loss_chunk_tokens;
+  // Called between batches; throws Interrupted to stop. Empty: throw_if_stopped(),
+  // this process's own signal. A distributed run passes a check all ranks agree on
+  // (they evaluate the same windows in the same order, so they call it equally often).
+  std::function<void()> check_stop;
 };
 
 struct LengthResult {

@@ -125,7 +125,9 @@ class Trainer {
   void log_step(const StepResult& step);
   void save(const fs::path& dir);
   void save_step_checkpoint() { save(run_.dir / "checkpoints" / ("step-" + std::to_string(state_.step))); }
+  int agreed_stop_signal();
   void stop_if_signalled();
+  PerplexityOptions eval_options();
   void evaluate_during_training();
   std::vector<double> global_sum(std::vector<double> values);
   void log_optimizer_memory();
@@ -362,10 +364,19 @@ void Trainer::save(const fs::path& dir) {
   if (group_) group_->barrier();
 }
 
+// A stop requested on any rank, agreed by all with one small all-reduce (how
+// many ranks have SIGTERM, how many SIGINT; SIGTERM wins), so that every rank
+// stops at the same point with the same exit code. 0: no stop.
+int Trainer::agreed_stop_signal() {
+  const int signal = stop_signal();
+  if (!group_) return signal;
+  const auto counts = global_sum({signal == SIGTERM ? 1.0 : 0.0, signal == SIGINT ? 1.0 : 0.0});
+  return counts[0] > 0 ? SIGTERM : counts[1] > 0 ? SIGINT : 0;
+}
+
 // Every rank stops at the same step when any of them was signalled.
 void Trainer::stop_if_signalled() {
-  int signal = stop_signal();
-  if (group_ && global_sum({static_cast<double>(signal)})[0] > 0 && signal == 0) signal = SIGTERM;
+  const int signal = agreed_stop_signal();
   if (!signal) return;
   metrics_->newline();
   save_step_checkpoint();
@@ -373,15 +384,27 @@ void Trainer::stop_if_signalled() {
   throw Interrupted(signal);
 }
 
+// Evaluation checks for a stop between batches, agreed by all ranks like a step's.
+PerplexityOptions Trainer::eval_options() {
+  PerplexityOptions options = perplexity_options(c_.eval, c_.train.loss_chunk_tokens);
+  options.check_stop = [this] {
+    if (const int signal = agreed_stop_signal()) throw Interrupted(signal);
+  };
+  return options;
+}
+
 void Trainer::evaluate_during_training() {
   metrics_->newline();
+  std::string lengths;
+  for (int64_t length : c_.eval.lengths) lengths += (lengths.empty() ? "" : ", ") + std::to_string(length);
+  log::info("step ", state_.step, ": evaluating ", c_.eval.split, " at L = ", lengths);
   try {
-    const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), perplexity_options(c_.eval, c_.train.loss_chunk_tokens));
+    const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), eval_options());
     metrics_->eval_scalars(results, state_.step);
     for (const auto& r : results) log::info("step ", state_.step, " eval L=", r.length, " ppl ", r.ppl);
   } catch (const Interrupted& stop) {
-    save_step_checkpoint();  // the signal arrived during evaluation: keep this step's state
-    log::warn("signal ", stop.signal, ": saved step ", state_.step, "; continue with --resume");
+    save_step_checkpoint();  // every rank was told during the evaluation: keep this step's state
+    log::warn("signal ", stop.signal, " during evaluation: saved step ", state_.step, "; continue with --resume");
     throw;
   }
 }
@@ -398,7 +421,7 @@ void Trainer::save_final() {
 }
 
 void Trainer::evaluate_final() {
-  const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), perplexity_options(c_.eval, c_.train.loss_chunk_tokens));
+  const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), eval_options());
   metrics_->eval_scalars(results, state_.step);
   if (!writer_) return;
   const EvalOutputs outputs = run_eval_outputs(run_.dir, c_.eval.per_position, c_.data.train_length);
