@@ -866,6 +866,47 @@ TEST_F(TrainCli, TorchrunNoPythonLaunchesTheSameRun) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "step " << i + 1;
 }
 
+
+// torchrun's elastic restart, what a user relies on when a worker dies: under the
+// c10d rendezvous with --max-restarts 1, SIGKILL to rank 1 mid-run makes torchrun
+// restart the group (TORCHELASTIC_RESTART_COUNT=1), which resumes from the newest
+// checkpoint and ends with the uninterrupted run's losses and weights.
+TEST_F(TrainCli, TorchrunElasticRestartResumesFromTheCheckpoint) {
+  const std::string torchrun = (fs::path(SEGTRAIN_PYTHON).parent_path() / "torchrun").string();
+  ASSERT_TRUE(fs::exists(torchrun)) << torchrun;
+  const int port = 25000 + getpid() % 15000;
+  auto args = [&](const std::string& name, int port_offset) {
+    return std::vector<std::string>{"--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                                    "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port + port_offset),
+                                    "--rdzv-id", name, "--max-restarts", "1", "--monitor-interval", "0.5",
+                                    "--no-python", kBin, "train", config(name, "gpt_neox", "chunk"), "--set",
+                                    "train.budget.tokens=60000", "--set", "train.micro_batch_size=2", "--set",
+                                    "train.checkpoint_every=10", "--set", "distributed.timeout_s=30"};
+  };
+  auto whole = run(torchrun, args("elastic-whole", 0), 300);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+
+  test::RunResult killed;
+  std::thread agent([&] { killed = run(torchrun, args("elastic-killed", 1), 300); });
+  const std::string metrics = run_dir("elastic-killed") + "/metrics.jsonl";
+  pid_t victim = -1;
+  for (int i = 0; i < 6000 && victim < 0; ++i) {
+    const std::string text = test::read_file(metrics);
+    if (std::count(text.begin(), text.end(), '\n') >= 25 && fs::exists(run_dir("elastic-killed") + "/checkpoints"))
+      victim = find_worker("elastic-killed", "RANK=1");
+    if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (victim > 0) kill(victim, SIGKILL);
+  agent.join();
+  ASSERT_GT(victim, 0) << "no rank-1 worker found while the run was going\n" << killed.err;
+  EXPECT_EQ(killed.exit_code, 0) << killed.err;
+  EXPECT_NE(killed.err.find("resuming from"), std::string::npos) << killed.err;
+  EXPECT_EQ(killed.err.find("frame #"), std::string::npos) << killed.err;
+  EXPECT_EQ(losses(run_dir("elastic-killed")), losses(run_dir("elastic-whole")));
+  EXPECT_EQ(test::read_file(run_dir("elastic-killed") + "/final/model.safetensors"),
+            test::read_file(run_dir("elastic-whole") + "/final/model.safetensors"));
+}
+
 TEST_F(TrainCli, BadDistributedEnvironmentExitsTwo) {
   const std::string cfg = config("badenv", "gpt_neox", "truncate");
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
