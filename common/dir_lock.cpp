@@ -1,6 +1,7 @@
 #include "common/dir_lock.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -51,7 +52,7 @@ std::string utc_now() {
 struct Holder {
   std::string host, pid, command, since;
   std::string describe() const {
-    if (pid.empty()) return "another process (it has not written its name yet)";
+    if (pid.empty()) return "another process (one that has not written its name: not segtrain, or starting)";
     return (command.empty() ? std::string("a process") : command) + " (pid " + pid + " on host " + host +
            (since.empty() ? "" : ", since " + since) + ")";
   }
@@ -122,7 +123,13 @@ DirectoryLock DirectoryLock::acquire(const fs::path& dir, const std::string& wha
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
     if (error == EWOULDBLOCK) {
-      const Holder holder = holder_of(fd);
+      Holder holder = holder_of(fd);
+      // A record left by a segtrain process that is gone: the holder is something else.
+      const bool numeric = !holder.pid.empty() && holder.pid.size() < 10 &&
+                           holder.pid.find_first_not_of("0123456789") == std::string::npos;
+      if (numeric && holder.host == hostname() &&
+          ::kill(static_cast<pid_t>(std::stol(holder.pid)), 0) != 0 && errno == ESRCH)
+        holder = Holder{};
       ::close(fd);
       throw InputError(what + ": " + subject + " in use by " + holder.describe() +
                        "; one process writes a run directory at a time: wait for it to end, " + holder.how_to_stop() +

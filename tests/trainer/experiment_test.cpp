@@ -4,6 +4,7 @@
 // finished rows, and clear refusals of bad experiment files.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -126,6 +127,27 @@ TEST(Experiment, TinyRopeGridEndToEnd) {
   EXPECT_NE(r.err.find("is trained"), std::string::npos) << r.err;
   EXPECT_EQ(fs::last_write_time(fs::path(out) / "synthetic/x2/full/row.json"), stamp);
   EXPECT_EQ(results_of(out)["corpora"][0]["rows"], c["rows"]);
+
+  // One writer per grid: while another process holds its directory (util-linux's flock
+  // here), the grid exits 2 and touches nothing.
+  const pid_t holder = fork();
+  if (holder == 0) {
+    setpgid(0, 0);  // flock's child (sleep) holds the lock too: both are killed by group
+    execlp("flock", "flock", (out + "/.segtrain.lock").c_str(), "sleep", "60", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 500; ++i) {  // until flock holds it
+    if (test::run("flock", {"--nonblock", out + "/.segtrain.lock", "true"}).exit_code != 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  r = run(kBin, {"experiment", dir / "x.yaml"}, 120);
+  kill(-holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  // flock(1) writes no record; the last segtrain writer's (gone) is not named as the holder.
+  EXPECT_NE(r.err.find("experiment.output_dir: '" + out + "' is in use by another process"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(fs::last_write_time(fs::path(out) / "synthetic/x2/full/row.json"), stamp);
 
   // Changing a trained row's settings is refused, not silently reused.
   test::write_file(dir / "changed.yaml",
