@@ -193,6 +193,10 @@ TEST(LlamaCli, ChunkRunFromAnHfLlamaTrainsAndExportsWhatTransformersLoads) {
   };
   auto train = run(kBin, {"train", config("llama", ref + "/llama")});
   ASSERT_EQ(train.exit_code, 0) << train.err;
+  // The reference folder's tokenizer is a WordLevel one segtrain does not read: the
+  // store/model tokenizer check says it cannot compare them, and the run goes on.
+  EXPECT_NE(train.err.find("has a tokenizer segtrain cannot read"), std::string::npos) << train.err;
+  EXPECT_NE(train.err.find("WordLevel"), std::string::npos) << train.err;
   const auto eval = json::parse(test::read_file(dir / "llama/eval.json"));
   ASSERT_EQ(eval["results"].size(), 2u);
   EXPECT_TRUE(std::isfinite(eval["results"][1]["ppl"].get<double>()));

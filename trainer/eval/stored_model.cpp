@@ -89,7 +89,7 @@ void copy_tokenizer_files(const std::string& origin, const fs::path& out) {
 
 }  // namespace
 
-std::optional<ModelTokenizer> model_tokenizer(const std::string& model_dir) {
+std::optional<ModelTokenizer> model_tokenizer(const std::string& model_dir, std::string* unreadable) {
   const fs::path record = fs::path(model_dir) / "store_tokenizer.json";
   if (fs::is_regular_file(record)) {
     std::string store;
@@ -100,20 +100,29 @@ std::optional<ModelTokenizer> model_tokenizer(const std::string& model_dir) {
   }
   const std::string origin = tokenizer_origin(model_dir);
   if (origin.empty() || !fs::is_directory(origin)) return std::nullopt;
-  auto identity = data::folder_tokenizer_identity(origin);
+  std::optional<data::TokenizerIdentity> identity;
+  try {
+    identity = data::folder_tokenizer_identity(origin);
+  } catch (const InputError& e) {  // a tokenizer segtrain cannot read (WordLevel, Unigram...): nothing to compare
+    if (unreadable) *unreadable = e.what();
+    return std::nullopt;
+  }
   if (!identity) return std::nullopt;
   return ModelTokenizer{*identity, "HF folder '" + origin + "'", origin};
 }
 
 void check_store_tokenizer(const std::string& store_dir, const std::string& model_dir, const std::string& key,
                            const std::string& override_hint, bool allowed) {
-  const auto model = model_tokenizer(model_dir);
-  const auto store = data::store_tokenizer_identity(store_dir, model ? model->identity.probe : data::kTokenizerProbe);
+  std::string unreadable;
+  const auto model = model_tokenizer(model_dir, &unreadable);
   if (!model) {
-    log::warn("the model '", model_dir, "' records no tokenizer (no store_tokenizer.json, no HF tokenizer files): ",
-              "nothing checks that the store '", store_dir, "' was made with its tokenizer");
+    log::warn("the model '", model_dir, "' ",
+              unreadable.empty() ? "records no tokenizer (no store_tokenizer.json, no HF tokenizer files)"
+                                 : "has a tokenizer segtrain cannot read (" + unreadable + ")",
+              ": nothing checks that the store '", store_dir, "' was made with its tokenizer");
     return;
   }
+  const auto store = data::store_tokenizer_identity(store_dir, model->identity.probe);
   if (!store) {
     log::warn(key, ": the store '", store_dir, "' records no tokenizer (made without --tokenizer): nothing checks ",
               "that it was made with the model's (", model->source, ")");

@@ -27,13 +27,14 @@ void check_store_fits(const StoredModel& model, int64_t store_vocab_size, const 
 // The tokenizer a model learned, and where that was read (data/tokenizer_identity.h):
 // a checkpoint's record of its store (store_tokenizer.json), else the tokenizer files
 // of its HF origin (the folder itself, or the hf: base it was trained from).
-// nullopt when it has neither (trained from scratch before records were kept).
+// nullopt when it has neither (trained from scratch before records were kept), or
+// when its HF tokenizer is one segtrain cannot read (`unreadable` then says why).
 struct ModelTokenizer {
   data::TokenizerIdentity identity;
   std::string source;     // "HF folder 'DIR'" | "checkpoint 'DIR' (trained on store 'S')"
   std::string tokenizer;  // what `segtrain prepare --tokenizer` takes to make a matching store
 };
-std::optional<ModelTokenizer> model_tokenizer(const std::string& model_dir);
+std::optional<ModelTokenizer> model_tokenizer(const std::string& model_dir, std::string* unreadable = nullptr);
 
 // Refuses (InputError) evaluating or training `model_dir` on a store made with
 // another tokenizer, naming both and the `segtrain prepare` command that makes a
