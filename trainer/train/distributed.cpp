@@ -103,6 +103,7 @@ struct Peers {
   int64_t self = 0;
   std::vector<std::string> addresses;  // by rank
   std::vector<int64_t> devices;        // Gloo devices (GLOO_SOCKET_IFNAME entries) by rank
+  std::vector<int> probe_ports;        // their ReachabilityListener's port (0: none), by rank
 
   std::vector<int64_t> ranks_at(const std::string& address) const {
     std::vector<int64_t> out;
@@ -364,12 +365,13 @@ c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& e, const Distri
   }
 }
 
-// Every rank publishes its address (and how many Gloo devices it has) and
-// waits for all others until the deadline; one that never came is named (with
-// its node when every node runs LOCAL_WORLD_SIZE ranks).
+// Every rank publishes its address (with how many Gloo devices it has and the
+// port of its reachability listener) and waits for all others until the
+// deadline; one that never came is named (with its node when every node runs
+// LOCAL_WORLD_SIZE ranks).
 std::shared_ptr<const Peers> join(c10d::Store& store, const DistributedEnv& e, const std::string& address,
-                                  int64_t devices, Clock::time_point deadline, int64_t timeout_s) {
-  const std::string mine = address + " " + std::to_string(devices);
+                                  int64_t devices, int probe_port, Clock::time_point deadline, int64_t timeout_s) {
+  const std::string mine = address + " " + std::to_string(devices) + " " + std::to_string(probe_port);
   store.set(joined_key(e.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   std::vector<std::string> keys;
   for (int64_t r = 0; r < e.world_size; ++r) keys.push_back(joined_key(r));
@@ -402,10 +404,14 @@ std::shared_ptr<const Peers> join(c10d::Store& store, const DistributedEnv& e, c
   peers->self = e.rank;
   for (const auto& key : keys) {
     const auto bytes = store.get(key);
-    const std::string value(bytes.begin(), bytes.end());
-    const size_t space = value.rfind(' ');
-    peers->addresses.push_back(value.substr(0, space));
-    peers->devices.push_back(space == std::string::npos ? 1 : std::stoll(value.substr(space + 1)));
+    std::istringstream value(std::string(bytes.begin(), bytes.end()));
+    std::string peer_address;
+    int64_t peer_devices = 1;
+    int peer_port = 0;
+    value >> peer_address >> peer_devices >> peer_port;
+    peers->addresses.push_back(peer_address);
+    peers->devices.push_back(peer_devices);
+    peers->probe_ports.push_back(peer_port);
   }
   if (e.rank == 0) store.set(kComplete, std::vector<uint8_t>{'1'});
   return peers;
@@ -467,6 +473,28 @@ std::string loopback_hint(const Peers& peers, bool failed) {
          (one ? "its node" : "their nodes") + " to the interface the other nodes reach";
 }
 
+// Gloo connects each pair of ranks once, from the one with the larger address;
+// when that connection cannot be made (a firewall that drops packets, an address
+// routed nowhere) it retries for about five times distributed.timeout_s and then
+// names no one. Each rank first connects where Gloo will, to the peer's
+// reachability listener, and names the peer it cannot reach by the deadline.
+void check_reachable(const Peers& peers, Clock::time_point deadline, int64_t timeout_s) {
+  const std::string& self = peers.addresses[peers.self];
+  for (size_t r = 0; r < peers.addresses.size(); ++r) {
+    if (static_cast<int64_t>(r) == peers.self || peers.probe_ports[r] == 0) continue;
+    if (!gloo_connects_to(self, peers.addresses[r])) continue;
+    const std::string why = try_connect(peers.addresses[r], peers.probe_ports[r], deadline);
+    if (why.empty()) continue;
+    const std::string hint = loopback_hint(peers, true);
+    throw std::runtime_error("distributed: " + peers.rank_at(peers.self) + " cannot reach " +
+                             peers.rank_at(static_cast<int64_t>(r)) + " at the address it advertises within " +
+                             std::to_string(timeout_s) + " s (distributed.timeout_s): " + why +
+                             "; every rank connects to the others' addresses (set GLOO_SOCKET_IFNAME on rank " +
+                             std::to_string(r) + "'s node to an interface the other nodes reach" +
+                             (hint.empty() ? "" : "; " + hint) + ")");
+  }
+}
+
 }  // namespace
 
 DistributedEnv read_distributed_env() {
@@ -512,7 +540,7 @@ std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const Distribut
     const std::string address =
         local_address_towards(env.master_addr, static_cast<int>(env.master_port), "MASTER_ADDR=" + env.master_addr);
     const auto store = make_store(env, config, deadline);
-    const auto peers = join(*store, env, address, 1, deadline, config.timeout_s);
+    const auto peers = join(*store, env, address, 1, /*probe_port=*/0, deadline, config.timeout_s);
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
@@ -523,9 +551,10 @@ std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const Distribut
   // The interface first: a wrong GLOO_SOCKET_IFNAME is reported at once.
   GlooDevices local = gloo_devices(env);
   log::info("rank ", env.rank, ": Gloo binds ", local.address, " (", local.why, ")");
+  const ReachabilityListener probe(local.address);  // open until Gloo has connected
   const auto store = make_store(env, config, deadline);
-  const auto peers = join(*store, env, local.address, static_cast<int64_t>(local.devices.size()), deadline,
-                          config.timeout_s);
+  const auto peers = join(*store, env, local.address, static_cast<int64_t>(local.devices.size()), probe.port(),
+                          deadline, config.timeout_s);
   // c10d pairs the ranks' devices one to one (a Gloo context each).
   for (int64_t r = 0; r < env.world_size; ++r)
     if (peers->devices[r] != peers->devices[env.rank])
@@ -534,6 +563,8 @@ std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const Distribut
                        " has " + std::to_string(peers->devices[r]) +
                        "; list the same number of interfaces on every node (or set it on none)");
   if (const std::string hint = loopback_hint(*peers, false); !hint.empty()) log::warn("distributed: ", hint);
+  // Ranks that arrived late still get a few seconds to connect.
+  check_reachable(*peers, std::max(deadline, Clock::now() + std::chrono::seconds(5)), config.timeout_s);
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices = std::move(local.devices);
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
