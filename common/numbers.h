@@ -2,6 +2,7 @@
 // Small numeric predicates shared by the config validator and the samplers, so
 // "is alpha * L_t a whole number of tokens" has one answer everywhere.
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -11,6 +12,13 @@ namespace segtrain {
 
 // True when x is a whole number up to floating-point noise (0.25 * 128 = 32).
 inline bool is_integer(double x) { return std::fabs(x - std::round(x)) < 1e-9; }
+
+// The shortest text that reads back as `value` ("0.25", "1e-05"), as messages quote config values.
+inline std::string format_double(double value) {
+  char buffer[64];
+  auto [ptr, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return ec == std::errc() ? std::string(buffer, ptr) : std::to_string(value);
+}
 
 // A size as transformers' max_shard_size spells it: "5GB" (10^9), "500MB", "40KB",
 // "2GiB" (2^30), "512MiB", "64KiB", or plain bytes. nullopt when it is none of these

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/numbers.h"
 #include "data/rng.h"
+#include "data/sampler_rules.h"
 #include "data/token_store.h"
 #include "data/windows.h"
 
@@ -52,37 +53,16 @@ Sampler::Sampler(const IndexedDataset& split, const Windows& windows, const Data
       lt_(c.train_length),
       le_(c.extended_length),
       length_(sample_length(c)) {
-  const std::string where = "data.train_length = " + std::to_string(lt_) + ", data.extended_length = " +
-                            std::to_string(le_);
-  if (lt_ < 1 || le_ < lt_) throw InputError(where + ": need 1 <= L_t <= L_e");
-  if (le_ > INT32_MAX) throw InputError("data.extended_length: must be below 2^31");
+  throw_first(sampler_problems(c));  // data/sampler_rules.h: validated before, refused here too
+  if (lt_ < 1) throw InputError("data.train_length: must be >= 1");
   if (windows.length != le_)
     throw InputError("windows were cut at " + std::to_string(windows.length) + " tokens, not L_e = " + std::to_string(le_));
-  if (placement_ != ChunkPlacement::uniform && method_ != SamplerMethod::chunk)
-    throw InputError(std::string("data.sampler.placement = ") + enum_name(kChunkPlacements, placement_) +
-                     ": applies to the chunk sampler only, not " + enum_name(kSamplerMethods, method_));
-  const double alpha = c.sampler.alpha;
-  const double segment = alpha * static_cast<double>(lt_);
-  switch (method_) {
-    case SamplerMethod::chunk:
-      if (!(alpha > 0 && alpha <= 1) || !is_integer(1.0 / alpha) || !is_integer(segment) || std::round(segment) < 1)
-        throw InputError("data.sampler.alpha = " + std::to_string(alpha) +
-                         ": chunk needs an integer 1/alpha and an integer alpha * L_t >= 1 (" + where + ")");
-      segments_ = std::llround(1.0 / alpha);
-      segment_ = std::llround(segment);
-      if (segments_ * segment_ != lt_)
-        throw InputError("data.sampler.alpha: 1/alpha segments of alpha * L_t tokens must make L_t (" + where + ")");
-      break;
-    case SamplerMethod::prefix:
-      if (!(alpha > 0 && alpha < 1) || !is_integer(segment) || std::round(segment) < 1)
-        throw InputError("data.sampler.alpha = " + std::to_string(alpha) +
-                         ": prefix needs an integer alpha * L_t >= 1 (" + where + ")");
-      segment_ = std::llround(segment);
-      if ((lt_ - segment_) + 1 > le_ - segment_ - 1)
-        throw InputError("data.extended_length: prefix needs an integer i with (1-alpha)L_t < i < L_e - alpha*L_t (" +
-                         where + ")");
-      break;
-    default: break;
+  const int64_t segment = std::llround(c.sampler.alpha * static_cast<double>(lt_));
+  if (method_ == SamplerMethod::chunk) {
+    segments_ = std::llround(1.0 / c.sampler.alpha);
+    segment_ = segment;
+  } else if (method_ == SamplerMethod::prefix) {
+    segment_ = segment;
   }
 }
 

@@ -415,6 +415,17 @@ TEST(Sampler, RejectsShapesTheMethodCannotProduce) {
   EXPECT_THROW(make(SamplerMethod::prefix, 32, 33, 0.25), InputError);  // no i with 24 < i < 25
   EXPECT_THROW(make(SamplerMethod::truncate, 64, 32, 0.25), InputError);
   EXPECT_NO_THROW(make(SamplerMethod::prefix, 32, 34, 0.25));
+  // alpha = 1 would make chunk one run of L_t (a crop, not a segmentation): refused,
+  // in the words the validator and the experiment grid use (data/sampler_rules.h).
+  for (auto m : {SamplerMethod::chunk, SamplerMethod::prefix}) {
+    try {
+      make(m, 32, 128, 1.0);
+      ADD_FAILURE() << "alpha 1 accepted for " << enum_name(kSamplerMethods, m);
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), "data.sampler.alpha: 1 is not in (0, 1): chunk cuts L_t into 1/alpha "
+                                       "segments, prefix trains on a suffix of alpha * L_t tokens");
+    }
+  }
   for (auto m : {SamplerMethod::truncate, SamplerMethod::full, SamplerMethod::prefix, SamplerMethod::randompos,
                  SamplerMethod::pose}) {
     DataConfig config;

@@ -479,13 +479,49 @@ TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {
   EXPECT_EQ(ring->placement, data::ChunkPlacement::ring);
   EXPECT_EQ(parse_trained_method("truncate")->sampler, data::SamplerMethod::truncate);
   EXPECT_FALSE(parse_trained_method("truncate")->domain_adaptation);
-  for (const char* bad : {"chunk", "chunk-", "chunk-0", "chunk-1.5", "chunk-0.25x", "prefix-abc", "truncated", "",
-                          "chunk-ring-", "chunk-ring-1.5", "chunk-ring-x", "prefix-ring-0.25"})
+  for (const char* bad : {"chunk", "chunk-", "chunk-0.25x", "prefix-abc", "truncated", "", "chunk-ring-",
+                          "chunk-ring-x", "prefix-ring-0.25", "chunk-nan"})
     EXPECT_FALSE(parse_trained_method(bad)) << bad;
+  // A number's range is not the name's business: data/sampler_rules.h refuses it
+  // when the grid's runs are validated (ExperimentConfig.AlphaOneIsRefusedInTheWordsOfAConfigFile).
+  EXPECT_EQ(parse_trained_method("chunk-1.5")->alpha, 1.5);
   using E = models::ExtensionMethod;
   EXPECT_EQ(trainer::ootb_methods_for(models::Arch::gpt2), (std::vector<E>{E::interpolate}));
   EXPECT_EQ(trainer::ootb_methods_for(models::Arch::bloom),
             (std::vector<E>{E::none, E::interpolate, E::dynamic_interpolate, E::ntk_alibi}));
+}
+
+// The same bad alpha, as an experiment's method name and as a run config's key,
+// is refused in the same words (data/sampler_rules.h, the one home of the rule);
+// the Sampler's own guard says them too (tests/data/sampler_test.cpp).
+TEST(ExperimentConfig, AlphaOneIsRefusedInTheWordsOfAConfigFile) {
+  test::TempDir dir;
+  const std::string words = "data.sampler.alpha: 1 is not in (0, 1): chunk cuts L_t into 1/alpha segments, prefix "
+                            "trains on a suffix of alpha * L_t tokens";
+  for (const char* method : {"chunk-1", "chunk-ring-1", "prefix-1"}) {
+    test::write_file(dir / "x.yaml",
+                     "experiment:\n  name: r\n  output_dir: " + dir / "out" + "\n  factors: [4]\n  methods: [" +
+                         method + "]\n  corpora:\n    - name: synthetic\n      synthetic: {docs: 10}\n"
+                         "run: {seed: 1}\nmodel: {arch: gpt2, d_model: 32, n_layers: 1, n_heads: 2}\n"
+                         "data: {train_length: 32}\n");
+    try {
+      trainer::load_experiment(dir / "x.yaml", {});
+      ADD_FAILURE() << method << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << method << ": " << e.what();
+    }
+  }
+  test::make_store_stub(dir / "store");
+  test::write_file(dir / "run.yaml", "data:\n  store: " + dir / "store" +
+                                         "\n  sampler: {method: chunk, alpha: 1}\nmodel:\n  extension: {method: "
+                                         "interpolate}\n");
+  try {
+    trainer::load_config(dir / "run.yaml", {});
+    ADD_FAILURE() << "alpha: 1 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir / "run.yaml" + ":3:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
 }
 
 // A plan's chunk-ring row is chunk with placement ring; every other row, and the

@@ -69,6 +69,7 @@ struct Bound {
   bool inclusive;
 };
 constexpr Bound kNoHigh{kInf, true};
+constexpr Bound kAnyReal{-kInf, true};  // a key whose range is a rule of its section (data/sampler_rules.h)
 constexpr Bound at_least(double v) { return {v, true}; }
 constexpr Bound above(double v) { return {v, false}; }
 constexpr Bound below(double v) { return {v, false}; }
@@ -267,12 +268,6 @@ Field text_list(std::string path, std::vector<std::string>& v, std::string doc) 
 
 }  // namespace
 
-std::string format_double(double value) {
-  char buffer[64];
-  auto [ptr, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return ec == std::errc() ? std::string(buffer, ptr) : std::to_string(value);
-}
-
 std::vector<Field> fields(Config& c) {
   auto& m = c.model.spec;
   auto& ext = m.extension;
@@ -338,8 +333,9 @@ std::vector<Field> fields(Config& c) {
               "L_e: window length cut from documents; >= train_length.").with({KeyRole::resume}),
       choice("data.sampler.method", c.data.sampler.method, data::kSamplerMethods,
              "How an L_t sequence is built from an L_e window (seed 004, section 3.3).").with({KeyRole::resume}),
-      real("data.sampler.alpha", c.data.sampler.alpha, above(0), below(1),
-           "Segment fraction for chunk (1/alpha segments of alpha*L_t) and prefix (suffix of alpha*L_t).").with({KeyRole::resume}),
+      real("data.sampler.alpha", c.data.sampler.alpha, kAnyReal, kNoHigh,
+           "Segment fraction in (0, 1) for chunk (1/alpha segments of alpha*L_t) and prefix (suffix of alpha*L_t); "
+           "its rules with L_t and L_e live in data/sampler_rules.h.").with({KeyRole::resume}),
       choice("data.sampler.targets", c.data.sampler.targets, data::kTargetModes,
              "sequence: next token of the built sequence (the paper); document: true next document token.").with({KeyRole::resume}),
       choice("data.sampler.placement", c.data.sampler.placement, data::kChunkPlacements,

@@ -10,6 +10,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "trainer/config/config.h"
+#include "common/numbers.h"
 
 namespace segtrain::trainer::schema {
 
@@ -38,7 +39,7 @@ struct Field {
 // Every key of the config, in the order the resolved YAML lists them.
 std::vector<Field> fields(Config& config);
 
-// Shortest text that parses back to the same double.
-std::string format_double(double value);
+// Shortest text that parses back to the same double (common/numbers.h).
+using segtrain::format_double;
 
 }  // namespace segtrain::trainer::schema

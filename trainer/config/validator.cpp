@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "common/numbers.h"
+#include "data/sampler_rules.h"
 #include "trainer/config/config.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/schema.h"
@@ -42,49 +43,7 @@ void check_data(Checker& ck, const Config& c) {
     ck.fail("data.store", "'" + d.store + "' is not a token store (no meta.json); create it with `segtrain prepare`");
   }
 
-  const int64_t lt = d.train_length, le = d.extended_length;
-  if (le < lt) {
-    ck.fail("data.extended_length", "L_e = " + std::to_string(le) + " is shorter than data.train_length L_t = " +
-                                        std::to_string(lt) + "; it must be >= L_t");
-    return;  // the sampler checks below assume L_e >= L_t
-  }
-  using data::SamplerMethod;
-  if (d.sampler.placement != data::ChunkPlacement::uniform && d.sampler.method != SamplerMethod::chunk)
-    ck.fail("data.sampler.placement", std::string(enum_name(data::kChunkPlacements, d.sampler.placement)) +
-                                          " applies to data.sampler.method chunk only, not " +
-                                          enum_name(data::kSamplerMethods, d.sampler.method) + "; use uniform or chunk");
-  const double alpha = d.sampler.alpha;
-  const double segment = alpha * static_cast<double>(lt);
-  switch (d.sampler.method) {
-    case SamplerMethod::chunk:
-      if (!is_integer(1.0 / alpha))
-        ck.fail("data.sampler.alpha", "chunk takes 1/alpha segments, but 1/" + format_double(alpha) + " = " +
-                                          format_double(1.0 / alpha) + " is not an integer");
-      else if (!is_integer(segment) || std::round(segment) < 1)
-        ck.fail("data.sampler.alpha", "chunk segments have alpha * train_length = " + format_double(segment) +
-                                          " tokens; that must be an integer >= 1");
-      break;
-    case SamplerMethod::prefix: {
-      if (!is_integer(segment) || std::round(segment) < 1) {
-        ck.fail("data.sampler.alpha", "prefix suffixes have alpha * train_length = " + format_double(segment) +
-                                          " tokens; that must be an integer >= 1");
-        break;
-      }
-      // The suffix starts at i with (1-alpha)L_t < i < L_e - alpha*L_t (seed 004, 3.3).
-      const int64_t suffix = std::llround(segment);
-      const int64_t prefix = lt - suffix;
-      const int64_t first = prefix + 1, last = le - suffix - 1;
-      if (first > last)
-        ck.fail("data.extended_length",
-                "prefix needs an integer suffix start i with " + std::to_string(prefix) + " < i < " +
-                    std::to_string(le - suffix) + " ((1-alpha)L_t < i < L_e - alpha*L_t); none exists for L_e = " +
-                    std::to_string(le) + ", L_t = " + std::to_string(lt) + "; use L_e >= " +
-                    (lt <= std::numeric_limits<int64_t>::max() - 2 ? std::to_string(lt + 2) : "L_t + 2") +
-                    " or another sampler");
-      break;
-    }
-    default: break;
-  }
+  for (const auto& problem : data::sampler_problems(d)) ck.fail(problem.key, problem.message);
 }
 
 // The Llama-family keys: sizes that hold together, and set only on llama.

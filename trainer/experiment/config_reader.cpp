@@ -416,7 +416,8 @@ std::optional<TrainedMethod> parse_trained_method(const std::string& name) {
     try {
       size_t used = 0;
       const double alpha = std::stod(number, &used);
-      if (used != number.size() || !(alpha > 0 && alpha <= 1)) return std::nullopt;
+      // Its range and its fit with L_t and L_e: data/sampler_rules.h, through validate_config on each run.
+      if (used != number.size() || !std::isfinite(alpha)) return std::nullopt;
       m.sampler = sampler;
       m.alpha = alpha;
       return m;
