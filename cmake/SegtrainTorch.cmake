@@ -36,7 +36,7 @@ endif()
 # NCCL: c10d's ProcessGroupNCCL is compiled in only for a CUDA LibTorch that was
 # itself built with it (torch.distributed.is_nccl_available()) and whose nccl.h
 # is at hand (CUDA wheels depend on nvidia-nccl-cu*, which ships it). Elsewhere,
-# this CPU machine included, the NCCL branch of trainer/distributed.cpp compiles
+# this CPU machine included, the NCCL branch of trainer/train/c10d_group.cpp compiles
 # away and `distributed.backend: nccl` is refused. -DSEGTRAIN_NCCL=OFF forces that.
 option(SEGTRAIN_NCCL "Use c10d's ProcessGroupNCCL when LibTorch has it" ON)
 set(SEGTRAIN_WITH_NCCL OFF)

@@ -4,7 +4,8 @@
 // SEGTRAIN_WITH_NCCL). The environment is torchrun's (RANK, WORLD_SIZE,
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*) or
 // SLURM's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID); a single process needs
-// none of it. c10d stays behind this interface so only distributed.cpp sees the
+// none of it. c10d stays behind this interface so only c10d_group.cpp and
+// rendezvous.cpp (environment: distributed_env.cpp) see the
 // Gloo and NCCL headers.
 #include <ATen/ATen.h>
 
@@ -55,7 +56,7 @@ class ProcessGroup {
   // all_gather_into_tensor (_reduce_scatter_base, _allgather_base) with the
   // slice as the output (input) buffer, NCCL's in-place form (recvbuff ==
   // sendbuff + rank * count). Gloo, whose versions of both allocate a whole
-  // copy (distributed.cpp): the reduce-scatter is an all-to-all
+  // copy (c10d_group.cpp): the reduce-scatter is an all-to-all
   // (alltoall_base) into a buffer of `whole`'s size that lives until wait(),
   // summed by the receiver; the all-gather is one in-place broadcast a rank.
   virtual std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor& whole) = 0;

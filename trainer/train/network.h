@@ -1,5 +1,5 @@
 #pragma once
-// Which local address a rank shows the other ranks (distributed.cpp binds the
+// Which local address a rank shows the other ranks (c10d_group.cpp binds the
 // Gloo device to it): plain POSIX sockets and getifaddrs, no LibTorch.
 #include <chrono>
 #include <string>
