@@ -507,6 +507,13 @@ TEST_F(TrainCli, EvalReportsPerplexityByLengthAndRefusesPositionsPastTheTable) {
                           "32", "--out", *dir_ / "wrong.json"});
   EXPECT_EQ(wrong.exit_code, 2) << wrong.err;
   EXPECT_NE(wrong.err.find("is not a transformers model (no config.json)"), std::string::npos) << wrong.err;
+
+  // A stride that does not overlap: refused in eval.stride's words (trainer/config/eval_rules.h).
+  auto stride = run(kBin, {"eval", "--model", run_dir("eval-base"), "--data", *dir_ / "store", "--lengths", "32",
+                           "--stride", "32", "--out", *dir_ / "stride.json"});
+  EXPECT_EQ(stride.exit_code, 2) << stride.err;
+  EXPECT_EQ(stride.err, "segtrain eval: error: --stride: 32 is not shorter than the evaluation length 32; a sliding "
+                        "window must overlap (0 gives non-overlapping windows)\n");
 }
 
 // run.device: cuda (and `segtrain eval --device cuda`) where there is no CUDA:

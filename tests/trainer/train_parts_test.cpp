@@ -116,6 +116,15 @@ TEST(Evaluate, PerplexityEqualsADirectComputationOverNonOverlappingWindows) {
   options.per_position = true;
   const auto results = evaluate(model, split, options);
   ASSERT_EQ(results.size(), 2u);
+  PerplexityOptions no_overlap = options;  // evaluate()'s own guard, in the validator's words
+  no_overlap.stride = 16;
+  try {
+    evaluate(model, split, no_overlap);
+    ADD_FAILURE() << "a stride of the length was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "eval.stride: 16 is not shorter than the evaluation length 16; a sliding "
+                                     "window must overlap (0 gives non-overlapping windows)");
+  }
 
   torch::NoGradGuard no_grad;
   model->eval();

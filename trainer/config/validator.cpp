@@ -8,6 +8,7 @@
 #include "common/numbers.h"
 #include "data/sampler_rules.h"
 #include "trainer/config/config.h"
+#include "trainer/config/eval_rules.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/schema.h"
 
@@ -149,12 +150,7 @@ void check_run_and_eval(Checker& ck, const Config& c) {
   if (c.run.name.empty()) ck.fail("run.name", "must not be empty");
   if (c.eval.split != "train" && c.eval.split != "valid")
     ck.fail("eval.split", "expected train or valid, got '" + c.eval.split + "'");
-  for (int64_t length : c.eval.lengths)
-    if (c.eval.stride >= length) {
-      ck.fail("eval.stride", std::to_string(c.eval.stride) + " is not shorter than the evaluation length " +
-                                 std::to_string(length) + "; a sliding window must overlap (0 gives non-overlapping windows)");
-      break;
-    }
+  for (const auto& problem : window_problems(c.eval.stride, c.eval.lengths)) ck.fail(problem.key, problem.message);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
 #include "models/model_io.h"
+#include "trainer/config/eval_rules.h"
 #include "trainer/eval/eval_outputs.h"
 #include "trainer/eval/passkey.h"
 #include "trainer/eval/perplexity.h"
@@ -39,16 +40,14 @@ void evaluate_stored_model(const EvalOptions& options) {
   model->to(device);
   reset_peak_memory(device);
 
-  PerplexityOptions eval;
-  eval.lengths = options.lengths;
-  eval.max_sequences = options.max_sequences;
-  eval.stride = options.stride;
-  eval.per_position = !options.per_position_csv.empty();
-  eval.loss_chunk_tokens = options.loss_chunk_tokens;
-  for (int64_t length : eval.lengths)
-    if (eval.stride >= length)
-      throw InputError("--stride " + std::to_string(eval.stride) + " must be shorter than the length " +
-                       std::to_string(length) + " (0 gives non-overlapping windows)");
+  EvalConfig flags;  // the flags as the config's eval section; its other keys keep their defaults
+  flags.lengths = options.lengths;
+  flags.max_sequences = options.max_sequences;
+  flags.stride = options.stride;
+  flags.per_position = !options.per_position_csv.empty();
+  for (const auto& problem : window_problems(flags.stride, flags.lengths))
+    throw InputError("--stride: " + problem.message);
+  const PerplexityOptions eval = perplexity_options(flags, options.loss_chunk_tokens);
   // The store's own tokenizer writes the passkey prompts; a store without one is refused before evaluating.
   std::optional<data::PromptTokenizer> prompts;
   if (options.passkey_trials > 0) {

@@ -11,6 +11,7 @@
 #include "common/signals.h"
 #include "models/lm_head_loss.h"
 #include "models/positions.h"
+#include "trainer/config/eval_rules.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -83,12 +84,10 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
     if (was_training) model->train();
     return results;
   }
+  throw_first(window_problems(options.stride, options.lengths));  // trainer/config/eval_rules.h
   std::vector<LengthResult> results;
   for (int64_t length : options.lengths) {
     if (length < 2) throw InputError("evaluation length " + std::to_string(length) + " is below 2");
-    if (options.stride >= length && options.stride > 0)
-      throw InputError("stride " + std::to_string(options.stride) + " must be shorter than the length " +
-                       std::to_string(length) + " (0 gives non-overlapping windows)");
     LengthResult r;
     r.length = length;
     const int64_t window = options.window_length > 0 ? options.window_length : length;

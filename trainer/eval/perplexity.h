@@ -19,7 +19,7 @@ struct PerplexityOptions {
   std::vector<int64_t> lengths;
   int64_t max_sequences = 0;  // per length; 0: all windows
   int64_t stride = 0;         // 0: non-overlapping; else windows every `stride` tokens
-  int64_t batch_size = 4;
+  int64_t batch_size = EvalConfig{}.batch_size;  // eval.batch_size's default, one home
   bool per_position = false;
   // 0: windows of each length. Else every length is scored on the first L tokens
   // of the same windows of window_length tokens (>= every length; non-overlapping

@@ -189,13 +189,11 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
                        const std::vector<std::string>& overrides, const ExperimentConfig& x,
                        const std::string& store_path, const data::TokenStore& store) {
   const Config& templ = x.base_template.config;
-  PerplexityOptions eval;
+  // The template's eval section at the row's lengths, with the loss by position;
+  // train.loss_chunk_tokens gives the same figures either way: not in `settings`.
+  PerplexityOptions eval = perplexity_options(templ.eval, templ.train.loss_chunk_tokens);
   eval.lengths = row.lengths;
-  eval.max_sequences = templ.eval.max_sequences;
-  eval.stride = templ.eval.stride;
-  eval.batch_size = templ.eval.batch_size;
   eval.per_position = true;
-  eval.loss_chunk_tokens = templ.train.loss_chunk_tokens;  // the same figures either way: not in `settings`
   const std::string files = model_identity(model_dir);
   nlohmann::json settings = {{"model", model_dir},     {"model_files", files},
                              {"overrides", overrides},
