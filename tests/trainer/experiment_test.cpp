@@ -16,7 +16,10 @@
 #include <thread>
 
 #include "common/error.h"
+#include "models/transformer.h"
 #include "test_util.h"
+#include "trainer/config/config.h"
+#include "trainer/eval/plot.h"
 #include "trainer/experiment/experiment.h"
 #include "trainer/experiment/plan.h"
 #include "trainer/experiment/report.h"
@@ -524,6 +527,46 @@ TEST(ExperimentConfig, AlphaOneIsRefusedInTheWordsOfAConfigFile) {
   }
 }
 
+// The model's rules have one home too (models/config_rules.h): a run config and
+// the model's constructor refuse the same bad value with the same "key: message".
+TEST(ModelRules, AConfigFileAndTheModelRefuseABadValueInTheSameWords) {
+  test::TempDir dir;
+  test::make_store_stub(dir / "store");
+  test::write_file(dir / "run.yaml", "data:\n  store: " + dir / "store" + "\nmodel:\n  n_heads: 4\n");
+  const std::vector<std::vector<std::string>> bad = {
+      {"model.extension.method=ntk"},
+      {"model.arch=gpt_neox", "model.rope.rotary_pct=0.3"},
+      {"model.arch=llama", "model.n_kv_heads=3"},
+      {"model.arch=bloom", "model.tie_embeddings=true"},
+      {"model.arch=llama", "model.extension.method=llama3", "model.extension.factor=2",
+       "model.extension.llama3.low_freq_factor=4", "model.extension.llama3.high_freq_factor=2"},
+      {"model.arch=llama", "model.extension.method=longrope", "model.extension.factor=2",
+       "model.extension.longrope.long_factor=[2, 2]", "model.extension.longrope.short_factor=[1, 1]"}};
+  for (const auto& sets : bad) {
+    const std::string what = sets.back();  // the value that breaks the rule
+    std::string from_file, from_model;
+    try {
+      trainer::load_config(dir / "run.yaml", sets);
+      ADD_FAILURE() << what << " accepted by the config";
+    } catch (const InputError& e) {
+      from_file = e.what();
+    }
+    auto loaded = trainer::parse_config_file(dir / "run.yaml");
+    for (const auto& s : sets) trainer::apply_override(loaded, s);
+    auto spec = loaded.config.model.spec;
+    spec.vocab_size = 64, spec.max_positions = 128;
+    try {
+      models::TransformerLM model(spec);
+      ADD_FAILURE() << what << " accepted by the model";
+    } catch (const InputError& e) {
+      from_model = e.what();
+    }
+    ASSERT_FALSE(from_model.empty()) << what;
+    EXPECT_NE(from_file.find("--set " + what), std::string::npos) << from_file;  // where it was set
+    EXPECT_NE(from_file.find(from_model), std::string::npos) << "config: " << from_file << "\nmodel: " << from_model;
+  }
+}
+
 // A plan's chunk-ring row is chunk with placement ring; every other row, and the
 // base, keeps the paper's uniform placement.
 TEST(ExperimentPlan, ChunkRingRowsSetThePlacement) {
@@ -550,6 +593,31 @@ TEST(ExperimentPlan, ChunkRingRowsSetThePlacement) {
 
 // The ring section of results.md and the plots, from made-up curves whose
 // figures are computed here independently.
+// A 32k-position raw curve is drawn as each pixel column's lowest and highest
+// point: the file stays small, the curve runs left to right, and its extremes
+// (a spike, a dip) are still drawn.
+TEST(ExperimentReport, ALongRawCurveIsDrawnAsItsColumnsExtremes) {
+  std::vector<double> loss(32768);
+  for (size_t i = 0; i < loss.size(); ++i) loss[i] = 2.0 + 0.5 * std::sin(static_cast<double>(i) * 0.37);
+  loss[20000] = 2.45, loss[30000] = 1.55;  // inside the plotted range; their neighbours differ
+  const auto series = trainer::position_curve("row", loss, trainer::position_bucket(32768));
+  const std::string svg = trainer::line_plot_svg({}, {series});
+  EXPECT_LT(svg.size(), 60000u) << "a raw curve of 32768 points was written point by point";
+  const auto start = svg.find("stroke-opacity");  // the faint raw polyline
+  ASSERT_NE(start, std::string::npos);
+  const auto from = svg.find("points='", start) + 8, to = svg.find('\'', from);
+  std::istringstream points(svg.substr(from, to - from));
+  std::vector<std::pair<double, double>> xy;
+  for (std::string p; points >> p;) xy.emplace_back(std::stod(p.substr(0, p.find(','))), std::stod(p.substr(p.find(',') + 1)));
+  EXPECT_GE(xy.size(), 500u);
+  EXPECT_LE(xy.size(), 2u * 558u);
+  for (size_t i = 1; i < xy.size(); ++i) EXPECT_LE(xy[i - 1].first, xy[i].first) << i;
+  // Every column keeps the sine's full swing: the envelope spans the same y range as the data.
+  double lowest = 1e9, highest = -1e9;
+  for (const auto& [x, y] : xy) lowest = std::min(lowest, y), highest = std::max(highest, y);
+  EXPECT_GT(highest - lowest, 200.0) << "pixels between the envelope's lowest and highest point";
+}
+
 TEST(ExperimentReport, RingSectionComparesEndsAndPlotsReadAtAGlance) {
   test::TempDir dir;
   trainer::ExperimentConfig x;
