@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "models/config_rules.h"
 
 namespace segtrain::models {
 
@@ -12,135 +13,16 @@ namespace {
 
 std::string method_name(ExtensionMethod m) { return enum_name(kExtensionMethods, m); }
 
-// The Llama-family keys: sizes that hold together, and only on llama.
-void check_llama_keys(const ModelConfig& c) {
-  const auto n = [](int64_t v) { return std::to_string(v); };
-  // Bounded like HF hidden sizes so shapes and the rotary width cannot overflow.
-  if (c.head_dim && (*c.head_dim <= 0 || *c.head_dim > (int64_t{1} << 40)))
-    throw InputError("model.head_dim must be in [1, 2^40], got " + n(*c.head_dim));
-  if (c.n_kv_heads && (*c.n_kv_heads <= 0 || c.n_heads % *c.n_kv_heads != 0))
-    throw InputError("model.n_kv_heads (" + n(*c.n_kv_heads) + ") must divide model.n_heads (" + n(c.n_heads) + ")");
-  if (c.sliding_window && *c.sliding_window <= 0) throw InputError("model.sliding_window must be positive");
-  if (c.arch == Arch::llama) {
-    if (c.rope.rotary_pct != 1.0)
-      throw InputError("model.rope.rotary_pct must be 1 for llama (transformers' Llama, Mistral and Qwen2 rotate "
-                       "the whole head)");
-    return;
-  }
-  const std::string arch = " applies to model.arch llama only, not " + std::string(enum_name(kArchs, c.arch));
-  if (c.n_kv_heads && *c.n_kv_heads != c.n_heads) throw InputError("model.n_kv_heads" + arch);
-  if (c.head_dim && (c.d_model % *c.head_dim != 0 || c.d_model / *c.head_dim != c.n_heads))
-    throw InputError("model.head_dim" + arch);
-  if (c.qkv_bias) throw InputError("model.qkv_bias" + arch);
-  if (c.o_bias) throw InputError("model.o_bias" + arch);
-  if (c.mlp_bias) throw InputError("model.mlp_bias" + arch);
-  if (c.tie_embeddings) throw InputError("model.tie_embeddings" + arch);
-  if (c.sliding_window) throw InputError("model.sliding_window" + arch);
-}
-
-void check_llama3(const Llama3Config& l) {
-  if (!(l.low_freq_factor > 0) || !(l.high_freq_factor > l.low_freq_factor))
-    throw InputError("model.extension.llama3: need 0 < low_freq_factor < high_freq_factor, got " +
-                     std::to_string(l.low_freq_factor) + " and " + std::to_string(l.high_freq_factor));
-}
-
-void check_longrope(const LongRopeConfig& l, int64_t frequencies) {
-  const auto check = [&](const std::vector<double>& factors, const std::string& key) {
-    if (static_cast<int64_t>(factors.size()) != frequencies)
-      throw InputError("model.extension.longrope." + key + " needs one factor per rotary frequency (" +
-                       std::to_string(frequencies) + " = rotary dimensions / 2), got " +
-                       std::to_string(factors.size()));
-    for (double f : factors)
-      if (!(f > 0) || !std::isfinite(f))
-        throw InputError("model.extension.longrope." + key + " must hold positive numbers, got " + std::to_string(f));
-  };
-  check(l.short_factor, "short_factor");
-  check(l.long_factor, "long_factor");
-}
-
 }  // namespace
 
-int64_t vocab_size_of(const ModelConfig& c) {
-  if (!c.vocab_size) throw InputError("model.vocab_size is auto but was not resolved before building the model");
-  return *c.vocab_size;
-}
-
-int64_t max_positions_of(const ModelConfig& c) {
-  if (!c.max_positions) throw InputError("model.max_positions is auto but was not resolved before building the model");
-  return *c.max_positions;
-}
-
-int64_t d_ff_of(const ModelConfig& c) { return c.d_ff.value_or(4 * c.d_model); }
-
-bool positions_depend_on_length(const ModelConfig& c) {
-  const auto m = c.extension.method;
-  return m == ExtensionMethod::dynamic_ntk || m == ExtensionMethod::dynamic_interpolate ||
-         m == ExtensionMethod::longrope;
-}
-
-int64_t original_length_of(const ModelConfig& c) {
-  return c.extension.original_length ? *c.extension.original_length : max_positions_of(c);
-}
-
-double factor_of(const ModelConfig& c) {
-  if (c.extension.method == ExtensionMethod::none) return 1.0;
-  if (!c.extension.factor)
-    throw InputError("model.extension.factor is auto but was not resolved (method " +
-                     method_name(c.extension.method) + " needs a number)");
-  return *c.extension.factor;
-}
-
-int64_t head_dim_of(const ModelConfig& c) { return c.head_dim.value_or(c.d_model / c.n_heads); }
-
-int64_t n_kv_heads_of(const ModelConfig& c) { return c.n_kv_heads.value_or(c.n_heads); }
-
-int64_t rotary_dim_of(const ModelConfig& c) {
-  return static_cast<int64_t>(static_cast<double>(head_dim_of(c)) * c.rope.rotary_pct);
-}
-
 void check_model_config(const ModelConfig& c) {
-  if (c.d_model <= 0 || c.n_heads <= 0 || c.n_layers <= 0)
-    throw InputError("model.d_model, model.n_heads and model.n_layers must be positive");
-  if (!c.head_dim && c.d_model % c.n_heads != 0)
-    throw InputError("model.n_heads (" + std::to_string(c.n_heads) + ") must divide model.d_model (" +
-                     std::to_string(c.d_model) + ")");
-  check_llama_keys(c);
+  throw_first(model_problems(c));
   vocab_size_of(c);
   max_positions_of(c);
-  const auto m = c.extension.method;
-  const auto scheme = position_scheme(c.arch);
-  bool ok = m == ExtensionMethod::none || m == ExtensionMethod::interpolate;
-  if (scheme == PositionScheme::rope)
-    ok = ok || m == ExtensionMethod::ntk || m == ExtensionMethod::dynamic_ntk || m == ExtensionMethod::yarn ||
-         m == ExtensionMethod::llama3 || m == ExtensionMethod::longrope;
-  if (scheme == PositionScheme::alibi)
-    ok = ok || m == ExtensionMethod::dynamic_interpolate || m == ExtensionMethod::ntk_alibi;
-  if (!ok)
-    throw InputError("model.extension.method " + method_name(m) + " does not apply to model.arch " +
-                     enum_name(kArchs, c.arch) +
-                     " (learned: interpolate; rope: interpolate|ntk|dynamic_ntk|yarn|llama3|longrope; "
-                     "alibi: interpolate|dynamic_interpolate|ntk_alibi)");
-  if (m != ExtensionMethod::none && factor_of(c) < 1.0)
-    throw InputError("model.extension.factor must be >= 1, got " + std::to_string(factor_of(c)));
-  if (scheme == PositionScheme::rope) {
-    const int64_t rd = rotary_dim_of(c);
-    if (rd < 2 || rd % 2 != 0)
-      throw InputError("model.rope.rotary_pct gives " + std::to_string(rd) +
-                       " rotary dimensions per head; need an even number >= 2");
-    if ((m == ExtensionMethod::ntk || m == ExtensionMethod::dynamic_ntk) && rd <= 2)
-      throw InputError("NTK scaling needs more than 2 rotary dimensions (exponent d/(d-2))");
-    if (m == ExtensionMethod::llama3) check_llama3(c.extension.llama3);
-    if (m == ExtensionMethod::longrope) check_longrope(c.extension.longrope, rd / 2);
-  }
+  factor_of(c);
 }
 
 // --- APE ---------------------------------------------------------------------
-
-int64_t ape_rows(const ModelConfig& c) {
-  const int64_t lt = original_length_of(c);
-  if (c.extension.method != ExtensionMethod::interpolate) return max_positions_of(c);
-  return static_cast<int64_t>(std::llround(factor_of(c) * static_cast<double>(lt)));
-}
 
 at::Tensor ape_source_positions(int64_t old_rows, int64_t new_rows) {
   // i / beta in fp64 so that integer beta gives exact integers and exact i % beta.

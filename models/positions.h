@@ -7,28 +7,15 @@
 #include <cstdint>
 
 #include "models/config.h"
+#include "models/config_values.h"
 
 namespace segtrain::models {
 
-// Values a built model needs from a config whose "auto" fields the trainer
-// resolves; each throws InputError naming the key when it is still unset.
-int64_t vocab_size_of(const ModelConfig& config);
-int64_t max_positions_of(const ModelConfig& config);
-int64_t d_ff_of(const ModelConfig& config);            // auto: 4 * d_model
-int64_t original_length_of(const ModelConfig& config);  // auto: max_positions
-double factor_of(const ModelConfig& config);            // 1 when method is none
-int64_t head_dim_of(const ModelConfig& config);        // auto: d_model / n_heads
-int64_t n_kv_heads_of(const ModelConfig& config);      // auto: n_heads
-int64_t rotary_dim_of(const ModelConfig& config);       // int(head_dim * rotary_pct), as transformers
-
-// Throws InputError when the sizes are inconsistent or the method does not apply
-// to the arch's position scheme.
+// The last guard before a model is built, read from HF or exported: the config's
+// rules (config_rules.h) as InputError "key: message", and every "auto" resolved.
 void check_model_config(const ModelConfig& config);
 
 // --- learned absolute positions (gpt2) -------------------------------------
-// Rows of the position table the model holds: L_e = round(factor * L_t) with
-// interpolate, else max_positions.
-int64_t ape_rows(const ModelConfig& config);
 // Seed 004 section 3.2: row i of the new table is the old table linearly
 // interpolated at i / beta, beta = new_rows / old_rows; rows past beta*(L_t-1)
 // copy the last original row. For integer beta this is the paper's formula.
@@ -45,11 +32,6 @@ struct RopeParams {
 // seq_len is the actual sequence length (max position id + 1); only dynamic_ntk
 // looks at it, like transformers' dynamic rope update.
 RopeParams rope_params(const ModelConfig& config, int64_t seq_len);
-
-// Whether the extension's frequencies or slopes depend on the input's length
-// (dynamic NTK, dynamic interpolation, LongRoPE's short/long factors): then the
-// first L tokens of a longer input are not scored as an input of L tokens.
-bool positions_depend_on_length(const ModelConfig& config);
 
 // --- ALiBi (bloom) -----------------------------------------------------------
 // BLOOM's slopes, including head counts that are not powers of two: the first

@@ -208,9 +208,9 @@ TEST_F(ConfigTest, CrossFieldChecks) {
             std::string::npos);
   EXPECT_NE(check({"data.sampler.method=prefix", "data.extended_length=256"}).find("none exists"), std::string::npos);
   EXPECT_NE(check({"model.d_model=100", "model.n_heads=3"}).find("not divisible by n_heads"), std::string::npos);
-  EXPECT_NE(check({"model.arch=gpt_neox", "model.rope.rotary_pct=0.3"}).find("even integer"), std::string::npos);
-  EXPECT_NE(check({"model.extension.method=yarn"}).find("needs arch gpt_neox"), std::string::npos);
-  EXPECT_NE(check({"model.extension.method=ntk_alibi"}).find("needs arch bloom"), std::string::npos);
+  EXPECT_NE(check({"model.arch=gpt_neox", "model.rope.rotary_pct=0.3"}).find("rotary_pct) = 9 rotated dimensions per head; that must be an even number"), std::string::npos);
+  EXPECT_NE(check({"model.extension.method=yarn"}).find("yarn does not apply to model.arch gpt2"), std::string::npos);
+  EXPECT_NE(check({"model.extension.method=ntk_alibi"}).find("ntk_alibi does not apply to model.arch gpt2"), std::string::npos);
   EXPECT_NE(check({"model.arch=llama", "model.n_kv_heads=3"}).find("not divisible by n_kv_heads = 3"), std::string::npos);
   EXPECT_NE(check({"model.n_kv_heads=2"}).find("model.n_kv_heads: applies to model.arch llama only"), std::string::npos);
   EXPECT_NE(check({"model.arch=bloom", "model.tie_embeddings=true"}).find("llama only"), std::string::npos);

@@ -124,6 +124,13 @@ struct LoadedConfig {
   Config config;
   Origins origins;
   std::string source;  // the file name
+
+  // "<where key was set>: key", where is file:line:col, the --set argument, or
+  // "<file> (default)": how every message about a config value begins.
+  std::string locate(const std::string& key) const {
+    auto it = origins.find(key);
+    return (it != origins.end() ? it->second : source + " (default)") + ": " + key;
+  }
 };
 
 // What a command uses a config for: `segtrain sample` only samples, so only the

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "models/config_values.h"
 
 namespace segtrain::trainer {
 
@@ -13,7 +14,7 @@ models::ModelConfig resolve_model_config(const LoadedConfig& loaded, const std::
   models::ModelConfig m = c.model.spec;
   if (!base) {
     if (!m.vocab_size) m.vocab_size = store_vocab_size;
-    if (!m.d_ff) m.d_ff = 4 * m.d_model;
+    if (!m.d_ff) m.d_ff = models::d_ff_of(m);
     if (!m.max_positions) m.max_positions = c.data.train_length;
   } else {
     m = *base;
@@ -25,7 +26,7 @@ models::ModelConfig resolve_model_config(const LoadedConfig& loaded, const std::
       if (!loaded.origins.count(key)) continue;
       const std::string mine = key_text(c, key), theirs = key_text(base_as_run, key);
       if (mine != theirs && mine != "auto")
-        conflicts.push_back(loaded.origins.at(key) + ": " + key + ": " + mine + " conflicts with the base model's " +
+        conflicts.push_back(loaded.locate(key) + ": " + mine + " conflicts with the base model's " +
                             theirs + " (" + c.model.init + "); remove the key or make it match");
     }
     if (!conflicts.empty()) throw InputError(join(conflicts, "\n"));
@@ -68,7 +69,8 @@ models::ModelConfig apply_model_overrides(const models::ModelConfig& stored, con
     spec.extension.original_length = spec.max_positions;
   if (spec.extension.method != models::ExtensionMethod::none && !spec.extension.factor && target_length) {
     const int64_t original = spec.extension.original_length.value_or(spec.max_positions.value_or(*target_length));
-    spec.extension.factor = std::max(1.0, static_cast<double>(*target_length) / static_cast<double>(original));
+    spec.extension.factor =
+        std::max(models::kMinExtensionFactor, static_cast<double>(*target_length) / static_cast<double>(original));
   }
   if (spec.extension.method != models::ExtensionMethod::none && !spec.extension.factor)
     throw InputError("--set model.extension.factor=<number> is needed with model.extension.method=" +

@@ -49,11 +49,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string where(const LoadedConfig& loaded, const std::string& key) {
-  auto it = loaded.origins.find(key);
-  return (it != loaded.origins.end() ? it->second : loaded.source + " (default)") + ": " + key;
-}
-
 AdamWOptions adamw_options(const TrainConfig& t) {
   AdamWOptions o;
   o.lr = t.lr;
@@ -175,7 +170,7 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
   reset_peak_memory(device_);
   // The store's ids must mean the base's tokens; checkpoints keep which tokenizer the model learns.
   if (const std::string base = model_ref_dir(c_.model.init); !base.empty())
-    check_store_tokenizer(c_.data.store, base, where(loaded, "data.store"), "data.allow_tokenizer_mismatch: true",
+    check_store_tokenizer(c_.data.store, base, loaded.locate("data.store"), "data.allow_tokenizer_mismatch: true",
                           c_.data.allow_tokenizer_mismatch);
   if (const auto identity = data::store_tokenizer_identity(c_.data.store))
     store_tokenizer_ = data::identity_to_json(*identity, c_.data.store);
@@ -186,14 +181,14 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
       for (int64_t length : c_.eval.lengths)  // a length too short for a prompt, too
         make_passkey_prompt(*prompts_, c_.eval.passkey_style, length, static_cast<uint64_t>(c_.run.seed), 0);
     } catch (const InputError& e) {
-      throw InputError(where(loaded, "eval.passkey_trials") + ": " + e.what());
+      throw InputError(loaded.locate("eval.passkey_trials") + ": " + e.what());
     }
   }
   // A learned table has no rows past its end: say so now, not after training.
   if (models::position_scheme(model_config_.arch) == models::PositionScheme::learned)
     for (int64_t length : c_.eval.lengths)
       if (length > models::ape_rows(model_config_))
-        throw InputError(where(loaded, "eval.lengths") + ": length " + std::to_string(length) +
+        throw InputError(loaded.locate("eval.lengths") + ": length " + std::to_string(length) +
                          " is longer than the model's " + std::to_string(models::ape_rows(model_config_)) +
                          " positions; evaluate an extended model (model.extension.method: interpolate) or drop it");
 
