@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "data/hf_tokenizer.h"
+#include "data/bpe_tokenizer.h"
 
 namespace segtrain::data {
 

@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "data/corpus.h"
-#include "data/hf_tokenizer.h"
+#include "data/document_tokenizer.h"
 #include "data/token_store.h"
 #include "data/tokenizer.h"
 

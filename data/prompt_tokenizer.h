@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/hf_tokenizer.h"
+#include "data/document_tokenizer.h"
 
 namespace segtrain::data {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "data/hf_tokenizer.h"
+#include "data/document_tokenizer.h"
 
 namespace segtrain::data {
 

@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 #include "data/bpe_decoder.h"
-#include "data/hf_tokenizer.h"
+#include "data/bpe_tokenizer.h"
 #include "test_util.h"
 
 namespace segtrain::data {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "data/hf_tokenizer.h"
+#include "data/bpe_tokenizer.h"
 #include "tests/fuzz/fuzz_target.h"
 
 using namespace segtrain;

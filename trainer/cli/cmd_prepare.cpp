@@ -1,5 +1,5 @@
 // `segtrain prepare`: text (or Megatron datasets) -> sentencepiece or a base's own HF tokenizer -> token store
-// (data/prepare.h, data/hf_tokenizer.h).
+// (data/prepare.h, data/document_tokenizer.h).
 #include "data/prepare.h"
 #include "trainer/cli/command.h"
 

@@ -1,8 +1,7 @@
 #pragma once
 // A base's own tokenizer for `segtrain prepare --tokenizer DIR` (docs/architecture.md,
 // "Token store"): a Hugging Face folder's tokenizer.json when it is a byte-level BPE
-// (GPT-2, Pythia, Llama 3, Qwen2), encoded natively with the same ids as the
-// `tokenizers` library, or its sentencepiece tokenizer.model (Llama 2, Mistral).
+// (data/bpe_tokenizer.h), or its sentencepiece tokenizer.model (Llama 2, Mistral).
 //
 // Which one a folder uses: tokenizer.model when it is a sentencepiece model (the
 // tokenizer the base was trained with; HF's tokenizer.json beside it is a
@@ -15,51 +14,12 @@
 // one), followed by EOS unless those ids already end with it.
 #include <cstdint>
 #include <functional>
-#include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace segtrain::data {
-
-struct BpeDecoder;  // data/bpe_decoder.h
-
-// tokenizer.json of a byte-level BPE. Supported: model BPE (merges as "a b" or
-// ["a", "b"], ignore_merges, unk_token, byte_fallback); normalizer null, NFC, NFD,
-// NFKC, NFKD or a Sequence of them; pre_tokenizer ByteLevel (its GPT-2 regex when
-// use_regex), Split (Regex or String pattern; Isolated, Removed, MergedWithPrevious,
-// MergedWithNext) or a Sequence of them with a ByteLevel; post_processor null,
-// ByteLevel, TemplateProcessing, RobertaProcessing, BertProcessing or a Sequence;
-// added tokens matched literally (leftmost-longest, lstrip/rstrip) before the
-// normalizer and pre-tokenizer, as `tokenizers` does. Anything else is an
-// InputError naming the file and the field.
-class BpeTokenizer {
- public:
-  static BpeTokenizer load(const std::string& tokenizer_json);
-  BpeTokenizer(BpeTokenizer&&) noexcept;
-  BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
-  ~BpeTokenizer();
-
-  int64_t vocab_size() const;  // largest id (model vocabulary or added token) + 1
-  std::optional<int32_t> token_id(std::string_view token) const;
-  // Appends the ids of `text` as `tokenizers`' encode(text, add_special_tokens=False). Thread-safe.
-  void encode(std::string_view text, std::vector<int32_t>& out) const;
-  // The post-processor's special tokens around a single sequence (Llama 3: BOS first).
-  const std::vector<int32_t>& prefix() const;
-  const std::vector<int32_t>& suffix() const;
-  // ids -> UTF-8 text as `tokenizers`' decode(ids, skip_special_tokens=False) with the
-  // file's decoder (data/bpe_decoder.h: ByteLevel, ByteFallback, Fuse). Thread-safe.
-  std::string decode(const std::vector<int32_t>& ids) const;
-
-  struct Impl;  // hf_tokenizer.cpp's alone
-
- private:
-  BpeTokenizer();
-  std::unique_ptr<Impl> impl_;
-  std::shared_ptr<const BpeDecoder> decoder_;  // bpe_decoder.cpp's
-};
 
 // The tokenizer a store is made with, given as `--tokenizer PATH`: a sentencepiece
 // .model file (documents end with its EOS, no BOS, as before) or an HF folder.
