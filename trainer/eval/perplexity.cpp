@@ -149,14 +149,13 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
 }
 
 PerplexityOptions perplexity_options(const EvalConfig& eval, std::optional<int64_t> loss_chunk_tokens) {
-  PerplexityOptions o;
-  o.loss_chunk_tokens = loss_chunk_tokens;
-  o.lengths = eval.lengths;
-  o.max_sequences = eval.max_sequences;
-  o.stride = eval.stride;
-  o.batch_size = eval.batch_size;
-  o.per_position = eval.per_position;
-  return o;
+  return {.lengths = eval.lengths,
+          .max_sequences = eval.max_sequences,
+          .stride = eval.stride,
+          .batch_size = eval.batch_size,
+          .per_position = eval.per_position,
+          .loss_chunk_tokens = loss_chunk_tokens,
+          .check_stop = nullptr};
 }
 
 }  // namespace segtrain::trainer
