@@ -189,26 +189,35 @@ const YAML::Node& sequence(const YAML::Node& n, const std::string& type) {
   return n;
 }
 
-// An empty vector stands for `word`.
-Field maybe_integer_list(std::string path, std::vector<int64_t>& v, const char* word, int64_t lo, std::string doc) {
-  std::string type = std::string(word) + " or a non-empty list of integers" + int_range(lo, kMaxInt);
+// A non-empty list, or `word` as an empty vector; each item read by `parse_item`
+// (YAML item, type text) and written back by `text_of`.
+template <class T, class ParseItem, class TextOf>
+Field maybe_list(std::string path, std::vector<T>& v, const char* word, std::string type, std::string doc,
+                 ParseItem parse_item, TextOf text_of) {
   return {path, type, std::move(doc),
-          [&v, type, word, lo](const YAML::Node& n) {
-            std::vector<int64_t> out;
+          [&v, type, word, parse_item](const YAML::Node& n) {
             if (is_null_word(n, word)) {
               v.clear();
               return;
             }
-            for (const auto& item : sequence(n, type)) out.push_back(parse_integer(item, type, lo, kMaxInt));
+            std::vector<T> out;
+            for (const auto& item : sequence(n, type)) out.push_back(parse_item(item, type));
             if (out.empty()) expected(type, n);
             v = out;
           },
-          [&v, word] {
+          [&v, word, text_of] {
             if (v.empty()) return null_or(word);
             auto list = flow_list();
-            for (auto x : v) list.push_back(plain(std::to_string(x)));
+            for (const auto& x : v) list.push_back(plain(text_of(x)));
             return list;
           }};
+}
+
+Field maybe_integer_list(std::string path, std::vector<int64_t>& v, const char* word, int64_t lo, std::string doc) {
+  return maybe_list(
+      std::move(path), v, word, std::string(word) + " or a non-empty list of integers" + int_range(lo, kMaxInt),
+      std::move(doc), [lo](const YAML::Node& item, const std::string& type) { return parse_integer(item, type, lo, kMaxInt); },
+      [](int64_t x) { return std::to_string(x); });
 }
 
 Field real_list(std::string path, std::vector<double>& v, std::size_t size, Bound lo, Bound hi,
@@ -231,24 +240,10 @@ Field real_list(std::string path, std::vector<double>& v, std::size_t size, Boun
 // Any length; an empty vector stands for `word` (the length is a cross-field check).
 Field maybe_real_list(std::string path, std::vector<double>& v, const char* word, Bound lo, Bound hi,
                       std::string doc) {
-  std::string type = std::string(word) + " or a non-empty list of numbers" + real_range(lo, hi);
-  return {path, type, std::move(doc),
-          [&v, type, word, lo, hi](const YAML::Node& n) {
-            std::vector<double> out;
-            if (is_null_word(n, word)) {
-              v.clear();
-              return;
-            }
-            for (const auto& item : sequence(n, type)) out.push_back(parse_real(item, type, lo, hi));
-            if (out.empty()) expected(type, n);
-            v = out;
-          },
-          [&v, word] {
-            if (v.empty()) return null_or(word);
-            auto list = flow_list();
-            for (auto x : v) list.push_back(plain(format_double(x)));
-            return list;
-          }};
+  return maybe_list(
+      std::move(path), v, word, std::string(word) + " or a non-empty list of numbers" + real_range(lo, hi),
+      std::move(doc), [lo, hi](const YAML::Node& item, const std::string& type) { return parse_real(item, type, lo, hi); },
+      [](double x) { return format_double(x); });
 }
 
 Field text_list(std::string path, std::vector<std::string>& v, std::string doc) {
