@@ -232,6 +232,11 @@ RopeExport rope_export(const ModelConfig& c, double rotary_pct) {
     scaling = {{"rope_type", type}, {"factor", factor_of(c)}};
     out.max_positions = le;
   };
+  // yarn, llama3 and longrope read the length the base was trained at from the block.
+  const auto scaled_from_original = [&](const char* type) {
+    scaled(type);
+    scaling["original_max_position_embeddings"] = lt;
+  };
   switch (method) {
     case ExtensionMethod::none: break;
     case ExtensionMethod::interpolate:
@@ -250,21 +255,18 @@ RopeExport rope_export(const ModelConfig& c, double rotary_pct) {
       out.note = "transformers caches the grown base across calls; each call alone matches segtrain";
       break;
     case ExtensionMethod::yarn:
-      scaled("yarn");
-      scaling["original_max_position_embeddings"] = lt;
+      scaled_from_original("yarn");
       scaling["beta_fast"] = c.extension.yarn.beta_fast, scaling["beta_slow"] = c.extension.yarn.beta_slow;
       if (c.extension.yarn.attention_factor) scaling["attention_factor"] = *c.extension.yarn.attention_factor;
       break;
     case ExtensionMethod::llama3:
-      scaled("llama3");
-      scaling["original_max_position_embeddings"] = lt;
+      scaled_from_original("llama3");
       scaling["low_freq_factor"] = c.extension.llama3.low_freq_factor;
       scaling["high_freq_factor"] = c.extension.llama3.high_freq_factor;
       break;
     case ExtensionMethod::longrope:
       // 4.x reads the original length only at the top level (Phi-3's layout), 5.x there first.
-      scaled("longrope");
-      scaling["original_max_position_embeddings"] = lt;
+      scaled_from_original("longrope");
       scaling["short_factor"] = c.extension.longrope.short_factor;
       scaling["long_factor"] = c.extension.longrope.long_factor;
       if (c.extension.longrope.attention_factor) scaling["attention_factor"] = *c.extension.longrope.attention_factor;
