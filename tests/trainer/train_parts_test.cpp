@@ -5,12 +5,15 @@
 
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "data/token_store.h"
 #include "models/transformer.h"
 #include "test_util.h"
+#include "trainer/runtime/device.h"
+#include "tiny_models.h"
 #include "trainer/train/distributed.h"
 #include "trainer/eval/perplexity.h"
 #include "common/error.h"
@@ -24,15 +27,33 @@ namespace segtrain::trainer {
 namespace {
 
 models::ModelConfig tiny(models::Arch arch, int64_t vocab = 32, int64_t positions = 64) {
-  models::ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = vocab;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.d_ff = 64;
-  c.max_positions = positions;
-  return c;
+  return test::tiny_model_config(arch, vocab, positions);
+}
+
+// A uint16 split at `prefix` of documents of `lengths` tokens, each id below `vocab`
+// drawn from std::mt19937(seed).
+data::IndexedDataset random_split(const std::string& prefix, int64_t vocab, uint32_t seed,
+                                  std::initializer_list<int64_t> lengths) {
+  {
+    data::IndexedDatasetWriter writer(prefix, data::TokenDtype::uint16);
+    std::mt19937 rng(seed);
+    for (int64_t length : lengths) {
+      std::vector<int32_t> doc(length);
+      for (auto& t : doc) t = static_cast<int32_t>(rng() % vocab);
+      writer.add_document(doc);
+    }
+    writer.finish();
+  }
+  return data::IndexedDataset::open(prefix, vocab);
+}
+
+// Evaluation at `lengths`, `batch_size` windows a batch, with the loss at every position.
+PerplexityOptions per_position_options(const std::vector<int64_t>& lengths, int64_t batch_size) {
+  PerplexityOptions options;
+  options.lengths = lengths;
+  options.batch_size = batch_size;
+  options.per_position = true;
+  return options;
 }
 
 TEST(TrainStep, OverfitsATinyBatchUntilTheLossIsNearZero) {
@@ -97,23 +118,10 @@ TEST(TrainStep, MaskedLossMatchesAnExplicitReference) {
 TEST(Evaluate, PerplexityEqualsADirectComputationOverNonOverlappingWindows) {
   test::TempDir dir;
   const int64_t vocab = 32;
-  {
-    data::IndexedDatasetWriter writer((dir / "valid"), data::TokenDtype::uint16);
-    std::mt19937 rng(3);
-    for (int64_t length : {50, 7, 33, 64}) {  // 7 is shorter than every evaluated length
-      std::vector<int32_t> doc(length);
-      for (auto& t : doc) t = static_cast<int32_t>(rng() % vocab);
-      writer.add_document(doc);
-    }
-    writer.finish();
-  }
-  auto split = data::IndexedDataset::open(dir / "valid", vocab);
+  auto split = random_split(dir / "valid", vocab, 3, {50, 7, 33, 64});  // 7 is shorter than every evaluated length
   torch::manual_seed(2);
   models::TransformerLM model(tiny(models::Arch::gpt_neox, vocab));
-  PerplexityOptions options;
-  options.lengths = {16, 32};
-  options.batch_size = 3;
-  options.per_position = true;
+  PerplexityOptions options = per_position_options({16, 32}, 3);
   const auto results = evaluate(model, split, options);
   ASSERT_EQ(results.size(), 2u);
   PerplexityOptions no_overlap = options;  // evaluate()'s own guard, in the validator's words
@@ -166,17 +174,7 @@ TEST(Evaluate, PerplexityEqualsADirectComputationOverNonOverlappingWindows) {
 TEST(Evaluate, EveryLengthIsScoredOnTheFirstLTokensOfTheSameWindows) {
   test::TempDir dir;
   const int64_t vocab = 32;
-  {
-    data::IndexedDatasetWriter writer((dir / "valid"), data::TokenDtype::uint16);
-    std::mt19937 rng(5);
-    for (int64_t length : {70, 20, 33}) {  // 20: shorter than the longest length, not used
-      std::vector<int32_t> doc(length);
-      for (auto& t : doc) t = static_cast<int32_t>(rng() % vocab);
-      writer.add_document(doc);
-    }
-    writer.finish();
-  }
-  auto split = data::IndexedDataset::open(dir / "valid", vocab);
+  auto split = random_split(dir / "valid", vocab, 5, {70, 20, 33});  // 20: shorter than the longest length, not used
   struct Case { models::Arch arch; models::ExtensionMethod method; std::vector<int64_t> lengths; };
   for (const Case& k : {Case{models::Arch::gpt_neox, models::ExtensionMethod::none, {8, 16, 32}},
                         Case{models::Arch::bloom, models::ExtensionMethod::none, {8, 16, 32}},
@@ -188,10 +186,7 @@ TEST(Evaluate, EveryLengthIsScoredOnTheFirstLTokensOfTheSameWindows) {
     config.extension.method = k.method;
     if (k.method != models::ExtensionMethod::none) config.extension.factor = 2.0, config.extension.original_length = 8;
     models::TransformerLM model(config);
-    PerplexityOptions options;
-    options.lengths = k.lengths;
-    options.batch_size = 2;
-    options.per_position = true;
+    PerplexityOptions options = per_position_options(k.lengths, 2);
     options.window_length = 32;
     const auto results = evaluate(model, split, options);
     ASSERT_EQ(results.size(), k.lengths.size());
@@ -269,23 +264,10 @@ TEST(TrainStep, MicroBatchLossIsTheSameOverSlicesOfTheTokens) {
 TEST(Evaluate, PerplexityIsTheSameOverSlicesOfTheTokens) {
   test::TempDir dir;
   const int64_t vocab = 32;
-  {
-    data::IndexedDatasetWriter writer((dir / "valid"), data::TokenDtype::uint16);
-    std::mt19937 rng(4);
-    for (int64_t length : {50, 40}) {
-      std::vector<int32_t> doc(length);
-      for (auto& t : doc) t = static_cast<int32_t>(rng() % vocab);
-      writer.add_document(doc);
-    }
-    writer.finish();
-  }
-  auto split = data::IndexedDataset::open(dir / "valid", vocab);
+  auto split = random_split(dir / "valid", vocab, 4, {50, 40});
   torch::manual_seed(2);
   models::TransformerLM model(tiny(models::Arch::bloom, vocab));
-  PerplexityOptions options;
-  options.lengths = {16, 24};
-  options.batch_size = 2;
-  options.per_position = true;
+  PerplexityOptions options = per_position_options({16, 24}, 2);
   options.loss_chunk_tokens = 0;
   const auto whole = evaluate(model, split, options);
   for (std::optional<int64_t> chunk : std::vector<std::optional<int64_t>>{1, 5, std::nullopt}) {
@@ -457,6 +439,23 @@ TEST(GradientSync, AParameterWithoutAGradientDoesNotBlockTheStep) {
   group.started.clear();
   backward(s, 0);
   EXPECT_TRUE(group.started.empty());
+}
+
+// Which GPU a rank takes (the seam pick_device uses; no GPU here): LOCAL_RANK of the
+// node's devices, or the one device CUDA_VISIBLE_DEVICES leaves it (SLURM --gpus-per-task=1).
+TEST(Device, OneVisibleGpuIsTheRanksOwnWhateverItsLocalRank) {
+  EXPECT_EQ(cuda_index_for(3, 8, false), 3);
+  EXPECT_EQ(cuda_index_for(3, 8, true), 3);  // CUDA_VISIBLE_DEVICES naming the node's 8
+  EXPECT_EQ(cuda_index_for(3, 1, true), 0);  // one GPU per task
+  EXPECT_EQ(cuda_index_for(0, 1, false), 0);
+  for (auto [rank, visible, restricted] : {std::tuple{1, 1, false}, std::tuple{2, 2, true}})
+    try {
+      cuda_index_for(rank, visible, restricted);
+      ADD_FAILURE() << "LOCAL_RANK " << rank << " of " << visible << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("LOCAL_RANK=" + std::to_string(rank) + ": only " + std::to_string(visible)),
+                std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -21,15 +22,24 @@ c10::Device pick_device(Device wanted, int64_t local_rank, const std::string& wh
                      (SEGTRAIN_WITH_CUDA ? "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
                                          : "this build has no CUDA (build it with SEGTRAIN_CUDA=1 make build)"));
   if (wanted == Device::cpu || (wanted == Device::auto_select && !cuda)) return c10::Device(c10::kCPU);
-  const int64_t visible = torch::cuda::device_count();
-  if (local_rank >= visible)
-    throw InputError("LOCAL_RANK=" + std::to_string(local_rank) + ": only " + std::to_string(visible) +
-                     " CUDA devices are visible to this process");
-  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  const bool restricted = std::getenv("CUDA_VISIBLE_DEVICES") != nullptr;
+  const int64_t index = cuda_index_for(local_rank, torch::cuda::device_count(), restricted);
+  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 #if SEGTRAIN_WITH_CUDA
   c10::cuda::set_device(device.index());  // NCCL and new CUDA tensors use the current device
 #endif
   return device;
+}
+
+int64_t cuda_index_for(int64_t local_rank, int64_t visible, bool restricted) {
+  // One device left by CUDA_VISIBLE_DEVICES is this rank's own, whatever its LOCAL_RANK.
+  // Without the variable, one device is the machine's only GPU: ranks past 0 have none.
+  if (visible == 1 && restricted) return 0;
+  if (local_rank < visible) return local_rank;
+  throw InputError("LOCAL_RANK=" + std::to_string(local_rank) + ": only " + std::to_string(visible) +
+                   " CUDA device" + (visible == 1 ? " is" : "s are") +
+                   " visible to this process; give each rank one device (CUDA_VISIBLE_DEVICES, SLURM "
+                   "--gpus-per-task=1) or every rank the node's devices (--gpus-per-node with one task per GPU)");
 }
 
 at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {

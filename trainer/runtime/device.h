@@ -13,9 +13,15 @@
 namespace segtrain::trainer {
 
 // run.device for the rank with this LOCAL_RANK (each process of a node takes
-// its own GPU). InputError naming `what` (the key or flag) when CUDA is asked
-// for and not there.
+// its own GPU: cuda_index_for). InputError naming `what` (the key or flag) when
+// CUDA is asked for and not there.
 c10::Device pick_device(Device wanted, int64_t local_rank, const std::string& what = "run.device");
+
+// The CUDA device a rank computes on, from what it sees: device LOCAL_RANK when
+// it sees the node's devices (torchrun, segtrain-launch), device 0 when
+// CUDA_VISIBLE_DEVICES leaves it exactly one (SLURM --gpus-per-task=1 gives each
+// task one GPU and LOCAL_RANK 0..n-1). InputError when LOCAL_RANK has no device.
+int64_t cuda_index_for(int64_t local_rank, int64_t visible_devices, bool visible_devices_restricted);
 
 // A host tensor on `device`. For CUDA it goes through pinned (page-locked)
 // memory with a non-blocking copy, so the CPU builds the next batch while the
