@@ -10,12 +10,12 @@
 namespace segtrain {
 namespace {
 
+using test::kBin;
+using test::kLaunch;
 using test::run;
 using test::TempDir;
 namespace fs = std::filesystem;
 
-const std::string kBin = SEGTRAIN_BIN;
-const std::string kLaunch = SEGTRAIN_LAUNCH_BIN;
 const fs::path kSource = SEGTRAIN_SOURCE_DIR;
 
 TEST(Cli, VersionNamesLibTorchBuildTypeAndDevices) {

@@ -8,17 +8,9 @@
 namespace segtrain::trainer {
 namespace {
 
+using test::input_error_of;
 using test::TempDir;
 using test::write_file;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -124,9 +116,9 @@ TEST_F(ConfigTest, EvalLengthsAutoFollowTheRunsLengths) {
 TEST_F(ConfigTest, SampleUseChecksOnlyTheDataSection) {
   const std::vector<std::string> bad_training = {"train.lr=1e-4", "train.min_lr=1e-3"};
   EXPECT_NO_THROW(load_config(minimal(), bad_training, ConfigUse::sample));
-  auto msg = error_of([&] { load_config(minimal(), bad_training, ConfigUse::train); });
+  auto msg = input_error_of([&] { load_config(minimal(), bad_training, ConfigUse::train); });
   EXPECT_NE(msg.find("train.min_lr"), std::string::npos) << msg;
-  msg = error_of([&] { load_config(minimal(), {"data.extended_length=8", "data.train_length=16"}, ConfigUse::sample); });
+  msg = input_error_of([&] { load_config(minimal(), {"data.extended_length=8", "data.train_length=16"}, ConfigUse::sample); });
   EXPECT_NE(msg.find("data."), std::string::npos) << msg;
 }
 
@@ -139,15 +131,15 @@ TEST_F(ConfigTest, OverridesApplyWithTypeChecks) {
   EXPECT_TRUE(loaded.config.run.log_all_ranks);
   EXPECT_EQ(loaded.origins.at("train.lr"), "--set train.lr=1e-4");
 
-  auto msg = error_of([&] { load_config(minimal(), {"train.lr=fast"}); });
+  auto msg = input_error_of([&] { load_config(minimal(), {"train.lr=fast"}); });
   EXPECT_NE(msg.find("--set train.lr=fast: train.lr: expected a number > 0, got 'fast'"), std::string::npos) << msg;
-  msg = error_of([&] { load_config(minimal(), {"train.lrr=1"}); });
+  msg = input_error_of([&] { load_config(minimal(), {"train.lrr=1"}); });
   EXPECT_NE(msg.find("unknown key 'train.lrr'; did you mean 'train.lr'?"), std::string::npos) << msg;
-  msg = error_of([&] { load_config(minimal(), {"model.rope=1"}); });
+  msg = input_error_of([&] { load_config(minimal(), {"model.rope=1"}); });
   EXPECT_NE(msg.find("is a section; set one of its keys: model.rope.theta"), std::string::npos) << msg;
-  msg = error_of([&] { load_config(minimal(), {"train.lr"}); });
+  msg = input_error_of([&] { load_config(minimal(), {"train.lr"}); });
   EXPECT_NE(msg.find("expected key=value"), std::string::npos) << msg;
-  msg = error_of([&] { load_config(minimal(), {"train.micro_batch_size=2.5"}); });
+  msg = input_error_of([&] { load_config(minimal(), {"train.micro_batch_size=2.5"}); });
   EXPECT_NE(msg.find("expected an integer >= 1, got '2.5'"), std::string::npos) << msg;
 }
 
@@ -159,19 +151,19 @@ TEST_F(ConfigTest, TokenBudgetAndComputeEquivalentAreAlternatives) {
   EXPECT_FALSE(loaded.config.train.budget.tokens.has_value());
 
   auto both = file("both.yaml", "data: {store: " + store() + "}\ntrain:\n  budget: {tokens: 10, compute_equivalent: true}\n");
-  auto msg = error_of([&] { load_config(both, {}); });
+  auto msg = input_error_of([&] { load_config(both, {}); });
   EXPECT_NE(msg.find("give either tokens or compute_equivalent: true, not both"), std::string::npos) << msg;
-  msg = error_of([&] { load_config(minimal(), {"train.budget.compute_equivalent=false"}); });
+  msg = input_error_of([&] { load_config(minimal(), {"train.budget.compute_equivalent=false"}); });
   EXPECT_NE(msg.find("give one budget"), std::string::npos) << msg;
 }
 
 TEST_F(ConfigTest, UnknownKeysSuggestTheNearestValidKey) {
   auto path = file("typo.yaml", "data:\n  store: " + store() + "\nmodel:\n  d_modle: 64\n  lr: 0.1\nevl:\n  lengths: [1]\n");
-  auto msg = error_of([&] { load_config(path, {}); });
+  auto msg = input_error_of([&] { load_config(path, {}); });
   EXPECT_NE(msg.find(path + ":4:3: unknown key 'model.d_modle'; did you mean 'model.d_model'?"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path + ":5:3: unknown key 'model.lr'; did you mean 'train.lr'?"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path + ":6:1: unknown key 'evl'; did you mean 'eval'?"), std::string::npos) << msg;
-  msg = error_of([&] { load_config(file("far.yaml", "zzzzzzzzzzzz: 1\n"), {}); });
+  msg = input_error_of([&] { load_config(file("far.yaml", "zzzzzzzzzzzz: 1\n"), {}); });
   EXPECT_NE(msg.find("unknown key 'zzzzzzzzzzzz'"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("did you mean"), std::string::npos) << msg;
 }
@@ -179,7 +171,7 @@ TEST_F(ConfigTest, UnknownKeysSuggestTheNearestValidKey) {
 TEST_F(ConfigTest, TypeErrorsNameFileLineColumnAndExpectedType) {
   auto path = file("types.yaml", "data:\n  store: " + store() + "\n  train_length: many\ntrain:\n  betas: [0.9]\n"
                                      "  precision: fp16\n  tensorboard: maybe\n  lr: -1\n");
-  auto msg = error_of([&] { load_config(path, {}); });
+  auto msg = input_error_of([&] { load_config(path, {}); });
   EXPECT_NE(msg.find(path + ":3:17: data.train_length: expected an integer >= 1, got 'many'"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path + ":5:10: train.betas: expected a list of 2 numbers in [0, 1), got a list"), std::string::npos) << msg;
   EXPECT_NE(msg.find("train.precision: expected one of fp32|bf16, got 'fp16'"), std::string::npos) << msg;
@@ -188,19 +180,19 @@ TEST_F(ConfigTest, TypeErrorsNameFileLineColumnAndExpectedType) {
 }
 
 TEST_F(ConfigTest, SyntaxErrorsAndEmptyFiles) {
-  auto msg = error_of([&] { load_config(file("syntax.yaml", "data:\n  store: [unclosed\n"), {}); });
+  auto msg = input_error_of([&] { load_config(file("syntax.yaml", "data:\n  store: [unclosed\n"), {}); });
   EXPECT_NE(msg.find("YAML syntax error"), std::string::npos) << msg;
   EXPECT_NE(msg.find("syntax.yaml:"), std::string::npos) << msg;
-  msg = error_of([&] { load_config(file("empty.yaml", ""), {}); });
+  msg = input_error_of([&] { load_config(file("empty.yaml", ""), {}); });
   EXPECT_NE(msg.find("the config is empty"), std::string::npos) << msg;
-  msg = error_of([&] { load_config(file("list.yaml", "- a\n- b\n"), {}); });
+  msg = input_error_of([&] { load_config(file("list.yaml", "- a\n- b\n"), {}); });
   EXPECT_NE(msg.find("expected a mapping of sections"), std::string::npos) << msg;
-  msg = error_of([&] { load_config(dir / "missing.yaml", {}); });
+  msg = input_error_of([&] { load_config(dir / "missing.yaml", {}); });
   EXPECT_NE(msg.find("cannot read config file"), std::string::npos) << msg;
 }
 
 TEST_F(ConfigTest, CrossFieldChecks) {
-  auto check = [&](const std::vector<std::string>& sets) { return error_of([&] { load_config(minimal(), sets); }); };
+  auto check = [&](const std::vector<std::string>& sets) { return input_error_of([&] { load_config(minimal(), sets); }); };
   EXPECT_NE(check({"data.extended_length=128"}).find("is shorter than data.train_length"), std::string::npos);
   EXPECT_NE(check({"data.sampler.method=chunk", "data.sampler.alpha=0.3"}).find("is not an integer"), std::string::npos);
   EXPECT_NE(check({"data.sampler.method=chunk", "data.sampler.alpha=0.5", "data.train_length=3", "data.extended_length=12"})
@@ -249,14 +241,14 @@ TEST_F(ConfigTest, CrossFieldChecks) {
 
 TEST_F(ConfigTest, AllProblemsAreReportedAtOnce) {
   auto path = file("many.yaml", "data:\n  store: " + store() + "\nmodel:\n  n_layers: 0\n  d_model: x\ntrain:\n  lr: 0\n");
-  auto msg = error_of([&] { load_config(path, {}); });
+  auto msg = input_error_of([&] { load_config(path, {}); });
   EXPECT_NE(msg.find("model.n_layers"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.d_model"), std::string::npos) << msg;
   EXPECT_NE(msg.find("train.lr"), std::string::npos) << msg;
 }
 
 TEST_F(ConfigTest, DuplicateKeysAreRejected) {
-  auto msg = error_of([&] { load_config(file("dup.yaml", "data:\n  store: " + store() + "\ntrain:\n  lr: 1\n  lr: 2\n"), {}); });
+  auto msg = input_error_of([&] { load_config(file("dup.yaml", "data:\n  store: " + store() + "\ntrain:\n  lr: 1\n  lr: 2\n"), {}); });
   EXPECT_NE(msg.find("duplicate key 'train.lr'"), std::string::npos) << msg;
 }
 

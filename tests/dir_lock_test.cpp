@@ -8,8 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <functional>
-
 #include "common/error.h"
 #include "test_util.h"
 
@@ -52,15 +50,6 @@ void kill_and_reap(pid_t pid) {
   ::waitpid(pid, &status, 0);
 }
 
-std::string refusal(const std::function<void()>& hold) {
-  try {
-    hold();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(not refused)";
-}
-
 TEST(DirectoryLock, ASecondHolderIsRefusedNamingTheFirstUntilItDies) {
   test::TempDir tmp;
   const fs::path run = tmp.path() / "run";
@@ -68,7 +57,8 @@ TEST(DirectoryLock, ASecondHolderIsRefusedNamingTheFirstUntilItDies) {
   ASSERT_GT(holder, 0);
   const std::string pid = std::to_string(holder);
 
-  const std::string refused = refusal([&] { DirectoryLock::hold(run, "run.output_dir", "segtrain train"); });
+  const std::string refused =
+      test::input_error_of([&] { DirectoryLock::hold(run, "run.output_dir", "segtrain train"); });
   EXPECT_EQ(refused.rfind("run.output_dir: '" + run.string() + "' is in use by test holder (pid " + pid +
                               " on host " + this_host() + ", since ",
                           0),
@@ -78,7 +68,8 @@ TEST(DirectoryLock, ASecondHolderIsRefusedNamingTheFirstUntilItDies) {
 
   // Writing into the run's folder (an eval's --out, an export) is refused too, naming the run directory.
   const fs::path inside = run / "evals" / "eval.json";
-  const std::string enclosing = refusal([&] { DirectoryLock::hold_enclosing(inside, "--out", "segtrain eval"); });
+  const std::string enclosing =
+      test::input_error_of([&] { DirectoryLock::hold_enclosing(inside, "--out", "segtrain eval"); });
   EXPECT_EQ(enclosing.rfind("--out: '" + inside.string() + "' is inside the run directory '" +
                                 fs::weakly_canonical(run).string() + "', which is in use by test holder (pid " + pid,
                             0),

@@ -1,15 +1,19 @@
 #pragma once
 // Helpers shared by the test suites: temporary directories, files, and running
 // the real `segtrain` binary the way a user does.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "common/error.h"
 
 namespace segtrain::test {
 
@@ -82,9 +86,78 @@ inline RunResult run(const std::string& program, const std::vector<std::string>&
   return result;
 }
 
+// The message of the InputError `fn` throws, or "(no InputError)" when it throws none.
+inline std::string input_error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
 // The smallest directory that config validation accepts as a token store.
 inline void make_store_stub(const fs::path& dir) {
   write_file(dir / "meta.json", "{\"vocab_size\": 64}\n");
 }
+
+// The binaries of this build, for the suites that run them: their targets define
+// SEGTRAIN_BIN and SEGTRAIN_LAUNCH_BIN as the paths (tests/**/CMakeLists.txt).
+#ifdef SEGTRAIN_BIN
+inline const std::string kBin = SEGTRAIN_BIN;
+
+// What a run of SyntheticStoreSuite::tiny_run_config may change from the tiny run.
+struct TinyRun {
+  std::string arch = "gpt_neox";
+  std::string method = "chunk";  // the sampler's, with alpha 0.25
+  std::string run_keys = "";     // more keys of `run:`, each ", key: value"
+  std::string train_keys = "";   // more keys of `train:`, each ", key: value"
+  std::string eval_lengths = "[32]";
+};
+
+// A suite whose tests share one corpus and token store, made once per suite the way a
+// user makes them: `segtrain synth` (40 documents of 700 to 1,200 tokens, seed 5) into
+// dir_/corpus, then `segtrain prepare` (a vocabulary of 160) into dir_/store; and the
+// short runs of a tiny model they train on it.
+class SyntheticStoreSuite : public ::testing::Test {
+ protected:
+  // The config file of run `name`, written to config_path(name): a 2-layer, 4-head model
+  // of d_model 32 trained at L_t = 32 from L_e = 128 windows of the store, 4 sequences
+  // a micro-batch, logging every step, no checkpoints or TensorBoard; output in run_dir(name).
+  static std::string tiny_run_config(const std::string& name, const TinyRun& tiny = {}) {
+    const std::string path = config_path(name);
+    write_file(path, "run: {name: " + name + ", output_dir: " + run_dir(name) + ", threads: 1" + tiny.run_keys +
+                         "}\n"
+                         "model: {arch: " + tiny.arch + ", d_model: 32, n_layers: 2, n_heads: 4}\n"
+                         "data:\n  store: " + (*dir_ / "store") +
+                         "\n  train_length: 32\n  extended_length: 128\n  sampler: {method: " + tiny.method +
+                         ", alpha: 0.25}\n"
+                         "train: {micro_batch_size: 4, lr: 3.0e-3, warmup_steps: 5, log_every: 1,"
+                         " checkpoint_every: 0, tensorboard: false" + tiny.train_keys + "}\n"
+                         "eval: {lengths: " + tiny.eval_lengths + ", max_sequences: 4}\n");
+    return path;
+  }
+  static std::string config_path(const std::string& name) { return *dir_ / (name + ".yaml"); }
+  static std::string run_dir(const std::string& name) { return *dir_ / ("runs/" + name); }
+
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto synth = run(kBin, {"synth", "--out", *dir_ / "corpus", "--docs", "40", "--min-tokens", "700",
+                            "--max-tokens", "1200", "--seed", "5"});
+    ASSERT_EQ(synth.exit_code, 0) << synth.err;
+    auto prepare = run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", *dir_ / "corpus/valid.jsonl",
+                              "--out", *dir_ / "store", "--vocab-size", "160"});
+    ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static inline TempDir* dir_ = nullptr;
+};
+#endif
+#ifdef SEGTRAIN_LAUNCH_BIN
+inline const std::string kLaunch = SEGTRAIN_LAUNCH_BIN;
+#endif
 
 }  // namespace segtrain::test

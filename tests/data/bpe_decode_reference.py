@@ -17,43 +17,17 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_tokenizer_test import EDGE_TEXTS, LLAMA3_PATTERN, QWEN2_PATTERN, linux_doc  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from byte_level_bpe import gpt2_like_bpe, llama3_like_bpe, qwen2_like_bpe  # noqa: E402
+from hf_tokenizer_test import EDGE_TEXTS, linux_doc  # noqa: E402
 
 
 def build(work, train_texts):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import AddedToken, Tokenizer
 
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    made = {}
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(train_texts, trainers.BpeTrainer(vocab_size=2000, special_tokens=["<|endoftext|>"],
-                                                             initial_alphabet=alphabet))
-    made["gpt2"] = tok
-
-    tok = Tokenizer(models.BPE(ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(train_texts, trainers.BpeTrainer(vocab_size=2000, initial_alphabet=alphabet))
-    tok.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>"] + [f"<|reserved_special_token_{i}|>" for i in range(4)])
-    bos = tok.token_to_id("<|begin_of_text|>")
-    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A $B",
-                                                       special_tokens=[("<|begin_of_text|>", bos)])
-    made["llama3"] = tok
-
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(train_texts, trainers.BpeTrainer(vocab_size=2000))
-    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-    made["qwen2"] = tok
+    made = {"gpt2": gpt2_like_bpe(train_texts, 2000),
+            "llama3": llama3_like_bpe(train_texts, 2000, byte_level_post=False),
+            "qwen2": qwen2_like_bpe(train_texts, 2000)}
 
     # byte_fallback: "<0xNN>" tokens in the vocabulary, decoded by a ByteFallback step first.
     j = json.loads(made["gpt2"].to_str())

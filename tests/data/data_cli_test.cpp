@@ -14,11 +14,10 @@
 namespace segtrain {
 namespace {
 
+using test::kBin;
 using test::run;
 using test::TempDir;
 namespace fs = std::filesystem;
-
-const std::string kBin = SEGTRAIN_BIN;
 
 std::string config_for(const std::string& store, const std::string& method, int64_t lt, int64_t le) {
   return "data:\n  store: " + store + "\n  train_length: " + std::to_string(lt) + "\n  extended_length: " +

@@ -21,18 +21,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from byte_level_bpe import gpt2_like_bpe, llama3_like_bpe, qwen2_like_bpe  # noqa: E402
+from checks import check, finish, work_dir  # noqa: E402
 from megatron_store import read_split  # noqa: E402
-
-failures = []
-
-LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 EDGE_TEXTS = [
     "Grüße aus Köln! Ça va? Добрый день. 你好，世界。 こんにちは 안녕하세요 العربية हिन्दी",
@@ -53,12 +47,6 @@ EDGE_TEXTS = [
     "!" * 5000 + " =" * 3000,
     "\n" * 5000 + " 1" + "\r\n" * 3000,
 ]
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL:", message, file=sys.stderr)
 
 
 def linux_doc(limit_bytes):
@@ -84,19 +72,14 @@ def linux_doc(limit_bytes):
 
 
 def build_tokenizers(work, train_texts):
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import processors
     from transformers import AutoTokenizer, LlamaTokenizer, PreTrainedTokenizerFast
 
     folders = {}
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
 
     # GPT-2: ByteLevel with its own regex; merges rewritten as "a b" strings (the older format).
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
+    tok = gpt2_like_bpe(train_texts, 3000)
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    tok.train_from_iterator(train_texts, trainers.BpeTrainer(vocab_size=3000, special_tokens=["<|endoftext|>"],
-                                                             initial_alphabet=alphabet))
     d = os.path.join(work, "gpt2")
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
                             unk_token="<|endoftext|>").save_pretrained(d)
@@ -106,33 +89,14 @@ def build_tokenizers(work, train_texts):
     folders["gpt2"] = d
 
     # Llama 3: Split(regex, isolated) + ByteLevel(use_regex=False), ignore_merges, BOS by a template.
-    specials = ["<|begin_of_text|>", "<|end_of_text|>"] + [f"<|reserved_special_token_{i}|>" for i in range(4)]
-    tok = Tokenizer(models.BPE(ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(train_texts, trainers.BpeTrainer(vocab_size=3000, initial_alphabet=alphabet))
-    tok.add_special_tokens(specials)
-    bos = tok.token_to_id("<|begin_of_text|>")
-    tok.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=False),
-        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A $B",
-                                      special_tokens=[("<|begin_of_text|>", bos)])])
+    tok = llama3_like_bpe(train_texts, 3000)
     d = os.path.join(work, "llama3")
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>",
                             eos_token="<|end_of_text|>").save_pretrained(d)
     folders["llama3"] = d
 
     # Qwen2: NFC, Qwen's regex, no BOS; no full byte alphabet (bytes never seen are dropped).
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(train_texts, trainers.BpeTrainer(vocab_size=3000))
-    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tok = qwen2_like_bpe(train_texts, 3000)
     d = os.path.join(work, "qwen2")
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>").save_pretrained(d)
     folders["qwen2"] = d
@@ -182,17 +146,9 @@ def main():
     ap.add_argument("--corpus-bytes", type=int, default=3_000_000)
     ap.add_argument("--keep", help="keep the folders and stores here (for bench/ or a look)")
     args = ap.parse_args()
-    work = args.keep or tempfile.mkdtemp(prefix="segtrain-hftok-")
-    os.makedirs(work, exist_ok=True)
-    try:
+    with work_dir("segtrain-hftok-", args.keep) as work:
         run(args, work)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} check(s) failed", file=sys.stderr)
-        sys.exit(1)
-    print("hf_tokenizer: all checks passed")
+    finish("hf_tokenizer")
 
 
 def run(args, work):

@@ -6,21 +6,13 @@ is exactly the one `segtrain prepare` makes from the same documents and seed."""
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-failures = []
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL:", message, file=sys.stderr)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from byte_level_bpe import gpt2_like_bpe  # noqa: E402
+from checks import check, finish, work_dir  # noqa: E402
 
 
 def read_split(prefix):
@@ -44,15 +36,9 @@ def main():
     ap.add_argument("--segtrain", required=True)
     ap.add_argument("--script", required=True)
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="segtrain-hf-")
-    try:
+    with work_dir("segtrain-hf-") as work:
         run(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} check(s) failed", file=sys.stderr)
-        sys.exit(1)
-    print("pretokenize_hf: all checks passed")
+    finish("pretokenize_hf")
 
 
 def run(args, work):
@@ -61,11 +47,7 @@ def run(args, work):
     rng = np.random.default_rng(0)
     texts = [" ".join(rng.choice(words, size=int(rng.integers(40, 160)))) + f" number {i} ." for i in range(40)]
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = gpt2_like_bpe(texts, 300)
     tok_path = os.path.join(work, "tokenizer.json")
     tok.save(tok_path)
     eos = tok.token_to_id("<|endoftext|>")

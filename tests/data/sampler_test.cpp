@@ -26,12 +26,33 @@ using test::TempDir;
 
 const std::vector<int64_t> kLengths = {1000, 2500, 130, 4096, 777, 0, 64, 128, 3000};
 
-TEST(Windows, NonOverlappingFullWindowsRemaindersAndShortDocumentsDiscarded) {
+// A coded store of documents of `lengths` (data_test_util.h), in a directory of its own.
+struct CodedStore {
+  explicit CodedStore(const std::vector<int64_t>& lengths) : store(write_and_open(dir, lengths)) {}
+  const IndexedDataset& train() const { return store.split(Split::train); }
   TempDir dir;
-  test::write_coded_store(dir / "s", kLengths);
-  auto store = TokenStore::open(dir / "s");
+  TokenStore store;
+
+ private:
+  static TokenStore write_and_open(const TempDir& dir, const std::vector<int64_t>& lengths) {
+    test::write_coded_store(dir / "s", lengths);
+    return TokenStore::open(dir / "s");
+  }
+};
+
+// The data section of a sampler of L_t = lt from windows of L_e = le.
+DataConfig sampler_config(int64_t lt, int64_t le, const SamplerConfig& sampler) {
+  DataConfig config;
+  config.train_length = lt;
+  config.extended_length = le;
+  config.sampler = sampler;
+  return config;
+}
+
+TEST(Windows, NonOverlappingFullWindowsRemaindersAndShortDocumentsDiscarded) {
+  const CodedStore coded(kLengths);
   for (int64_t le : {1, 64, 128, 1000, 5000}) {
-    auto w = make_windows(store.split(Split::train), le);
+    auto w = make_windows(coded.train(), le);
     int64_t expected = 0, short_docs = 0, discarded = 0, used = 0;
     for (auto n : kLengths) {
       expected += n / le;
@@ -88,15 +109,10 @@ class SamplerInvariants : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SamplerInvariants, HoldOverThousandsOfDraws) {
   const Case c = GetParam();
-  TempDir dir;
-  test::write_coded_store(dir / "s", kLengths);
-  auto store = TokenStore::open(dir / "s");
-  DataConfig config;
-  config.train_length = c.lt;
-  config.extended_length = c.le;
-  config.sampler = {c.method, c.alpha, c.targets, c.placement};
-  const auto windows = make_windows(store.split(Split::train), c.le);
-  const Sampler sampler(store.split(Split::train), windows, config);
+  const CodedStore coded(kLengths);
+  const auto windows = make_windows(coded.train(), c.le);
+  const Sampler sampler(coded.train(), windows,
+                        sampler_config(c.lt, c.le, {c.method, c.alpha, c.targets, c.placement}));
   const int64_t T = c.method == SamplerMethod::full ? c.le : c.lt;
   int64_t crossings = 0;  // ring: samples whose structure is only explained by a run split at the end
   ASSERT_EQ(sampler.length(), T);
@@ -240,15 +256,10 @@ TEST(SortedDistinct, EveryKSubsetIsEquallyLikely) {
 
 TEST(Chunk, EveryPlacementOfTheSegmentsIsEquallyLikely) {
   // L_e = 8, two segments of 2 (L_t = 4, a = 0.5): C(8 - 4 + 2, 2) = 15 placements.
-  TempDir dir;
-  test::write_coded_store(dir / "s", {8});
-  auto store = TokenStore::open(dir / "s");
-  DataConfig config;
-  config.train_length = 4;
-  config.extended_length = 8;
-  config.sampler = {SamplerMethod::chunk, 0.5, TargetMode::sequence};
-  const auto windows = make_windows(store.split(Split::train), 8);
-  const Sampler sampler(store.split(Split::train), windows, config);
+  const CodedStore coded({8});
+  const auto windows = make_windows(coded.train(), 8);
+  const Sampler sampler(coded.train(), windows,
+                        sampler_config(4, 8, {SamplerMethod::chunk, 0.5, TargetMode::sequence}));
   std::map<std::vector<int32_t>, int64_t> counts;
   for (uint64_t key = 0; key < 30000; ++key) ++counts[sampler.draw(0, mix(9, key)).offsets];
   EXPECT_EQ(counts.size(), 15u);
@@ -258,15 +269,10 @@ TEST(Chunk, EveryPlacementOfTheSegmentsIsEquallyLikely) {
 TEST(ChunkRing, EveryRingPlacementIsEquallyLikely) {
   // L_e = 8 as a ring, two runs of 2: 8 rotations x C(8 - 4 + 1, 1) gaps / 2
   // runs = 20 placements, each a distinct set of offsets (listed increasing).
-  TempDir dir;
-  test::write_coded_store(dir / "s", {8});
-  auto store = TokenStore::open(dir / "s");
-  DataConfig config;
-  config.train_length = 4;
-  config.extended_length = 8;
-  config.sampler = {SamplerMethod::chunk, 0.5, TargetMode::sequence, ChunkPlacement::ring};
-  const auto windows = make_windows(store.split(Split::train), 8);
-  const Sampler sampler(store.split(Split::train), windows, config);
+  const CodedStore coded({8});
+  const auto windows = make_windows(coded.train(), 8);
+  const Sampler sampler(coded.train(), windows,
+                        sampler_config(4, 8, {SamplerMethod::chunk, 0.5, TargetMode::sequence, ChunkPlacement::ring}));
   std::map<std::vector<int32_t>, int64_t> counts;
   for (uint64_t key = 0; key < 30000; ++key) ++counts[sampler.draw(0, mix(9, key)).offsets];
   // Independently: every 2-subset {a, b} of ring starts with ring distance >= 2.
@@ -279,15 +285,11 @@ TEST(ChunkRing, EveryRingPlacementIsEquallyLikely) {
 }
 
 TEST(ChunkRing, DrawsArePureFunctionsOfWindowAndKey) {
-  TempDir dir;
-  test::write_coded_store(dir / "s", kLengths);
-  auto store = TokenStore::open(dir / "s");
-  DataConfig config;
-  config.train_length = 64;
-  config.extended_length = 256;
-  config.sampler = {SamplerMethod::chunk, 0.25, TargetMode::sequence, ChunkPlacement::ring};
-  const auto windows = make_windows(store.split(Split::train), 256);
-  const Sampler a(store.split(Split::train), windows, config), b(store.split(Split::train), windows, config);
+  const CodedStore coded(kLengths);
+  const DataConfig config =
+      sampler_config(64, 256, {SamplerMethod::chunk, 0.25, TargetMode::sequence, ChunkPlacement::ring});
+  const auto windows = make_windows(coded.train(), 256);
+  const Sampler a(coded.train(), windows, config), b(coded.train(), windows, config);
   std::set<std::vector<int32_t>> distinct;
   for (uint64_t key = 0; key < 200; ++key) {
     const int64_t w = static_cast<int64_t>(key % static_cast<uint64_t>(windows.size()));
@@ -325,17 +327,12 @@ std::vector<double> exact_uniform_coverage(int64_t n, int64_t k, int64_t s) {
 // The measurement (L_t 128, L_e 512, alpha 0.25, 20,000+ samples of a
 // store's stream, as `segtrain sample --coverage` takes them).
 Coverage coverage_of(ChunkPlacement placement, int64_t samples) {
-  TempDir dir;
-  test::write_coded_store(dir / "s", {4096, 3000, 2048, 1500, 600, 5000});
-  auto store = TokenStore::open(dir / "s");
-  DataConfig config;
-  config.train_length = 128;
-  config.extended_length = 512;
-  config.sampler = {SamplerMethod::chunk, 0.25, TargetMode::sequence, placement};
+  const CodedStore coded({4096, 3000, 2048, 1500, 600, 5000});
+  const DataConfig config = sampler_config(128, 512, {SamplerMethod::chunk, 0.25, TargetMode::sequence, placement});
   LoaderOptions lo;
   lo.micro_batch_size = 1;
   lo.threads = 0;
-  const Loader loader(store, config, lo);
+  const Loader loader(coded.store, config, lo);
   return measure_coverage(loader, 512, samples);
 }
 
@@ -378,15 +375,10 @@ TEST(ChunkUniform, CoverageFollowsTheExactProfileWithItsEdgeEffect) {
 }
 
 TEST(RandomPos, PositionsSpreadOverTheWholeExtendedRange) {
-  TempDir dir;
-  test::write_coded_store(dir / "s", {512});
-  auto store = TokenStore::open(dir / "s");
-  DataConfig config;
-  config.train_length = 16;
-  config.extended_length = 512;
-  config.sampler = {SamplerMethod::randompos, 0.25, TargetMode::sequence};
-  const auto windows = make_windows(store.split(Split::train), 512);
-  const Sampler sampler(store.split(Split::train), windows, config);
+  const CodedStore coded({512});
+  const auto windows = make_windows(coded.train(), 512);
+  const Sampler sampler(coded.train(), windows,
+                        sampler_config(16, 512, {SamplerMethod::randompos, 0.25, TargetMode::sequence}));
   // Order statistics of 16 uniform draws from [0, 512): E[max] = 17 * 512/17 - 1 ~ 481.
   double max_sum = 0, min_sum = 0;
   for (uint64_t key = 0; key < 4000; ++key) {
@@ -399,16 +391,11 @@ TEST(RandomPos, PositionsSpreadOverTheWholeExtendedRange) {
 }
 
 TEST(Sampler, RejectsShapesTheMethodCannotProduce) {
-  TempDir dir;
-  test::write_coded_store(dir / "s", {256});
-  auto store = TokenStore::open(dir / "s");
+  const CodedStore coded({256});
   auto make = [&](SamplerMethod m, int64_t lt, int64_t le, double alpha) {
-    DataConfig config;
-    config.train_length = lt;
-    config.extended_length = le;
-    config.sampler = {m, alpha, TargetMode::sequence};
-    const auto windows = make_windows(store.split(Split::train), le);
-    Sampler sampler(store.split(Split::train), windows, config);
+    const DataConfig config = sampler_config(lt, le, {m, alpha, TargetMode::sequence});
+    const auto windows = make_windows(coded.train(), le);
+    Sampler sampler(coded.train(), windows, config);
   };
   EXPECT_THROW(make(SamplerMethod::chunk, 32, 128, 0.3), InputError);   // 1/alpha not an integer
   EXPECT_THROW(make(SamplerMethod::chunk, 30, 128, 0.25), InputError);  // alpha L_t not an integer
@@ -428,13 +415,10 @@ TEST(Sampler, RejectsShapesTheMethodCannotProduce) {
   }
   for (auto m : {SamplerMethod::truncate, SamplerMethod::full, SamplerMethod::prefix, SamplerMethod::randompos,
                  SamplerMethod::pose}) {
-    DataConfig config;
-    config.train_length = 32;
-    config.extended_length = 128;
-    config.sampler = {m, 0.25, TargetMode::sequence, ChunkPlacement::ring};
-    const auto windows = make_windows(store.split(Split::train), 128);
+    const DataConfig config = sampler_config(32, 128, {m, 0.25, TargetMode::sequence, ChunkPlacement::ring});
+    const auto windows = make_windows(coded.train(), 128);
     try {
-      Sampler sampler(store.split(Split::train), windows, config);
+      Sampler sampler(coded.train(), windows, config);
       ADD_FAILURE() << "ring accepted for " << enum_name(kSamplerMethods, m);
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("data.sampler.placement"), std::string::npos) << e.what();

@@ -21,6 +21,7 @@
 #include "models/safetensors.h"
 #include "models/transformer.h"
 #include "test_util.h"
+#include "tiny_models.h"
 #include "trainer/runtime/device.h"
 #include "trainer/train/optimizer.h"
 #include "trainer/train/step_loss.h"
@@ -30,10 +31,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using test::kBin;
+using test::kLaunch;
 using test::run;
-
-const std::string kBin = SEGTRAIN_BIN;
-const std::string kLaunch = SEGTRAIN_LAUNCH_BIN;
 
 // "cuda" or "cpu": the device the tests put against the CPU reference.
 std::string device_under_test() {
@@ -54,15 +54,11 @@ std::string device_under_test() {
 // ---------------------------------------------------------------------------
 // One optimizer step of the model itself, in this process.
 
+// llama with grouped-query attention (through SDPA's enable_gqa).
 models::ModelConfig tiny(models::Arch arch) {
-  models::ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 96;
+  auto c = test::tiny_model_config(arch, 96, 160, /*grouped_kv=*/true);
   c.d_model = 64;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.max_positions = 160;
-  if (arch == models::Arch::llama) c.n_kv_heads = 2;  // grouped-query attention through SDPA's enable_gqa
+  c.d_ff = std::nullopt;  // auto: 4 * d_model
   return c;
 }
 
@@ -184,33 +180,12 @@ INSTANTIATE_TEST_SUITE_P(EveryArchitecture, OneStep,
 // ---------------------------------------------------------------------------
 // Whole runs through the CLI, as a user runs them.
 
-class DeviceRun : public ::testing::Test {
+class DeviceRun : public test::SyntheticStoreSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    auto synth = run(kBin, {"synth", "--out", *dir_ / "corpus", "--docs", "40", "--min-tokens", "700",
-                            "--max-tokens", "1200", "--seed", "5"});
-    ASSERT_EQ(synth.exit_code, 0) << synth.err;
-    auto prepare = run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", *dir_ / "corpus/valid.jsonl",
-                              "--out", *dir_ / "store", "--vocab-size", "160"});
-    ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
-  }
-  static void TearDownTestSuite() { delete dir_; }
-
   // A chunk-0.25 run of a tiny RoPE model at L_t = 32 from L_e = 128 windows.
   static std::string config(const std::string& name, const std::string& device, const std::string& extra = "") {
-    const std::string path = *dir_ / (name + ".yaml");
-    test::write_file(path, "run: {name: " + name + ", output_dir: " + run_dir(name) + ", device: " + device +
-                               ", threads: 1}\n"
-                               "model: {arch: gpt_neox, d_model: 32, n_layers: 2, n_heads: 4}\n"
-                               "data:\n  store: " + (*dir_ / "store") +
-                               "\n  train_length: 32\n  extended_length: 128\n  sampler: {method: chunk, alpha: 0.25}\n"
-                               "train: {micro_batch_size: 4, lr: 3.0e-3, warmup_steps: 5, log_every: 1,"
-                               " checkpoint_every: 0, tensorboard: false" + extra + "}\n"
-                               "eval: {lengths: [32, 128], max_sequences: 4}\n");
-    return path;
+    return tiny_run_config(name, {.run_keys = ", device: " + device, .train_keys = extra, .eval_lengths = "[32, 128]"});
   }
-  static std::string run_dir(const std::string& name) { return *dir_ / ("runs/" + name); }
   static std::vector<json> rows(const std::string& run) {
     std::vector<json> out;
     std::istringstream lines(test::read_file(fs::path(run) / "metrics.jsonl"));
@@ -218,10 +193,7 @@ class DeviceRun : public ::testing::Test {
     return out;
   }
   static json state_of(const std::string& dir) { return json::parse(test::read_file(fs::path(dir) / "trainer_state.json")); }
-
-  static test::TempDir* dir_;
 };
-test::TempDir* DeviceRun::dir_ = nullptr;
 
 // Runs `segtrain args...`, SIGTERMs it once `metrics` has `lines` lines; returns its exit status.
 int run_until(const std::vector<std::string>& args, const std::string& metrics, long lines) {

@@ -24,10 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using test::kBin;
+using test::kLaunch;
 using test::run;
-
-const std::string kBin = SEGTRAIN_BIN;
-const std::string kLaunch = SEGTRAIN_LAUNCH_BIN;
 
 // --- the address helpers, on this host -----------------------------------------
 
@@ -87,19 +86,8 @@ TEST(Network, AListenerIsReachedAndAClosedPortIsRefused) {
 // --- segtrain across two network namespaces ------------------------------------
 
 // A small corpus and tiny model, as in train_cli_test.
-class TwoNodes : public ::testing::Test {
+class TwoNodes : public test::SyntheticStoreSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    auto synth = run(kBin, {"synth", "--out", *dir_ / "corpus", "--docs", "40", "--min-tokens", "700",
-                            "--max-tokens", "1200", "--seed", "5"});
-    ASSERT_EQ(synth.exit_code, 0) << synth.err;
-    auto prepare = run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", *dir_ / "corpus/valid.jsonl",
-                              "--out", *dir_ / "store", "--vocab-size", "160"});
-    ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
-  }
-  static void TearDownTestSuite() { delete dir_; }
-
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root (ip netns add); not root here";
     if (run("ip", {"-V"}).exit_code != 0) GTEST_SKIP() << "no `ip` command (Debian package iproute2)";
@@ -139,20 +127,7 @@ class TwoNodes : public ::testing::Test {
 
   std::string address(int node) const { return subnet_ + "." + std::to_string(node + 1); }
 
-  std::string config(const std::string& name) {
-    const std::string path = config_path(name);
-    test::write_file(path, "run: {name: " + name + ", output_dir: " + run_dir(name) +
-                               ", threads: 1, log_all_ranks: true}\n"
-                               "model: {arch: gpt_neox, d_model: 32, n_layers: 2, n_heads: 4}\n"
-                               "data:\n  store: " + (*dir_ / "store") +
-                               "\n  train_length: 32\n  extended_length: 128\n  sampler: {method: chunk, alpha: 0.25}\n"
-                               "train: {micro_batch_size: 4, lr: 3.0e-3, warmup_steps: 5, log_every: 1,"
-                               " checkpoint_every: 0, tensorboard: false}\n"
-                               "eval: {lengths: [32], max_sequences: 4}\n");
-    return path;
-  }
-  std::string run_dir(const std::string& name) { return *dir_ / ("runs/" + name); }
-  std::string config_path(const std::string& name) { return *dir_ / (name + ".yaml"); }
+  std::string config(const std::string& name) { return tiny_run_config(name, {.run_keys = ", log_all_ranks: true"}); }
 
   // `ip netns exec <node's namespace> [env VARS...] segtrain-launch --nnodes 2 ... -- segtrain train CFG SETS...`
   std::vector<std::string> node_args(int node, const std::vector<std::string>& vars, int max_restarts,
@@ -195,11 +170,9 @@ class TwoNodes : public ::testing::Test {
   }
 
   static constexpr const char* kIface[2] = {"segt0", "segt1"};
-  static test::TempDir* dir_;
   std::string subnet_;
   std::vector<std::string> ns_, created_;
 };
-test::TempDir* TwoNodes::dir_ = nullptr;
 
 // The worker (not the launcher) training `cfg` whose environment has RANK=<rank>.
 pid_t find_worker(const std::string& cfg, int rank) {

@@ -12,6 +12,7 @@
 #include "models/positions.h"
 #include "models/transformer.h"
 #include "reference.h"
+#include "tiny_models.h"
 
 namespace segtrain::models {
 namespace {
@@ -96,13 +97,8 @@ TEST(Attention, AlibiBiasStaysFp32UnderBf16Autocast) {
 }
 
 ModelConfig tiny(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 50;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.max_positions = 64;
+  auto c = test::tiny_model_config(arch, 50, 64);
+  c.d_ff = std::nullopt;  // auto: 4 * d_model
   c.rope.rotary_pct = 0.5;
   return c;
 }

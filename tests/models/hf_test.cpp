@@ -4,14 +4,13 @@
 // same logits when transformers loads it.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <torch/nn/functional/loss.h>
-#include <torch/optim/sgd.h>
 
 #include "common/error.h"
 #include "models/hf.h"
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "models/safetensors.h"
+#include "export_cases.h"
 #include "reference.h"
 
 namespace segtrain::models {
@@ -44,32 +43,10 @@ TEST(HfImport, LogitsMatchTransformersForEveryArch) {
   EXPECT_DOUBLE_EQ(read_model_config(ref + "/gpt_neox").rope.rotary_pct, 0.5);
 }
 
-struct ExportCase {
-  std::string name, source;
-  ExtensionMethod method = ExtensionMethod::none;
-  double factor = 1.0;
-  int64_t length = 24;
-  bool train_step = false;
-};
-
-// One SGD step on a masked next-token loss, like the trainer's inner loop.
-void train_one_step(TransformerLM& model, int64_t length) {
-  model->train();
-  auto tokens = at::randint(97, {2, length});
-  // A segmented sample: two chunks of a longer window with their original positions.
-  auto positions = at::cat({at::arange(length / 2), at::arange(length / 2 + 1, length + 1)}).repeat({2, 1});
-  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.5));
-  auto logits = model->forward(tokens.slice(1, 0, length - 1), positions.slice(1, 0, length - 1));
-  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 97}), tokens.slice(1, 1).reshape(-1));
-  sgd.zero_grad();
-  loss.backward();
-  sgd.step();
-}
-
 TEST(HfExport, TransformersLoadsExportsWithTheSameLogits) {
   const auto ref = test::reference_dir();
   test::TempDir out;
-  const std::vector<ExportCase> cases = {
+  const std::vector<test::ExportCase> cases = {
       {"gpt2", "gpt2"},
       {"gpt_neox", "gpt_neox"},
       {"bloom", "bloom"},
@@ -86,14 +63,12 @@ TEST(HfExport, TransformersLoadsExportsWithTheSameLogits) {
   std::map<std::string, at::Tensor> ours, before;
   at::manual_seed(11);
   for (const auto& c : cases) {
-    auto config = read_model_config(ref + "/" + c.source);
-    config.extension.method = c.method;
-    if (c.method != ExtensionMethod::none) config.extension.factor = c.factor;
+    auto config = test::config_with_extension(ref + "/" + c.source, c.method, c.factor);
     auto model = load_model(ref + "/" + c.source, config);
     auto tokens = at::randint(97, {2, c.length});
     if (c.train_step) {
       before[c.name] = logits_of(model, tokens);
-      train_one_step(model, c.length);
+      test::train_one_step(model, c.length, /*gap=*/1);
     }
     ours[c.name] = logits_of(model, tokens);
     const std::string dir = out / c.name;
@@ -124,9 +99,7 @@ TEST(HfExport, TransformersLoadsExportsWithTheSameLogits) {
 TEST(HfExport, AlibiExtensionsAreMarkedAsNotReproducedAndComeBack) {
   const auto ref = test::reference_dir();
   test::TempDir out;
-  auto config = read_model_config(ref + "/bloom");
-  config.extension.method = ExtensionMethod::ntk_alibi;
-  config.extension.factor = 2.0;
+  auto config = test::config_with_extension(ref + "/bloom", ExtensionMethod::ntk_alibi, 2.0);
   auto model = load_model(ref + "/bloom", config);
   export_hf(model, out / "bloom");
   const auto cfg = json::parse(test::read_file(out / "bloom/config.json"));
@@ -141,9 +114,7 @@ TEST(HfExport, AlibiExtensionsAreMarkedAsNotReproducedAndComeBack) {
 TEST(ModelDir, SaveAndLoadRoundTripsWeightsAndConfig) {
   const auto ref = test::reference_dir();
   test::TempDir out;
-  auto config = read_model_config(ref + "/gpt2");
-  config.extension.method = ExtensionMethod::interpolate;
-  config.extension.factor = 3.0;
+  auto config = test::config_with_extension(ref + "/gpt2", ExtensionMethod::interpolate, 3.0);
   config.activation_checkpointing = true;
   auto model = load_model(ref + "/gpt2", config);
   save_model_dir(model, out / "ckpt");

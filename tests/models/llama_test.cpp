@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/nn/functional/loss.h>
-#include <torch/optim/sgd.h>
 
 #include "common/error.h"
 #include "models/attention.h"
@@ -17,6 +16,7 @@
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "models/safetensors.h"
+#include "export_cases.h"
 #include "reference.h"
 
 namespace segtrain::models {
@@ -160,35 +160,13 @@ TEST(LlamaTraining, ActivationCheckpointingGivesTheSameGradients) {
   for (const auto& [name, g] : grads[0]) EXPECT_LT(test::max_abs_diff(g, grads[1].at(name)), 1e-6) << name;
 }
 
-struct ExportCase {
-  std::string name, source;
-  ExtensionMethod method = ExtensionMethod::none;
-  double factor = 1.0;
-  int64_t length = 24;
-  bool train_step = false;
-  std::string architecture;
-};
-
-// One SGD step on a next-token loss over a chunk-like sample (original positions kept).
-void train_one_step(TransformerLM& model, int64_t length) {
-  model->train();
-  auto tokens = at::randint(97, {2, length});
-  auto positions = at::cat({at::arange(length / 2), at::arange(length / 2 + 5, length + 5)}).repeat({2, 1});
-  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.5));
-  auto logits = model->forward(tokens.slice(1, 0, length - 1), positions.slice(1, 0, length - 1));
-  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 97}), tokens.slice(1, 1).reshape(-1));
-  sgd.zero_grad();
-  loss.backward();
-  sgd.step();
-}
-
 const std::vector<double> kShortFactor = {1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14};
 const std::vector<double> kLongFactor = {1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.4, 3.8};
 
 // Exports of the family under every extension, some after a training step, with
 // segtrain's logits on chunk-like position ids next to each folder's input.
 struct Exports {
-  std::vector<ExportCase> cases = {
+  std::vector<test::ExportCase> cases = {
       {"llama", "llama", ExtensionMethod::none, 1.0, 24, false, "LlamaForCausalLM"},
       {"llama_trained", "llama", ExtensionMethod::none, 1.0, 40, true, "LlamaForCausalLM"},
       {"llama_bias_trained", "llama_bias", ExtensionMethod::none, 1.0, 40, true, "LlamaForCausalLM"},
@@ -210,9 +188,7 @@ Exports make_exports(const fs::path& out) {
   Exports e;
   at::manual_seed(17);
   for (const auto& c : e.cases) {
-    auto config = read_model_config(ref + "/" + c.source);
-    config.extension.method = c.method;
-    if (c.method != ExtensionMethod::none) config.extension.factor = c.factor;
+    auto config = test::config_with_extension(ref + "/" + c.source, c.method, c.factor);
     if (c.method == ExtensionMethod::llama3) config.extension.llama3 = {2.0, 8.0};
     if (c.method == ExtensionMethod::longrope) config.extension.longrope = {kShortFactor, kLongFactor, std::nullopt};
     auto model = load_model(ref + "/" + c.source, config);
@@ -223,7 +199,7 @@ Exports make_exports(const fs::path& out) {
     if (c.method == ExtensionMethod::dynamic_ntk) positions = arange_positions(tokens);
     if (c.train_step) {
       e.before[c.name] = logits_at(model, tokens, positions);
-      train_one_step(model, std::min<int64_t>(c.length, 60));
+      test::train_one_step(model, std::min<int64_t>(c.length, 60), /*gap=*/5);
     }
     e.ours[c.name] = logits_at(model, tokens, positions);
     const std::string dir = out / c.name;

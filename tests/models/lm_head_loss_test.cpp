@@ -11,6 +11,7 @@
 
 #include "models/lm_head_loss.h"
 #include "models/transformer.h"
+#include "tiny_models.h"
 
 namespace segtrain::models {
 namespace {
@@ -126,16 +127,8 @@ TEST(LmHeadLoss, AutoSlicesHoldAbout64MiBOfFp32Logits) {
 }
 
 ModelConfig tiny(Arch arch, bool checkpointing) {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 41;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.d_ff = 64;
-  c.max_positions = 64;
+  auto c = test::tiny_model_config(arch, 41, 64, /*grouped_kv=*/true);
   c.activation_checkpointing = checkpointing;
-  if (arch == Arch::llama) c.n_kv_heads = 2;
   return c;
 }
 

@@ -11,9 +11,9 @@ namespace segtrain::models {
 namespace {
 
 using nlohmann::json;
+using test::kBin;
 using test::run;
 namespace fs = std::filesystem;
-const std::string kBin = SEGTRAIN_BIN;
 
 json run_json(const std::vector<std::string>& args) {
   auto r = run(kBin, args);

@@ -25,13 +25,11 @@ import gzip
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, rel  # noqa: E402
+from checks import check, finish, rel, work_dir  # noqa: E402
 from megatron_store import read_split  # noqa: E402
 
 SKIP = 77
@@ -341,17 +339,13 @@ def main():
     if missing:
         print(f"FAIL: linux-doc files missing under {DOCS}: {missing} (is linux-doc-6.1 installed?)", file=sys.stderr)
         sys.exit(1)
-    work = args.keep or tempfile.mkdtemp(prefix="segtrain-realbase-")
-    os.makedirs(work, exist_ok=True)
-    try:
-        store, docs = test_tokenizer(args, work, base)
-        test_perplexity(args, work, base, store, docs)
-        test_yarn_export(args, work, base, store, docs)
-    except RuntimeError as e:
-        check(False, str(e))
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    with work_dir("segtrain-realbase-", args.keep) as work:
+        try:
+            store, docs = test_tokenizer(args, work, base)
+            test_perplexity(args, work, base, store, docs)
+            test_yarn_export(args, work, base, store, docs)
+        except RuntimeError as e:
+            check(False, str(e))
     finish("real_base", time.time() - start)
 
 

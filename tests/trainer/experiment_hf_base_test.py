@@ -34,14 +34,13 @@ import gzip
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, rel  # noqa: E402
+from byte_level_bpe import llama3_like_bpe  # noqa: E402
+from checks import check, finish, rel, work_dir  # noqa: E402
 from megatron_store import read_split  # noqa: E402
 
 DOCS = "/usr/share/doc/linux-doc-6.1/Documentation/process"
@@ -85,7 +84,6 @@ def segtrain(args, *argv, expect=0):
 
 def build_base(folder):
     import torch
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     import transformers
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -93,21 +91,7 @@ def build_base(folder):
     torch.manual_seed(SEED)
     torch.set_num_threads(1)
     texts = [text_of(n) for n in PRETRAIN]
-    pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-    tok = Tokenizer(models.BPE(ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=384,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>"])
-    bos = tok.token_to_id("<|begin_of_text|>")
-    tok.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=False),
-        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A $B",
-                                      special_tokens=[("<|begin_of_text|>", bos)])])
+    tok = llama3_like_bpe(texts, 384, reserved=0)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>")
     fast.save_pretrained(folder)
     hf_tok = AutoTokenizer.from_pretrained(folder)
@@ -469,15 +453,11 @@ def main():
         print(f"FAIL: linux-doc files missing under {DOCS}: {missing} (is linux-doc-6.1 installed?)", file=sys.stderr)
         sys.exit(1)
     start = time.time()
-    work = args.keep or tempfile.mkdtemp(prefix="segtrain-xhf-")
-    os.makedirs(work, exist_ok=True)
-    try:
-        run(args, work)
-    except RuntimeError as e:
-        check(False, str(e))
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    with work_dir("segtrain-xhf-", args.keep) as work:
+        try:
+            run(args, work)
+        except RuntimeError as e:
+            check(False, str(e))
     finish("experiment_hf_base", time.time() - start)
 
 

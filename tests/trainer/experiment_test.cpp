@@ -29,9 +29,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using test::kBin;
 using test::run;
-
-const std::string kBin = SEGTRAIN_BIN;
 
 // A grid small enough for a test: one factor, five trained rows, a 2-layer model.
 std::string tiny_experiment(const std::string& out, const std::string& arch, const std::string& extra = "") {
@@ -421,49 +420,28 @@ TEST(ExperimentPlan, AGivenBaseIsExtendedFromItsOwnContextUnderOneTokenBudget) {
   }
 
   // The lengths must hold L_t and every L_e; a passkey section needs its lengths.
-  std::string bad = yaml;
-  bad.replace(bad.find("[32, 128, 256, 512]"), 19, "[32, 256]");
-  test::write_file(dir / "bad.yaml", bad + "");
-  try {
-    trainer::load_experiment(dir / "bad.yaml", {});
-    ADD_FAILURE() << "accepted eval_lengths without L_e";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("experiment.eval_lengths: 512 is missing"), std::string::npos) << e.what();
-  }
+  // refusal(from, to): what loading the file with `from` replaced by `to` is refused with.
+  auto refusal = [&](const std::string& from, const std::string& to) {
+    std::string bad = yaml;
+    bad.replace(bad.find(from), from.size(), to);
+    test::write_file(dir / "bad.yaml", bad);
+    return test::input_error_of([&] { trainer::load_experiment(dir / "bad.yaml", {}); });
+  };
+  std::string msg = refusal("[32, 128, 256, 512]", "[32, 256]");
+  EXPECT_NE(msg.find("experiment.eval_lengths: 512 is missing"), std::string::npos) << "eval_lengths without L_e: " << msg;
   // truncate without an extension would be the da row again.
-  bad = yaml;
-  bad.replace(bad.find("  train_extension: yarn\n"), 24, "");
-  test::write_file(dir / "bad.yaml", bad);
-  try {
-    trainer::load_experiment(dir / "bad.yaml", {});
-    ADD_FAILURE() << "accepted truncate with no extension";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("truncate trains with the rows' extension, which is none"), std::string::npos)
-        << e.what();
-  }
+  msg = refusal("  train_extension: yarn\n", "");
+  EXPECT_NE(msg.find("truncate trains with the rows' extension, which is none"), std::string::npos)
+      << "truncate with no extension: " << msg;
   // Lengths of its own go with one factor and stop at its L_e (the plots are drawn there).
   for (const auto& [from, to] : {std::pair<std::string, std::string>{"factors: [16]", "factors: [4, 16]"},
                                  {"[32, 128, 256, 512]", "[32, 128, 256, 512, 1024]"}}) {
-    bad = yaml;
-    bad.replace(bad.find(from), from.size(), to);
-    test::write_file(dir / "bad.yaml", bad);
-    try {
-      trainer::load_experiment(dir / "bad.yaml", {});
-      ADD_FAILURE() << "accepted " << to;
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("give them with one factor and none longer than its L_e"), std::string::npos)
-          << e.what();
-    }
+    msg = refusal(from, to);
+    EXPECT_NE(msg.find("give them with one factor and none longer than its L_e"), std::string::npos) << to << ": " << msg;
   }
-  bad = yaml;
-  bad.replace(bad.find("  eval_from_longest"), 0, "  passkey: {trials: 2}\n");
-  test::write_file(dir / "bad.yaml", bad);
-  try {
-    trainer::load_experiment(dir / "bad.yaml", {});
-    ADD_FAILURE() << "accepted a passkey section without lengths";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("experiment.passkey.lengths: required"), std::string::npos) << e.what();
-  }
+  msg = refusal("  eval_from_longest", "  passkey: {trials: 2}\n  eval_from_longest");
+  EXPECT_NE(msg.find("experiment.passkey.lengths: required"), std::string::npos)
+      << "a passkey section without lengths: " << msg;
 }
 
 TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {

@@ -14,6 +14,7 @@
 #include "data/token_store.h"
 #include "models/transformer.h"
 #include "test_util.h"
+#include "tiny_models.h"
 #include "tokenizer_folders.h"
 #include "trainer/eval/passkey.h"
 
@@ -87,19 +88,6 @@ TEST(Passkey, PromptsWithEveryStoreTokenizerFitHideTheKeyAndEndWithTheAnswer) {
   }
 }
 
-models::ModelConfig tiny_llama(int64_t vocab, int64_t positions) {
-  models::ModelConfig c;
-  c.arch = models::Arch::llama;
-  c.vocab_size = vocab;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.d_ff = 64;
-  c.max_positions = positions;
-  return c;
-}
-
 // Greedy decoding as a generation loop: one forward over the whole sequence per new token.
 std::vector<int32_t> greedy(models::TransformerLM& model, std::vector<int32_t> ids, size_t count) {
   torch::NoGradGuard no_grad;
@@ -119,7 +107,8 @@ TEST(Passkey, OneForwardScoringIsGreedyDecoding) {
   for (const std::string name : {"bpe-bos", "sp.model"}) {
     const data::PromptTokenizer tok = data::open_prompt_tokenizer(stores().by_name.at(name));
     torch::manual_seed(3);
-    models::TransformerLM model(tiny_llama(tok.vocab_size(), 512));
+    models::TransformerLM model(
+        test::tiny_model_config(models::Arch::llama, tok.vocab_size(), 512, /*grouped_kv=*/true));
     model->eval();
     int64_t greedy_correct = 0;
     for (int64_t trial = 0; trial < 5; ++trial) {

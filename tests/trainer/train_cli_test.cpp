@@ -22,38 +22,15 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using test::kBin;
 using test::run;
 
-const std::string kBin = SEGTRAIN_BIN;
-
-class TrainCli : public ::testing::Test {
+class TrainCli : public test::SyntheticStoreSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    auto synth = run(kBin, {"synth", "--out", *dir_ / "corpus", "--docs", "40", "--min-tokens", "700",
-                            "--max-tokens", "1200", "--seed", "5"});
-    ASSERT_EQ(synth.exit_code, 0) << synth.err;
-    auto prepare = run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", *dir_ / "corpus/valid.jsonl",
-                              "--out", *dir_ / "store", "--vocab-size", "160"});
-    ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
-  }
-  static void TearDownTestSuite() { delete dir_; }
-
-  // A tiny model and short run; `extra` are more --set overrides.
+  // A tiny model and short run.
   std::string config(const std::string& name, const std::string& arch, const std::string& method) {
-    const std::string path = *dir_ / (name + ".yaml");
-    test::write_file(path, "run: {name: " + name + ", output_dir: " + (*dir_ / ("runs/" + name)) +
-                               ", threads: 1}\n"
-                               "model: {arch: " + arch + ", d_model: 32, n_layers: 2, n_heads: 4}\n"
-                               "data:\n  store: " + (*dir_ / "store") +
-                               "\n  train_length: 32\n  extended_length: 128\n  sampler: {method: " + method +
-                               ", alpha: 0.25}\n"
-                               "train: {micro_batch_size: 4, lr: 3.0e-3, warmup_steps: 5, log_every: 1,"
-                               " checkpoint_every: 0, tensorboard: false}\n"
-                               "eval: {lengths: [32], max_sequences: 4}\n");
-    return path;
+    return tiny_run_config(name, {.arch = arch, .method = method});
   }
-  std::string run_dir(const std::string& name) { return *dir_ / ("runs/" + name); }
   static json state_of(const std::string& dir) { return json::parse(test::read_file(fs::path(dir) / "trainer_state.json")); }
   static std::vector<std::string> losses(const std::string& run) {
     std::vector<std::string> out;
@@ -97,9 +74,7 @@ class TrainCli : public ::testing::Test {
       most = std::max(most, y.count(name) ? (t - y.at(name)).abs().max().item<double>() : 1e9);
     return most;
   }
-  static test::TempDir* dir_;
 };
-test::TempDir* TrainCli::dir_ = nullptr;
 
 // Seed 004 eq. 2: every sampler processes N * L_e tokens (N windows), rounded up
 // to whole global batches, so any two differ by at most one global batch.
@@ -740,7 +715,7 @@ pid_t find_worker(const std::string& needle, const std::string& rank_var) {
 }
 
 TEST_F(TrainCli, LauncherRestartsAfterARankIsKilledAndTheRunFinishesFromItsCheckpoint) {
-  const std::string launch = SEGTRAIN_LAUNCH_BIN;
+  const std::string launch = test::kLaunch;
   auto args = [&](const std::string& name, int port) {
     return std::vector<std::string>{"--nproc-per-node", "2", "--max-restarts", "1", "--master-port", std::to_string(port),
                                     "--", kBin, "train", config(name, "gpt_neox", "chunk"), "--set",
@@ -781,7 +756,7 @@ TEST_F(TrainCli, LauncherRestartsAfterARankIsKilledAndTheRunFinishesFromItsCheck
 // exits 143; the launcher ends with 143 too, without a restart; --resume then ends
 // exactly where the uninterrupted run does.
 TEST_F(TrainCli, ASignalToOneRankStopsEveryRankAtTheSameStep) {
-  const std::string launch = SEGTRAIN_LAUNCH_BIN;
+  const std::string launch = test::kLaunch;
   // Evaluation every 12 steps over the whole training split, long enough to be caught in.
   const std::vector<std::string> sets = {"--set", "train.budget.tokens=4000", "--set", "train.micro_batch_size=2",
                                          "--set", "train.checkpoint_every=0", "--set", "run.log_all_ranks=true",
