@@ -242,7 +242,7 @@ TEST(PrepareInputs, MegatronDatasetsAreAcceptedAndResplitByDocument) {
   TempDir dir;
   // As preprocess_data.py --split-sentences writes it: 3 documents of 2, 1 and 2 sentences.
   std::vector<uint16_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  test::spit(dir.path() / "wiki_text_document.bin", std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2));
+  test::write_file(dir.path() / "wiki_text_document.bin", std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2));
   std::string idx("MMIDIDX\0\0", 9);
   auto put = [&](auto v) { idx.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(uint64_t{1});
@@ -252,7 +252,7 @@ TEST(PrepareInputs, MegatronDatasetsAreAcceptedAndResplitByDocument) {
   for (int32_t s : {2, 3, 2, 4, 1}) put(s);
   for (int64_t p : {0, 4, 10, 14, 22}) put(p);
   for (int64_t d : {0, 2, 3, 5}) put(d);
-  test::spit(dir.path() / "wiki_text_document.idx", idx);
+  test::write_file(dir.path() / "wiki_text_document.idx", idx);
   auto r = run(kBin, {"prepare", "--input", dir / "wiki_text_document.bin", "--out", dir / "store", "--vocab-size", "50",
                       "--valid-fraction", "0.34"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "data/token_store.h"
+#include "test_util.h"
 
 namespace segtrain::test {
 
@@ -41,13 +42,6 @@ inline data::StoreMeta write_coded_store(const std::string& dir, const std::vect
 
 namespace segtrain::test {
 
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-inline void spit(const std::filesystem::path& p, const std::string& bytes) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
-}
 template <class T>
 void poke(std::string& bytes, size_t at, T value) {
   std::memcpy(bytes.data() + at, &value, sizeof value);
@@ -66,9 +60,9 @@ inline std::vector<Corruption> corruptions() {
   using P = std::filesystem::path;
   auto edit_idx = [](std::function<void(std::string&)> f) {
     return [f](const P& s) {
-      auto b = slurp(s / "train.idx");
+      auto b = read_file(s / "train.idx");
       f(b);
-      spit(s / "train.idx", b);
+      write_file(s / "train.idx", b);
     };
   };
   constexpr size_t kSizes = 34;  // after magic, version, dtype and the two counts
@@ -97,21 +91,21 @@ inline std::vector<Corruption> corruptions() {
        "unexpected bytes"},
       {"id_beyond_vocab",
        [](const P& s) {
-         auto b = slurp(s / "train.bin");
+         auto b = read_file(s / "train.bin");
          poke<int32_t>(b, 8, static_cast<int32_t>(kCodedVocab));
-         spit(s / "train.bin", b);
+         write_file(s / "train.bin", b);
        },
        "train.bin", "outside the vocabulary"},
       {"negative_id",
        [](const P& s) {
-         auto b = slurp(s / "train.bin");
+         auto b = read_file(s / "train.bin");
          poke<int32_t>(b, 4, -5);
-         spit(s / "train.bin", b);
+         write_file(s / "train.bin", b);
        },
        "train.bin", "outside the vocabulary"},
       {"missing_bin", [](const P& s) { std::filesystem::remove(s / "train.bin"); }, "train.bin", "cannot open"},
       {"missing_meta", [](const P& s) { std::filesystem::remove(s / "meta.json"); }, "meta.json", "cannot open"},
-      {"meta_not_json", [](const P& s) { spit(s / "meta.json", "{vocab_size: 12"); }, "meta.json", "not valid JSON"},
+      {"meta_not_json", [](const P& s) { write_file(s / "meta.json", "{vocab_size: 12"); }, "meta.json", "not valid JSON"},
   };
 }
 

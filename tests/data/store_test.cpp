@@ -69,7 +69,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, RoundTrip, ::testing::Values(int64_t{1000}, int
 TEST(Store, IdxBytesFollowMegatronV1) {
   TempDir dir;
   test::write_coded_store(dir / "s", {5, 0, 3});
-  const std::string idx = test::slurp(fs::path(dir / "s") / "train.idx");
+  const std::string idx = test::read_file(fs::path(dir / "s") / "train.idx");
   ASSERT_EQ(idx.size(), 34u + 3 * 4 + 3 * 8 + 4 * 8);
   EXPECT_EQ(idx.substr(0, 9), std::string("MMIDIDX\0\0", 9));
   auto u64 = [&](size_t at) { uint64_t v; std::memcpy(&v, idx.data() + at, 8); return v; };
@@ -125,7 +125,7 @@ TEST(Store, MegatronSentenceSplitDocumentsAreReadWhole) {
   const fs::path prefix = fs::path(dir.path()) / "corpus_text_document";
   std::vector<uint16_t> tokens = {10, 11, 12, 20, 21, 30, 31, 32, 33};
   std::string bin(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
-  test::spit(prefix.string() + ".bin", bin);
+  test::write_file(prefix.string() + ".bin", bin);
   std::string idx("MMIDIDX\0\0", 9);
   auto put = [&](auto v) { idx.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(uint64_t{1});
@@ -135,7 +135,7 @@ TEST(Store, MegatronSentenceSplitDocumentsAreReadWhole) {
   for (int32_t s : {3, 2, 4}) put(s);
   for (int64_t p : {0, 6, 10}) put(p);
   for (int64_t d : {0, 2, 3}) put(d);
-  test::spit(prefix.string() + ".idx", idx);
+  test::write_file(prefix.string() + ".idx", idx);
   auto ds = IndexedDataset::open(prefix.string(), 50000);
   ASSERT_EQ(ds.documents(), 2);
   EXPECT_EQ(ds.document(0), (std::vector<int32_t>{10, 11, 12, 20, 21}));
@@ -148,7 +148,7 @@ TEST(Store, MegatronCoreSequenceModesAreTolerated) {
   TempDir dir;
   test::write_coded_store(dir / "s", {4, 6});
   const fs::path idx = fs::path(dir / "s") / "train.idx";
-  test::spit(idx, test::slurp(idx) + std::string(2, '\0'));
+  test::write_file(idx, test::read_file(idx) + std::string(2, '\0'));
   auto store = TokenStore::open(dir / "s");
   EXPECT_EQ(store.split(Split::train).documents(), 2);
   EXPECT_EQ(store.split(Split::train).token(1, 5), test::coded_token(1, 5));
