@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -31,13 +32,18 @@ namespace {
 
 using namespace rendezvous;  // NOLINT: the distributed code's own internal header
 
-// Waits for a c10d collective, at most `timeout` (Gloo's own timeout should
-// fire first), and turns any failure into one line that says what it means
-// and which peer it was.
-void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, std::chrono::milliseconds timeout,
+// Waits for a c10d collective and turns any failure into one line that says
+// what it means and which peer it was. Gloo: on the host, at most `timeout`
+// (Gloo's own timeout should fire first). NCCL (`host_timeout` nullopt): the
+// wait without a timeout only orders the caller's stream after the collective
+// (ProcessGroupNCCL::WorkNCCL::wait); a timeout would make it poll on the host
+// instead. Its watchdog keeps distributed.timeout_s (Options::timeout).
+void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what,
+              std::optional<std::chrono::milliseconds> host_timeout, std::chrono::milliseconds timeout,
               const Peers& peers) {
   try {
-    work->wait(timeout);
+    if (host_timeout) work->wait(*host_timeout);
+    else work->wait();
   } catch (const std::exception& err) {
     throw std::runtime_error(std::string("distributed: ") + what + " failed: a peer rank died or did not answer within " +
                              std::to_string(timeout.count() / 1000) + " s (distributed.timeout_s): " +
@@ -49,11 +55,17 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, std:
 // place once they have (`land`: a staged copy copied back, an all-to-all summed).
 class C10dPending : public PendingCollective {
  public:
-  C10dPending(std::vector<c10::intrusive_ptr<c10d::Work>> works, const char* what, std::chrono::milliseconds timeout,
+  C10dPending(std::vector<c10::intrusive_ptr<c10d::Work>> works, const char* what,
+              std::optional<std::chrono::milliseconds> host_timeout, std::chrono::milliseconds timeout,
               std::shared_ptr<const Peers> peers, std::function<void()> land)
-      : works_(std::move(works)), what_(what), timeout_(timeout), peers_(std::move(peers)), land_(std::move(land)) {}
+      : works_(std::move(works)),
+        what_(what),
+        host_timeout_(host_timeout),
+        timeout_(timeout),
+        peers_(std::move(peers)),
+        land_(std::move(land)) {}
   void wait() override {
-    for (auto& work : works_) wait_for(work, what_, timeout_, *peers_);
+    for (auto& work : works_) wait_for(work, what_, host_timeout_, timeout_, *peers_);
     works_.clear();
     if (land_) std::exchange(land_, {})();
   }
@@ -61,33 +73,49 @@ class C10dPending : public PendingCollective {
  private:
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   const char* what_;
+  std::optional<std::chrono::milliseconds> host_timeout_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<const Peers> peers_;
   std::function<void()> land_;
 };
 
-// One c10d backend (Gloo, or NCCL on CUDA builds). NCCL only takes tensors on
-// its device, so CPU tensors (the loop's scalar sums) are staged there.
+// One c10d backend: Gloo, or NCCL on CUDA builds (`device` set). NCCL only
+// takes tensors on its device, so CPU tensors are staged there.
 class C10dGroup : public ProcessGroup {
  public:
   C10dGroup(c10::intrusive_ptr<c10d::Backend> backend, std::optional<at::Device> device,
-            std::chrono::milliseconds timeout, std::shared_ptr<const Peers> peers, bool native_sharded_collectives)
+            std::chrono::milliseconds timeout, std::shared_ptr<const Peers> peers)
       : backend_(std::move(backend)),
         device_(device),
         timeout_(timeout),
-        peers_(std::move(peers)),
-        native_sharded_collectives_(native_sharded_collectives) {}
+        host_timeout_(device ? std::nullopt : std::optional(timeout)),
+        peers_(std::move(peers)) {}
+  // A clean shutdown prints nothing (PyTorch warns "destroy_process_group() was
+  // not called" from a group destroyed without one); during unwinding the
+  // group aborts, since a peer may be gone.
+  ~C10dGroup() override {
+    try {
+      if (std::uncaught_exceptions() > 0) backend_->abort();
+      else backend_->shutdown();
+    } catch (const std::exception& err) {
+      log::debug("distributed: shutting the process group down: ", message_of(err));
+    }
+  }
+  size_t in_flight_limit() const override { return device_ ? 0 : 3; }
+  int64_t host_waits() const override { return host_waits_; }
   int64_t rank() const override { return backend_->getRank(); }
   int64_t world_size() const override { return backend_->getSize(); }
   void broadcast(std::vector<at::Tensor>& tensors) override {
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{staged(t)};
-      wait_for(backend_->broadcast(one), "broadcast", timeout_, *peers_);
+      wait_for(backend_->broadcast(one), "broadcast", host_timeout_, timeout_, *peers_);
       if (!one[0].is_same(t)) t.copy_(one[0]);
+      ++host_waits_;
     }
   }
   void all_reduce_sum(std::vector<at::Tensor>& tensors) override {
     for (auto& t : tensors) all_reduce_sum_async(t)->wait();
+    ++host_waits_;
   }
   std::unique_ptr<PendingCollective> all_reduce_sum_async(const at::Tensor& tensor) override {
     std::vector<at::Tensor> one{staged(tensor)};
@@ -104,7 +132,7 @@ class C10dGroup : public ProcessGroup {
   // (alltoall_base, in place on the input), summed by the receiver.
   std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor& whole) override {
     at::Tensor input = whole, mine = own_slice(whole);
-    if (!native_sharded_collectives_) {
+    if (!device_) {
       at::Tensor received = at::empty_like(whole);
       std::vector<int64_t> equal_splits;
       auto work = backend_->alltoall_base(received, input, equal_splits, equal_splits);
@@ -121,7 +149,7 @@ class C10dGroup : public ProcessGroup {
   // slice is broadcast from its owner instead, in place.
   std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& whole) override {
     at::Tensor output = whole, mine = own_slice(whole);
-    if (!native_sharded_collectives_) {
+    if (!device_) {
       std::vector<c10::intrusive_ptr<c10d::Work>> works;
       const int64_t n = whole.numel() / world_size();
       for (int64_t root = 0; root < world_size(); ++root) {
@@ -134,12 +162,16 @@ class C10dGroup : public ProcessGroup {
     }
     return pending({backend_->_allgather_base(output, mine)}, "all_gather");
   }
-  void barrier() override { wait_for(backend_->barrier(), "barrier", timeout_, *peers_); }
+  void barrier() override {
+    // A barrier is a host wait by definition: even NCCL's blocks until done.
+    wait_for(backend_->barrier(), "barrier", timeout_, timeout_, *peers_);
+    ++host_waits_;
+  }
 
  private:
   std::unique_ptr<PendingCollective> pending(std::vector<c10::intrusive_ptr<c10d::Work>> works, const char* what,
                                              std::function<void()> land = {}) const {
-    return std::make_unique<C10dPending>(std::move(works), what, timeout_, peers_, std::move(land));
+    return std::make_unique<C10dPending>(std::move(works), what, host_timeout_, timeout_, peers_, std::move(land));
   }
   at::Tensor staged(const at::Tensor& t) const { return device_ && t.device() != *device_ ? t.to(*device_) : t; }
   at::Tensor own_slice(const at::Tensor& whole) const {
@@ -152,8 +184,9 @@ class C10dGroup : public ProcessGroup {
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::optional<at::Device> device_;
   std::chrono::milliseconds timeout_;
+  std::optional<std::chrono::milliseconds> host_timeout_;  // Gloo's; NCCL waits on the stream
   std::shared_ptr<const Peers> peers_;
-  bool native_sharded_collectives_;
+  int64_t host_waits_ = 0;
 };
 
 // The Gloo devices of this rank and the address it advertises, as PyTorch
@@ -220,7 +253,7 @@ std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const Distribut
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
-    return std::make_unique<C10dGroup>(nccl, device, timeout, peers, /*native_sharded_collectives=*/true);
+    return std::make_unique<C10dGroup>(nccl, device, timeout, peers);
   }
 #endif
   (void)backend;  // gloo
@@ -252,7 +285,7 @@ std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const Distribut
                              " could not connect to its peers over Gloo: " + peers->annotate(message_of(err)) +
                              (hint.empty() ? "" : "; " + hint) + debug_detail(err));
   }
-  return std::make_unique<C10dGroup>(gloo, std::nullopt, timeout, peers, /*native_sharded_collectives=*/false);
+  return std::make_unique<C10dGroup>(gloo, std::nullopt, timeout, peers);
 }
 
 }  // namespace segtrain::trainer

@@ -30,14 +30,22 @@ struct DistributedEnv {
 // malformed or inconsistent (WORLD_SIZE=0, RANK >= WORLD_SIZE, a bad port).
 DistributedEnv read_distributed_env();
 
-// A collective in flight. wait() returns once its result is in place and throws
-// (std::runtime_error) when a peer failed or distributed.timeout_s ran out.
+// A collective in flight. wait() returns once its result is in place for what
+// the caller does next and throws (std::runtime_error) when a peer failed or
+// distributed.timeout_s ran out. On Gloo (CPU) that is on the host: wait()
+// blocks until the data is there. On NCCL it is on the device: wait() makes the
+// caller's CUDA stream wait for the collective and returns at once (as DDP's
+// reducer waits), so the host keeps queueing work; the group's watchdog
+// enforces distributed.timeout_s and ends the process on a hung collective.
 class PendingCollective {
  public:
   virtual ~PendingCollective() = default;
   virtual void wait() = 0;
 };
 
+// Destroying a connected group shuts it down (NCCL: its communicators
+// destroyed cleanly; aborted instead while an exception unwinds, since a clean
+// destroy may wait for a peer that is gone).
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -62,6 +70,15 @@ class ProcessGroup {
   virtual std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor& whole) = 0;
   virtual std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& whole) = 0;
   virtual void barrier() = 0;
+  // How many collectives GradientSync may leave in flight before it waits for
+  // the oldest, 0 for no limit. Gloo allocates buffers per collective (its
+  // reduce-scatter's all-to-all) and its waits block the host, so a few at a
+  // time; NCCL's waits are stream-ordered and its buffers are the tensors, so
+  // every bucket's collective starts as soon as backward has produced it.
+  virtual size_t in_flight_limit() const { return 0; }
+  // Collectives whose result the host waited for (broadcast, all_reduce_sum,
+  // barrier): each is a point where the host stops until every rank arrived.
+  virtual int64_t host_waits() const { return 0; }
 };
 
 // Which c10d backend `distributed.backend` means on this build and device:

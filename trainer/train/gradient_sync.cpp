@@ -23,18 +23,19 @@ struct GradientSync::State {
   Stats stats;
   std::mutex mutex;
 
-  // At most this many collectives in flight: starting one first waits for the
-  // one this many places before it (long done, as a rule), so the buffers a
-  // backend allocates for a collective (Gloo's reduce-scatter) exist for a
-  // few segments at a time, never for all of them.
-  static constexpr size_t kInFlight = 3;
-
+  // Gloo: at most group->in_flight_limit() collectives in flight; starting one
+  // first waits for the one that many places before it (long done, as a
+  // rule), so the buffers Gloo allocates for a collective (its reduce-scatter's
+  // all-to-all) exist for a few segments at a time, never for all of them.
+  // NCCL has no limit: no wait inside backward (it would stop the autograd
+  // thread from queueing kernels); finish() orders the stream after them all.
   void start(size_t b) {
     const FlatBucket& bucket = flat->buckets()[b];
+    const size_t limit = group->in_flight_limit();
     for (const auto& segment : bucket.segments) {
-      if (pending.size() >= kInFlight && pending[pending.size() - kInFlight]) {
-        pending[pending.size() - kInFlight]->wait();
-        pending[pending.size() - kInFlight].reset();
+      if (limit > 0 && pending.size() >= limit && pending[pending.size() - limit]) {
+        pending[pending.size() - limit]->wait();
+        pending[pending.size() - limit].reset();
       }
       const at::Tensor grads = bucket.grads.narrow(0, segment.begin, segment.numel);
       pending.push_back(reduction == Reduction::all_reduce ? group->all_reduce_sum_async(grads)
