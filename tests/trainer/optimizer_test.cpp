@@ -102,22 +102,18 @@ TEST(FusedAdamW, ParametersWithoutGradientsAreLeftAlone) {
 
 
 // One rank of a simulated group: the test moves the slices between ranks
-// itself (as the all-gather would), so the collectives here do nothing, and
-// the all-reduce of the norm adds what the other ranks reported.
+// itself (as the all-gather would), so the collectives here do nothing.
 class SimulatedRank : public ProcessGroup {
  public:
   SimulatedRank(int64_t rank, int64_t world) : rank_(rank), world_(world) {}
   int64_t rank() const override { return rank_; }
   int64_t world_size() const override { return world_; }
   void broadcast(std::vector<at::Tensor>&) override {}
-  void all_reduce_sum(std::vector<at::Tensor>& tensors) override {
-    for (auto& t : tensors) t.add_(others);
-  }
+  void all_reduce_sum(std::vector<at::Tensor>&) override {}
   std::unique_ptr<PendingCollective> all_reduce_sum_async(const at::Tensor&) override { return done(); }
   std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor&) override { return done(); }
   std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor&) override { return done(); }
   void barrier() override {}
-  double others = 0;  // what the other ranks add to an all-reduce
 
  private:
   static std::unique_ptr<PendingCollective> done() {
@@ -214,9 +210,9 @@ TEST(ShardedAdamW, ThreeRanksOfSlicesUpdateLikeFusedAdamWOnTheWholeTensors) {
   EXPECT_THROW(ranks[1]->load_state_dict(missing), InputError);
 }
 
-// The norm of the whole gradient from the slices: each rank's squares plus
-// what the others report; clipping scales only the rank's own slices.
-TEST(ShardedAdamW, ClipsByTheGlobalNorm) {
+// A rank's share of the norm is its own slices' squares (the ranks' shares add
+// up to the whole gradient's); scaling touches only the rank's own slices.
+TEST(ShardedAdamW, ReportsAndScalesOnlyItsOwnSlices) {
   auto params = make_params(3);
   std::vector<at::Tensor> plain;
   for (auto& [n, p] : params) plain.push_back(p);
@@ -225,17 +221,27 @@ TEST(ShardedAdamW, ClipsByTheGlobalNorm) {
   ShardedAdamW sharded(params, AdamWOptions{}, flat, group);
   {
     torch::NoGradGuard no_grad;
-    for (auto& [n, p] : params) p.mutable_grad().fill_(1.0);
+    for (auto& [n, p] : params) p.mutable_grad().fill_(2.0);
   }
   const auto& bucket = flat.buckets()[0];
   ASSERT_EQ(bucket.segments.size(), 1u);
   const int64_t n = bucket.owned(1, 2)[0].begin;
   const int64_t mine = bucket.numel - n;  // rank 1's elements (the padding excluded)
-  group.others = 16.0;                                           // rank 0's squares
-  const double norm = sharded.clip_grad_norm(1.0);
-  EXPECT_NEAR(norm, std::sqrt(static_cast<double>(mine) + 16.0), 1e-6);
-  EXPECT_NEAR(bucket.grads.narrow(0, n, mine)[0].item<double>(), 1.0 / (norm + 1e-6), 1e-7);
-  EXPECT_EQ(bucket.grads[0].item<double>(), 1.0);  // rank 0's slice: not this rank's to scale
+  const at::Tensor squares = sharded.grad_square_sum();
+  EXPECT_EQ(squares.scalar_type(), at::kDouble);
+  EXPECT_NEAR(squares.item<double>(), 4.0 * static_cast<double>(mine), 1e-6 * 4.0 * static_cast<double>(mine));  // fp32 norms
+  sharded.scale_grads(0.25);
+  EXPECT_TRUE(bucket.grads.narrow(0, n, mine).eq(0.5).all().item<bool>());
+  EXPECT_EQ(bucket.grads[0].item<double>(), 2.0);  // rank 0's slice: not this rank's to scale
+}
+
+// torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6) above the
+// limit, 1 within it, when clipping is off or the norm is not finite.
+TEST(Optimizer, ClipFactorIsTorchs) {
+  EXPECT_DOUBLE_EQ(clip_factor(4.0, 1.0), 1.0 / (4.0 + 1e-6));
+  EXPECT_EQ(clip_factor(0.5, 1.0), 1.0);
+  EXPECT_EQ(clip_factor(4.0, 0.0), 1.0);
+  EXPECT_EQ(clip_factor(std::nan(""), 1.0), 1.0);
 }
 
 }  // namespace

@@ -553,6 +553,12 @@ void TrainCli::expect_two_ranks_equal_one(const std::string& name, const std::ve
   auto a = values(run_dir(name + "-1"), "loss"), b = values(run_dir(name + "-2"), "loss");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "step " << i + 1;
+  // A step's host waits for one collective, its totals (stop signal, loss
+  // tokens, loss, gradient norm), however the gradients were reduced; the
+  // gradient buckets' collectives never block it (Gloo's in-flight limit aside).
+  const auto waits = values(run_dir(name + "-2"), "host_waits_per_step");
+  ASSERT_EQ(waits.size(), b.size());
+  for (size_t i = 0; i < waits.size(); ++i) EXPECT_EQ(waits[i], 1.0) << "logged row " << i + 1;
   auto checksum = [&](const std::string& log) {
     std::smatch m;
     const std::string text = test::read_file(log);

@@ -21,6 +21,7 @@ FusedAdamW::FusedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& na
     g.exp_avg_sq.push_back(at::zeros_like(param, at::MemoryFormat::Preserve));
     // The fused kernel reads the step count from a float tensor on the param's device.
     g.steps.push_back(at::zeros({}, param.options().dtype(at::kFloat)));
+    device_ = param.device();
   }
 }
 
@@ -31,16 +32,30 @@ bool decays(const AdamWOptions& options, const std::string& name, const at::Tens
   return true;
 }
 
-// Two foreach kernels instead of a loop over parameters.
-double FusedAdamW::clip_grad_norm(double max_norm) {
+double clip_factor(double norm, double max_norm) {
+  return max_norm > 0 && std::isfinite(norm) && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
+std::vector<at::Tensor> FusedAdamW::grads() const {
   std::vector<at::Tensor> grads;
   for (const auto& g : groups_)
     for (const auto& p : g.params)
       if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return 0.0;
-  const double norm = at::stack(at::_foreach_norm(grads, 2, at::kFloat)).norm().item<double>();
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
-  return norm;
+  return grads;
+}
+
+// Two foreach kernels instead of a loop over tensors.
+at::Tensor grad_square_sum_of(const std::vector<at::Tensor>& grads, const c10::Device& device) {
+  if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  return at::stack(at::_foreach_norm(grads, 2, at::kFloat)).to(at::kDouble).square().sum();
+}
+
+at::Tensor FusedAdamW::grad_square_sum() { return grad_square_sum_of(grads(), device_); }
+
+void FusedAdamW::scale_grads(double factor) {
+  if (factor == 1.0) return;
+  const auto all = grads();
+  if (!all.empty()) at::_foreach_mul_(all, factor);
 }
 
 void FusedAdamW::step_group(Group& g, double lr) {

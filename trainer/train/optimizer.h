@@ -32,15 +32,29 @@ bool decays(const AdamWOptions& options, const std::string& name, const at::Tens
 const at::Tensor& state_entry(const std::map<std::string, at::Tensor>& state, const std::string& key,
                               at::IntArrayRef like);
 
+// The factor that clips a gradient of L2 norm `norm` to at most `max_norm`
+// (1 when it is within, or max_norm <= 0 turns clipping off; torch's
+// clip_grad_norm_ with its 1e-6).
+double clip_factor(double norm, double max_norm);
+
+// The sum of squares of `grads` in fp64 on `device` (zero for none).
+at::Tensor grad_square_sum_of(const std::vector<at::Tensor>& grads, const c10::Device& device);
+
 // What the training loop needs of an optimizer; FusedAdamW (every rank holds
 // the whole state) and ShardedAdamW (ZeRO-1, sharded_optimizer.h) provide it.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // The L2 norm of the whole gradient (over all ranks' slices when sharded;
-  // the same value on every rank). When it is finite and above max_norm > 0
-  // the gradients are scaled down to it.
-  virtual double clip_grad_norm(double max_norm) = 0;
+  // The sum of squares of the gradient entries step() reads, in fp64 on the
+  // device, not read on the host (the trainer sums it over ranks in the step's
+  // one reduction, step_totals.h). Sharded: this rank's slices only.
+  virtual at::Tensor grad_square_sum() = 0;
+  // Whether each rank updates its own part of the parameters, so the ranks'
+  // grad_square_sum add up to the whole gradient's (else each has it all).
+  virtual bool sharded() const = 0;
+  // Multiplies the gradients step() reads by `factor` (the step's 1 / loss
+  // tokens and the clipping, in one pass).
+  virtual void scale_grads(double factor) = 0;
   // One update at learning rate `lr`.
   virtual void step(double lr) = 0;
   virtual void zero_grad() = 0;
@@ -61,7 +75,9 @@ class FusedAdamW : public Optimizer {
  public:
   FusedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters, AdamWOptions options);
 
-  double clip_grad_norm(double max_norm) override;
+  at::Tensor grad_square_sum() override;
+  bool sharded() const override { return false; }
+  void scale_grads(double factor) override;
   // Parameters without a gradient are skipped.
   void step(double lr) override;
   void zero_grad() override;  // drops the gradients (.grad undefined)
@@ -79,7 +95,10 @@ class FusedAdamW : public Optimizer {
   void step_group(Group& group, double lr);
 
   AdamWOptions options_;
+  std::vector<at::Tensor> grads() const;  // the defined ones
+
   std::vector<Group> groups_;
+  c10::Device device_ = at::kCPU;  // the parameters'
   int64_t steps_taken_ = 0;
 };
 

@@ -58,16 +58,13 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
   }
 }
 
-double ShardedAdamW::clip_grad_norm(double max_norm) {
-  double squares = 0;
-  if (!slice_grads_.empty())
-    squares = at::stack(at::_foreach_norm(slice_grads_, 2, at::kFloat)).to(at::kDouble).pow(2).sum().item<double>();
-  std::vector<at::Tensor> total{at::tensor({squares}, at::kDouble)};
-  group_.all_reduce_sum(total);
-  const double norm = std::sqrt(total[0].item<double>());
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm && !slice_grads_.empty())
-    at::_foreach_mul_(slice_grads_, max_norm / (norm + 1e-6));
-  return norm;
+at::Tensor ShardedAdamW::grad_square_sum() {
+  const auto& params = buckets_.params();
+  return grad_square_sum_of(slice_grads_, params.empty() ? c10::Device(at::kCPU) : params.front().device());
+}
+
+void ShardedAdamW::scale_grads(double factor) {
+  if (factor != 1.0 && !slice_grads_.empty()) at::_foreach_mul_(slice_grads_, factor);
 }
 
 void ShardedAdamW::step(double lr) {

@@ -29,8 +29,10 @@ class ShardedAdamW : public Optimizer {
   ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters, AdamWOptions options,
                FlatBuckets& buckets, ProcessGroup& group);
 
-  // Sums the squares of this rank's slices over all ranks (one all-reduce).
-  double clip_grad_norm(double max_norm) override;
+  at::Tensor grad_square_sum() override;  // of this rank's slices
+  bool sharded() const override { return true; }
+  void scale_grads(double factor) override;  // this rank's slices
+
   void step(double lr) override;
   void zero_grad() override;  // zeroes the flat gradient buffers in place
   int64_t steps_taken() const override { return steps_taken_; }
@@ -62,7 +64,7 @@ class ShardedAdamW : public Optimizer {
   std::vector<std::string> names_;             // by FlatBuckets parameter index
   std::vector<std::vector<Piece>> pieces_;     // by bucket
   std::vector<std::vector<Update>> updates_;   // by bucket
-  std::vector<at::Tensor> slice_grads_;        // every piece's gradient, for the norm
+  std::vector<at::Tensor> slice_grads_;        // every piece's gradient, for the norm and the scaling
   int64_t steps_taken_ = 0;
 };
 

@@ -43,6 +43,7 @@
 #include "trainer/train/run_checkpoint.h"
 #include "trainer/train/sharded_optimizer.h"
 #include "trainer/train/step_loss.h"
+#include "trainer/train/step_totals.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -66,6 +67,7 @@ struct StepResult {
   double lr = 0;
   double grad_norm = 0;
   int64_t loss_tokens = 0;
+  int stop_signal = 0;  // agreed by all ranks with the step's totals
 };
 
 // Where the run's files are, its lock (rank 0's), which checkpoint it continues
@@ -121,7 +123,7 @@ class Trainer {
   void save(const fs::path& dir);
   void save_step_checkpoint() { save(run_.dir / "checkpoints" / ("step-" + std::to_string(state_.step))); }
   int agreed_stop_signal();
-  void stop_if_signalled();
+  [[noreturn]] void stop_after_step(int signal);
   PerplexityOptions eval_options();
   void evaluate_during_training();
   std::vector<double> global_sum(std::vector<double> values);
@@ -148,9 +150,9 @@ class Trainer {
   LrSchedule schedule_;
   std::unique_ptr<Cadence> cadence_;
   std::unique_ptr<Metrics> metrics_;
-  // Throughput since the last logged step.
+  // Throughput and host waits for collectives since the last logged step.
   Clock::time_point window_start_;
-  int64_t window_tokens_ = 0, window_steps_ = 0;
+  int64_t window_tokens_ = 0, window_steps_ = 0, window_host_waits_ = 0;
 };
 
 Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
@@ -264,31 +266,33 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
 void Trainer::train() {
   window_start_ = Clock::now();
   while (!cadence_->finished(state_.step)) {
-    stop_if_signalled();
     const StepResult step = train_step();
     if (cadence_->should_log(state_.step)) log_step(step);
+    if (step.stop_signal) stop_after_step(step.stop_signal);
     if (cadence_->should_checkpoint(state_.step)) save_step_checkpoint();
     if (cadence_->should_evaluate(state_.step)) evaluate_during_training();
   }
   metrics_->newline();
 }
 
-// The loss is the mean over the loss tokens of the whole step (all micro-batches,
-// all ranks), so each micro-batch's summed loss is divided by that count.
+// The loss is the mean over the loss tokens of the whole step (all
+// micro-batches, all ranks). Backward runs on the summed loss, and the
+// gradient is divided by the step's count afterwards, together with the
+// clipping: the count over all ranks then joins the step's one reduction
+// (step_totals.h) instead of needing a round trip of its own before backward.
 StepResult Trainer::train_step() {
+  const int64_t waits_before = group_ ? group_->host_waits() : 0;
   StepResult result;
   result.lr = schedule_.at(state_.step);
   std::vector<MicroBatch> micro;
   data::Cursor cursor_after;
+  int64_t loss_tokens = 0;
   for (int64_t k = 0; k < c_.train.grad_accum; ++k) {
     data::Batch batch = loader_->next();
     cursor_after = batch.cursor;
     micro.push_back(to_tensors(batch, device_));
-    result.loss_tokens += micro.back().loss_tokens;
+    loss_tokens += micro.back().loss_tokens;
   }
-  result.loss_tokens = static_cast<int64_t>(global_sum({static_cast<double>(result.loss_tokens)})[0]);
-  const double denominator = static_cast<double>(std::max<int64_t>(result.loss_tokens, 1));
-  // Summed on the device: one host sync per step, not one per micro-batch.
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   for (size_t k = 0; k < micro.size(); ++k) {
     at::Tensor loss;
@@ -297,18 +301,29 @@ StepResult Trainer::train_step() {
       loss = micro_batch_loss(model_, micro[k], c_.train.loss_chunk_tokens);
     }
     if (sync_ && k + 1 == micro.size()) sync_->arm();  // the last micro-batch's backward all-reduces
-    (loss / denominator).backward();
+    loss.backward();
     loss_sum += loss.detach().to(at::kDouble);
   }
   if (sync_) sync_->finish();
-  result.loss = global_sum({loss_sum.item<double>()})[0] / denominator;
+  // Unsharded, every rank holds the whole reduced gradient: rank 0 counts it.
+  const bool counts_norm = optimizer_->sharded() || dist_.rank == 0;
+  const StepTotals totals = reduce_step_totals(
+      group_.get(),
+      {stop_signal(), loss_tokens, loss_sum,
+       counts_norm ? optimizer_->grad_square_sum() : at::zeros({}, loss_sum.options())},
+      device_);
+  result.stop_signal = totals.stop_signal;
+  result.loss_tokens = totals.loss_tokens;
+  const double denominator = static_cast<double>(std::max<int64_t>(totals.loss_tokens, 1));
+  result.loss = totals.loss_sum / denominator;
+  const double grad_norm = std::sqrt(totals.grad_square_sum) / denominator;
   state_.cursor = cursor_after;
   state_.tokens += plan_.tokens_per_step;
   state_.loss_tokens += result.loss_tokens;
 
   // A non-finite loss or gradient never reaches the weights; a step without
   // loss tokens (possible with prefix) has nothing to learn from.
-  result.grad_norm = std::isfinite(result.loss) ? optimizer_->clip_grad_norm(c_.train.grad_clip) : result.loss;
+  result.grad_norm = std::isfinite(result.loss) ? grad_norm : result.loss;
   if (!std::isfinite(result.loss) || !std::isfinite(result.grad_norm)) {
     ++state_.skipped_steps;
     ++state_.consecutive_bad_steps;
@@ -320,13 +335,17 @@ StepResult Trainer::train_step() {
                                "rate, the precision and the initial weights");
   } else {
     state_.consecutive_bad_steps = 0;
-    if (result.loss_tokens > 0) optimizer_->step(result.lr);
+    if (result.loss_tokens > 0) {
+      optimizer_->scale_grads(clip_factor(grad_norm, c_.train.grad_clip) / denominator);
+      optimizer_->step(result.lr);
+    }
   }
   if (flat_) flat_->zero_grad();  // the gradients stay views into the buckets
   else optimizer_->zero_grad();
   ++state_.step;
   window_tokens_ += plan_.tokens_per_step;
   ++window_steps_;
+  if (group_) window_host_waits_ += group_->host_waits() - waits_before;
   return result;
 }
 
@@ -342,10 +361,14 @@ void Trainer::log_step(const StepResult& step) {
                        {"loss_tokens", step.loss_tokens},
                        {"skipped_steps", state_.skipped_steps},
                        {"optimizer_state_mb", std::round(static_cast<double>(optimizer_->state_bytes()) / (1 << 20) * 1000) / 1000}};
+  // Collectives a step's host waited for: 1 (its totals), whatever the world size.
+  if (group_)
+    row["host_waits_per_step"] =
+        static_cast<double>(window_host_waits_) / static_cast<double>(std::max<int64_t>(window_steps_, 1));
   row.update(peak_memory_json(peak_memory(device_)));
   metrics_->record(row, seconds_per_step * static_cast<double>(plan_.total_steps - state_.step));
   window_start_ = Clock::now();
-  window_tokens_ = window_steps_ = 0;
+  window_tokens_ = window_steps_ = window_host_waits_ = 0;
 }
 
 // Rank 0 writes; the others wait so nobody runs ahead of a checkpoint. A
@@ -369,10 +392,9 @@ int Trainer::agreed_stop_signal() {
   return counts[0] > 0 ? SIGTERM : counts[1] > 0 ? SIGINT : 0;
 }
 
-// Every rank stops at the same step when any of them was signalled.
-void Trainer::stop_if_signalled() {
-  const int signal = agreed_stop_signal();
-  if (!signal) return;
+// Every rank stops after the same step when any of them was signalled (the
+// step's totals carried the signal).
+void Trainer::stop_after_step(int signal) {
   metrics_->newline();
   save_step_checkpoint();
   log::warn("signal ", signal, ": saved step ", state_.step, "; continue with --resume");

@@ -1,0 +1,36 @@
+#pragma once
+// What every rank must agree on once a step's backward is done: whether to
+// stop (a signal on any rank), how many loss tokens the step had, its summed
+// loss and its gradient's norm. All of it goes into ONE reduction over the
+// ranks and is read on the host ONCE: the step's only host round trip. On a
+// GPU that read is the only point of a step where the host waits for the
+// device; the loss, the norm and the clipping stay on the device until then.
+#include <ATen/ATen.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+#include "trainer/train/distributed.h"
+
+namespace segtrain::trainer {
+
+// One rank's part of a step.
+struct StepShare {
+  int signal = 0;                    // stop_signal() of this rank (0: none)
+  int64_t loss_tokens = 0;           // counted on the host batch
+  at::Tensor loss_sum;               // fp64 scalar on the device: summed cross-entropy
+  at::Tensor grad_square_sum;        // fp64 scalar on the device, this rank's share of the whole
+};
+
+// The whole step, the same on every rank.
+struct StepTotals {
+  int stop_signal = 0;  // SIGTERM when any rank has it, else SIGINT when any has it, else 0
+  int64_t loss_tokens = 0;
+  double loss_sum = 0;
+  double grad_square_sum = 0;  // of the summed (not yet token-normalized) gradient
+};
+
+// Sums the ranks' shares (`group` nullptr: this process is the whole run).
+StepTotals reduce_step_totals(ProcessGroup* group, const StepShare& share, const c10::Device& device);
+
+}  // namespace segtrain::trainer
