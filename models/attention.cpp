@@ -13,7 +13,9 @@ at::Tensor alibi_causal_mask(const at::Tensor& positions, const at::Tensor& slop
   auto pos = positions.to(at::kFloat);
   // Differences of float positions are exact up to 2^24, far past any context.
   auto distance = pos.unsqueeze(2) - pos.unsqueeze(1);                      // [B, T, T]
-  auto bias = -slopes.to(positions.device(), at::kFloat).view({1, -1, 1, 1}) * distance.unsqueeze(1);
+  // non_blocking: a blocking host-to-device copy would wait for the stream to drain.
+  auto slopes_here = slopes.to(positions.device(), at::kFloat, /*non_blocking=*/true);
+  auto bias = -slopes_here.view({1, -1, 1, 1}) * distance.unsqueeze(1);
   auto future = at::ones({t, t}, positions.options().dtype(at::kBool)).triu(1);
   return bias.masked_fill(future, -std::numeric_limits<float>::infinity());
 }

@@ -102,8 +102,17 @@ TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(con
   }
 }
 
+at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens, const at::Tensor& positions,
+                                      const PositionBounds& bounds) {
+  return logits(hidden(tokens, positions, bounds));
+}
+
 at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens, const at::Tensor& positions) {
-  return logits(hidden(tokens, positions));
+  return forward(tokens, positions, PositionBounds::of(positions));
+}
+
+at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor& positions) {
+  return hidden(tokens, positions, PositionBounds::of(positions));
 }
 
 at::Tensor TransformerLMImpl::head_weight() const { return lm_head ? lm_head->weight : wte->weight; }
@@ -112,7 +121,8 @@ at::Tensor TransformerLMImpl::logits(const at::Tensor& hidden) {
   return lm_head ? lm_head(hidden) : at::linear(hidden, wte->weight);
 }
 
-at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor& positions) {
+at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor& positions,
+                                     const PositionBounds& bounds) {
   const auto& c = config_;
   if (tokens.dim() != 2 || positions.sizes() != tokens.sizes())
     throw InputError("TransformerLM.forward: tokens and positions must both be [B, T]; got " +
@@ -120,13 +130,13 @@ at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor&
   const auto scheme = position_scheme(c.arch);
   const bool need_length = scheme == PositionScheme::learned || c.extension.method == ExtensionMethod::dynamic_ntk ||
                            c.extension.method == ExtensionMethod::dynamic_interpolate;
-  const int64_t seq_len = need_length ? positions.max().item<int64_t>() + 1 : tokens.size(1);
+  const int64_t seq_len = need_length ? bounds.end : tokens.size(1);
 
   auto x = wte(tokens);
   at::Tensor cos, sin, mask;
   if (scheme == PositionScheme::learned) {
     const int64_t rows = wpe->weight.size(0);
-    const int64_t lowest = positions.min().item<int64_t>();
+    const int64_t lowest = bounds.lowest;
     if (seq_len > rows || lowest < 0)
       throw InputError("position id " + std::to_string(lowest < 0 ? lowest : seq_len - 1) +
                        " is outside the learned position table (" +
@@ -137,15 +147,15 @@ at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor&
     x = x + wpe(positions);
   } else if (scheme == PositionScheme::rope) {
     auto rope = rope_params(c, seq_len);
-    auto freqs = positions.to(at::kFloat).unsqueeze(-1) * rope.inv_freq.to(positions.device()).view({1, 1, -1});
+    // non_blocking: a blocking host-to-device copy would wait for the stream to drain.
+    auto inv_freq = rope.inv_freq.to(positions.device(), at::kFloat, /*non_blocking=*/true);
+    auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq.view({1, 1, -1});
     auto angles = at::cat({freqs, freqs}, -1).unsqueeze(1);  // [B, 1, T, rotary_dim]
     cos = angles.cos() * rope.attention_scale;
     sin = angles.sin() * rope.attention_scale;
   } else {
     // Samples that share their position ids (evaluation) share one mask.
-    auto mask_positions = positions;
-    if (positions.size(0) > 1 && positions.eq(positions.slice(0, 0, 1)).all().item<bool>())
-      mask_positions = positions.slice(0, 0, 1);
+    const auto mask_positions = bounds.rows_share_positions ? positions.slice(0, 0, 1) : positions;
     mask = alibi_causal_mask(mask_positions, alibi_slopes_for(c, seq_len));
   }
   if (emb_ln) x = emb_ln(x);

@@ -6,8 +6,8 @@
 //   bloom    ALiBi, LayerNorm after the embedding, tanh GELU, tied head
 //   llama    RoPE on the whole head, RMSNorm, SwiGLU, grouped-query attention,
 //            optional biases, tied or untied head (models/llama_block.h)
-// forward(tokens [B,T], positions [B,T]) -> logits [B,T,V], which is
-// logits(hidden(tokens, positions)); callers that need the head over slices of the
+// forward(tokens [B,T], positions [B,T], bounds) -> logits [B,T,V], which is
+// logits(hidden(tokens, positions, bounds)); callers that need the head over slices of the
 // tokens (models/lm_head_loss.h) or at one position take hidden() and the head
 // apart. Positions are any per-sample ids (segmented sequences keep their original
 // ones); the causal mask follows sequence order. Parameter names are segtrain's
@@ -24,6 +24,7 @@
 
 #include "models/config.h"
 #include "models/llama_block.h"
+#include "models/position_bounds.h"
 
 namespace segtrain::models {
 
@@ -43,8 +44,14 @@ TORCH_MODULE(Block);
 
 struct TransformerLMImpl : torch::nn::Module {
   explicit TransformerLMImpl(ModelConfig config);
-  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions);
+  // bounds must be PositionBounds::of(positions), computed by the caller on the host
+  // batch: the forward then never reads a device tensor back (no synchronisation).
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const PositionBounds& bounds);
   // The final norm's output [B,T,D]: everything but the LM head.
+  at::Tensor hidden(const at::Tensor& tokens, const at::Tensor& positions, const PositionBounds& bounds);
+  // Conveniences that compute PositionBounds::of(positions) themselves: free on the
+  // CPU, a synchronisation when positions live on a device.
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions);
   at::Tensor hidden(const at::Tensor& tokens, const at::Tensor& positions);
   // The LM head's weight [V,D]: lm_head's, or wte's when the head is tied.
   at::Tensor head_weight() const;

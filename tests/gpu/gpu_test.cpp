@@ -98,7 +98,7 @@ StepOutcome one_step(models::TransformerLM& model, const c10::Device& device, bo
   at::Tensor logits;
   {
     trainer::Autocast autocast(bf16, device.type());
-    logits = model->forward(m.tokens, m.positions);
+    logits = model->forward(m.tokens, m.positions, m.bounds);
   }
   at::Tensor loss = trainer::summed_loss(logits, m.targets) / static_cast<double>(m.loss_tokens);
   loss.backward();

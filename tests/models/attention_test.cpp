@@ -1,11 +1,16 @@
 // Attention with ALiBi from position ids, checked against a direct fp32
-// computation; the model's behaviour on segmented (non-contiguous) positions;
-// bf16 autocast; activation checkpointing.
+// computation; the model's behaviour on segmented (non-contiguous) positions; no
+// wait for the device when the caller gives the position bounds; bf16 autocast;
+// activation checkpointing.
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
 
 #include <cmath>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "models/attention.h"
@@ -134,6 +139,108 @@ TEST(Model, PositionBeyondTheLearnedTableIsAClearError) {
   TransformerLM extended(c);
   EXPECT_EQ(extended->wpe->weight.size(0), 128);
   EXPECT_NO_THROW(extended->forward(tokens, at::tensor({0, 100, 127}, at::kLong).view({1, 3})));
+}
+
+// The calls of a forward that would wait for a CUDA device: host reads of a tensor's
+// values (.item(), bool(t), at::equal, ops whose output shape depends on the values)
+// and blocking copies between devices (.to(device) without non_blocking, which ends
+// with a stream synchronisation even host-to-device). Every ATen call goes through the
+// dispatcher, which reports it to the thread's RecordFunction callbacks, so a forward
+// on the CPU shows the calls it would make on a GPU. (Meta tensors, which throw on a
+// host read, cannot run the model in C++: index_select has no C++ meta kernel.)
+class DeviceWaits {
+ public:
+  DeviceWaits()
+      : handle_(at::addThreadLocalCallback(
+            at::RecordFunctionCallback(&on_call).needsInputs(true).scopes({at::RecordScope::FUNCTION}))) {
+    seen().clear();
+  }
+  ~DeviceWaits() { at::removeCallback(handle_); }
+  const std::vector<std::string>& calls() const { return seen(); }
+
+ private:
+  static std::vector<std::string>& seen() {
+    thread_local std::vector<std::string> calls;
+    return calls;
+  }
+  static bool blocking_copy(const at::RecordFunction& fn) {
+    const auto name = fn.operator_name();
+    if (!name || name->name != "aten::to") return false;
+    const auto in = fn.inputs();
+    if (name->overload_name == "device") return !in[3].toBool();  // (self, device, dtype, non_blocking, ...)
+    if (name->overload_name == "other") return !in[2].toBool();   // (self, other, non_blocking, ...)
+    if (name->overload_name == "dtype_layout")  // (self, dtype, layout, device, pin_memory, non_blocking, ...)
+      return !in[3].isNone() && !in[5].toBool();
+    return false;
+  }
+  static std::unique_ptr<at::ObserverContext> on_call(const at::RecordFunction& fn) {
+    static const std::set<std::string> host_reads = {"aten::item",       "aten::_local_scalar_dense", "aten::is_nonzero",
+                                                     "aten::equal",      "aten::nonzero",             "aten::masked_select",
+                                                     "aten::_unique2",   "aten::unique_dim",          "aten::unique_consecutive"};
+    if (host_reads.count(fn.name())) seen().push_back(fn.name());
+    else if (blocking_copy(fn)) seen().push_back(std::string(fn.name()) + " (blocking copy to a device)");
+    return nullptr;
+  }
+  at::CallbackHandle handle_;
+};
+
+std::string joined(const std::vector<std::string>& calls) {
+  std::string out;
+  for (const auto& c : calls) out += (out.empty() ? "" : ", ") + c;
+  return out;
+}
+
+TEST(Model, ForwardWithHostBoundsNeverWaitsForTheDevice) {
+  auto shared = at::arange(12, at::kLong).repeat({2, 1});
+  auto own = at::tensor({0, 1, 2, 3, 4, 5, 30, 31, 32, 33, 34, 35, 0, 1, 2, 3, 90, 91, 92, 93, 94, 95, 96, 97},
+                        at::kLong).view({2, 12});
+  auto dynamic_ntk = tiny(Arch::gpt_neox);
+  dynamic_ntk.extension.method = ExtensionMethod::dynamic_ntk;
+  dynamic_ntk.extension.factor = 2.0;
+  auto dynamic_alibi = tiny(Arch::bloom);
+  dynamic_alibi.extension.method = ExtensionMethod::dynamic_interpolate;
+  dynamic_alibi.extension.factor = 2.0;
+  const auto gpt2 = test::tiny_model_config(Arch::gpt2, 50, 128);  // a table past the ids of `own`
+  const std::vector<std::pair<std::string, ModelConfig>> models = {
+      {"gpt2", gpt2},               {"gpt_neox dynamic_ntk", dynamic_ntk},
+      {"bloom", tiny(Arch::bloom)}, {"bloom dynamic_interpolate", dynamic_alibi},
+      {"llama", test::tiny_model_config(Arch::llama, 50, 64, /*grouped_kv=*/true)}};
+  for (const auto& [what, config] : models) {
+    TransformerLM model(config);
+    for (const auto& positions : {shared, own}) {
+      const auto bounds = PositionBounds::of(positions);  // on the host, as the callers do
+      const auto tokens = at::randint(50, positions.sizes());
+      DeviceWaits waits;
+      model->forward(tokens, positions, bounds);
+      EXPECT_TRUE(waits.calls().empty()) << what << ": " << joined(waits.calls());
+    }
+  }
+  // The seam sees a wait when there is one: the convenience overload reads the bounds
+  // from the tensor.
+  TransformerLM model(gpt2);
+  DeviceWaits waits;
+  model->forward(at::zeros({2, 12}, at::kLong), own);
+  EXPECT_FALSE(waits.calls().empty());
+}
+
+TEST(Model, HostBoundsOutsideTheLearnedTableGiveTheSameMessage) {
+  TransformerLM model(tiny(Arch::gpt2));  // 64 rows
+  auto tokens = at::zeros({1, 3}, at::kLong);
+  const std::string hint = "; set model.extension.method=interpolate with a factor to extend it";
+  for (const auto& [ids, id] : {std::pair{std::vector<int64_t>{0, 10, 64}, "64"}, {{-1, 0, 1}, "-1"}}) {
+    auto positions = at::tensor(ids, at::kLong).view({1, 3});
+    const std::string want =
+        std::string("position id ") + id + " is outside the learned position table (64 rows)" + hint;
+    for (bool host_bounds : {false, true}) {
+      try {
+        if (host_bounds) model->forward(tokens, positions, PositionBounds::of(positions));
+        else model->forward(tokens, positions);
+        ADD_FAILURE() << "no error for position id " << id;
+      } catch (const InputError& e) {
+        EXPECT_EQ(std::string(e.what()), want);
+      }
+    }
+  }
 }
 
 TEST(Model, Bf16AutocastRunsEveryArchCloseToFp32) {

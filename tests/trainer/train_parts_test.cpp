@@ -96,6 +96,10 @@ TEST(TrainStep, MaskedLossMatchesAnExplicitReference) {
   batch.loss_mask = {1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1};  // row 1 has no loss tokens
   MicroBatch m = to_tensors(batch, torch::kCPU);
   EXPECT_EQ(m.loss_tokens, 5 + 0 + 2);  // the absent last target is never scored
+  // The bounds the forward takes instead of reading the device tensor.
+  EXPECT_EQ(m.bounds.lowest, 0);
+  EXPECT_EQ(m.bounds.end, 15);
+  EXPECT_FALSE(m.bounds.rows_share_positions);
   at::Tensor logits = torch::randn({3, 5, vocab});
   const double ours = summed_loss(logits, m.targets).item<double>();
   double reference = 0;

@@ -136,8 +136,9 @@ bool passkey_correct(models::TransformerLM& model, const PasskeyPrompt& prompt) 
   ids.insert(ids.end(), prompt.answer_ids.begin(), prompt.answer_ids.end() - 1);
   const auto n = static_cast<int64_t>(ids.size()), k = static_cast<int64_t>(prompt.answer_ids.size());
   const at::Tensor x = at::tensor(ids, at::kLong).unsqueeze(0).to(device);
-  const at::Tensor positions = at::arange(n, at::kLong).unsqueeze(0).to(device);
-  const at::Tensor at_answer = model->hidden(x, positions).narrow(1, n - k, k);
+  const at::Tensor host_positions = at::arange(n, at::kLong).unsqueeze(0);
+  const auto bounds = models::PositionBounds::of(host_positions);  // on the host: the forward never syncs
+  const at::Tensor at_answer = model->hidden(x, host_positions.to(device), bounds).narrow(1, n - k, k);
   const at::Tensor predicted = model->logits(at_answer)[0].argmax(-1).to(at::kCPU);
   const std::vector<int64_t> answer(prompt.answer_ids.begin(), prompt.answer_ids.end());
   return at::equal(predicted, at::tensor(answer, at::kLong));

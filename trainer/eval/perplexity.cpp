@@ -109,14 +109,16 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
       }
       tokens = tokens.to(at::kLong);
       at::Tensor positions = at::arange(length, at::kLong).unsqueeze(0).expand({b, length}).contiguous();
+      // Read on the host, before the copy: the forward then never syncs with the device.
+      const auto bounds = models::PositionBounds::of(positions);
       const at::Tensor targets = tokens.narrow(1, 1, length - 1).to(device);
       at::Tensor nll;
       if (chunk == 0) {
-        at::Tensor logits = model->forward(tokens.to(device), positions.to(device)).to(at::kFloat);
+        at::Tensor logits = model->forward(tokens.to(device), positions.to(device), bounds).to(at::kFloat);
         nll = at::cross_entropy_loss(logits.narrow(1, 0, length - 1).reshape({-1, logits.size(2)}),
                                      targets.reshape(-1), {}, at::Reduction::None);
       } else {
-        at::Tensor hidden = model->hidden(tokens.to(device), positions.to(device));
+        at::Tensor hidden = model->hidden(tokens.to(device), positions.to(device), bounds);
         nll = models::lm_head_nll(hidden.narrow(1, 0, length - 1), model->head_weight(), targets, chunk);
       }
       nll = nll.view({b, length - 1}).cpu().to(at::kDouble);

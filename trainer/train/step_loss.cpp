@@ -18,7 +18,9 @@ MicroBatch to_tensors(const data::Batch& b, const c10::Device& device) {
   // A target the sampler marked as absent is never scored, whatever the mask says.
   mask = mask & (as_tensor(b.targets) != data::kNoTarget);
   m.tokens = to_device(as_tensor(b.tokens), device);
-  m.positions = to_device(as_tensor(b.positions), device);
+  const at::Tensor positions = as_tensor(b.positions);
+  m.bounds = models::PositionBounds::of(positions);  // before the copy: on the host, no sync
+  m.positions = to_device(positions, device);
   m.targets = to_device(at::where(mask, as_tensor(b.targets), at::full({}, data::kNoTarget, at::kLong)), device);
   m.loss_tokens = mask.sum().item<int64_t>();
   return m;
@@ -32,9 +34,9 @@ at::Tensor summed_loss(const at::Tensor& logits, const at::Tensor& targets) {
 at::Tensor micro_batch_loss(models::TransformerLM& model, const MicroBatch& m,
                             std::optional<int64_t> loss_chunk_tokens) {
   const int64_t chunk = models::loss_chunk_tokens_for(loss_chunk_tokens, model->head_weight().size(0));
-  if (chunk == 0) return summed_loss(model->forward(m.tokens, m.positions), m.targets);
-  return models::lm_head_loss_sum(model->hidden(m.tokens, m.positions), model->head_weight(), m.targets, chunk,
-                                  data::kNoTarget);
+  if (chunk == 0) return summed_loss(model->forward(m.tokens, m.positions, m.bounds), m.targets);
+  return models::lm_head_loss_sum(model->hidden(m.tokens, m.positions, m.bounds), model->head_weight(), m.targets,
+                                  chunk, data::kNoTarget);
 }
 
 }  // namespace segtrain::trainer

@@ -16,6 +16,7 @@ namespace segtrain::trainer {
 struct MicroBatch {
   at::Tensor tokens, positions, targets;  // [B, T] int64 on the device; masked targets = kNoTarget
   int64_t loss_tokens = 0;
+  models::PositionBounds bounds;  // of positions, read from the host batch: the forward never syncs
 };
 
 MicroBatch to_tensors(const data::Batch& batch, const c10::Device& device);
