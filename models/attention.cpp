@@ -7,17 +7,36 @@
 
 namespace segtrain::models {
 
+int64_t alibi_row_stride(int64_t length) {
+  return (length + kAlibiBiasAlignment - 1) / kAlibiBiasAlignment * kAlibiBiasAlignment;
+}
+
 at::Tensor alibi_causal_mask(const at::Tensor& positions, const at::Tensor& slopes) {
   at::NoGradGuard no_grad;
-  const int64_t t = positions.size(1);
+  const int64_t b = positions.size(0), t = positions.size(1), h = slopes.size(0);
+  const int64_t row = alibi_row_stride(t);
   auto pos = positions.to(at::kFloat);
-  // Differences of float positions are exact up to 2^24, far past any context.
-  auto distance = pos.unsqueeze(2) - pos.unsqueeze(1);                      // [B, T, T]
+  // One buffer, written in place: at long lengths the bias is the largest tensor of
+  // the forward, and an out-of-place step would hold two of them at once.
+  auto buffer = at::empty({b, h, t, row}, pos.options());
+  // No kernel reads the padding columns; zeros (what PyTorch's own padding of a bias
+  // holds) keep the buffer free of uninitialised memory.
+  if (row > t) buffer.narrow(-1, t, row - t).zero_();
+  auto bias = buffer.narrow(-1, 0, t);
   // non_blocking: a blocking host-to-device copy would wait for the stream to drain.
-  auto slopes_here = slopes.to(positions.device(), at::kFloat, /*non_blocking=*/true);
-  auto bias = -slopes_here.view({1, -1, 1, 1}) * distance.unsqueeze(1);
+  const auto neg_slopes = slopes.to(positions.device(), at::kFloat, /*non_blocking=*/true).neg().view({1, h, 1, 1});
+  // Head 0 first holds the distances p_i - p_j (differences of float positions are
+  // exact up to 2^24, far past any context); the other heads scale them from there,
+  // then head 0 its own.
+  auto first = bias.narrow(1, 0, 1);
+  at::sub_out(first, pos.reshape({b, 1, t, 1}), pos.reshape({b, 1, 1, t}));
+  if (h > 1) {
+    auto rest = bias.narrow(1, 1, h - 1);
+    at::mul_out(rest, first, neg_slopes.narrow(1, 1, h - 1));
+  }
+  first.mul_(neg_slopes.narrow(1, 0, 1));
   auto future = at::ones({t, t}, positions.options().dtype(at::kBool)).triu(1);
-  return bias.masked_fill(future, -std::numeric_limits<float>::infinity());
+  return bias.masked_fill_(future, -std::numeric_limits<float>::infinity());
 }
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {

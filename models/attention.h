@@ -8,7 +8,18 @@ namespace segtrain::models {
 // order) and the ALiBi bias -m_h * (pos_q - pos_k) from the actual position ids,
 // in fp32. It never requires grad, which keeps SDPA's fused CPU kernel in use.
 // positions: [B, T] integer; slopes: [H] fp32.
+//
+// The mask is a view [..., :T] of a buffer whose rows are alibi_row_stride(T)
+// floats long, so its storage is 4·B·H·T·alibi_row_stride(T) bytes. CUDA's
+// memory-efficient SDPA kernel wants a bias whose strides are multiples of 8
+// elements and pads a misaligned one itself, on every call, i.e. once per layer;
+// built aligned, the one bias serves all layers as it is.
 at::Tensor alibi_causal_mask(const at::Tensor& positions, const at::Tensor& slopes);
+
+// The bias row alignment of CUDA's memory-efficient attention kernel, in elements.
+inline constexpr int64_t kAlibiBiasAlignment = 8;
+// T rounded up to a multiple of kAlibiBiasAlignment: the mask's last-dim stride.
+int64_t alibi_row_stride(int64_t length);
 
 // q: [B, H, T, hd]; k, v: [B, H_kv, T, hd] with H_kv dividing H (grouped-query
 // attention through SDPA's enable_gqa when H_kv < H). Without a mask the causal mask is implicit (SDPA's

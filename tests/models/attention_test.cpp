@@ -1,7 +1,7 @@
 // Attention with ALiBi from position ids, checked against a direct fp32
-// computation; the model's behaviour on segmented (non-contiguous) positions; no
-// wait for the device when the caller gives the position bounds; bf16 autocast;
-// activation checkpointing.
+// computation; the ALiBi bias's padded in-place layout; the model's behaviour on
+// segmented (non-contiguous) positions; no wait for the device when the caller
+// gives the position bounds; bf16 autocast; activation checkpointing.
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
@@ -99,6 +99,49 @@ TEST(Attention, AlibiBiasStaysFp32UnderBf16Autocast) {
                                      v.to(at::kBFloat16).to(at::kFloat), positions, alibi_slopes(h));
   EXPECT_EQ(got.scalar_type(), at::kBFloat16);
   EXPECT_LT(test::max_abs_diff(got, want), 3e-2);
+}
+
+// -slope_h * (p_i - p_j), -inf above the diagonal: the formula written out, [B, H, T, T].
+at::Tensor straightforward_alibi_mask(const at::Tensor& positions, const at::Tensor& slopes) {
+  auto pos = positions.to(at::kFloat);
+  auto distance = pos.unsqueeze(2) - pos.unsqueeze(1);
+  auto bias = -slopes.view({1, -1, 1, 1}) * distance.unsqueeze(1);
+  const int64_t t = positions.size(1);
+  return bias.masked_fill(at::ones({t, t}, at::kBool).triu(1), -INFINITY);
+}
+
+TEST(Attention, AlibiMaskIsOnePaddedBufferEqualToTheFormula) {
+  const int64_t h = 6;
+  const auto slopes = alibi_slopes(h);
+  for (int64_t t : {16, 13}) {
+    const int64_t row = (t + 7) / 8 * 8;
+    EXPECT_EQ(alibi_row_stride(t), row);
+    auto positions =
+        at::cat({at::arange(t, at::kLong).view({1, t}), (at::arange(t, at::kLong) * 3 + 100).view({1, t})});
+    // Rows with their own ids (B' = B) and one row shared by every sample (B' = 1).
+    for (const auto& p : {positions, positions.slice(0, 0, 1)}) {
+      const int64_t b = p.size(0);
+      auto mask = alibi_causal_mask(p, slopes);
+      EXPECT_TRUE(at::equal(mask, straightforward_alibi_mask(p, slopes))) << "T=" << t << " B'=" << b;
+      EXPECT_EQ(mask.sizes(), at::IntArrayRef({b, h, t, t}));
+      EXPECT_EQ(mask.stride(3), 1);
+      EXPECT_EQ(mask.stride(2), row) << "T=" << t;
+      EXPECT_EQ(mask.storage().nbytes(), static_cast<size_t>(4 * b * h * t * row)) << "T=" << t << " B'=" << b;
+    }
+  }
+}
+
+TEST(Attention, PaddedAlibiMaskKeepsTheFusedCpuKernelAndItsResult) {
+  at::manual_seed(8);
+  const int64_t t = 13;  // not a multiple of 8: the mask is a strided view
+  auto q = at::randn({2, 4, t, 8}).requires_grad_(true), k = at::randn({2, 4, t, 8}), v = at::randn({2, 4, t, 8});
+  auto positions = at::cat({at::arange(t, at::kLong).view({1, t}), (at::arange(t, at::kLong) * 5).view({1, t})});
+  auto mask = alibi_causal_mask(positions, alibi_slopes(4));
+  ASSERT_FALSE(mask.is_contiguous());
+  auto strided = causal_attention(q, k, v, mask);
+  EXPECT_NE(strided.grad_fn()->name().find("FlashAttention"), std::string::npos) << strided.grad_fn()->name();
+  auto dense = causal_attention(q, k, v, straightforward_alibi_mask(positions, alibi_slopes(4)));
+  EXPECT_LT(test::max_abs_diff(strided, dense), 1e-6);
 }
 
 ModelConfig tiny(Arch arch) {
