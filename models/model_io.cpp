@@ -176,9 +176,14 @@ TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig
 }
 
 void save_model_dir(const TransformerLM& model, const std::string& dir) {
+  save_model_dir(model->config(), model->tensors(), dir);
+}
+
+void save_model_dir(const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors,
+                    const std::string& dir) {
   fs::create_directories(dir);
-  write_safetensors_dir(dir, model->tensors());
-  write_file_atomic(fs::path(dir) / "model_config.json", model_config_to_json(model->config()));
+  write_safetensors_dir(dir, tensors);
+  write_file_atomic(fs::path(dir) / "model_config.json", model_config_to_json(config));
 }
 
 TransformerLM load_model_dir(const std::string& dir) {

@@ -3,6 +3,7 @@
 // (TransformerLM's parameter names) + model_config.json (ModelConfig as JSON);
 // checkpoints and run outputs use it. HF folders are read through models/hf.h.
 // Both are recognised by content, not by name.
+#include <map>
 #include <optional>
 #include <string>
 
@@ -32,6 +33,9 @@ TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig
 // segtrain model directory: model.safetensors + model_config.json, each written
 // to a temporary sibling and renamed.
 void save_model_dir(const TransformerLM& model, const std::string& dir);
+// The same for a model's config and weights held elsewhere (fp32 master weights).
+void save_model_dir(const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors,
+                    const std::string& dir);
 TransformerLM load_model_dir(const std::string& dir);
 
 }  // namespace segtrain::models

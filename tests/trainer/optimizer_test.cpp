@@ -149,7 +149,7 @@ TEST(ShardedAdamW, ThreeRanksOfSlicesUpdateLikeFusedAdamWOnTheWholeTensors) {
     // and 18), then ln_1, bias and attn.weight together (one segment of 45),
     // whose parts of 15 cut the bias/attn.weight boundary (two decay groups).
     flats.push_back(std::make_unique<FlatBuckets>(plain, 200, world));
-    ranks.push_back(std::make_unique<ShardedAdamW>(params.back(), o, *flats.back(), *groups.back()));
+    ranks.push_back(std::make_unique<ShardedAdamW>(params.back(), o, *flats.back(), ShardedAdamWSetup{groups.back().get()}));
   }
   ASSERT_EQ(flats[0]->buckets().size(), 2u);
   ASSERT_EQ(flats[0]->buckets()[0].segments.size(), 2u);
@@ -218,7 +218,7 @@ TEST(ShardedAdamW, ReportsAndScalesOnlyItsOwnSlices) {
   for (auto& [n, p] : params) plain.push_back(p);
   SimulatedRank group(1, 2);
   FlatBuckets flat(plain, 1 << 20, 2);
-  ShardedAdamW sharded(params, AdamWOptions{}, flat, group);
+  ShardedAdamW sharded(params, AdamWOptions{}, flat, ShardedAdamWSetup{&group});
   {
     torch::NoGradGuard no_grad;
     for (auto& [n, p] : params) p.mutable_grad().fill_(2.0);

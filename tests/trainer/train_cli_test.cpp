@@ -943,6 +943,36 @@ TEST_F(TrainCli, Bf16AutocastTrainsWithFiniteLosses) {
     differs |= a[i] != b[i];
   }
   EXPECT_TRUE(differs) << "bf16 losses equal fp32 bit for bit: autocast is not in effect";
+
+  // The bf16 run evaluated under its autocast (eval.precision: train): `segtrain
+  // eval --precision bf16` of its final weights gives its figures exactly, fp32
+  // others nearby; eval.precision=fp32 keeps a bf16 run's evaluation in fp32.
+  auto ppl = [](const std::string& file) {
+    std::vector<double> out;
+    const json eval = json::parse(test::read_file(file));
+    for (const auto& r : eval["results"]) out.push_back(r["ppl"].get<double>());
+    return out;
+  };
+  auto eval_as = [&](const std::string& precision) {
+    const std::string out = *dir_ / ("eval-bf16-run-" + precision + ".json");
+    auto r = run(kBin, {"eval", "--model", run_dir("bf16") + "/final", "--data", *dir_ / "store", "--lengths",
+                        "32", "--max-sequences", "4", "--precision", precision, "--out", out});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return ppl(out);
+  };
+  const auto during = ppl(run_dir("bf16") + "/eval.json"), as_bf16 = eval_as("bf16"), as_fp32 = eval_as("fp32");
+  ASSERT_EQ(during.size(), 1u) << "the tiny run evaluates at L = 32, 4 windows";
+  EXPECT_EQ(during, as_bf16);
+  ASSERT_EQ(as_fp32.size(), 1u);
+  for (size_t i = 0; i < 1; ++i) {
+    EXPECT_NE(as_fp32[i], as_bf16[i]);
+    EXPECT_NEAR(as_fp32[i] / as_bf16[i], 1.0, 0.02);
+  }
+  auto kept = run(kBin, {"train", config("bf16-eval-fp32", "bloom", "truncate"), "--set", "train.budget.tokens=2000",
+                         "--set", "train.precision=bf16", "--set", "eval.precision=fp32"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_EQ(values(run_dir("bf16-eval-fp32"), "loss"), b);  // the same training
+  EXPECT_EQ(ppl(run_dir("bf16-eval-fp32") + "/eval.json"), as_fp32);
 }
 
 // train.loss_chunk_tokens: the LM head and cross-entropy over slices of 7 tokens

@@ -28,6 +28,9 @@ void add_eval(CLI::App& app, Chosen& chosen) {
              "Evaluate on a store made with another tokenizer than the model's (refused otherwise)");
   e->add_option("--device", o->device, "auto (cuda when this build and machine have it), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  e->add_option("--precision", o->precision,
+                "fp32, or bf16 autocast (as eval.precision; positions and the loss stay fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   auto loss_chunk = std::make_shared<std::string>("auto");
   e->add_option("--loss-chunk-tokens", *loss_chunk,
                 "Tokens per slice of the LM head and cross-entropy, as train.loss_chunk_tokens: auto (slices of "

@@ -33,6 +33,12 @@ enum class Precision { fp32, bf16 };
 inline constexpr EnumName<Precision> kPrecisions[] = {{"fp32", Precision::fp32},
                                                       {"bf16", Precision::bf16}};
 
+// eval.precision: train follows train.precision (a bf16 run evaluates under
+// the autocast it trained with), fp32 and bf16 say so.
+enum class EvalPrecision { train, fp32, bf16 };
+inline constexpr EnumName<EvalPrecision> kEvalPrecisions[] = {
+    {"train", EvalPrecision::train}, {"fp32", EvalPrecision::fp32}, {"bf16", EvalPrecision::bf16}};
+
 enum class Backend { auto_select, gloo, nccl };
 inline constexpr EnumName<Backend> kBackends[] = {
     {"auto", Backend::auto_select}, {"gloo", Backend::gloo}, {"nccl", Backend::nccl}};
@@ -71,6 +77,12 @@ struct TrainConfig {
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0: no clipping
   Precision precision = Precision::fp32;
+  // Storage of parameters and gradients on every rank. bf16 keeps an fp32
+  // master copy of the parameters in the optimizer state (sharded with the
+  // moments under distributed.shard_optimizer) and accumulates the reduced
+  // gradient in fp32 there; needs precision bf16.
+  Precision param_dtype = Precision::fp32;
+  Precision reduce_dtype = Precision::fp32;  // the gradient collectives' dtype with bf16 parameters
   int64_t checkpoint_every = 500;  // steps; 0: only the final checkpoint
   int64_t keep_last = 2;           // step checkpoints kept; 0: keep all
   int64_t eval_every = 0;          // steps; 0: evaluate only at the end
@@ -98,7 +110,14 @@ struct EvalConfig {
   int64_t batch_size = 4;
   int64_t passkey_trials = 0;  // passkey prompts per length; 0: off
   PasskeyStyle passkey_style = PasskeyStyle::digits;
+  EvalPrecision precision = EvalPrecision::train;
 };
+
+// Whether evaluation (perplexity and passkey) runs under bf16 autocast.
+inline bool evaluates_in_bf16(const EvalConfig& eval, Precision training) {
+  return eval.precision == EvalPrecision::bf16 ||
+         (eval.precision == EvalPrecision::train && training == Precision::bf16);
+}
 
 struct DistributedConfig {
   Backend backend = Backend::auto_select;

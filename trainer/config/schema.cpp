@@ -360,6 +360,14 @@ std::vector<Field> fields(Config& c) {
       real("train.eps", t.eps, above(0), kNoHigh, "AdamW epsilon.").with({KeyRole::optimizer}),
       real("train.grad_clip", t.grad_clip, at_least(0), kNoHigh, "Global gradient-norm clip; 0 disables.").with({KeyRole::optimizer}),
       choice("train.precision", t.precision, kPrecisions, "Compute precision (bf16 autocast; positions stay fp32).").with({KeyRole::resume}),
+      choice("train.param_dtype", t.param_dtype, kPrecisions,
+             "Parameters and gradients held in fp32, or in bf16 with an fp32 master copy of the parameters, the "
+             "moments and the summed gradient in the optimizer (2 + 2 + 16/N bytes a parameter with "
+             "distributed.shard_optimizer over N ranks, else 2 + 2 + 16); bf16 needs train.precision: bf16. "
+             "Checkpoints hold the fp32 master weights either way, so a run resumes in the other storage."),
+      choice("train.reduce_dtype", t.reduce_dtype, kPrecisions,
+             "The dtype gradients are summed over ranks in, with train.param_dtype: bf16 (accumulated in fp32 "
+             "across micro-batches either way); fp32 parameters are reduced in fp32."),
       integer("train.checkpoint_every", t.checkpoint_every, 0, kMaxInt, "Steps between checkpoints; 0: final only."),
       integer("train.keep_last", t.keep_last, 0, kMaxInt, "Step checkpoints kept; 0 keeps all."),
       integer("train.eval_every", t.eval_every, 0, kMaxInt, "Steps between evaluations; 0: at the end only."),
@@ -384,6 +392,9 @@ std::vector<Field> fields(Config& c) {
               "Passkey-retrieval prompts per length at the end of a run; 0: off. Written with the store's own tokenizer (sentencepiece or BPE)."),
       choice("eval.passkey_style", c.eval.passkey_style, kPasskeyStyles,
              "digits: the usual pass-key prompt; recall: the synthetic corpus's 'recall : the password of X is' form."),
+      choice("eval.precision", c.eval.precision, kEvalPrecisions,
+             "train: as train.precision (bf16 autocast when the run trains so); fp32 or bf16 to choose (positions "
+             "and the loss stay fp32 either way)."),
 
       choice("distributed.backend", c.distributed.backend, kBackends, "auto: nccl on CUDA, gloo on CPU."),
       integer("distributed.timeout_s", c.distributed.timeout_s, 1, kMaxInt,

@@ -89,6 +89,12 @@ void check_train(Checker& ck, const Config& c) {
     ck.fail("train.budget.compute_equivalent", "is false but train.budget.tokens is not set; give one budget");
   if (t.min_lr > t.lr)
     ck.fail("train.min_lr", format_double(t.min_lr) + " is above train.lr = " + format_double(t.lr));
+  if (t.param_dtype == Precision::bf16 && t.precision != Precision::bf16)
+    ck.fail("train.param_dtype", "bf16 parameters need train.precision: bf16 (the forward under bf16 autocast, "
+                                 "positions and normalizations in fp32)");
+  if (t.reduce_dtype == Precision::bf16 && t.param_dtype != Precision::bf16)
+    ck.fail("train.reduce_dtype", "bf16 applies to bf16 parameters (train.param_dtype: bf16); fp32 parameters "
+                                  "are reduced in fp32");
 }
 
 void check_run_and_eval(Checker& ck, const Config& c) {

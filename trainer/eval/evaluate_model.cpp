@@ -59,6 +59,7 @@ void evaluate_stored_model(const EvalOptions& options) {
       throw InputError(std::string("--passkey-trials: ") + e.what());
     }
   }
+  const Autocast autocast(options.precision == "bf16", device.type());
   const auto results = evaluate(model, store.split(data::parse_split(options.split)), eval);
   std::vector<PasskeyResult> passkey;
   if (prompts)

@@ -21,6 +21,7 @@ struct EvalOptions {
   int64_t passkey_trials = 0;          // per length; 0: off
   std::string passkey_style = "digits";
   std::string device = "auto";  // auto|cpu|cuda, as run.device
+  std::string precision = "fp32";  // fp32|bf16: bf16 autocast (positions and the loss stay fp32)
   std::optional<int64_t> loss_chunk_tokens;  // as train.loss_chunk_tokens: nullopt auto, 0 off
   bool allow_tokenizer_mismatch = false;     // evaluate on a store made with another tokenizer (a warning)
 };

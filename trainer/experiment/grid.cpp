@@ -30,6 +30,7 @@
 #include "trainer/eval/stored_model.h"
 #include "trainer/experiment/plan.h"
 #include "trainer/experiment/report.h"
+#include "trainer/runtime/device.h"
 #include "trainer/train/run_checkpoint.h"
 #include "trainer/train/trainer.h"
 
@@ -199,15 +200,19 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
                              {"overrides", overrides},
                              {"lengths", eval.lengths}, {"max_sequences", eval.max_sequences},
                              {"stride", eval.stride},   {"split", templ.eval.split}};
+  // fp32 rows keep the settings they were recorded with before eval.precision existed.
+  const bool bf16 = evaluates_in_bf16(templ.eval, templ.train.precision);
+  if (bf16) settings["precision"] = "bf16";
   // The base row at L_t is the OOTB row without a scaling: its passkey would repeat that row's.
   const bool with_passkey = !x.passkey.lengths.empty() && row.kind != "base";
-  const nlohmann::json passkey_settings =
+  nlohmann::json passkey_settings =
       !with_passkey
           ? nlohmann::json()
           : nlohmann::json{{"model", model_dir},          {"model_files", files},
                            {"overrides", overrides},      {"lengths", x.passkey.lengths},
                            {"trials", x.passkey.trials},  {"style", enum_name(kPasskeyStyles, x.passkey.style)},
                            {"seed", kPasskeySeed}};
+  if (bf16 && with_passkey) passkey_settings["precision"] = "bf16";
   int64_t longest = *std::max_element(eval.lengths.begin(), eval.lengths.end());
   if (with_passkey) longest = std::max(longest, x.passkey.lengths.back());
   const StoredModel stored = open_stored_model(model_dir, overrides, longest);
@@ -250,13 +255,17 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   check_store_tokenizer(store_path, stored.dir, x.file + ": " + row.label,
                         "data.allow_tokenizer_mismatch: true (under experiment.base.set)",
                         templ.data.allow_tokenizer_mismatch);
+  // Rows are evaluated where the template's runs train (run.device).
+  const c10::Device device = pick_device(templ.run.device, /*local_rank=*/0);
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
+  model->to(device);
   fs::create_directories(row_dir);
   if (!perplexity_done) {
     log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", eval.lengths.front(), "..",
               eval.lengths.back(), eval.window_length ? " (the first L tokens of windows of " +
                                                         std::to_string(eval.window_length) + ")" : std::string());
     const auto started = std::chrono::steady_clock::now();
+    const Autocast autocast(bf16, device.type());
     row.results = evaluate(model, store.split(data::parse_split(templ.eval.split)), eval);
     row.eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     row.model = model_dir;
@@ -271,6 +280,7 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
               x.passkey.lengths.back(), ", ", x.passkey.trials, " prompts each");
     const data::PromptTokenizer tokenizer = data::open_prompt_tokenizer(store_path);
     const auto started = std::chrono::steady_clock::now();
+    const Autocast autocast(bf16, device.type());
     row.passkey = passkey_accuracy(model, tokenizer, x.passkey.style, x.passkey.lengths, x.passkey.trials, kPasskeySeed);
     row.passkey_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     row.passkey_with = passkey_settings.dump();

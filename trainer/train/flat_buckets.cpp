@@ -6,7 +6,8 @@
 
 namespace segtrain::trainer {
 
-FlatBuckets::FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_bytes, int64_t world_size)
+FlatBuckets::FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_bytes, int64_t world_size,
+                         std::optional<at::ScalarType> storage)
     : world_size_(world_size) {
   for (const auto& p : params)
     if (p.requires_grad()) params_.push_back(p);
@@ -14,7 +15,8 @@ FlatBuckets::FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_b
   int64_t bytes = 0;
   for (size_t i = params_.size(); i-- > 0;) {
     const at::Tensor& p = params_[i];
-    const bool new_bucket = buckets_.empty() || (bytes > 0 && bytes + static_cast<int64_t>(p.nbytes()) > bucket_bytes) ||
+    const int64_t nbytes = p.numel() * static_cast<int64_t>(storage ? c10::elementSize(*storage) : p.element_size());
+    const bool new_bucket = buckets_.empty() || (bytes > 0 && bytes + nbytes > bucket_bytes) ||
                             params_[buckets_.back().members.front()].options().dtype() != p.options().dtype() ||
                             params_[buckets_.back().members.front()].device() != p.device();
     if (new_bucket) buckets_.emplace_back(), bytes = 0;
@@ -22,19 +24,20 @@ FlatBuckets::FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_b
     b.members.push_back(i);
     b.offsets.push_back(b.numel);
     b.numel += p.numel();
-    bytes += static_cast<int64_t>(p.nbytes());
+    bytes += nbytes;
     bucket_of_[i] = buckets_.size() - 1;
   }
   at::NoGradGuard no_grad;
   for (auto& b : buckets_) {
-    const at::Tensor& first = params_[b.members.front()];
+    const at::TensorOptions options =
+        storage ? params_[b.members.front()].options().dtype(*storage) : params_[b.members.front()].options();
     const int64_t padded = (b.numel + world_size_ - 1) / world_size_ * world_size_;
-    const int64_t per_segment =
-        std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(first.element_size()) / world_size_) * world_size_;
+    const int64_t element = static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
+    const int64_t per_segment = std::max<int64_t>(1, bucket_bytes / element / world_size_) * world_size_;
     for (int64_t begin = 0; begin < padded; begin += per_segment)
       b.segments.push_back({begin, std::min(per_segment, padded - begin)});
-    b.params = at::zeros({padded}, first.options());
-    b.grads = at::zeros({padded}, first.options());
+    b.params = at::zeros({padded}, options);
+    b.grads = at::zeros({padded}, options);
     for (size_t k = 0; k < b.members.size(); ++k) {
       at::Tensor p = params_[b.members[k]];
       at::Tensor values = b.params.narrow(0, b.offsets[k], p.numel()).view(p.sizes());

@@ -17,6 +17,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace segtrain::trainer {
@@ -40,8 +41,11 @@ struct FlatBucket {
 class FlatBuckets {
  public:
   // Takes the parameters that require a gradient; all of a bucket's share one
-  // dtype and device (a change starts a new bucket).
-  FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_bytes, int64_t world_size);
+  // dtype and device (a change starts a new bucket). `storage` (bf16 storage
+  // with fp32 master weights elsewhere): the buffers hold that dtype and the
+  // parameters become views of it, their values rounded.
+  FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_bytes, int64_t world_size,
+              std::optional<at::ScalarType> storage = std::nullopt);
 
   const std::vector<at::Tensor>& params() const { return params_; }
   std::vector<FlatBucket>& buckets() { return buckets_; }

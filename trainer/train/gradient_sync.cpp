@@ -12,11 +12,18 @@ namespace segtrain::trainer {
 struct GradientSync::State {
   ProcessGroup* group = nullptr;
   FlatBuckets* flat = nullptr;
-  Reduction reduction = Reduction::all_reduce;
+  GradientSyncOptions options;
+  // A collective in flight and what its sum is handed over as.
+  struct InFlight {
+    std::unique_ptr<PendingCollective> collective;
+    size_t bucket = 0;
+    FlatRange range;     // of the bucket's buffers, as the sink sees it
+    at::Tensor reduced;  // the sum, once landed: in the bucket, or the reduce-dtype copy
+  };
   std::vector<size_t> ready_members;  // by bucket: members whose gradient was accumulated this step
   std::vector<char> started;          // by bucket
   std::vector<char> ready;            // by parameter
-  std::vector<std::unique_ptr<PendingCollective>> pending;  // by collective (segment), in the order started
+  std::vector<InFlight> pending;  // by collective (segment), in the order started
   size_t next = 0;  // buckets start in index order
   bool armed = false;
   int64_t late_param = -1;  // a gradient that arrived after its bucket started
@@ -32,16 +39,30 @@ struct GradientSync::State {
   void start(size_t b) {
     const FlatBucket& bucket = flat->buckets()[b];
     const size_t limit = group->in_flight_limit();
+    const bool scatter = options.reduction == Reduction::reduce_scatter;
+    const int64_t world = group->world_size(), rank = group->rank();
     for (const auto& segment : bucket.segments) {
-      if (limit > 0 && pending.size() >= limit && pending[pending.size() - limit]) {
-        pending[pending.size() - limit]->wait();
-        pending[pending.size() - limit].reset();
-      }
-      const at::Tensor grads = bucket.grads.narrow(0, segment.begin, segment.numel);
-      pending.push_back(reduction == Reduction::all_reduce ? group->all_reduce_sum_async(grads)
-                                                           : group->reduce_scatter_sum_async(grads));
+      if (limit > 0 && pending.size() >= limit) land(pending[pending.size() - limit]);
+      at::Tensor grads = bucket.grads.narrow(0, segment.begin, segment.numel);
+      if (options.reduce_dtype && *options.reduce_dtype != grads.scalar_type()) grads = grads.to(*options.reduce_dtype);
+      InFlight f;
+      f.collective = scatter ? group->reduce_scatter_sum_async(grads) : group->all_reduce_sum_async(grads);
+      f.bucket = b;
+      const int64_t part = scatter ? segment.numel / world : segment.numel;
+      f.range = {segment.begin + (scatter ? rank * part : 0), part};
+      f.reduced = grads.narrow(0, f.range.begin - segment.begin, part);
+      pending.push_back(std::move(f));
     }
     started[b] = 1;
+  }
+
+  // Waits for one collective (once) and hands its sum to the sink.
+  void land(InFlight& f) {
+    if (!f.collective) return;
+    f.collective->wait();
+    f.collective.reset();
+    if (options.sink) options.sink(f.bucket, f.range, f.reduced);
+    f.reduced.reset();
   }
 
   // Called by backward (the hook) once parameter i's .grad holds this micro-batch's share.
@@ -73,12 +94,12 @@ struct GradientSync::State {
   };
 };
 
-GradientSync::GradientSync(ProcessGroup& group, FlatBuckets& flat, Reduction reduction)
+GradientSync::GradientSync(ProcessGroup& group, FlatBuckets& flat, GradientSyncOptions options)
     : state_(std::make_shared<State>()) {
   State& s = *state_;
   s.group = &group;
   s.flat = &flat;
-  s.reduction = reduction;
+  s.options = std::move(options);
   const size_t buckets = flat.buckets().size();
   s.ready_members.assign(buckets, 0);
   s.started.assign(buckets, 0);
@@ -113,8 +134,7 @@ void GradientSync::finish() {
   State& s = *state_;
   s.armed = false;
   while (s.next < s.started.size()) s.start(s.next++);
-  for (auto& p : s.pending)
-    if (p) p->wait();
+  for (auto& f : s.pending) s.land(f);
   s.pending.clear();
   if (s.late_param >= 0)
     throw std::runtime_error("distributed: parameter " + std::to_string(s.late_param) +

@@ -11,6 +11,14 @@
 //   reduce_scatter: afterwards only this rank's part of each segment holds the
 //                   sum (ZeRO-1: the optimizer updates those alone); the rest
 //                   of the buffer still holds this rank's own gradients.
+// With a sink (bf16 parameters with fp32 master weights, sharded_optimizer.h),
+// every micro-batch's gradients are reduced (arm() before each backward) and
+// each reduced part is handed to the sink as soon as its collective lands:
+// the optimizer adds it to its fp32 sum of the step's gradient, so small
+// contributions are not lost to bf16 accumulation, and under reduce_scatter a
+// rank keeps only its slice of that sum (ZeRO-2). The collectives run in
+// `reduce_dtype`: a bf16 segment is summed in fp32 through a temporary fp32
+// copy of the segment (one segment at a time per collective in flight).
 // Reentrant activation checkpointing accumulates gradients in a nested
 // backward; the hooks fire there just the same. A gradient accumulated again
 // after its bucket started (one parameter used in two checkpointed segments)
@@ -20,7 +28,9 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "trainer/train/distributed.h"
 #include "trainer/train/flat_buckets.h"
@@ -29,15 +39,26 @@ namespace segtrain::trainer {
 
 enum class Reduction { all_reduce, reduce_scatter };
 
+// Receives a reduced part of bucket `bucket`: `range` of its buffers (this
+// rank's slice of a segment under reduce_scatter, the whole segment under
+// all_reduce), summed over ranks, in the reduce dtype.
+using ReducedGradientSink = std::function<void(size_t bucket, FlatRange range, const at::Tensor& reduced)>;
+
+struct GradientSyncOptions {
+  Reduction reduction = Reduction::all_reduce;
+  std::optional<at::ScalarType> reduce_dtype;  // nullopt: the gradients' own
+  ReducedGradientSink sink;                    // empty: the sums stay in the buckets
+};
+
 class GradientSync {
  public:
-  GradientSync(ProcessGroup& group, FlatBuckets& buckets, Reduction reduction);
+  GradientSync(ProcessGroup& group, FlatBuckets& buckets, GradientSyncOptions options);
   ~GradientSync();  // removes the hooks
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
-  void arm();     // before the backward of the step's last micro-batch
-  void finish();  // after it: the sums are in place (see Reduction)
+  void arm();     // before the backward of the step's last micro-batch (of every one with a sink)
+  void finish();  // after it: the sums are in place (see Reduction), or handed to the sink
 
   struct Stats {
     int64_t buckets = 0;

@@ -3,12 +3,13 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "trainer/train/flat_buckets.h"
 
 namespace segtrain::trainer {
 
 FusedAdamW::FusedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
-                       AdamWOptions options)
-    : options_(std::move(options)) {
+                       AdamWOptions options, FlatBuckets* views)
+    : options_(std::move(options)), views_(views) {
   groups_.resize(2);
   groups_[0].weight_decay = options_.weight_decay;
   groups_[1].weight_decay = 0.0;
@@ -82,6 +83,7 @@ void FusedAdamW::step(double lr) {
 }
 
 void FusedAdamW::zero_grad() {
+  if (views_) return views_->zero_grad();
   for (auto& g : groups_)
     for (auto& p : g.params)
       if (p.grad().defined()) p.mutable_grad() = at::Tensor();

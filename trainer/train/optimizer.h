@@ -67,20 +67,32 @@ class Optimizer {
   // Takes (this rank's part of) such a state. Throws InputError naming the
   // first missing or mis-shaped entry.
   virtual void load_state_dict(const std::map<std::string, at::Tensor>& state) = 0;
-  // Bytes of moments and step counts this rank holds.
+  // Bytes of optimizer state this rank holds: moments and step counts, and
+  // with master weights those and the fp32 gradient sums.
   virtual int64_t state_bytes() const = 0;
+  // The fp32 master weights by parameter name when the parameters are held in
+  // a lower precision (gathered like state_dict: rank 0 gets them); empty when
+  // the parameters are their own master weights.
+  virtual std::map<std::string, at::Tensor> master_weights() { return {}; }
+  // Takes them back from a checkpoint's (fp32) weights; nothing without master weights.
+  virtual void load_master_weights(const std::map<std::string, at::Tensor>& /*weights*/) {}
 };
+
+class FlatBuckets;
 
 class FusedAdamW : public Optimizer {
  public:
-  FusedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters, AdamWOptions options);
+  // `views`: the buckets whose views the gradients are (data parallel), zeroed
+  // in place; nullptr: zero_grad drops the gradients.
+  FusedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters, AdamWOptions options,
+             FlatBuckets* views = nullptr);
 
   at::Tensor grad_square_sum() override;
   bool sharded() const override { return false; }
   void scale_grads(double factor) override;
   // Parameters without a gradient are skipped.
   void step(double lr) override;
-  void zero_grad() override;  // drops the gradients (.grad undefined)
+  void zero_grad() override;  // drops the gradients (.grad undefined), or zeroes the buckets
   int64_t steps_taken() const override { return steps_taken_; }
   std::map<std::string, at::Tensor> state_dict() override;
   void load_state_dict(const std::map<std::string, at::Tensor>& state) override;
@@ -99,6 +111,7 @@ class FusedAdamW : public Optimizer {
 
   std::vector<Group> groups_;
   c10::Device device_ = at::kCPU;  // the parameters'
+  FlatBuckets* views_ = nullptr;
   int64_t steps_taken_ = 0;
 };
 

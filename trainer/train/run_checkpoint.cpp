@@ -76,11 +76,12 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
 }
 
 void save_checkpoint(const fs::path& dir, const models::TransformerLM& model,
+                     const std::map<std::string, at::Tensor>& weights,
                      const std::map<std::string, at::Tensor>& optimizer_state, const TrainerState& state,
                      const Config& config, const std::string& store_tokenizer) {
   try {
     AtomicDir out(dir);
-    models::save_model_dir(model, out.path().string());
+    models::save_model_dir(model->config(), weights.empty() ? model->tensors() : weights, out.path().string());
     models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer_state);
     write_file_atomic(out.path() / "trainer_state.json", state_to_json(state));
     write_file_atomic(out.path() / "config.yaml", to_yaml(config));
@@ -162,8 +163,10 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
 }
 
 void load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer) {
-  model->load_tensors(models::read_safetensors((dir / "model.safetensors").string()), (dir / "model.safetensors").string());
+  const auto weights = models::read_safetensors((dir / "model.safetensors").string());
+  model->load_tensors(weights, (dir / "model.safetensors").string());
   optimizer.load_state_dict(models::read_safetensors((dir / "optimizer.safetensors").string()));
+  optimizer.load_master_weights(weights);
 }
 
 void prune_checkpoints(const fs::path& run_dir, int64_t keep_last) {

@@ -37,11 +37,15 @@ std::string state_to_json(const TrainerState& state);
 TrainerState state_from_json(const std::string& text, const std::string& source);
 
 // Writes a complete checkpoint directory at `dir` (replacing one that is there).
+// `weights`: Optimizer::master_weights(), the fp32 master weights of bf16
+// parameters (model.safetensors then holds them, so a checkpoint is fp32
+// whatever the storage); empty: the model's own parameters.
 // `optimizer_state` is Optimizer::state_dict(): the whole state, also when it
 // was sharded over ranks, so any world size can resume from it.
 // `store_tokenizer` is the store's tokenizer record (store_tokenizer.json,
 // data/tokenizer_identity.h), empty when the store records no tokenizer.
 void save_checkpoint(const fs::path& dir, const models::TransformerLM& model,
+                     const std::map<std::string, at::Tensor>& weights,
                      const std::map<std::string, at::Tensor>& optimizer_state, const TrainerState& state,
                      const Config& config, const std::string& store_tokenizer);
 
@@ -62,7 +66,8 @@ std::optional<CheckpointRef> newest_checkpoint(const fs::path& run_dir);
 void check_resume_compatible(const fs::path& checkpoint_dir, const Config& config, int64_t world_size,
                              const std::vector<std::string>& extra_keys = {});
 
-// Loads weights and optimizer state saved by save_checkpoint.
+// Loads weights and optimizer state saved by save_checkpoint (the weights also
+// into the optimizer's master weights, when it keeps them).
 void load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer);
 
 // Keeps the newest `keep_last` step-* directories (0 keeps all) and removes any

@@ -3,7 +3,6 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
 #include <unordered_map>
 
@@ -12,8 +11,12 @@
 namespace segtrain::trainer {
 
 ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
-                           AdamWOptions options, FlatBuckets& buckets, ProcessGroup& group)
-    : options_(std::move(options)), buckets_(buckets), group_(group) {
+                           AdamWOptions options, FlatBuckets& buckets, ShardedAdamWSetup setup)
+    : options_(std::move(options)),
+      buckets_(buckets),
+      group_(setup.group),
+      sharded_(setup.group && setup.shard && setup.group->world_size() > 1),
+      master_(!setup.master_from.empty()) {
   std::unordered_map<const void*, std::string> name_of;
   for (const auto& [name, p] : named_parameters) name_of[p.unsafeGetTensorImpl()] = name;
   for (const auto& p : buckets_.params()) {
@@ -21,11 +24,12 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
     TORCH_CHECK(it != name_of.end(), "ShardedAdamW: a bucketed parameter has no name");
     names_.push_back(it->second);
   }
-  const int64_t rank = group_.rank(), world = group_.world_size();
+  at::NoGradGuard no_grad;
   for (auto& b : buckets_.buckets()) {
     std::vector<Piece> pieces;
     Update decayed{options_.weight_decay, {}, {}, {}, {}, {}}, plain{0.0, {}, {}, {}, {}, {}};
-    for (const FlatRange& range : b.owned(rank, world)) {
+    const auto ranges = sharded_ ? b.owned(group_->rank(), group_->world_size()) : b.segments;
+    for (const FlatRange& range : ranges) {
       for (size_t k = 0; k < b.members.size(); ++k) {
         const at::Tensor& p = buckets_.params()[b.members[k]];
         const int64_t first = std::max(range.begin, b.offsets[k]);
@@ -37,16 +41,26 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
         piece.bucket_offset = first;
         piece.numel = last - first;
         piece.decayed = decays(options_, names_[piece.param], p);
-        piece.exp_avg = at::zeros({piece.numel}, p.options());
-        piece.exp_avg_sq = at::zeros({piece.numel}, p.options());
-        piece.step = at::zeros({}, p.options().dtype(at::kFloat));  // the fused kernel's step count
+        const auto fp32 = p.options().dtype(at::kFloat);
+        piece.exp_avg = at::zeros({piece.numel}, fp32);
+        piece.exp_avg_sq = at::zeros({piece.numel}, fp32);
+        piece.step = at::zeros({}, fp32);  // the fused kernel's step count
         Update& u = piece.decayed ? decayed : plain;
-        u.params.push_back(b.params.narrow(0, first, piece.numel));
-        u.grads.push_back(b.grads.narrow(0, first, piece.numel));
+        if (master_) {
+          auto source = setup.master_from.find(names_[piece.param]);
+          TORCH_CHECK(source != setup.master_from.end(), "ShardedAdamW: no fp32 value for ", names_[piece.param]);
+          piece.master = source->second.reshape(-1).narrow(0, piece.param_offset, piece.numel).to(fp32, false, true);
+          piece.grad_sum = at::zeros({piece.numel}, fp32);
+          u.params.push_back(piece.master);
+          u.grads.push_back(piece.grad_sum);
+        } else {
+          u.params.push_back(b.params.narrow(0, first, piece.numel));
+          u.grads.push_back(b.grads.narrow(0, first, piece.numel));
+        }
         u.exp_avg.push_back(piece.exp_avg);
         u.exp_avg_sq.push_back(piece.exp_avg_sq);
         u.steps.push_back(piece.step);
-        slice_grads_.push_back(u.grads.back());
+        update_grads_.push_back(u.grads.back());
         pieces.push_back(std::move(piece));
       }
     }
@@ -60,11 +74,29 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
 
 at::Tensor ShardedAdamW::grad_square_sum() {
   const auto& params = buckets_.params();
-  return grad_square_sum_of(slice_grads_, params.empty() ? c10::Device(at::kCPU) : params.front().device());
+  return grad_square_sum_of(update_grads_, params.empty() ? c10::Device(at::kCPU) : params.front().device());
 }
 
 void ShardedAdamW::scale_grads(double factor) {
-  if (factor != 1.0 && !slice_grads_.empty()) at::_foreach_mul_(slice_grads_, factor);
+  if (factor != 1.0 && !update_grads_.empty()) at::_foreach_mul_(update_grads_, factor);
+}
+
+void ShardedAdamW::accumulate(size_t bucket, FlatRange range, const at::Tensor& reduced) {
+  at::NoGradGuard no_grad;
+  for (auto& piece : pieces_[bucket]) {
+    const int64_t first = std::max(range.begin, piece.bucket_offset);
+    const int64_t last = std::min(range.begin + range.numel, piece.bucket_offset + piece.numel);
+    if (first < last)
+      piece.grad_sum.narrow(0, first - piece.bucket_offset, last - first)
+          .add_(reduced.narrow(0, first - range.begin, last - first));
+  }
+}
+
+void ShardedAdamW::accumulate_local() {
+  for (size_t b = 0; b < pieces_.size(); ++b) {
+    const FlatBucket& bucket = buckets_.buckets()[b];
+    accumulate(b, {0, bucket.grads.numel()}, bucket.grads);
+  }
 }
 
 void ShardedAdamW::step(double lr) {
@@ -78,40 +110,82 @@ void ShardedAdamW::step(double lr) {
                         /*maximize=*/false);
     }
     const FlatBucket& bucket = buckets_.buckets()[b];
-    for (const auto& segment : bucket.segments)
-      gathers.push_back(group_.all_gather_async(bucket.params.narrow(0, segment.begin, segment.numel)));
+    if (master_)  // the bf16 parameters: the updated master, rounded
+      for (const auto& piece : pieces_[b]) bucket.params.narrow(0, piece.bucket_offset, piece.numel).copy_(piece.master);
+    if (sharded_)
+      for (const auto& segment : bucket.segments)
+        gathers.push_back(group_->all_gather_async(bucket.params.narrow(0, segment.begin, segment.numel)));
   }
   for (auto& g : gathers) g->wait();
   ++steps_taken_;
 }
 
-void ShardedAdamW::zero_grad() { buckets_.zero_grad(); }
+void ShardedAdamW::zero_grad() {
+  buckets_.zero_grad();
+  if (master_)
+    for (auto& pieces : pieces_)
+      for (auto& piece : pieces) piece.grad_sum.zero_();
+}
 
+at::Tensor ShardedAdamW::gather_whole(size_t b, at::Tensor Piece::*which) {
+  const FlatBucket& bucket = buckets_.buckets()[b];
+  at::Tensor whole = at::zeros({bucket.params.numel()}, bucket.params.options().dtype(at::kFloat));
+  for (const auto& piece : pieces_[b]) whole.narrow(0, piece.bucket_offset, piece.numel).copy_(piece.*which);
+  if (sharded_)
+    for (const auto& segment : bucket.segments)
+      group_->all_gather_async(whole.narrow(0, segment.begin, segment.numel))->wait();
+  return whole;
+}
+
+// Rank 0 keeps each parameter's whole value of `which`, on the host.
 std::map<std::string, at::Tensor> ShardedAdamW::state_dict() {
   at::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> state;
-  const bool keeper = group_.rank() == 0;
+  const bool keeper = !group_ || group_->rank() == 0;
   for (size_t b = 0; b < pieces_.size(); ++b) {
     const FlatBucket& bucket = buckets_.buckets()[b];
-    for (const char* which : {"exp_avg.", "exp_avg_sq."}) {
-      const bool first = std::string(which) == "exp_avg.";
-      at::Tensor whole = at::zeros_like(bucket.params);
-      for (const auto& piece : pieces_[b])
-        whole.narrow(0, piece.bucket_offset, piece.numel).copy_(first ? piece.exp_avg : piece.exp_avg_sq);
-      for (const auto& segment : bucket.segments)
-        group_.all_gather_async(whole.narrow(0, segment.begin, segment.numel))->wait();
+    for (const auto& [prefix, which] : {std::pair{"exp_avg.", &Piece::exp_avg}, {"exp_avg_sq.", &Piece::exp_avg_sq}}) {
+      const at::Tensor whole = gather_whole(b, which);
       if (!keeper) continue;
       for (size_t k = 0; k < bucket.members.size(); ++k) {
         const at::Tensor& p = buckets_.params()[bucket.members[k]];
-        state[which + names_[bucket.members[k]]] =
-            whole.narrow(0, bucket.offsets[k], p.numel()).view(p.sizes()).to(at::kCPU, /*non_blocking=*/false,
-                                                                              /*copy=*/true);
+        state[prefix + names_[bucket.members[k]]] =
+            whole.narrow(0, bucket.offsets[k], p.numel()).view(p.sizes()).to(at::kCPU, false, /*copy=*/true);
       }
     }
   }
   if (keeper)
     for (const auto& name : names_) state["step." + name] = at::full({}, static_cast<double>(steps_taken_), at::kFloat);
   return state;
+}
+
+std::map<std::string, at::Tensor> ShardedAdamW::master_weights() {
+  std::map<std::string, at::Tensor> weights;
+  if (!master_) return weights;
+  at::NoGradGuard no_grad;
+  const bool keeper = !group_ || group_->rank() == 0;
+  for (size_t b = 0; b < pieces_.size(); ++b) {
+    const FlatBucket& bucket = buckets_.buckets()[b];
+    const at::Tensor whole = gather_whole(b, &Piece::master);
+    if (!keeper) continue;
+    for (size_t k = 0; k < bucket.members.size(); ++k) {
+      const at::Tensor& p = buckets_.params()[bucket.members[k]];
+      weights[names_[bucket.members[k]]] =
+          whole.narrow(0, bucket.offsets[k], p.numel()).view(p.sizes()).to(at::kCPU, false, /*copy=*/true);
+    }
+  }
+  return weights;
+}
+
+void ShardedAdamW::load_master_weights(const std::map<std::string, at::Tensor>& weights) {
+  if (!master_) return;
+  at::NoGradGuard no_grad;
+  for (auto& pieces : pieces_)
+    for (auto& piece : pieces) {
+      const at::Tensor& p = buckets_.params()[piece.param];
+      const at::Tensor& value = state_entry(weights, names_[piece.param], p.sizes());
+      piece.master.copy_(value.reshape(-1).narrow(0, piece.param_offset, piece.numel));
+    }
 }
 
 void ShardedAdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
@@ -141,7 +215,8 @@ int64_t ShardedAdamW::state_bytes() const {
   int64_t bytes = 0;
   for (const auto& pieces : pieces_)
     for (const auto& piece : pieces)
-      bytes += static_cast<int64_t>(piece.exp_avg.nbytes() + piece.exp_avg_sq.nbytes() + piece.step.nbytes());
+      for (const at::Tensor* t : {&piece.exp_avg, &piece.exp_avg_sq, &piece.step, &piece.master, &piece.grad_sum})
+        if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
   return bytes;
 }
 

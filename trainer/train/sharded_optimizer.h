@@ -1,15 +1,26 @@
 #pragma once
-// ZeRO stage 1 (as DeepSpeed's stage 1 and llm.c's zero_stage 1 do it): every
-// rank holds all parameters and gradients, but AdamW's moments only for its
-// 1/N part of each segment of the flat buckets (flat_buckets.h): its slice.
-// GradientSync reduce-scatters the gradients into the slices while backward
-// runs; step() updates a bucket's slice with the fused AdamW kernel and starts
-// that bucket's all-gathers at once, so the gathers of earlier buckets run
-// while later ones are updated. Parameters are fp32 (bf16 is autocast), so they are their own
-// master weights: the sharded state is the two moments, 8 bytes a parameter
-// over N ranks. A slice may cut a parameter; its pieces keep the decay group
-// of the parameter they belong to. The elementwise update gives the same
-// values as FusedAdamW on whole tensors.
+// AdamW on the flat buckets (flat_buckets.h), one piece of a parameter at a
+// time, in two layouts and two storages.
+//
+// Layout. Sharded (ZeRO-1, as DeepSpeed's stage 1 and llm.c's zero_stage 1):
+// every rank holds all parameters and gradients but AdamW's state only for its
+// 1/N part of each segment of the buckets, its slice; GradientSync
+// reduce-scatters the gradients into the slices while backward runs; step()
+// updates a bucket's slice with the fused AdamW kernel and starts that
+// bucket's all-gathers at once, so the gathers of earlier buckets run while
+// later ones are updated. Whole (no group, or shard false): a rank updates
+// every slice; no gather. A slice may cut a parameter; its pieces keep the
+// decay group of the parameter they belong to. The elementwise update gives
+// the same values as FusedAdamW on whole tensors.
+//
+// Storage. fp32 parameters are their own master weights: the state is the two
+// moments, 8 bytes a parameter (over N ranks when sharded). bf16 parameters
+// (train.param_dtype: bf16; Megatron's distributed-optimizer layout): each
+// piece also keeps an fp32 master copy of its parameter values and an fp32 sum
+// of the step's gradient (filled by accumulate() from every micro-batch's
+// reduced gradient), 16 bytes a parameter over N ranks, beside the 2 + 2 of
+// the bf16 parameters and gradient buffers. The update goes to the master and
+// is copied back rounded to bf16, then gathered.
 #include <ATen/ATen.h>
 
 #include <map>
@@ -23,24 +34,42 @@
 
 namespace segtrain::trainer {
 
+struct ShardedAdamWSetup {
+  ProcessGroup* group = nullptr;  // nullptr: one process (every slice is its own)
+  bool shard = true;              // false: every rank updates every slice of all-reduced gradients
+  // Non-empty: the buckets hold bf16 parameters, and these fp32 values (by
+  // parameter name, on any device) become the master weights.
+  std::map<std::string, at::Tensor> master_from;
+};
+
 class ShardedAdamW : public Optimizer {
  public:
   // `buckets` holds the parameters of `named_parameters` that require a gradient.
   ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters, AdamWOptions options,
-               FlatBuckets& buckets, ProcessGroup& group);
+               FlatBuckets& buckets, ShardedAdamWSetup setup);
 
-  at::Tensor grad_square_sum() override;  // of this rank's slices
-  bool sharded() const override { return true; }
+  at::Tensor grad_square_sum() override;  // of this rank's slices (their gradient sums with master weights)
+  bool sharded() const override { return sharded_; }
   void scale_grads(double factor) override;  // this rank's slices
-
   void step(double lr) override;
-  void zero_grad() override;  // zeroes the flat gradient buffers in place
+  // The flat gradient buffers (and the fp32 sums) to zero, in place.
+  void zero_grad() override;
   int64_t steps_taken() const override { return steps_taken_; }
   // Gathers each bucket's moments (one bucket at a time on the device) and
   // copies them to host tensors on rank 0.
   std::map<std::string, at::Tensor> state_dict() override;
   void load_state_dict(const std::map<std::string, at::Tensor>& state) override;
   int64_t state_bytes() const override;
+  std::map<std::string, at::Tensor> master_weights() override;
+  void load_master_weights(const std::map<std::string, at::Tensor>& weights) override;
+
+  bool has_master_weights() const { return master_; }
+  // Master weights: adds `reduced` (range `range` of bucket `bucket`'s buffers,
+  // summed over ranks) to this rank's fp32 gradient sums where they overlap;
+  // GradientSync's sink.
+  void accumulate(size_t bucket, FlatRange range, const at::Tensor& reduced);
+  // Master weights, one process: adds the buckets' gradients to the sums.
+  void accumulate_local();
 
  private:
   // The part of one parameter inside this rank's slice of its bucket.
@@ -51,20 +80,25 @@ class ShardedAdamW : public Optimizer {
     int64_t numel = 0;
     bool decayed = false;
     at::Tensor exp_avg, exp_avg_sq, step;
+    at::Tensor master, grad_sum;  // fp32, with master weights only
   };
   // The fused kernel's arguments for one bucket and decay group.
   struct Update {
     double weight_decay = 0;
     std::vector<at::Tensor> params, grads, exp_avg, exp_avg_sq, steps;
   };
+  // Every piece's value of `which` in a whole fp32 bucket (all ranks' pieces
+  // when sharded: every rank must call).
+  at::Tensor gather_whole(size_t bucket, at::Tensor Piece::*which);
 
   AdamWOptions options_;
   FlatBuckets& buckets_;
-  ProcessGroup& group_;
+  ProcessGroup* group_;
+  bool sharded_, master_;
   std::vector<std::string> names_;             // by FlatBuckets parameter index
   std::vector<std::vector<Piece>> pieces_;     // by bucket
   std::vector<std::vector<Update>> updates_;   // by bucket
-  std::vector<at::Tensor> slice_grads_;        // every piece's gradient, for the norm and the scaling
+  std::vector<at::Tensor> update_grads_;       // what the updates read, for the norm and the scaling
   int64_t steps_taken_ = 0;
 };
 

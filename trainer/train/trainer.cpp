@@ -118,6 +118,7 @@ class Trainer {
   void evaluate_final();
 
  private:
+  void set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named);
   StepResult train_step();
   void log_step(const StepResult& step);
   void save(const fs::path& dir);
@@ -144,6 +145,7 @@ class Trainer {
   std::unique_ptr<FlatBuckets> flat_;  // data parallel: parameters and gradients in flat buckets
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<Optimizer> optimizer_;
+  ShardedAdamW* master_ = nullptr;  // the optimizer, when it keeps fp32 master weights (train.param_dtype: bf16)
   TrainerState state_;
   std::unique_ptr<data::Loader> loader_;
   TrainingPlan plan_;
@@ -206,17 +208,8 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
     std::vector<at::Tensor> data;
     for (const auto& p : params_) data.push_back(p.detach());
     group_->broadcast(data);
-    // Sums (or, sharded, reduce-scatters) gradients over ranks in buckets while
-    // the step's last backward runs.
-    flat_ = std::make_unique<FlatBuckets>(params_, static_cast<int64_t>(c_.distributed.bucket_mb * (1 << 20)),
-                                          dist_.world_size);
-    sync_ = std::make_unique<GradientSync>(
-        *group_, *flat_, c_.distributed.shard_optimizer ? Reduction::reduce_scatter : Reduction::all_reduce);
   }
-  if (group_ && c_.distributed.shard_optimizer)
-    optimizer_ = std::make_unique<ShardedAdamW>(named, adamw_options(c_.train), *flat_, *group_);
-  else
-    optimizer_ = std::make_unique<FusedAdamW>(named, adamw_options(c_.train));
+  set_up_optimizer(named);
   log_optimizer_memory();
   state_.world_size = dist_.world_size;
   if (run_.resume_from) {
@@ -263,6 +256,39 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
                                        plan_.total_steps);
 }
 
+// Data parallel, or with bf16 parameters, the parameters live in flat buckets
+// (flat_buckets.h); GradientSync sums (sharded: reduce-scatters) their
+// gradients over ranks while backward runs. bf16 parameters take their fp32
+// master weights from the values they are rounded from.
+void Trainer::set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  const bool bf16 = c_.train.param_dtype == Precision::bf16;
+  const bool shard = group_ && c_.distributed.shard_optimizer;
+  std::map<std::string, at::Tensor> fp32_values;  // shares the fp32 storage until the master copies exist
+  if (bf16)
+    for (const auto& [name, p] : named) fp32_values[name] = p.detach();
+  if (group_ || bf16)
+    flat_ = std::make_unique<FlatBuckets>(params_, static_cast<int64_t>(c_.distributed.bucket_mb * (1 << 20)),
+                                          dist_.world_size,
+                                          bf16 ? std::optional(at::kBFloat16) : std::nullopt);
+  if (bf16 || shard) {
+    auto optimizer = std::make_unique<ShardedAdamW>(named, adamw_options(c_.train), *flat_,
+                                                    ShardedAdamWSetup{group_.get(), shard, std::move(fp32_values)});
+    if (bf16) master_ = optimizer.get();
+    optimizer_ = std::move(optimizer);
+  } else {
+    optimizer_ = std::make_unique<FusedAdamW>(named, adamw_options(c_.train), flat_.get());
+  }
+  if (!group_) return;
+  GradientSyncOptions sync{shard ? Reduction::reduce_scatter : Reduction::all_reduce, std::nullopt, {}};
+  if (master_) {
+    sync.reduce_dtype = c_.train.reduce_dtype == Precision::bf16 ? at::kBFloat16 : at::kFloat;
+    sync.sink = [this](size_t bucket, FlatRange range, const at::Tensor& reduced) {
+      master_->accumulate(bucket, range, reduced);
+    };
+  }
+  sync_ = std::make_unique<GradientSync>(*group_, *flat_, std::move(sync));
+}
+
 void Trainer::train() {
   window_start_ = Clock::now();
   while (!cadence_->finished(state_.step)) {
@@ -300,11 +326,18 @@ StepResult Trainer::train_step() {
       Autocast autocast(c_.train.precision == Precision::bf16, device_.type());
       loss = micro_batch_loss(model_, micro[k], c_.train.loss_chunk_tokens);
     }
-    if (sync_ && k + 1 == micro.size()) sync_->arm();  // the last micro-batch's backward all-reduces
+    // The last micro-batch's backward reduces over ranks; with master weights
+    // every one's does, into the optimizer's fp32 sums.
+    if (sync_ && (master_ || k + 1 == micro.size())) sync_->arm();
     loss.backward();
     loss_sum += loss.detach().to(at::kDouble);
+    if (master_) {
+      if (sync_) sync_->finish();
+      else master_->accumulate_local();
+      flat_->zero_grad();
+    }
   }
-  if (sync_) sync_->finish();
+  if (sync_ && !master_) sync_->finish();
   // Unsharded, every rank holds the whole reduced gradient: rank 0 counts it.
   const bool counts_norm = optimizer_->sharded() || dist_.rank == 0;
   const StepTotals totals = reduce_step_totals(
@@ -340,8 +373,7 @@ StepResult Trainer::train_step() {
       optimizer_->step(result.lr);
     }
   }
-  if (flat_) flat_->zero_grad();  // the gradients stay views into the buckets
-  else optimizer_->zero_grad();
+  optimizer_->zero_grad();
   ++state_.step;
   window_tokens_ += plan_.tokens_per_step;
   ++window_steps_;
@@ -375,8 +407,9 @@ void Trainer::log_step(const StepResult& step) {
 // sharded optimizer state is gathered first, by every rank.
 void Trainer::save(const fs::path& dir) {
   const auto optimizer_state = optimizer_->state_dict();
+  const auto master_weights = optimizer_->master_weights();
   if (writer_) {
-    save_checkpoint(dir, model_, optimizer_state, state_, c_, store_tokenizer_);
+    save_checkpoint(dir, model_, master_weights, optimizer_state, state_, c_, store_tokenizer_);
     prune_checkpoints(run_.dir, c_.train.keep_last);
   }
   if (group_) group_->barrier();
@@ -416,6 +449,7 @@ void Trainer::evaluate_during_training() {
   for (int64_t length : c_.eval.lengths) lengths += (lengths.empty() ? "" : ", ") + std::to_string(length);
   log::info("step ", state_.step, ": evaluating ", c_.eval.split, " at L = ", lengths);
   try {
+    const Autocast autocast(evaluates_in_bf16(c_.eval, c_.train.precision), device_.type());
     const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), eval_options());
     metrics_->eval_scalars(results, state_.step);
     for (const auto& r : results) log::info("step ", state_.step, " eval L=", r.length, " ppl ", r.ppl);
@@ -438,6 +472,7 @@ void Trainer::save_final() {
 }
 
 void Trainer::evaluate_final() {
+  const Autocast autocast(evaluates_in_bf16(c_.eval, c_.train.precision), device_.type());
   const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), eval_options());
   metrics_->eval_scalars(results, state_.step);
   if (!writer_) return;
