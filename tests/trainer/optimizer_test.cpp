@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "common/error.h"
+#include "models/safetensors.h"
+#include "test_util.h"
 
 #include "trainer/train/flat_buckets.h"
 #include "trainer/train/optimizer.h"
@@ -242,6 +244,97 @@ TEST(Optimizer, ClipFactorIsTorchs) {
   EXPECT_EQ(clip_factor(0.5, 1.0), 1.0);
   EXPECT_EQ(clip_factor(4.0, 0.0), 1.0);
   EXPECT_EQ(clip_factor(std::nan(""), 1.0), 1.0);
+}
+
+// train.param_dtype: bf16 against tests/trainer/master_adamw_reference.py
+// (PyTorch's torch.optim.AdamW in Python, its single-tensor loop, on fp32
+// master weights): three steps of two micro-batches of bf16 gradients each,
+// summed in fp32. The master weights agree to fp32 rounding (the fused kernel
+// orders its arithmetic otherwise); the bf16 parameters are exactly the master
+// rounded, so within one bf16 step of the reference's rounding.
+TEST(ShardedAdamW, Bf16StorageStepsLikeAdamWOnFp32MasterWeightsInPython) {
+  AdamWOptions o;
+  o.weight_decay = 0.1;
+  o.no_decay = {"wte"};
+  auto params = make_params(7);
+  std::map<std::string, at::Tensor> initial;
+  std::vector<at::Tensor> plain;
+  models::TensorMap inputs;
+  for (auto& [n, p] : params) {
+    initial[n] = p.detach().clone();
+    inputs["param." + n] = initial[n];
+    plain.push_back(p);
+  }
+  FlatBuckets flat(plain, 200, 1, at::kBFloat16);
+  ShardedAdamW adamw(params, o, flat, ShardedAdamWSetup{nullptr, true, initial});
+  ASSERT_TRUE(adamw.has_master_weights());
+  for (auto& [n, p] : params) ASSERT_EQ(p.scalar_type(), at::kBFloat16) << n;
+  const std::vector<double> lrs = {1e-2, 5e-3, 2e-3};
+  for (size_t step = 0; step < lrs.size(); ++step) {
+    for (int micro = 0; micro < 2; ++micro) {
+      torch::manual_seed(100 * step + micro);
+      torch::NoGradGuard no_grad;
+      for (auto& [n, p] : params) {
+        const at::Tensor g = torch::randn(p.sizes()).to(at::kBFloat16);
+        p.mutable_grad().copy_(g);  // what backward leaves in the bucket
+        inputs["grad." + std::to_string(step) + "." + std::to_string(micro) + "." + n] = g.to(at::kFloat);
+      }
+      adamw.accumulate_local();
+      flat.zero_grad();
+    }
+    adamw.step(lrs[step]);
+    adamw.zero_grad();
+  }
+  test::TempDir dir;
+  models::write_safetensors(dir / "in.safetensors", inputs);
+  const std::string options = "{\"lr\": [0.01, 0.005, 0.002], \"betas\": [0.9, 0.95], \"eps\": 1e-8, "
+                              "\"weight_decay\": 0.1, \"no_decay\": [\"wte\"]}";
+  auto reference = test::run(SEGTRAIN_PYTHON, {std::string(SEGTRAIN_SOURCE_DIR) + "/tests/trainer/master_adamw_reference.py",
+                                               dir / "in.safetensors", dir / "out.safetensors", options});
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  const auto expected = models::read_safetensors(dir / "out.safetensors");
+  const auto master = adamw.master_weights();
+  ASSERT_EQ(master.size(), params.size());
+  for (auto& [n, p] : params) {
+    const at::Tensor ours = master.at(n), theirs = expected.at("master." + n);
+    EXPECT_EQ(ours.scalar_type(), at::kFloat);
+    EXPECT_LT((ours - theirs).abs().max().item<double>(), 1e-6) << n;
+    EXPECT_GT((ours - initial[n]).abs().max().item<double>(), 1e-3) << n << " did not move";
+    EXPECT_TRUE(p.detach().equal(ours.to(at::kBFloat16))) << n << ": the bf16 parameter is not the master rounded";
+    const at::Tensor gap = (p.detach().to(at::kFloat) - expected.at("bf16." + n)).abs();
+    EXPECT_TRUE((gap <= expected.at("bf16." + n).abs() * std::ldexp(1.0, -7) + 1e-30).all().item<bool>()) << n;
+  }
+}
+
+// An update smaller than half a bf16 step is lost by bf16 weights alone (AdamW
+// on the bf16 parameter: it never moves), but the fp32 master keeps it, and
+// the bf16 parameter follows once the master has moved a whole step.
+TEST(ShardedAdamW, ATinyLearningRateThatBf16WeightsAloneWouldLoseMovesTheMaster) {
+  AdamWOptions o;
+  o.weight_decay = 0.0;
+  auto alone = torch::ones({64}, at::kBFloat16).requires_grad_();
+  FusedAdamW bf16_only({{"w", alone}}, o);
+  auto stored = torch::ones({64}).requires_grad_();
+  std::vector<std::pair<std::string, at::Tensor>> named = {{"w", stored}};
+  FlatBuckets flat({stored}, 1 << 20, 1, at::kBFloat16);
+  ShardedAdamW adamw(named, o, flat, ShardedAdamWSetup{nullptr, true, {{"w", torch::ones({64})}}});
+  const double lr = 1e-4;  // AdamW's steps are about lr; bf16's step below 1.0 is 2^-8 ~ 3.9e-3
+  for (int step = 1; step <= 40; ++step) {
+    {
+      torch::NoGradGuard no_grad;
+      alone.mutable_grad() = torch::ones({64}, at::kBFloat16);
+      stored.mutable_grad().fill_(1.0);
+    }
+    bf16_only.step(lr);
+    adamw.accumulate_local();
+    adamw.step(lr);
+    adamw.zero_grad();
+    const double master = adamw.master_weights().at("w")[0].item<double>();
+    EXPECT_NEAR(master, 1.0 - lr * step, 1e-5) << "step " << step;
+    if (step == 10) EXPECT_EQ(stored[0].item<double>(), 1.0) << "less than half a bf16 step so far";
+  }
+  EXPECT_EQ(alone[0].item<double>(), 1.0) << "bf16 weights alone lost every update";
+  EXPECT_EQ(stored[0].item<double>(), 1.0 - std::ldexp(1.0, -8)) << "the bf16 parameter follows its master (0.996)";
 }
 
 }  // namespace
