@@ -748,6 +748,21 @@ TEST_F(TrainCli, Bf16StorageCheckpointsTheMasterAndResumesExactlyOrInTheOtherSto
   }
   EXPECT_EQ(test::read_file(run_dir("b16-same") + "/final/model.safetensors"),
             test::read_file(run_dir("store-bf16") + "/final/model.safetensors"));
+  // export writes the master weights: fp32 as they are (finer than bf16), or rounded on request.
+  for (const std::string dtype : {"float32", "bfloat16"}) {
+    auto exported = run(kBin, {"export", "--model", run_dir("store-bf16") + "/final", "--out",
+                               *dir_ / ("store-bf16-hf-" + dtype), "--dtype", dtype});
+    ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  }
+  const auto hf32 = models::read_safetensors(*dir_ / "store-bf16-hf-float32/model.safetensors");
+  const auto hf16 = models::read_safetensors(*dir_ / "store-bf16-hf-bfloat16/model.safetensors");
+  bool exported_finer = false;
+  for (const auto& [name, t] : hf32) {
+    ASSERT_TRUE(hf16.count(name)) << name;
+    EXPECT_TRUE(hf16.at(name).equal(t.to(at::kBFloat16))) << name;
+    exported_finer |= !t.equal(t.to(at::kBFloat16).to(at::kFloat));
+  }
+  EXPECT_TRUE(exported_finer) << "the fp32 export is not the master";
 
   auto refused = run(kBin, {"train", config("b16-fp32-compute", "gpt_neox", "chunk"), "--set", "train.param_dtype=bf16"});
   EXPECT_EQ(refused.exit_code, 2);
