@@ -748,6 +748,19 @@ TEST_F(TrainCli, Bf16StorageCheckpointsTheMasterAndResumesExactlyOrInTheOtherSto
   }
   EXPECT_EQ(test::read_file(run_dir("b16-same") + "/final/model.safetensors"),
             test::read_file(run_dir("store-bf16") + "/final/model.safetensors"));
+  // And on another world size: two sharded ranks of 2 sequences continue the one-rank run of 4.
+  fs::create_directories(run_dir("b16-two-ranks") + "/checkpoints");
+  fs::copy(run_dir("store-bf16") + "/checkpoints/step-8", run_dir("b16-two-ranks") + "/checkpoints/step-8",
+           fs::copy_options::recursive);
+  auto [first, second] = run_two_ranks("b16-two-ranks", args("b16-two-ranks", "bf16",
+                                                             {"--resume", "--set", "train.micro_batch_size=2", "--set",
+                                                              "distributed.shard_optimizer=true"}));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const auto on_one = values(run_dir("store-bf16"), "loss"), on_two = values(run_dir("b16-two-ranks"), "loss");
+  ASSERT_EQ(on_two.size() + 8, on_one.size());
+  EXPECT_NEAR(on_two[0], on_one[8], 1e-6) << "the same weights and sequences at step 9";
+  for (size_t i = 0; i < on_two.size(); ++i) EXPECT_NEAR(on_two[i], on_one[i + 8], 3e-3) << "step " << i + 9;
   // export writes the master weights: fp32 as they are (finer than bf16), or rounded on request.
   for (const std::string dtype : {"float32", "bfloat16"}) {
     auto exported = run(kBin, {"export", "--model", run_dir("store-bf16") + "/final", "--out",
