@@ -781,6 +781,10 @@ TEST_F(TrainCli, Bf16StorageCheckpointsTheMasterAndResumesExactlyOrInTheOtherSto
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("train.param_dtype: bf16 parameters need train.precision: bf16"), std::string::npos)
       << refused.err;
+  auto fp32_eval = run(kBin, {"train", config("b16-fp32-eval", "gpt_neox", "chunk"), "--set", "train.precision=bf16",
+                              "--set", "train.param_dtype=bf16", "--set", "eval.precision=fp32"});
+  EXPECT_EQ(fp32_eval.exit_code, 2);
+  EXPECT_NE(fp32_eval.err.find("eval.precision: fp32 evaluation needs fp32 weights"), std::string::npos) << fp32_eval.err;
 }
 
 // Without a launcher to tear it down, a rank whose peer was SIGKILLed fails its

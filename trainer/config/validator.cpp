@@ -92,6 +92,10 @@ void check_train(Checker& ck, const Config& c) {
   if (t.param_dtype == Precision::bf16 && t.precision != Precision::bf16)
     ck.fail("train.param_dtype", "bf16 parameters need train.precision: bf16 (the forward under bf16 autocast, "
                                  "positions and normalizations in fp32)");
+  if (t.param_dtype == Precision::bf16 && c.eval.precision == EvalPrecision::fp32)
+    ck.fail("eval.precision", "fp32 evaluation needs fp32 weights but train.param_dtype: bf16 holds them in bf16; "
+                              "evaluate under bf16 (train) here, or the run's fp32 master weights afterwards with "
+                              "`segtrain eval --model RUN/final --precision fp32`");
   if (t.reduce_dtype == Precision::bf16 && t.param_dtype != Precision::bf16)
     ck.fail("train.reduce_dtype", "bf16 applies to bf16 parameters (train.param_dtype: bf16); fp32 parameters "
                                   "are reduced in fp32");
