@@ -6,7 +6,11 @@
 #      visibly, when no CUDA device is visible);
 #   3. with a GPU: the GPU benchmarks (bench/gpu_speed_bench.sh, bench/gpu_memory_bench.sh
 #      through bench/run.sh; JSON in bench/results/), then a short report: the GPUs, the
-#      test counts, the figures against their targets, how to run the GPU experiment grid.
+#      test counts, every gpu test with its result and what it checks (the device against
+#      the CPU per architecture, the trainer's loss path, no host sync in a micro-batch,
+#      2 sharded NCCL ranks against 1, a run of each architecture), the figures the tests
+#      measured (bench/results/gpu-check-measured.txt), the benchmark figures against their
+#      targets, how to run the GPU experiment grid.
 # Exit: 0 the tests passed and the benchmarks ran (a target not met shows as ✗ in the
 # report, not in the exit code); 1 a gpu test or a benchmark failed; 2 no CUDA device is
 # visible (the tests skipped, no benchmark ran) or the CUDA configuration cannot be built.
@@ -41,8 +45,13 @@ gpus=$(field '", ".join(f"{n} x {d}" for d, n in __import__("collections").Count
 # --- 2. the gpu tests --------------------------------------------------------------
 mkdir -p "$RESULTS"
 test_log=$RESULTS/gpu-check-tests.log
+# The figures the tests measure (differences from the CPU, host waits), one a line.
+measured=$RESULTS/gpu-check-measured.txt
+measured_path=$(cd "$RESULTS" && pwd)/gpu-check-measured.txt  # for the tests, which run in $BUILD_DIR
+rm -f "$measured"
 say "running the gpu tests: (cd $BUILD_DIR && ctest -L gpu --output-on-failure)"
-(cd "$BUILD_DIR" && ctest -L gpu --output-on-failure --no-tests=error) 2>&1 | tee "$test_log" >&2
+(cd "$BUILD_DIR" && SEGTRAIN_GPU_TEST_REPORT="$measured_path" ctest -L gpu --output-on-failure --no-tests=error) 2>&1 |
+  tee "$test_log" >&2
 ctest_status=${PIPESTATUS[0]}
 grep -q "No tests were found" "$test_log" &&
   fail "$BUILD_DIR has no tests labelled gpu (tests/gpu/ is not built): rebuild with make build-cuda" 1
@@ -73,11 +82,55 @@ else
 fi
 
 # --- report ------------------------------------------------------------------------
+# What each gpu test (tests/gpu/gpu_test.cpp) checks, by its suite.name.
+declare -A about=(
+  [OneStep.Fp32OnTheDeviceEqualsTheCpu]="one AdamW step in fp32 on the device = the CPU (loss 1e-5, gradients 1e-4, updates 1e-3 relative)"
+  [OneStep.Bf16AutocastOnTheDeviceStaysWithinBf16ToleranceOfFp32OnTheCpu]="the step under bf16 autocast within bf16 bounds of fp32 on the CPU (2e-3, 0.03, 0.3)"
+  [OneStep.TrainerLossPathFp32OnTheDeviceEqualsTheCpu]="the trainer's loss path (micro_batch_loss: LM-head loss in slices of 7 tokens, activation checkpointing), fp32 on the device = the CPU"
+  [OneStep.TrainerLossPathBf16AutocastStaysWithinBf16ToleranceOfFp32OnTheCpu]="the trainer's loss path under bf16 autocast within the bf16 bounds"
+  [OneStep.TheTrainerLossPathNeverWaitsForTheDevice]="CUDA sync debug mode: a micro-batch's copies, forward and backward never make the host wait"
+  [DeviceRun.ChunkRunTrainsAndResumesExactly]="a chunk run on the device, stopped by SIGTERM and resumed, follows the uninterrupted run"
+  [DeviceRun.TwoRanksEqualOneRank]="2 ranks (NCCL, one GPU each) = 1 rank with the same global batch"
+  [DeviceRun.TwoShardedRanksEqualOneRank]="2 ranks with distributed.shard_optimizer (NCCL) = 1 rank; no destroy_process_group warning; 1 host wait a step"
+  [DeviceRun.TwoShardedRanksWithBf16ParametersStayNearOneRank]="the same with train.param_dtype bf16 (fp32 master weights), within bf16 bounds"
+  [DeviceRun.ExportOfADeviceRunEqualsExportOfTheSameWeightsOnTheCpu]="the export of a device run = the export of the same weights on the CPU"
+  [EveryArchitectureRun.TrainsResumesAndEvaluates]="a short run of each architecture on the device: trains, resumes after SIGTERM, finite losses, eval.json"
+)
+# ctest's log -> one line a test, "mark<TAB>suite.name<TAB>each parameter's mark": a
+# parameterized test (Prefix/Suite.Name/param) is one line; ✗ when any part failed.
+gpu_test_results() {
+  awk '
+    / Test +#[0-9]+: / {
+      rest = $0; sub(/.* Test +#[0-9]+: /, "", rest)
+      name = rest; sub(/ .*/, "", name)
+      mark = rest ~ / Passed +[0-9.]+ sec/ ? "✓" : (rest ~ /\*\*\*Skipped/ ? "-" : "✗")
+      base = name; param = ""
+      if (split(name, part, "/") == 3) { base = part[2]; param = part[3] }
+      if (!(base in overall)) { order[++count] = base; overall[base] = mark }
+      else if (mark == "✗" || (mark == "✓" && overall[base] == "-")) overall[base] = mark
+      if (param != "") params[base] = params[base] (params[base] == "" ? "" : ", ") param " " mark
+    }
+    END { for (i = 1; i <= count; ++i) printf "%s\t%s\t%s\n", overall[order[i]], order[i], params[order[i]] }
+  ' "$1"
+}
+
 echo
 echo "## gpu-check"
 echo
 echo "GPUs: $gpu_count visible: $gpus (torch $torch_version, CUDA $cuda_version)"
 echo "gpu tests: $tests; log $test_log"
+echo
+echo "### gpu tests (✓ passed, ✗ failed, - skipped)"
+echo
+while IFS=$'\t' read -r mark name params; do
+  printf -- '- %s %s%s%s\n' "$mark" "$name" "${params:+ [$params]}" "${about[$name]:+: ${about[$name]}}"
+done < <(gpu_test_results "$test_log")
+if [[ -s $measured ]]; then
+  echo
+  echo "Measured by the gpu tests ($measured):"
+  echo
+  sed 's/^/    /' "$measured"
+fi
 if ((failed > 0)); then
   echo
   grep -A100 "The following tests FAILED" "$test_log"
