@@ -263,9 +263,15 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
 void Trainer::set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named) {
   const bool bf16 = c_.train.param_dtype == Precision::bf16;
   const bool shard = group_ && c_.distributed.shard_optimizer;
-  std::map<std::string, at::Tensor> fp32_values;  // shares the fp32 storage until the master copies exist
+  // The master weights' source. On a GPU a host copy, so each parameter's fp32
+  // storage on the device is freed as soon as its bucket holds its bf16 value:
+  // the device never holds fp32 parameters, bf16 buckets and master slices at
+  // once (4 bytes a parameter of host memory for a moment instead; 8 + 16/N
+  // bytes a parameter on the device if it stayed there). On the CPU it shares
+  // the parameters' storage until the master copies exist.
+  std::map<std::string, at::Tensor> fp32_values;
   if (bf16)
-    for (const auto& [name, p] : named) fp32_values[name] = p.detach();
+    for (const auto& [name, p] : named) fp32_values[name] = p.device().is_cpu() ? p.detach() : p.detach().to(at::kCPU);
   if (group_ || bf16)
     flat_ = std::make_unique<FlatBuckets>(params_, static_cast<int64_t>(c_.distributed.bucket_mb * (1 << 20)),
                                           dist_.world_size,
