@@ -20,8 +20,11 @@ Bytes a parameter on a GPU (the design the measurements confirm):
   fp32 plain    4 + 4 + 8        (parameters, gradients, AdamW moments)
   fp32 sharded  4 + 4 + 8/N      (distributed.shard_optimizer, ZeRO-1)
   bf16 sharded  2 + 2 + 16/N     (train.param_dtype bf16 + shard_optimizer, ZeRO-2: fp32 master, moments and
-                                  gradient sum over N ranks; 2 + 2 + 16 on one GPU), and at set-up 4 more:
-                                  the fp32 parameters live until the master copies are made.
+                                  gradient sum over N ranks; 2 + 2 + 16 on one GPU). At set-up the master
+                                  weights' source is a host copy on a GPU, so each fp32 parameter leaves the
+                                  device as its bucket takes its bf16 value: the device peak is 4 (fp32 or
+                                  bf16 parameter + gradient) + 16/N, not more than training. On the CPU the
+                                  source shares the parameters (8 + 16/N at set-up, as measured).
 One sequence a GPU; GB = 10^9 bytes (an "80 GB" part: 74.5 GiB, less than the 79.6-80 GiB CUDA reports).
 """
 import json
@@ -37,7 +40,9 @@ LENGTHS = [2048, 8192]  # tokens a sequence: chunk at L_t trains L_t, full at L_
 GPUS = [1, 2, 8]
 LOGITS_BYTES = 3 * 64 * 2**20
 GB = 1e9
-BF16_SETUP_EXTRA = 4  # bytes a parameter: the fp32 parameters until the master copies exist
+# Bytes a parameter the GPU holds at set-up beyond training's: none (the fp32 source of the master
+# weights is staged on the host, Trainer::set_up_optimizer); the CPU measures 4 more (shared storage).
+BF16_SETUP_EXTRA = 0
 # The targets: (model, tokens, GPUs, GB a GPU)
 TARGETS = [("8B", 8192, 8, 80), ("1.4B", 2048, 1, 24), ("1.4B", 2048, 2, 24)]
 
