@@ -151,7 +151,8 @@ TEST(ShardedAdamW, ThreeRanksOfSlicesUpdateLikeFusedAdamWOnTheWholeTensors) {
     // and 18), then ln_1, bias and attn.weight together (one segment of 45),
     // whose parts of 15 cut the bias/attn.weight boundary (two decay groups).
     flats.push_back(std::make_unique<FlatBuckets>(plain, 200, world));
-    ranks.push_back(std::make_unique<ShardedAdamW>(params.back(), o, *flats.back(), ShardedAdamWSetup{groups.back().get()}));
+    ranks.push_back(
+        std::make_unique<ShardedAdamW>(params.back(), o, *flats.back(), ShardedAdamWSetup{groups.back().get(), true, {}}));
   }
   ASSERT_EQ(flats[0]->buckets().size(), 2u);
   ASSERT_EQ(flats[0]->buckets()[0].segments.size(), 2u);
@@ -220,7 +221,7 @@ TEST(ShardedAdamW, ReportsAndScalesOnlyItsOwnSlices) {
   for (auto& [n, p] : params) plain.push_back(p);
   SimulatedRank group(1, 2);
   FlatBuckets flat(plain, 1 << 20, 2);
-  ShardedAdamW sharded(params, AdamWOptions{}, flat, ShardedAdamWSetup{&group});
+  ShardedAdamW sharded(params, AdamWOptions{}, flat, ShardedAdamWSetup{&group, true, {}});
   {
     torch::NoGradGuard no_grad;
     for (auto& [n, p] : params) p.mutable_grad().fill_(2.0);
@@ -331,7 +332,9 @@ TEST(ShardedAdamW, ATinyLearningRateThatBf16WeightsAloneWouldLoseMovesTheMaster)
     adamw.zero_grad();
     const double master = adamw.master_weights().at("w")[0].item<double>();
     EXPECT_NEAR(master, 1.0 - lr * step, 1e-5) << "step " << step;
-    if (step == 10) EXPECT_EQ(stored[0].item<double>(), 1.0) << "less than half a bf16 step so far";
+    if (step == 10) {
+      EXPECT_EQ(stored[0].item<double>(), 1.0) << "less than half a bf16 step so far";
+    }
   }
   EXPECT_EQ(alone[0].item<double>(), 1.0) << "bf16 weights alone lost every update";
   EXPECT_EQ(stored[0].item<double>(), 1.0 - std::ldexp(1.0, -8)) << "the bf16 parameter follows its master (0.996)";

@@ -375,7 +375,7 @@ TEST(GradientSync, StartsEveryBucketDuringTheLastBackwardAndSumsExactly) {
     SyncCase s = sync_case(checkpointing);
     DoublingGroup group;
     FlatBuckets flat(s.params, 4096, group.world_size());
-    GradientSync sync(group, flat, {Reduction::all_reduce});
+    GradientSync sync(group, flat, {Reduction::all_reduce, std::nullopt, {}});
     const int64_t buckets = sync.stats().buckets;
     ASSERT_GT(buckets, 3);
     backward(s, 0);  // an earlier micro-batch: nothing is reduced
@@ -426,7 +426,7 @@ TEST(GradientSync, AParameterWithoutAGradientDoesNotBlockTheStep) {
   DoublingGroup group;
   {
     FlatBuckets flat(params, 8192, group.world_size());
-    GradientSync sync(group, flat, {Reduction::all_reduce});  // the unused parameter shares its bucket
+    GradientSync sync(group, flat, {Reduction::all_reduce, std::nullopt, {}});  // the unused parameter shares its bucket
     ASSERT_GT(sync.stats().buckets, 2);
     sync.arm();
     backward(s, 0);
