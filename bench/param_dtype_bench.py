@@ -1,4 +1,5 @@
-"""Memory of train.param_dtype (issue 26) on the CPU, printed as JSON (bench/run.sh).
+"""Memory of train.param_dtype (issue 26) on the CPU, or on GPUs (BENCH_DEVICE=cuda), printed as JSON
+(bench/run.sh).
 
   param_dtype_bench.py ranks        per-rank memory of a 162M-parameter llama (d 768 x 12 layers,
                                     vocab 32,000, untied head, 1 x 128 tokens a rank a step, bf16
@@ -46,6 +47,18 @@ at 4 ranks (rank 0's final checkpoint gathers the whole optimizer state); `activ
 On the CPU the resident rest (rest_mb) is about 370 MiB in one fp32 process and about 820 MiB once
 the parameters live in flat buckets (bf16, or any group): glibc keeps the replaced fp32 weights'
 blocks (under segtrain's 16 MiB mmap threshold, never trimmed) resident for later reuse.
+
+BENCH_DEVICE=cuda (bench/gpu_param_dtype_memory_bench.sh, `make gpu-check`) runs `ranks` with run.device
+cuda (NCCL between ranks, one GPU a rank by LOCAL_RANK; BUILD_DIR the CUDA build) at 1, 2 and the visible
+GPUs' count (at most 8) ranks, as many as there are GPUs, in the same four modes and the same model: rank
+0's optimizer_state_mb gives the optimizer's bytes a parameter against the same design, rank 0's
+metrics.jsonl peak_gpu_mb (the caching allocator's peak over the steps, set-up included: bf16 storage's
+fp32 source is staged on the host, so the set-up peak is below training's) the device bytes a parameter
+against the designed 4 + 4 + 8, 4 + 4 + 8/N, 2 + 2 + 16, 2 + 2 + 16/N (rest_mb: what is left, the
+activations and workspaces), peak_gpu_reserved_mb beside it; every rank's peak as nvidia-smi sees the
+process (used memory sampled during the steps, CUDA context and the allocator's reserve included; only
+rank 0 writes metrics.jsonl). Without a visible GPU, or with a torch without CUDA, it prints
+{"benchmark": ..., "skipped": "why"} and exits 0. `activations` is CPU-only.
 """
 import json
 import os
@@ -60,7 +73,8 @@ import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from train_bench import ROOT, SEGTRAIN, THREADS, check_segtrain, metrics_rows, write_store  # noqa: E402
+from train_bench import (CUDA, DEVICE, ROOT, SEGTRAIN, THREADS, check_segtrain, cuda_or_skip, gpu_peaks,  # noqa: E402
+                         metrics_rows, write_store)
 
 MIB = 2 ** 20
 
@@ -69,6 +83,7 @@ def log(*args):
     print("[param_dtype_bench]", *args, file=sys.stderr, flush=True)
 
 RANK_COUNTS = [1, 2, 4]
+MAX_GPU_RANKS = 8
 # (name, train.param_dtype, distributed.shard_optimizer, designed optimizer bytes a parameter at N ranks,
 #  designed parameter + gradient-buffer bytes a parameter)
 MODES = [
@@ -132,6 +147,25 @@ def vm_hwm_mib(pid):
     return None
 
 
+def vm_hwm_sample(pids):
+    return [vm_hwm_mib(pid) for pid in pids]
+
+
+def gpu_used_sample(pids):
+    """Each process's GPU memory in use now (nvidia-smi, MiB); None where nvidia-smi does not list it."""
+    try:
+        text = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return [None] * len(pids)
+    used = {}
+    for line in text.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            used[int(parts[0])] = used.get(int(parts[0]), 0) + float(parts[1])
+    return [used.get(pid) for pid in pids]
+
+
 def metrics_count(run_dir):
     try:
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -140,11 +174,13 @@ def metrics_count(run_dir):
         return 0
 
 
-def run_ranks(config, out, world, steps):
+def run_ranks(config, out, world, steps, sample=vm_hwm_sample):
     """Runs `world` rank processes of segtrain train; returns, per rank, the peak RSS (MiB) once
     the parameters and the optimizer are set up (VmHWM when the rank's log says its optimizer
     state), of the training steps (VmHWM while rank 0's metrics.jsonl had fewer than `steps` rows)
-    and of the whole process (wait4)."""
+    and of the whole process (wait4). `sample` (pids -> MiB each, None for a process gone) gives
+    the set-up and step figures: VmHWM by default, gpu_used_sample for the GPU memory in use (the
+    step figure then the largest sample, the set-up one the sample when the log line appeared)."""
     port = free_port()
     procs, logs = [], []
     for rank in range(world):
@@ -171,12 +207,12 @@ def run_ranks(config, out, world, steps):
         while not done.is_set():
             for r, p in enumerate(procs):
                 if setup_peak[r] is None and set_up(r):
-                    setup_peak[r] = vm_hwm_mib(p.pid)
-            sample = [vm_hwm_mib(p.pid) for p in procs]
+                    setup_peak[r] = sample([p.pid])[0]
+            values = sample([p.pid for p in procs])
             # Read after the sample: the sample was taken before the last step's row existed.
             if metrics_count(out) >= steps:
                 return
-            for r, v in enumerate(sample):
+            for r, v in enumerate(values):
                 if v is not None:
                     step_peak[r] = max(step_peak[r], v)
             time.sleep(0.02)
@@ -199,8 +235,19 @@ def run_ranks(config, out, world, steps):
     return setup_peak, step_peak, process_peak
 
 
+def gpu_rank_counts(visible):
+    """1, 2 and the visible GPUs (at most MAX_GPU_RANKS), as many as there are GPUs."""
+    top = min(visible, MAX_GPU_RANKS)
+    return sorted({n for n in (1, 2, top) if n <= top})
+
+
 def ranks():
-    check_segtrain()
+    if CUDA:
+        gpu = cuda_or_skip("gpu_param_dtype_memory")
+        rank_counts = gpu_rank_counts(len(gpu["devices"]))
+    else:
+        check_segtrain()
+        rank_counts = RANK_COUNTS
     steps = steps_env(4)
     shape = RANKS_SHAPE
     L = shape["length"]
@@ -209,12 +256,12 @@ def ranks():
     with tempfile.TemporaryDirectory(prefix="segtrain-param-dtype-bench-") as work:
         store = os.path.join(work, "store")
         write_store(store, shape["vocab"], docs=16, doc_tokens=8 * L)
-        for world in RANK_COUNTS:
+        for world in rank_counts:
             for name, dtype, shard, designed_optimizer, designed_param_grad in MODES:
                 tag = f"{name.replace(' ', '-')}-{world}"
                 out = os.path.join(work, tag)
                 config = out + ".yaml"
-                pathlib.Path(config).write_text(f"""run: {{name: param-dtype-bench, output_dir: {out}, threads: {THREADS}, device: cpu, log_level: info, log_all_ranks: true}}
+                pathlib.Path(config).write_text(f"""run: {{name: param-dtype-bench, output_dir: {out}, threads: {THREADS}, device: {DEVICE}, log_level: info, log_all_ranks: true}}
 model: {{arch: {shape['arch']}, d_model: {shape['d_model']}, n_layers: {shape['n_layers']}, n_heads: {shape['n_heads']}, max_positions: {L}}}
 data: {{store: {store}, train_length: {L}, extended_length: {L}}}
 train: {{budget: {{tokens: {steps * L * world}}}, micro_batch_size: 1, warmup_steps: 1, log_every: 1, checkpoint_every: 0,
@@ -223,7 +270,8 @@ distributed: {{shard_optimizer: {'true' if shard else 'false'}}}
 eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
 """)
                 started = time.time()
-                setup_peak, step_peak, process_peak = run_ranks(config, out, world, steps)
+                setup_peak, step_peak, process_peak = run_ranks(
+                    config, out, world, steps, sample=gpu_used_sample if CUDA else vm_hwm_sample)
                 metrics = metrics_rows(out)
                 if len(metrics) != steps:
                     raise SystemExit(f"param_dtype_bench: {out} logged {len(metrics)} steps, expected {steps}")
@@ -235,6 +283,11 @@ eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
                 metrics_peak = max(r["peak_rss_mb"] for r in metrics)
                 optimizer_bpp = state_mb * MIB / params
                 designed = designed_param_grad + designed_optimizer(world)
+                if CUDA:
+                    rows.append(gpu_row(name, world, dtype, shard, state_mb, optimizer_bpp, designed_optimizer(world),
+                                        designed, metrics, out, params, step_peak, process_peak, started))
+                    shutil.rmtree(out)
+                    continue
                 # bf16: the fp32 parameters (4 bytes) live until the master copies are made.
                 setup_extra = 4 if dtype == "bf16" else 0
                 if None in setup_peak:
@@ -266,6 +319,25 @@ eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
         row["params"] = params
         row["optimizer_as_designed"] = abs(row["optimizer_bytes_per_param"] -
                                            row["designed_optimizer_bytes_per_param"]) < 0.01
+        if CUDA:
+            row["rest_mb"] = round(row["peak_gpu_mb_rank0"] - row["designed_bytes_per_param"] * params / MIB, 1)
+            row["device_at_least_designed"] = row["rest_mb"] >= 0
+    if CUDA:
+        setup = (f"segtrain train on {gpu['devices'][0]} ({len(gpu['devices'])} visible), llama d {shape['d_model']} x "
+                 f"{shape['n_layers']} layers, {shape['n_heads']} heads, d_ff 4 d, vocab {shape['vocab']}, untied head: "
+                 f"{params} parameters (final/model.safetensors); 1 x {L} tokens a rank a step, train.precision bf16 "
+                 f"(autocast) in every mode, {steps} steps, run.device cuda, ranks as separate processes (NCCL, one "
+                 f"GPU each by LOCAL_RANK) at {', '.join(map(str, rank_counts))}. optimizer_bytes_per_param = rank 0's "
+                 f"optimizer_state_mb x 2^20 / parameters; device_bytes_per_param = rank 0's peak_gpu_mb (metrics.jsonl, "
+                 f"the caching allocator's peak over the steps, set-up included) x 2^20 / parameters, against "
+                 f"designed_bytes_per_param (parameters + gradient buffers + optimizer: 4 + 4 + 8, 4 + 4 + 8/N, "
+                 f"2 + 2 + 16, 2 + 2 + 16/N); rest_mb = that peak minus the designed bytes x parameters (activations, "
+                 f"workspaces); peak_gpu_reserved_mb_rank0 the allocator's reserve; step_peak_gpu_used_mb per rank: "
+                 f"the largest nvidia-smi used memory of the process before the last step's metrics row (CUDA "
+                 f"context and reserve included; None where nvidia-smi does not list the process); "
+                 f"process_peak_rss_mb: wait4 (host memory)")
+        print(json.dumps({"benchmark": "gpu_param_dtype_memory", "setup": setup, "results": rows}, indent=1))
+        return
     setup = (f"segtrain train, llama d {shape['d_model']} x {shape['n_layers']} layers, {shape['n_heads']} heads, "
              f"d_ff 4 d, vocab {shape['vocab']}, untied head: {params} parameters (final/model.safetensors); 1 x {L} "
              f"tokens a rank a step, train.precision bf16 (autocast) in every mode, {steps} steps, ranks as separate "
@@ -280,7 +352,33 @@ eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
     print(json.dumps({"benchmark": "param_dtype_memory", "setup": setup, "results": rows}, indent=1))
 
 
+def gpu_row(name, world, dtype, shard, state_mb, optimizer_bpp, designed_optimizer, designed, metrics, out, params,
+            step_peak, process_peak, started):
+    """One `ranks` row on GPUs (rank 0's allocator peaks from metrics.jsonl, every rank's nvidia-smi peak)."""
+    peak_gpu, peak_reserved = gpu_peaks(metrics, out)
+    row = {
+        "mode": name, "ranks": world, "param_dtype": dtype, "shard_optimizer": shard,
+        "optimizer_state_mb": state_mb,
+        "optimizer_bytes_per_param": round(optimizer_bpp, 3),
+        "designed_optimizer_bytes_per_param": round(designed_optimizer, 3),
+        "designed_bytes_per_param": round(designed, 3),
+        "peak_gpu_mb_rank0": peak_gpu,
+        "peak_gpu_reserved_mb_rank0": peak_reserved,
+        "device_bytes_per_param": round(peak_gpu * MIB / params, 2),
+        "step_peak_gpu_used_mb": [round(x, 1) if x else None for x in step_peak],
+        "process_peak_rss_mb": [round(x, 1) for x in process_peak],
+        "seconds": round(time.time() - started, 1),
+    }
+    log(f"{name} x {world} (GPU): optimizer {state_mb:.1f} MiB = {optimizer_bpp:.3f} B/param (designed "
+        f"{designed_optimizer:g}); rank 0 peak GPU {peak_gpu} MiB allocated, {peak_reserved} reserved = "
+        f"{row['device_bytes_per_param']} B/param (designed {designed:g}); nvidia-smi per rank "
+        f"{row['step_peak_gpu_used_mb']} MiB; {row['seconds']} s")
+    return row
+
+
 def activations():
+    if CUDA:
+        raise SystemExit("param_dtype_bench: activations runs on the CPU only (BENCH_DEVICE=cpu)")
     check_segtrain()
     steps = steps_env(3)
     shape = ACT_SHAPE
@@ -353,4 +451,4 @@ if __name__ == "__main__":
     elif command == "activations":
         activations()
     else:
-        raise SystemExit(f"usage: {sys.argv[0]} ranks|activations")
+        raise SystemExit(f"usage: {sys.argv[0]} ranks|activations (BENCH_DEVICE=cuda: ranks on GPUs)")

@@ -128,6 +128,16 @@ for r in load("gpu_memory_bench"):
         f"(**{r['chunk_over_truncate']:.3f}x**), full {r['peak_gpu_mb_full']:.0f} MiB ({r['full_over_truncate']:.2f}x)",
         f"chunk <= {r['target_chunk_over_truncate']}x truncate: "
         f"{verdict(r['chunk_over_truncate'] <= r['target_chunk_over_truncate'])}"))
+for r in load("gpu_param_dtype_memory_bench"):
+    headline.append((
+        f"GPU memory a parameter, {r['mode']} (train.param_dtype {r['param_dtype']}, shard_optimizer "
+        f"{str(r['shard_optimizer']).lower()}), {r['ranks']} rank{'s' if r['ranks'] != 1 else ''}, "
+        f"{r['params'] / 1e6:.0f}M llama",
+        f"optimizer {r['optimizer_bytes_per_param']:.3g} B (designed {r['designed_optimizer_bytes_per_param']:.3g}); "
+        f"rank 0 peak {r['peak_gpu_mb_rank0']:.0f} MiB allocated ({r['peak_gpu_reserved_mb_rank0']:.0f} reserved) = "
+        f"{r['device_bytes_per_param']:.3g} B (designed {r['designed_bytes_per_param']:.3g}, rest {r['rest_mb']:+.0f} MiB)",
+        f"optimizer as designed: {verdict(r['optimizer_as_designed'])}; device >= designed: "
+        f"{verdict(r['device_at_least_designed'])}"))
 data = load("data_bench")
 samplers = [r for r in data if r.get("measure") == "sampler"]
 if samplers:

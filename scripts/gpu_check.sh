@@ -4,8 +4,9 @@
 #      as `make build-cuda` does);
 #   2. runs the tests labelled `gpu` (ctest -L gpu in build-cuda; they skip themselves,
 #      visibly, when no CUDA device is visible);
-#   3. with a GPU: the GPU benchmarks (bench/gpu_speed_bench.sh, bench/gpu_memory_bench.sh
-#      through bench/run.sh; JSON in bench/results/), then a short report: the GPUs, the
+#   3. with a GPU: the GPU benchmarks (bench/gpu_speed_bench.sh, bench/gpu_memory_bench.sh,
+#      bench/gpu_param_dtype_memory_bench.sh: train.param_dtype fp32/bf16 x shard_optimizer at 1, 2
+#      and every visible GPU's rank, through bench/run.sh; JSON in bench/results/), then a short report: the GPUs, the
 #      test counts, every gpu test with its result and what it checks (the device against
 #      the CPU per architecture, the trainer's loss path, no host sync in a micro-batch,
 #      2 sharded NCCL ranks against 1, a run of each architecture), the figures the tests
@@ -76,8 +77,9 @@ bench_status=0
 if ((failed > 0)); then
   say "a gpu test failed: the benchmarks are not run"
 else
-  say "running the GPU benchmarks (bench/run.sh gpu_speed_bench gpu_memory_bench); several minutes"
+  say "running the GPU benchmarks (bench/run.sh gpu_speed_bench gpu_memory_bench gpu_param_dtype_memory_bench); several minutes"
   SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR BENCH_PYTHON=$PY bash bench/run.sh gpu_speed_bench gpu_memory_bench \
+    gpu_param_dtype_memory_bench \
     >"$RESULTS/gpu-check-bench.md" || bench_status=$?
 fi
 
@@ -141,8 +143,9 @@ if ((bench_status != 0)); then
   exit 1
 fi
 echo
-"$PY" bench/summarize.py "$RESULTS" --only gpu_speed_bench,gpu_memory_bench --brief
-echo "Every figure: $RESULTS/gpu_speed_bench.json, $RESULTS/gpu_memory_bench.json ($RESULTS/gpu-check-bench.md as tables)."
+"$PY" bench/summarize.py "$RESULTS" --only gpu_speed_bench,gpu_memory_bench,gpu_param_dtype_memory_bench --brief
+echo "Every figure: $RESULTS/gpu_speed_bench.json, $RESULTS/gpu_memory_bench.json,"
+echo "$RESULTS/gpu_param_dtype_memory_bench.json ($RESULTS/gpu-check-bench.md as tables)."
 echo
 echo "Next, seed 004's RoPE grid sized for one GPU (configs/experiments/rope-gpu.yaml; its header gives the token"
 echo "budget and the time estimate):"
