@@ -94,9 +94,18 @@ class C10dGroup : public ProcessGroup {
   // not called" from a group destroyed without one); during unwinding the
   // group aborts, since a peer may be gone.
   ~C10dGroup() override {
+    if (closed_) return;
     try {
       if (std::uncaught_exceptions() > 0) backend_->abort();
       else backend_->shutdown();
+    } catch (const std::exception& err) {
+      log::debug("distributed: shutting the process group down: ", message_of(err));
+    }
+  }
+  void shutdown() override {
+    if (std::exchange(closed_, true)) return;
+    try {
+      backend_->shutdown();
     } catch (const std::exception& err) {
       log::debug("distributed: shutting the process group down: ", message_of(err));
     }
@@ -187,6 +196,7 @@ class C10dGroup : public ProcessGroup {
   std::optional<std::chrono::milliseconds> host_timeout_;  // Gloo's; NCCL waits on the stream
   std::shared_ptr<const Peers> peers_;
   int64_t host_waits_ = 0;
+  bool closed_ = false;
 };
 
 // The Gloo devices of this rank and the address it advertises, as PyTorch

@@ -43,9 +43,10 @@ class PendingCollective {
   virtual void wait() = 0;
 };
 
-// Destroying a connected group shuts it down (NCCL: its communicators
-// destroyed cleanly; aborted instead while an exception unwinds, since a clean
-// destroy may wait for a peer that is gone).
+// shutdown() ends a connected group cleanly (NCCL: its communicators
+// destroyed) once every rank is done with it, also after a stop all ranks
+// agreed on. Destroying a group not shut down does it then, or aborts it while
+// an exception unwinds (a clean destroy may wait for a peer that is gone).
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -76,9 +77,11 @@ class ProcessGroup {
   // time; NCCL's waits are stream-ordered and its buffers are the tensors, so
   // every bucket's collective starts as soon as backward has produced it.
   virtual size_t in_flight_limit() const { return 0; }
-  // Collectives whose result the host waited for (broadcast, all_reduce_sum,
-  // barrier): each is a point where the host stops until every rank arrived.
+  // Blocking collectives of host values (broadcast, all_reduce_sum, barrier):
+  // each is a point where the host stops until every rank arrived. On Gloo
+  // the gradient buckets' collectives block the host as well (not counted).
   virtual int64_t host_waits() const { return 0; }
+  virtual void shutdown() {}
 };
 
 // Which c10d backend `distributed.backend` means on this build and device:

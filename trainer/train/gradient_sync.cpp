@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -36,9 +37,18 @@ struct GradientSync::State {
   // all-to-all) exist for a few segments at a time, never for all of them.
   // NCCL has no limit: no wait inside backward (it would stop the autograd
   // thread from queueing kernels); finish() orders the stream after them all.
+  // A segment reduced in another dtype goes through a temporary copy that
+  // lives until its collective lands: at most kTemporariesInFlight of those
+  // exist at a time on any backend, never one for every segment (4 bytes a
+  // parameter for fp32 copies of bf16 gradients). On NCCL landing one only
+  // orders the stream after it, so backward is not held up.
+  static constexpr size_t kTemporariesInFlight = 4;
+
   void start(size_t b) {
     const FlatBucket& bucket = flat->buckets()[b];
-    const size_t limit = group->in_flight_limit();
+    const bool temporaries = options.reduce_dtype && *options.reduce_dtype != bucket.grads.scalar_type();
+    const size_t limit = temporaries ? std::max(group->in_flight_limit(), kTemporariesInFlight)
+                                     : group->in_flight_limit();
     const bool scatter = options.reduction == Reduction::reduce_scatter;
     const int64_t world = group->world_size(), rank = group->rank();
     for (const auto& segment : bucket.segments) {

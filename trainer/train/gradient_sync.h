@@ -18,7 +18,7 @@
 // contributions are not lost to bf16 accumulation, and under reduce_scatter a
 // rank keeps only its slice of that sum (ZeRO-2). The collectives run in
 // `reduce_dtype`: a bf16 segment is summed in fp32 through a temporary fp32
-// copy of the segment (one segment at a time per collective in flight).
+// copy of the segment, at most 4 such copies in flight on any backend.
 // Reentrant activation checkpointing accumulates gradients in a nested
 // backward; the hooks fire there just the same. A gradient accumulated again
 // after its bucket started (one parameter used in two checkpointed segments)

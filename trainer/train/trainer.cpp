@@ -116,6 +116,10 @@ class Trainer {
   void train();
   void save_final();
   void evaluate_final();
+  // Ends the process group cleanly (all ranks are done with it, also after an agreed stop).
+  void shut_down_group() {
+    if (group_) group_->shutdown();
+  }
 
  private:
   void set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named);
@@ -300,7 +304,8 @@ void Trainer::train() {
   while (!cadence_->finished(state_.step)) {
     const StepResult step = train_step();
     if (cadence_->should_log(state_.step)) log_step(step);
-    if (step.stop_signal) stop_after_step(step.stop_signal);
+    // A signal during the last step lets the run finish: final/ is saved, then it exits 128 + signal.
+    if (step.stop_signal && !cadence_->finished(state_.step)) stop_after_step(step.stop_signal);
     if (cadence_->should_checkpoint(state_.step)) save_step_checkpoint();
     if (cadence_->should_evaluate(state_.step)) evaluate_during_training();
   }
@@ -399,7 +404,8 @@ void Trainer::log_step(const StepResult& step) {
                        {"loss_tokens", step.loss_tokens},
                        {"skipped_steps", state_.skipped_steps},
                        {"optimizer_state_mb", std::round(static_cast<double>(optimizer_->state_bytes()) / (1 << 20) * 1000) / 1000}};
-  // Collectives a step's host waited for: 1 (its totals), whatever the world size.
+  // Blocking reductions of host values a step: 1 (its totals), whatever the world size
+  // (on Gloo the gradient collectives block the host too; not counted here).
   if (group_)
     row["host_waits_per_step"] =
         static_cast<double>(window_host_waits_) / static_cast<double>(std::max<int64_t>(window_steps_, 1));
@@ -518,9 +524,15 @@ std::vector<double> Trainer::global_sum(std::vector<double> values) {
 int run_training(const LoadedConfig& loaded, Resume resume, bool final_eval) {
   throw_if_stopped();  // a signal while the command read its config: nothing to save yet
   Trainer trainer(loaded, resume);
-  trainer.train();
-  trainer.save_final();
-  if (final_eval) trainer.evaluate_final();
+  try {
+    trainer.train();
+    trainer.save_final();
+    if (final_eval) trainer.evaluate_final();
+  } catch (const Interrupted&) {
+    trainer.shut_down_group();  // every rank stopped at the same point: not a failure
+    throw;
+  }
+  trainer.shut_down_group();
   throw_if_stopped();  // final/ is saved; a signal during the evaluation still ends with 128 + signal
   return 0;
 }
