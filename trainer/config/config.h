@@ -106,6 +106,7 @@ struct EvalConfig {
   std::string split = "valid";
   bool per_position = false;
   int64_t max_sequences = 64;  // per length; 0: all
+  int64_t windows_per_document = 0;  // 0: every window a document holds
   int64_t stride = 0;          // 0: non-overlapping windows (seed 004); else sliding
   int64_t batch_size = 4;
   int64_t passkey_trials = 0;  // passkey prompts per length; 0: off

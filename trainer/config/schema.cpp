@@ -385,6 +385,9 @@ std::vector<Field> fields(Config& c) {
       text("eval.split", c.eval.split, "Store split to evaluate on."),
       flag("eval.per_position", c.eval.per_position, "Also write the per-position loss curve (CSV and SVG)."),
       integer("eval.max_sequences", c.eval.max_sequences, 0, kMaxInt, "Windows per length; 0: all."),
+      integer("eval.windows_per_document", c.eval.windows_per_document, 0, kMaxInt,
+              "Windows taken from one document before the next; 1: every window from another document (text "
+              "that differs, for intervals over windows); 0: all a document holds."),
       integer("eval.stride", c.eval.stride, 0, kMaxInt,
               "0: non-overlapping windows (seed 004); otherwise a sliding window with this stride."),
       integer("eval.batch_size", c.eval.batch_size, 1, kMaxInt, "Sequences per evaluation forward pass."),

@@ -31,6 +31,7 @@ std::string eval_json(const std::string& model_name, const std::vector<LengthRes
   if (device) {
     out["device"] = device->device.str();
     out.update(peak_memory_json(device->peak));
+    if (device->perplexity_seconds > 0) out["perplexity_seconds"] = device->perplexity_seconds;
   }
   return out.dump(2) + "\n";
 }

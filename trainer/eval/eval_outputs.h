@@ -14,15 +14,17 @@
 
 namespace segtrain::trainer {
 
-// Where an evaluation ran and the process's peak memory by then.
+// Where an evaluation ran, the process's peak memory by then, and how long the
+// perplexity pass took (0: not timed).
 struct EvalDevice {
   c10::Device device = c10::kCPU;
   PeakMemory peak;
+  double perplexity_seconds = 0;
 };
 
 // {"model": ..., "results": [{"length", "loss", "ppl", "sequences", "tokens"}, ...],
 //  "passkey": [{"length", "trials", "correct", "accuracy"}, ...] (when measured),
-//  "device", "peak_rss_mb", and on CUDA "peak_gpu_mb", "peak_gpu_reserved_mb" (with `device`)}
+//  "device", "peak_rss_mb", "perplexity_seconds" (when timed), and on CUDA "peak_gpu_mb", "peak_gpu_reserved_mb" (with `device`)}
 std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results,
                       const std::vector<PasskeyResult>& passkey = {},
                       const std::optional<EvalDevice>& device = std::nullopt);

@@ -1,6 +1,7 @@
 #include "trainer/eval/evaluate_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <optional>
 
@@ -60,7 +61,9 @@ void evaluate_stored_model(const EvalOptions& options) {
     }
   }
   const Autocast autocast(options.precision == "bf16", device.type());
+  const auto started = std::chrono::steady_clock::now();
   const auto results = evaluate(model, store.split(data::parse_split(options.split)), eval);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::vector<PasskeyResult> passkey;
   if (prompts)
     passkey = passkey_accuracy(model, *prompts, *enum_from_name(kPasskeyStyles, options.passkey_style),
@@ -73,7 +76,7 @@ void evaluate_stored_model(const EvalOptions& options) {
     // extension's original length, else its position table's (gpt2) rows.
     outputs.train_length = stored.config.extension.original_length.value_or(stored.config.max_positions.value_or(0));
   }
-  write_eval_outputs(outputs, options.model, results, passkey, EvalDevice{device, peak_memory(device)});
+  write_eval_outputs(outputs, options.model, results, passkey, EvalDevice{device, peak_memory(device), seconds});
   log_passkey(passkey);
   log_perplexity("", results);
 }

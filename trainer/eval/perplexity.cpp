@@ -23,13 +23,15 @@ struct Window {
 
 // Non-overlapping: floor(len / L) windows per document. Sliding: a window every
 // `stride` tokens while it fits; after the first, only its last `stride`
-// predictions are new and scored, so each token is scored once.
+// predictions are new and scored, so each token is scored once. At most
+// `per_document` windows of one document (0: all).
 std::vector<Window> windows_for(const data::IndexedDataset& split, int64_t length, int64_t stride,
-                                int64_t max_sequences) {
+                                int64_t max_sequences, int64_t per_document) {
   std::vector<Window> out;
   for (int64_t doc = 0; doc < split.documents(); ++doc) {
     const int64_t n = split.length(doc);
     if (n < length) continue;
+    const size_t first = out.size();
     if (stride <= 0) {
       for (int64_t start = 0; start + length <= n; start += length) out.push_back({doc, start, 1});
     } else {
@@ -37,16 +39,40 @@ std::vector<Window> windows_for(const data::IndexedDataset& split, int64_t lengt
       for (int64_t start = stride; start + length <= n; start += stride)
         out.push_back({doc, start, length - stride});
     }
+    if (per_document > 0 && out.size() - first > static_cast<size_t>(per_document)) out.resize(first + per_document);
     if (max_sequences > 0 && static_cast<int64_t>(out.size()) >= max_sequences) break;
   }
   if (max_sequences > 0 && static_cast<int64_t>(out.size()) > max_sequences) out.resize(max_sequences);
   return out;
 }
 
+// Sums of `count` predictions' losses in blocks of `block` (the last block holds the rest).
+std::vector<double> block_sums(const double* nll, int64_t count, int64_t block) {
+  std::vector<double> out;
+  for (int64_t first = 0; first < count; first += block) {
+    double sum = 0;
+    for (int64_t i = first; i < std::min(count, first + block); ++i) sum += nll[i];
+    out.push_back(sum);
+  }
+  return out;
+}
+
+std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const data::IndexedDataset& split,
+                                          const PerplexityOptions& options, int64_t block);
+
 }  // namespace
 
 std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::IndexedDataset& split,
                                    const PerplexityOptions& options) {
+  return evaluate_blocks(model, split, options, kLossBlock);
+}
+
+namespace {
+
+// evaluate(), keeping each window's loss in blocks of `block` predictions when
+// options.per_window (1: every prediction, which the prefixes of a longest window are cut from).
+std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const data::IndexedDataset& split,
+                                          const PerplexityOptions& options, int64_t block) {
   at::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
@@ -64,7 +90,7 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
     PerplexityOptions longest = options;
     longest.per_position = true;
     longest.lengths = {*std::max_element(options.lengths.begin(), options.lengths.end())};
-    const LengthResult whole = evaluate(model, split, longest).front();
+    const LengthResult whole = evaluate_blocks(model, split, longest, 1).front();
     std::vector<LengthResult> results;
     for (int64_t length : options.lengths) {
       if (length < 2) throw InputError("evaluation length " + std::to_string(length) + " is below 2");
@@ -79,6 +105,8 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
       r.ppl = std::exp(r.loss);
       if (options.per_position)
         r.position_loss.assign(whole.position_loss.begin(), whole.position_loss.begin() + (length - 1));
+      for (const auto& w : whole.windows)  // each window's first L-1 predictions, in blocks
+        r.windows.push_back({w.doc, w.start, block_sums(w.block_nll.data(), length - 1, kLossBlock)});
       results.push_back(std::move(r));
     }
     if (was_training) model->train();
@@ -91,7 +119,10 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
     LengthResult r;
     r.length = length;
     const int64_t window = options.window_length > 0 ? options.window_length : length;
-    const auto windows = windows_for(split, window, options.stride, options.max_sequences);
+    const auto windows =
+        windows_for(split, window, options.stride, options.max_sequences, options.windows_per_document);
+    if (options.per_window && options.stride > 0)
+      throw InputError("per-window losses need non-overlapping windows (stride 0)");
     std::vector<double> position_sum(length - 1, 0.0);
     std::vector<int64_t> position_count(length - 1, 0);
     double total = 0;
@@ -126,6 +157,12 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
       total += (nll * mask).sum().item<double>();
       r.tokens += scored.sum().item<int64_t>();
       r.sequences += b;
+      if (options.per_window)
+        for (int64_t i = 0; i < b; ++i) {
+          const at::Tensor row = nll[i].contiguous();
+          r.windows.push_back({windows[first + i].doc, windows[first + i].start,
+                               block_sums(row.data_ptr<double>(), length - 1, block)});
+        }
       if (options.per_position) {
         at::Tensor sums = (nll * mask).sum(0), counts = scored.sum(0);
         auto s = sums.accessor<double, 1>();
@@ -150,9 +187,12 @@ std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::Ind
   return results;
 }
 
+}  // namespace
+
 PerplexityOptions perplexity_options(const EvalConfig& eval, std::optional<int64_t> loss_chunk_tokens) {
   return {.lengths = eval.lengths,
           .max_sequences = eval.max_sequences,
+          .windows_per_document = eval.windows_per_document,
           .stride = eval.stride,
           .batch_size = eval.batch_size,
           .per_position = eval.per_position,

@@ -12,15 +12,20 @@
 #include "data/token_store.h"
 #include "models/transformer.h"
 #include "trainer/config/config.h"
+#include "trainer/eval/window_loss.h"
 
 namespace segtrain::trainer {
 
 struct PerplexityOptions {
   std::vector<int64_t> lengths;
   int64_t max_sequences = 0;  // per length; 0: all windows
+  int64_t windows_per_document = 0;  // 0: every window of a document; 1: each window from another document
   int64_t stride = 0;         // 0: non-overlapping; else windows every `stride` tokens
   int64_t batch_size = EvalConfig{}.batch_size;  // eval.batch_size's default, one home
   bool per_position = false;
+  // Also keep each window's loss in blocks of kLossBlock predictions (LengthResult::windows):
+  // what intervals over windows and positions are computed from.
+  bool per_window = false;
   // 0: windows of each length. Else every length is scored on the first L tokens
   // of the same windows of window_length tokens (>= every length; non-overlapping
   // only), so that all lengths, and every model evaluated so, see the same text.
@@ -45,6 +50,8 @@ struct LengthResult {
   int64_t tokens = 0;  // scored tokens
   // Mean loss at each position 1..L-1 (index p-1), when per_position.
   std::vector<double> position_loss;
+  // Each window's loss by block, when per_window (non-overlapping windows only).
+  std::vector<WindowLoss> windows;
 };
 
 std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::IndexedDataset& split,

@@ -490,12 +490,12 @@ void Trainer::evaluate_final() {
   if (!writer_) return;
   const EvalOutputs outputs = run_eval_outputs(run_.dir, c_.eval.per_position, c_.data.train_length);
   // Perplexity is kept even if the passkey test fails.
-  write_eval_outputs(outputs, c_.run.name, results, {}, EvalDevice{device_, peak_memory(device_)});
+  write_eval_outputs(outputs, c_.run.name, results, {}, EvalDevice{device_, peak_memory(device_), 0});
   log_perplexity("eval " + c_.eval.split + " ", results);
   if (c_.eval.passkey_trials == 0) return;
   const auto passkey = passkey_accuracy(model_, *prompts_, c_.eval.passkey_style, c_.eval.lengths,
                                         c_.eval.passkey_trials, static_cast<uint64_t>(c_.run.seed));
-  write_eval_outputs(outputs, c_.run.name, results, passkey, EvalDevice{device_, peak_memory(device_)});
+  write_eval_outputs(outputs, c_.run.name, results, passkey, EvalDevice{device_, peak_memory(device_), 0});
   log_passkey(passkey);
 }
 
