@@ -1,0 +1,116 @@
+#include "trainer/experiment/intervals.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+namespace segtrain::trainer {
+namespace {
+
+constexpr double kZ95 = 1.959963984540054;
+
+// The p-quantile of sorted values, interpolated between neighbours (R's type 7).
+double quantile(const std::vector<double>& sorted, double p) {
+  const double at = p * static_cast<double>(sorted.size() - 1);
+  const auto below = static_cast<size_t>(std::floor(at));
+  const size_t above = std::min(below + 1, sorted.size() - 1);
+  return sorted[below] + (at - static_cast<double>(below)) * (sorted[above] - sorted[below]);
+}
+
+double mean_loss(const LossUnits& u) {
+  double nll = 0;
+  int64_t count = 0;
+  for (size_t i = 0; i < u.nll.size(); ++i) nll += u.nll[i], count += u.count[i];
+  return nll / static_cast<double>(count);
+}
+
+// Draws `resamples` resamples of n units (the same draws for every statistic given
+// the same seed: mt19937_64's output is fixed by the standard, the modulo is ours) and
+// returns the statistic's 2.5% and 97.5% quantiles. `statistic` gets the drawn indices.
+template <class Statistic>
+std::pair<double, double> bootstrap(size_t n, int64_t resamples, uint64_t seed, Statistic statistic) {
+  std::mt19937_64 rng(seed);
+  std::vector<size_t> drawn(n);
+  std::vector<double> values;
+  values.reserve(static_cast<size_t>(resamples));
+  for (int64_t r = 0; r < resamples; ++r) {
+    for (auto& d : drawn) d = static_cast<size_t>(rng() % n);
+    values.push_back(statistic(drawn));
+  }
+  std::sort(values.begin(), values.end());
+  return {quantile(values, 0.025), quantile(values, 0.975)};
+}
+
+void check_units(const LossUnits& u) {
+  if (u.nll.empty()) throw std::invalid_argument("no per-window losses to compute an interval from");
+}
+
+}  // namespace
+
+LossUnits loss_units(const std::vector<WindowLoss>& windows, int64_t predictions) {
+  LossUnits out;
+  const int64_t blocks = (predictions + kLossBlock - 1) / kLossBlock;
+  const int64_t group = std::max<int64_t>(1, (blocks + kUnitsPerWindow - 1) / kUnitsPerWindow);
+  for (const auto& w : windows) {
+    if (static_cast<int64_t>(w.block_nll.size()) != blocks)
+      throw std::invalid_argument("a window of " + std::to_string(predictions + 1) + " tokens has " +
+                                  std::to_string(w.block_nll.size()) + " loss blocks, expected " +
+                                  std::to_string(blocks));
+    for (int64_t first = 0; first < blocks; first += group) {
+      double nll = 0;
+      for (int64_t b = first; b < std::min(blocks, first + group); ++b) nll += w.block_nll[b];
+      out.nll.push_back(nll);
+      out.count.push_back(std::min(predictions, (first + group) * kLossBlock) - first * kLossBlock);
+      out.where.push_back(std::to_string(w.doc) + ":" + std::to_string(w.start) + ":" + std::to_string(first));
+    }
+  }
+  return out;
+}
+
+Interval perplexity_interval(const LossUnits& a, int64_t resamples, uint64_t seed) {
+  check_units(a);
+  const auto [lo, hi] = bootstrap(a.nll.size(), resamples, seed, [&](const std::vector<size_t>& drawn) {
+    double nll = 0;
+    int64_t count = 0;
+    for (size_t i : drawn) nll += a.nll[i], count += a.count[i];
+    return std::exp(nll / static_cast<double>(count));
+  });
+  return {std::exp(mean_loss(a)), lo, hi};
+}
+
+PairedDifference paired_difference(const LossUnits& a, const LossUnits& b, int64_t resamples, uint64_t seed) {
+  check_units(a);
+  if (a.where != b.where || a.count != b.count)
+    throw std::invalid_argument("the two rows were not scored on the same windows");
+  const double ma = mean_loss(a), mb = mean_loss(b);
+  // Both statistics from the same draws: one pass computes the two means.
+  std::vector<std::pair<double, double>> means;
+  bootstrap(a.nll.size(), resamples, seed, [&](const std::vector<size_t>& drawn) {
+    double na = 0, nb = 0;
+    int64_t count = 0;
+    for (size_t i : drawn) na += a.nll[i], nb += b.nll[i], count += a.count[i];
+    means.emplace_back(na / static_cast<double>(count), nb / static_cast<double>(count));
+    return 0.0;
+  });
+  std::vector<double> difference, relative;
+  for (const auto& [x, y] : means) {
+    difference.push_back(std::exp(x) - std::exp(y));
+    relative.push_back(std::exp(x - y) - 1);
+  }
+  std::sort(difference.begin(), difference.end());
+  std::sort(relative.begin(), relative.end());
+  return {{std::exp(ma) - std::exp(mb), quantile(difference, 0.025), quantile(difference, 0.975)},
+          {std::exp(ma - mb) - 1, quantile(relative, 0.025), quantile(relative, 0.975)}};
+}
+
+Interval wilson_interval(int64_t correct, int64_t trials) {
+  if (trials <= 0) return {std::nan(""), 0, 1};
+  const double n = static_cast<double>(trials), p = static_cast<double>(correct) / n, z2 = kZ95 * kZ95;
+  const double denominator = 1 + z2 / n;
+  const double center = (p + z2 / (2 * n)) / denominator;
+  const double half = kZ95 * std::sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denominator;
+  return {p, std::max(0.0, center - half), std::min(1.0, center + half)};
+}
+
+}  // namespace segtrain::trainer

@@ -1,0 +1,60 @@
+#pragma once
+// 95% intervals for the experiment's report: how sure a perplexity, a difference
+// between two rows and a passkey accuracy are. Torch-free: it reads the per-window
+// loss blocks that evaluate() keeps (trainer/eval/perplexity.h, WindowLoss).
+//
+// Perplexity: a paired block bootstrap. The unit is a block of about L/16
+// contiguous predictions of one window (16 units a window at every length, so the
+// same method holds at 2k and 32k); a resample draws as many units as there are,
+// with replacement, from all windows together, and the statistic is recomputed on
+// the units drawn. Resampling blocks rather than windows: the study has 4 windows,
+// too few to resample alone; drawing from all windows together keeps the
+// differences between files in the spread. Paired: both rows are read on the same
+// drawn units (the same text), so what the text shares cancels.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainer/eval/window_loss.h"
+
+namespace segtrain::trainer {
+
+inline constexpr int64_t kBootstrapResamples = 10000;
+inline constexpr uint64_t kBootstrapSeed = 20261125;
+// Units a window is cut into for the bootstrap.
+inline constexpr int64_t kUnitsPerWindow = 16;
+
+struct Interval {
+  double estimate = 0, lo = 0, hi = 0;
+  bool excludes_zero() const { return lo > 0 || hi < 0; }
+};
+
+// A length's loss as units: each unit's summed loss and its predictions.
+struct LossUnits {
+  std::vector<double> nll;
+  std::vector<int64_t> count;
+  // Where each unit lies: "doc:start:first_block", what pairs two rows' units.
+  std::vector<std::string> where;
+};
+
+// The units of one length's windows (each window's blocks grouped into
+// kUnitsPerWindow units); `predictions` = L - 1, the predictions of each window.
+LossUnits loss_units(const std::vector<WindowLoss>& windows, int64_t predictions);
+
+// Perplexity with its 95% bootstrap interval (percentile).
+Interval perplexity_interval(const LossUnits& a, int64_t resamples = kBootstrapResamples,
+                             uint64_t seed = kBootstrapSeed);
+
+// ppl(a) - ppl(b) and ppl(a) / ppl(b) - 1 with their paired 95% intervals; throws
+// std::invalid_argument when a and b were not scored on the same units.
+struct PairedDifference {
+  Interval difference;  // perplexity points
+  Interval relative;    // fraction: -0.25 is "a is 25% lower than b"
+};
+PairedDifference paired_difference(const LossUnits& a, const LossUnits& b, int64_t resamples = kBootstrapResamples,
+                                   uint64_t seed = kBootstrapSeed);
+
+// Wilson's 95% score interval of a proportion (correct of trials); estimate = correct / trials.
+Interval wilson_interval(int64_t correct, int64_t trials);
+
+}  // namespace segtrain::trainer
