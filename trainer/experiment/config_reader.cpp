@@ -136,24 +136,24 @@ std::optional<YAML::Node> section(MapReader& parent, const std::string& key) {
   return node;
 }
 
-std::vector<Assignment> read_set(MapReader& parent, const std::string& key, const std::string& path) {
+// The `set:` mapping of `reader`'s section (`path`), as assignments. `budget_fixed`: the
+// section belongs to trained rows, whose budget the grid sets.
+std::vector<Assignment> read_assignments(MapReader& reader, const std::string& path, bool budget_fixed) {
   std::vector<Assignment> out;
-  auto map = section(parent, key);
-  if (!map) return out;
-  MapReader reader(*map, path, parent.source(), parent.errors());
   if (auto set = section(reader, "set")) {
     for (auto it = set->begin(); it != set->end(); ++it) {
       const std::string name = it->first.Scalar();
-      const std::string where = location(parent.source(), it->first.Mark());
+      const std::string where = location(reader.source(), it->first.Mark());
       if (is_grid_key(name)) {
-        parent.errors().push_back(where + ": " + path + ".set." + name +
+        reader.errors().push_back(where + ": " + path + ".set." + name +
                                   ": the experiment sets this key for every run; it cannot be overridden here");
         continue;
       }
-      if (key == "extend" && name == "train.budget.tokens") {
-        parent.errors().push_back(where + ": " + path + ".set." + name +
+      if (budget_fixed && name == "train.budget.tokens") {
+        reader.errors().push_back(where + ": " + path + ".set." + name +
                                   ": every trained row has the same budget so that rows compare: the "
-                                  "compute-equivalent one (seed 004, eq. 2), or experiment.train_tokens");
+                                  "compute-equivalent one (seed 004, eq. 2), or experiment.train_tokens; a "
+                                  "method's other budgets are its `budgets:` list");
         continue;
       }
       YAML::Emitter value;
@@ -161,8 +161,69 @@ std::vector<Assignment> read_set(MapReader& parent, const std::string& key, cons
       out.push_back({name + "=" + value.c_str(), where});
     }
   }
+  return out;
+}
+
+std::vector<Assignment> read_set(MapReader& parent, const std::string& key, const std::string& path) {
+  auto map = section(parent, key);
+  if (!map) return {};
+  MapReader reader(*map, path, parent.source(), parent.errors());
+  auto out = read_assignments(reader, path, key == "extend");
   reader.finish();
   return out;
+}
+
+// experiment.methods: names, or {name, budgets, set} for a method with settings of its
+// own or more budgets (each budget adds the row <name>@<tokens>: the budget curve).
+void read_methods(MapReader& r, ExperimentConfig& x) {
+  const std::string& file = x.file;
+  std::vector<std::pair<YAML::Node, YAML::Mark>> items;
+  std::vector<std::string> defaults = {"da",         "full",        "chunk-0.125", "chunk-0.25",
+                                       "chunk-0.5",  "prefix-0.25", "prefix-0.5",  "randompos"};
+  if (auto methods = r.list("methods"))
+    for (const auto& item : *methods) items.emplace_back(item, item.Mark());
+  else
+    for (const auto& name : defaults) items.emplace_back(YAML::Node(name), YAML::Mark::null_mark());
+  auto add = [&](const TrainedMethod& m, const YAML::Mark& mark) {
+    if (std::any_of(x.methods.begin(), x.methods.end(), [&](const auto& o) { return o.name == m.name; }))
+      r.errors().push_back(location(file, mark) + ": experiment.methods: '" + m.name + "' is listed twice");
+    else
+      x.methods.push_back(m);
+  };
+  std::vector<std::pair<TrainedMethod, YAML::Mark>> curve;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& [item, mark] = items[i];
+    const std::string path = "experiment.methods[" + std::to_string(i) + "]";
+    std::string name = item.IsScalar() ? item.Scalar() : "?";
+    std::vector<Assignment> set;
+    std::vector<int64_t> budgets;
+    if (item.IsMap()) {
+      MapReader m(item, path, file, r.errors());
+      name = m.string("name").value_or("");
+      if (name.empty()) r.errors().push_back(location(file, mark) + ": " + path + ".name: required (a method name)");
+      budgets = m.integers("budgets", 1).value_or(std::vector<int64_t>{});
+      set = read_assignments(m, path, /*budget_fixed=*/true);
+      m.finish();
+      if (name.empty()) continue;
+    }
+    auto method = parse_trained_method(name);
+    if (!method) {
+      r.errors().push_back(location(file, mark) + ": experiment.methods: unknown method '" + name +
+                           "'; expected da, truncate, full, randompos, pose, chunk-<alpha>, chunk-ring-<alpha> or "
+                           "prefix-<alpha> (or {name: <method>, budgets: [tokens...], set: {key: value}})");
+      continue;
+    }
+    method->set = set;
+    add(*method, mark);
+    for (int64_t tokens : budgets) {
+      TrainedMethod point = *method;
+      point.name += "@" + std::to_string(tokens);
+      point.budget = tokens;
+      curve.emplace_back(point, mark);
+    }
+  }
+  // The budget curve runs after every row the text compares at the experiment's budget.
+  for (const auto& [point, mark] : curve) add(point, mark);
 }
 
 void read_corpus(const YAML::Node& node, size_t index, MapReader& parent, ExperimentConfig& x) {
@@ -272,28 +333,7 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
     if (f > std::numeric_limits<int64_t>::max() / lt)
       errors.push_back(location(x.file, node.Mark()) + ": experiment.factors: " + std::to_string(f) +
                        " * data.train_length " + std::to_string(lt) + " does not fit in a 64-bit L_e");
-  std::vector<std::string> method_names = {"da",         "full",        "chunk-0.125", "chunk-0.25",
-                                           "chunk-0.5",  "prefix-0.25", "prefix-0.5",  "randompos"};
-  std::vector<YAML::Mark> method_marks(method_names.size(), YAML::Mark::null_mark());
-  if (auto methods = r.list("methods")) {
-    method_names.clear();
-    method_marks.clear();
-    for (const auto& item : *methods) {
-      method_names.push_back(item.IsScalar() ? item.Scalar() : "?");
-      method_marks.push_back(item.Mark());
-    }
-  }
-  for (size_t i = 0; i < method_names.size(); ++i) {
-    auto method = parse_trained_method(method_names[i]);
-    if (!method)
-      errors.push_back(location(x.file, method_marks[i]) + ": experiment.methods: unknown method '" + method_names[i] +
-                       "'; expected da, truncate, full, randompos, pose, chunk-<alpha>, chunk-ring-<alpha> or "
-                       "prefix-<alpha>");
-    else if (std::any_of(x.methods.begin(), x.methods.end(), [&](const auto& m) { return m.name == method->name; }))
-      errors.push_back(location(x.file, method_marks[i]) + ": experiment.methods: '" + method->name + "' is listed twice");
-    else
-      x.methods.push_back(*method);
-  }
+  read_methods(r, x);
   auto extension_name = [&](const YAML::Node& item, const std::string& key) -> std::optional<models::ExtensionMethod> {
     auto method = item.IsScalar() ? enum_from_name(models::kExtensionMethods, item.Scalar()) : std::nullopt;
     if (!method) {
@@ -313,6 +353,10 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
   if (auto te = r.get("train_extension"); te && !(te->IsScalar() && te->Scalar() == "auto"))
     x.train_extension = extension_name(*te, "train_extension");
   x.train_tokens = r.integer("train_tokens", 1);
+  for (const auto& m : x.methods)
+    if (m.budget && m.budget == x.train_tokens)
+      errors.push_back(x.file + ": experiment.methods: " + m.name + ": " + std::to_string(*m.budget) +
+                       " tokens is experiment.train_tokens, the budget every method already trains on");
   x.eval_lengths = r.integers("eval_lengths", 2).value_or(std::vector<int64_t>{});
   std::sort(x.eval_lengths.begin(), x.eval_lengths.end());
   x.eval_from_longest = r.boolean("eval_from_longest").value_or(false);

@@ -11,7 +11,8 @@
 // The file is a run config (run, model, data, train, eval, distributed: the
 // template every run starts from) plus an `experiment:` section:
 //   experiment:
-//     name, output_dir, factors: [2, 4], methods: [...], ootb: [...],
+//     name, output_dir, factors: [2, 4], ootb: [...],
+//     methods: [da, chunk-0.25, {name: full, set: {...}, budgets: [262144, ...]}, ...],
 //     train_extension: auto | <method>, train_tokens: N,
 //     eval_lengths: [...], eval_from_longest: false,
 //     passkey: {lengths: [...], trials: N, style: digits | recall},
@@ -33,13 +34,27 @@ namespace segtrain::trainer {
 
 // One way to reach L_e with training. `da` is seed 004's domain-adaptation
 // control: more truncate training at L_t, then the OOTB extension at eval.
+// A `key: value` of base.set / extend.set / a method's set, kept as a --set assignment
+// plus where it was written.
+struct Assignment {
+  std::string text;    // "train.lr=1e-3"
+  std::string origin;  // "exp.yaml:12:7"
+};
+
 struct TrainedMethod {
-  // "da", "truncate", "full", "chunk-0.25", "chunk-ring-0.25", "prefix-0.5", "randompos", "pose"
+  // "da", "truncate", "full", "chunk-0.25", "chunk-ring-0.25", "prefix-0.5", "randompos", "pose";
+  // a point of the budget curve adds "@<tokens>": "chunk-0.25@262144" (its folder and row).
   std::string name;
   data::SamplerMethod sampler = data::SamplerMethod::truncate;
   double alpha = 0.25;
   data::ChunkPlacement placement = data::ChunkPlacement::uniform;  // chunk-ring-<alpha>: ring
   bool domain_adaptation = false;
+  // A point of the budget curve (methods[].budgets): this row's own training tokens;
+  // nullopt: the experiment's budget, shared by every row the text compares.
+  std::optional<int64_t> budget;
+  // methods[].set: settings of this method's runs only (e.g. activation checkpointing
+  // for `full`, whose sequences are L_e long), applied after extend.set.
+  std::vector<Assignment> set;
 };
 
 struct CorpusSpec {
@@ -62,12 +77,6 @@ struct PasskeySpec {
   std::vector<int64_t> lengths;  // empty: no passkey
   int64_t trials = 5;
   PasskeyStyle style = PasskeyStyle::digits;
-};
-
-// A `key: value` of base.set / extend.set, kept as a --set assignment plus where it was written.
-struct Assignment {
-  std::string text;    // "train.lr=1e-3"
-  std::string origin;  // "exp.yaml:12:7"
 };
 
 struct ExperimentConfig {

@@ -125,6 +125,7 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
       c.model.spec = shape_of_the_base;
       for (const auto& key : keys_with(KeyRole::model_shape)) r.origins.erase(key);
       apply_assignments(r, x.extend_set);
+      apply_assignments(r, method.set);
       grid_set(r, "run.output_dir", c.run.output_dir, (factor_dir(x, corpus, factor) / method.name).string(), label);
       grid_set(r, "run.name", c.run.name, x.name + "/" + corpus.name + "/" + label, label);
       grid_set(r, "model.init", c.model.init, base_init(x, corpus), label);
@@ -143,10 +144,13 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
       if (extension != models::ExtensionMethod::none) factor_value = extension_factor(x, corpus, factor);
       grid_set(r, "model.extension.factor", c.model.spec.extension.factor, factor_value, label);
       // Every trained row sees the same number of tokens: L_e / L_t epochs (seed 004,
-      // eq. 2) or the experiment's train_tokens (a corpus far larger than a budget).
-      grid_set(r, "train.budget.compute_equivalent", c.train.budget.compute_equivalent, !x.train_tokens, label);
-      c.train.budget.tokens = x.train_tokens;
-      if (x.train_tokens) r.origins["train.budget.tokens"] = x.file + " (experiment.train_tokens)";
+      // eq. 2) or the experiment's train_tokens (a corpus far larger than a budget);
+      // a point of a method's budget curve, its own.
+      const std::optional<int64_t> tokens = method.budget ? method.budget : x.train_tokens;
+      grid_set(r, "train.budget.compute_equivalent", c.train.budget.compute_equivalent, !tokens, label);
+      c.train.budget.tokens = tokens;
+      if (method.budget) r.origins["train.budget.tokens"] = x.file + " (experiment.methods: " + method.name + ")";
+      else if (x.train_tokens) r.origins["train.budget.tokens"] = x.file + " (experiment.train_tokens)";
       grid_set(r, "eval.lengths", c.eval.lengths, std::vector<int64_t>{lt}, label);
       runs.push_back(std::move(run));
     }
