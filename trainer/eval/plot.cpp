@@ -98,6 +98,8 @@ std::string line_plot_svg(const PlotOptions& options, const std::vector<PlotSeri
     for (const auto& [x, y] : s.raw)
       if (std::isfinite(y)) x_max = std::max(x_max, x), raw.push_back(y);
     if (!raw.empty()) lo = std::min(lo, quantile(raw, 0.02)), hi = std::max(hi, quantile(raw, 0.98));
+    for (const auto& [x, b_lo, b_hi] : s.band)
+      if (std::isfinite(b_lo) && std::isfinite(b_hi)) x_max = std::max(x_max, x), lo = std::min(lo, b_lo), hi = std::max(hi, b_hi);
   }
   if (hi < lo) lo = 0, hi = 1;
   if (hi - lo < 1e-9) lo -= 0.5, hi += 0.5;
@@ -151,6 +153,16 @@ std::string line_plot_svg(const PlotOptions& options, const std::vector<PlotSeri
     svg << "'/>\n";
   }
   for (size_t i = 0; i < series.size(); ++i) {
+    if (series[i].band.empty()) continue;
+    svg << "<polygon clip-path='url(#plot-area)' stroke='none' fill-opacity='0.18' fill='" << colours[i % n_colours]
+        << "' points='";
+    for (const auto& [x, b_lo, b_hi] : series[i].band)
+      if (std::isfinite(b_lo)) svg << px(x) << "," << py(b_lo) << " ";
+    for (auto it = series[i].band.rbegin(); it != series[i].band.rend(); ++it)
+      if (std::isfinite(std::get<2>(*it))) svg << px(std::get<0>(*it)) << "," << py(std::get<2>(*it)) << " ";
+    svg << "'/>\n";
+  }
+  for (size_t i = 0; i < series.size(); ++i) {
     svg << "<polyline clip-path='url(#plot-area)' fill='none' stroke-width='2' stroke='" << colours[i % n_colours]
         << "' points='";
     for (const auto& [x, y] : series[i].points)
@@ -172,17 +184,21 @@ std::string line_plot_svg(const PlotOptions& options, const std::vector<PlotSeri
         << "</text>\n";
   }
   const bool any_raw = std::any_of(series.begin(), series.end(), [](const auto& s) { return !s.raw.empty(); });
-  if (any_raw)
-    svg << "<text x='" << lx << "' y='" << top + 8 + 20 * static_cast<double>(series.size()) + 10
-        << "' fill='#666' font-size='11'>faint: every position</text>\n<text x='" << lx << "' y='"
-        << top + 8 + 20 * static_cast<double>(series.size()) + 24
-        << "' fill='#666' font-size='11'>" << escape(options.solid_note) << "</text>\n";
+  const bool any_band = std::any_of(series.begin(), series.end(), [](const auto& s) { return !s.band.empty(); });
+  double note_y = top + 8 + 20 * static_cast<double>(series.size()) + 10;
+  auto note = [&](const std::string& text) {
+    svg << "<text x='" << lx << "' y='" << note_y << "' fill='#666' font-size='11'>" << escape(text) << "</text>\n";
+    note_y += 14;
+  };
+  if (any_raw) note("faint: every position"), note(options.solid_note);
+  if (any_band && !options.band_note.empty()) note(options.band_note);
   svg << "</svg>\n";
   return svg.str();
 }
 
 PlotSeries bucketed(const std::string& label, const std::vector<double>& values, int buckets) {
-  PlotSeries s{label, {}, {}};
+  PlotSeries s{label, {}, {}, {}};
+  if (buckets <= 0 || values.empty()) return s;  // a row recorded without its curve: nothing to draw
   const size_t n = values.size();
   const size_t size = std::max<size_t>(1, (n + static_cast<size_t>(buckets) - 1) / static_cast<size_t>(buckets));
   for (size_t begin = 0; begin < n; begin += size) {

@@ -5,6 +5,7 @@
 // x values (L_t) as dashed vertical lines. Not a plotting library.
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,8 @@ struct PlotSeries {
   std::string label;
   std::vector<std::pair<double, double>> points;  // (x, y), drawn solid; non-finite y values are skipped
   std::vector<std::pair<double, double>> raw;     // optional, drawn faint underneath in the same colour
+  // Optional (x, lo, hi): a translucent band in the same colour (the spread over windows, an interval).
+  std::vector<std::tuple<double, double, double>> band;
 };
 
 struct PlotMarker {
@@ -25,6 +28,7 @@ struct PlotOptions {
   std::string title, x_label = "position", y_label = "mean loss (nats)";
   std::vector<PlotMarker> markers;  // dashed vertical lines
   std::string solid_note = "solid: bucket means";  // under the legend when a series has a raw curve
+  std::string band_note;  // under the legend when a series has a band: what the band is
 };
 
 std::string line_plot_svg(const PlotOptions& options, const std::vector<PlotSeries>& series);

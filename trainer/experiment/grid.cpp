@@ -195,11 +195,14 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   PerplexityOptions eval = perplexity_options(templ.eval, templ.train.loss_chunk_tokens);
   eval.lengths = row.lengths;
   eval.per_position = true;
+  eval.per_window = true;  // the intervals of the report are computed from each window's blocks
   const std::string files = model_identity(model_dir);
   nlohmann::json settings = {{"model", model_dir},     {"model_files", files},
                              {"overrides", overrides},
                              {"lengths", eval.lengths}, {"max_sequences", eval.max_sequences},
-                             {"stride", eval.stride},   {"split", templ.eval.split}};
+                             {"stride", eval.stride},   {"split", templ.eval.split},
+                             {"per_window", kLossBlock}};
+  if (eval.windows_per_document > 0) settings["windows_per_document"] = eval.windows_per_document;
   // fp32 rows keep the settings they were recorded with before eval.precision existed.
   const bool bf16 = evaluates_in_bf16(templ.eval, templ.train.precision);
   if (bf16) settings["precision"] = "bf16";
@@ -402,8 +405,10 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
       throw_if_stopped();
       ensure_trained(run);
       throw_if_stopped();
-      RowResult row = new_row(run.method->name, run.method->domain_adaptation ? "DA" : run.method->name, "trained",
-                              factor, row_lengths(x, factor));
+      const TrainedMethod& m = *run.method;
+      const std::string label = m.domain_adaptation ? "DA" + m.name.substr(2) : m.name;  // "DA", "DA@262144"
+      RowResult row = new_row(m.name, label, "trained", factor, row_lengths(x, factor));
+      row.budget = m.budget.value_or(0);
       std::vector<std::string> overrides;
       const auto ootb_extension = default_train_extension(base_arch(x, corpus));
       if (run.method->domain_adaptation && ootb_extension != models::ExtensionMethod::none)

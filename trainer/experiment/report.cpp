@@ -6,11 +6,15 @@
 #include <filesystem>
 #include <algorithm>
 #include <iomanip>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
+#include "common/strings.h"
 #include "trainer/eval/plot.h"
+#include "trainer/experiment/intervals.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -20,17 +24,30 @@ using nlohmann::json;
 
 json number_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 
+// A block's summed loss to 1e-6 nats: the record stays small, the perplexity unchanged.
+json rounded(double x) { return number_or_null(std::round(x * 1e6) / 1e6); }
+
 json row_json(const RowResult& row) {
   json results = json::array();
-  for (const auto& r : row.results)
-    results.push_back({{"length", r.length},
-                       {"loss", number_or_null(r.loss)},
-                       {"ppl", number_or_null(r.ppl)},
-                       {"sequences", r.sequences},
-                       {"tokens", r.tokens}});
+  for (const auto& r : row.results) {
+    json windows = json::array();
+    for (const auto& w : r.windows) {
+      json blocks = json::array();
+      for (double v : w.block_nll) blocks.push_back(rounded(v));
+      windows.push_back({{"doc", w.doc}, {"start", w.start}, {"block_nll", blocks}});
+    }
+    json result = {{"length", r.length},
+                   {"loss", number_or_null(r.loss)},
+                   {"ppl", number_or_null(r.ppl)},
+                   {"sequences", r.sequences},
+                   {"tokens", r.tokens}};
+    if (!windows.empty()) result["windows"] = windows;
+    results.push_back(result);
+  }
   json out = {{"key", row.key},       {"label", row.label},   {"kind", row.kind},
               {"factor", row.factor}, {"lengths", row.lengths}, {"model", row.model},
               {"train_tokens", row.train_tokens}, {"eval_seconds", row.eval_seconds}, {"results", results}};
+  if (row.budget) out["budget"] = row.budget;
   // The curve at the longest length is the one the plots show.
   if (!row.results.empty()) {
     json curve = json::array();
@@ -71,24 +88,12 @@ std::string cell(double ppl) {
   return out.str();
 }
 
+// Labels of the rows at the experiment's budget (the budget curve has its own table).
 std::vector<std::string> row_labels(const CorpusResults& c) {
   std::vector<std::string> labels;
   for (const auto& row : c.rows)
-    if (std::find(labels.begin(), labels.end(), row.label) == labels.end()) labels.push_back(row.label);
+    if (row.budget == 0 && std::find(labels.begin(), labels.end(), row.label) == labels.end()) labels.push_back(row.label);
   return labels;
-}
-
-// The best (lowest perplexity at L_e) row among those whose label starts with
-// `prefix` (and not with `unless`, when given).
-std::pair<std::string, double> best_of(const CorpusResults& c, const std::string& prefix, int64_t factor,
-                                       const std::string& unless = "") {
-  std::pair<std::string, double> best{"", std::nan("")};
-  for (const auto& label : row_labels(c)) {
-    if (label.rfind(prefix, 0) != 0 || (!unless.empty() && label.rfind(unless, 0) == 0)) continue;
-    const double ppl = ppl_at(c, label, factor, factor * c.train_length);
-    if (!std::isnan(ppl) && (std::isnan(best.second) || ppl < best.second)) best = {label, ppl};
-  }
-  return best;
 }
 
 void table(std::ostringstream& md, const CorpusResults& c, bool at_extended_length) {
@@ -107,25 +112,58 @@ void table(std::ostringstream& md, const CorpusResults& c, bool at_extended_leng
   }
 }
 
-// Every row of `factor` at each length it was evaluated at (experiment.eval_lengths).
-void length_table(std::ostringstream& md, const CorpusResults& c, int64_t factor) {
+// The lengths the rows of `factor` were evaluated at, ascending.
+std::vector<int64_t> factor_lengths(const CorpusResults& c, int64_t factor) {
   std::vector<int64_t> lengths;
   for (const auto& row : c.rows)
     if (row.factor == factor)
       for (int64_t l : row.lengths)
         if (std::find(lengths.begin(), lengths.end(), l) == lengths.end()) lengths.push_back(l);
   std::sort(lengths.begin(), lengths.end());
+  return lengths;
+}
+
+// The loss units of `row` at `length` (empty when it kept no windows there).
+LossUnits units_at(const RowResult& row, int64_t length) {
+  const LengthResult* r = at_length(row, length);
+  if (!r || r->windows.empty()) return {};
+  return loss_units(r->windows, length - 1);
+}
+
+std::string fixed(double v, int decimals, bool sign = false) {
+  std::ostringstream out;
+  if (sign) out << std::showpos;
+  out << std::fixed << std::setprecision(decimals) << v;
+  return out.str();
+}
+
+// Decimals that show a perplexity's interval: 3 below 10, fewer above.
+int decimals_for(double ppl) { return ppl >= 100 ? 1 : ppl >= 10 ? 2 : 3; }
+
+// "2.116 [2.081, 2.153]", or the plain perplexity when the row kept no windows.
+std::string ppl_cell(const RowResult& row, int64_t length) {
+  const LengthResult* r = at_length(row, length);
+  if (!r) return "-";
+  const LossUnits units = units_at(row, length);
+  if (units.nll.empty() || !std::isfinite(r->ppl)) return cell(r->ppl);
+  const Interval i = perplexity_interval(units);
+  const int d = decimals_for(i.estimate);
+  return fixed(i.estimate, d) + " [" + fixed(i.lo, d) + ", " + fixed(i.hi, d) + "]";
+}
+
+// Every row of `factor` at the experiment's budget, at each length it was evaluated at
+// (experiment.eval_lengths), with its 95% interval where the row kept its windows.
+void length_table(std::ostringstream& md, const CorpusResults& c, int64_t factor) {
+  const auto lengths = factor_lengths(c, factor);
   md << "| method |";
   for (int64_t l : lengths) md << " " << l << " |";
   md << "\n|---|";
   for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
   md << "\n";
-  for (const auto& label : row_labels(c)) {
-    bool any = false;
-    for (int64_t l : lengths) any = any || !std::isnan(ppl_at(c, label, factor, l));
-    if (!any) continue;
-    md << "| " << label << " |";
-    for (int64_t l : lengths) md << " " << cell(ppl_at(c, label, factor, l)) << " |";
+  for (const auto& row : c.rows) {
+    if (row.factor != factor || row.budget != 0) continue;
+    md << "| " << row.label << " |";
+    for (int64_t l : lengths) md << " " << ppl_cell(row, l) << " |";
     md << "\n";
   }
 }
@@ -139,8 +177,8 @@ void passkey_table(std::ostringstream& md, const CorpusResults& c, int64_t facto
         if (std::find(lengths.begin(), lengths.end(), p.length) == lengths.end()) lengths.push_back(p.length);
   if (lengths.empty()) return;
   std::sort(lengths.begin(), lengths.end());
-  md << "\nPasskey retrieval, correct of trials by prompt length (every row of " << factor << "·L_t; the same "
-     << "prompts for every row):\n\n| method |";
+  md << "\nPasskey retrieval, correct of trials by prompt length with Wilson's 95% interval of the accuracy "
+     << "(every row of " << factor << "·L_t; the same prompts for every row):\n\n| method |";
   for (int64_t l : lengths) md << " " << l << " |";
   md << "\n|---|";
   for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
@@ -150,7 +188,12 @@ void passkey_table(std::ostringstream& md, const CorpusResults& c, int64_t facto
     md << "| " << row.label << " |";
     for (int64_t l : lengths) {
       auto it = std::find_if(row.passkey.begin(), row.passkey.end(), [&](const auto& p) { return p.length == l; });
-      md << " " << (it == row.passkey.end() ? "-" : std::to_string(it->correct) + "/" + std::to_string(it->trials)) << " |";
+      if (it == row.passkey.end()) {
+        md << " - |";
+        continue;
+      }
+      const Interval w = wilson_interval(it->correct, it->trials);
+      md << " " << it->correct << "/" << it->trials << " [" << fixed(w.lo, 2) << ", " << fixed(w.hi, 2) << "] |";
     }
     md << "\n";
   }
@@ -169,34 +212,209 @@ std::string percent(double ratio) {
   return out.str();
 }
 
-// Seed 004's findings, checked against this grid's numbers; each line says
-// whether it holds here.
-void findings(std::ostringstream& md, const CorpusResults& c) {
-  const double base = c.base.results.empty() ? std::nan("") : c.base.results.front().ppl;
-  md << "Checks of seed 004's findings on this grid:\n\n";
-  for (int64_t f : c.factors) {
-    const int64_t le = f * c.train_length;
-    const std::string at = "at " + std::to_string(f) + "·L_t = " + std::to_string(le);
-    const double ootb = ppl_at(c, "OOTB", f, le);
-    if (!std::isnan(ootb) && std::isfinite(base))
-      md << "- " << at << ": out of the box the base has perplexity " << cell(ootb) << ", " << cell(ootb / base)
-         << "× its perplexity at L_t (" << cell(base) << ").\n";
-    const auto chunk = best_of(c, "chunk-", f, "chunk-ring-");  // the paper's chunk; ring is compared below
-    if (chunk.first.empty()) continue;
-    auto compare = [&](const std::string& name, std::pair<std::string, double> other) {
-      if (other.first.empty() || std::isnan(other.second)) return;
-      const bool beats = chunk.second < other.second;
-      md << "- " << at << ": " << chunk.first << " (" << cell(chunk.second) << ") " << (beats ? "beats" : "does NOT beat")
-         << " " << name << " (" << other.first << ", " << cell(other.second) << "): " << percent(chunk.second / other.second)
-         << ".\n";
-    };
-    compare("the best OOTB row", best_of(c, "OOTB", f));
-    compare("full", best_of(c, "full", f));
-    compare("the best prefix", best_of(c, "prefix-", f));
-    compare("RandomPos", best_of(c, "randompos", f));
-    compare("DA", best_of(c, "DA", f));
+// The row labelled `label` at `factor` and the experiment's budget, with results; or nullptr.
+const RowResult* main_row(const CorpusResults& c, const std::string& label, int64_t factor) {
+  for (const auto& row : c.rows)
+    if (row.label == label && row.factor == factor && row.budget == 0 && !row.results.empty()) return &row;
+  return nullptr;
+}
+
+// Seed 004's chunk row at `factor`: the first chunk-<alpha> at the experiment's budget.
+const RowResult* chunk_row(const CorpusResults& c, int64_t factor) {
+  for (const auto& row : c.rows)
+    if (row.factor == factor && row.budget == 0 && row.label.rfind("chunk-", 0) == 0 &&
+        row.label.rfind("chunk-ring-", 0) != 0 && !row.results.empty())
+      return &row;
+  return nullptr;
+}
+
+// The untrained row with the lowest perplexity at `length` (the best a user gets without training).
+const RowResult* best_untrained(const CorpusResults& c, int64_t factor, int64_t length) {
+  const RowResult* best = nullptr;
+  for (const auto& row : c.rows) {
+    const LengthResult* r = row.factor == factor && row.kind == "ootb" ? at_length(row, length) : nullptr;
+    if (r && std::isfinite(r->ppl) && (!best || r->ppl < at_length(*best, length)->ppl)) best = &row;
   }
+  return best;
+}
+
+std::string percent_interval(const Interval& i) {
+  return fixed(100 * i.estimate, 1, true) + "% [" + fixed(100 * i.lo, 1, true) + "%, " + fixed(100 * i.hi, 1, true) + "%]";
+}
+
+// One comparison the text draws: row a against row b at each length (b may differ by length).
+struct Comparison {
+  std::string name;
+  const RowResult* a = nullptr;
+  std::map<int64_t, const RowResult*> b;
+};
+
+std::vector<Comparison> comparisons(const CorpusResults& c, int64_t factor) {
+  std::vector<Comparison> out;
+  const auto lengths = factor_lengths(c, factor);
+  auto same_b = [&](const RowResult* b) {
+    std::map<int64_t, const RowResult*> m;
+    for (int64_t l : lengths) m[l] = b;
+    return m;
+  };
+  if (const RowResult* chunk = chunk_row(c, factor)) {
+    // DA: the domain-adaptation row, DA at the base's positions or truncate at the rows' scaling.
+    const RowResult* da = main_row(c, "DA", factor) ? main_row(c, "DA", factor) : main_row(c, "truncate", factor);
+    for (const RowResult* other : {da, main_row(c, "full", factor), main_row(c, "pose", factor),
+                                   main_row(c, "randompos", factor)})
+      if (other) out.push_back({chunk->label + " vs " + other->label, chunk, same_b(other)});
+  }
+  for (const auto& row : c.rows) {
+    if (row.factor != factor || row.kind != "trained" || row.budget != 0 || row.results.empty()) continue;
+    Comparison cmp{row.label + " vs the best untrained row", &row, {}};
+    for (int64_t l : lengths)
+      if (const RowResult* best = best_untrained(c, factor, l)) cmp.b[l] = best;
+    if (!cmp.b.empty()) out.push_back(cmp);
+  }
+  return out;
+}
+
+// The paired difference of a comparison at `length`, when both rows kept the same windows there.
+std::optional<PairedDifference> difference_at(const Comparison& cmp, int64_t length) {
+  const auto it = cmp.b.find(length);
+  if (it == cmp.b.end() || !it->second) return std::nullopt;
+  const LossUnits a = units_at(*cmp.a, length), b = units_at(*it->second, length);
+  if (a.nll.empty() || b.nll.empty() || a.where != b.where) return std::nullopt;
+  return paired_difference(a, b);
+}
+
+// The comparisons the text draws, as paired differences with their 95% intervals, and
+// what they find: a difference is written as found only where its interval excludes 0.
+void comparison_section(std::ostringstream& md, const CorpusResults& c, int64_t factor) {
+  const auto all = comparisons(c, factor);
+  const auto lengths = factor_lengths(c, factor);
+  if (all.empty()) return;
+  md << "\nPaired differences at " << factor << "·L_t = " << factor * c.train_length
+     << ": ppl(A) - ppl(B) with its 95% interval, and the same as a percentage of B. Intervals: a paired "
+     << "bootstrap of " << kBootstrapResamples << " resamples of blocks of L/" << kUnitsPerWindow
+     << " contiguous positions drawn from all windows together (the same blocks for both rows), percentile "
+     << "intervals. **bold**: the interval excludes 0.\n\n| A vs B |";
+  for (int64_t l : lengths) md << " " << l << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
   md << "\n";
+  std::vector<std::string> found;
+  for (const auto& cmp : all) {
+    md << "| " << cmp.name << " |";
+    std::vector<std::string> lower, higher, none;
+    for (int64_t l : lengths) {
+      const auto d = difference_at(cmp, l);
+      if (!d) {
+        md << " - |";
+        continue;
+      }
+      const int decimals = decimals_for(std::abs(d->difference.estimate) + 1);
+      const bool sure = d->difference.excludes_zero();
+      const std::string text = fixed(d->difference.estimate, decimals, true) + " [" +
+                               fixed(d->difference.lo, decimals, true) + ", " + fixed(d->difference.hi, decimals, true) +
+                               "] (" + fixed(100 * d->relative.estimate, 1, true) + "%)";
+      const std::string b_name = cmp.b.at(l)->label;
+      md << " " << (sure ? "**" + text + "**" : text)
+         << (cmp.name.find("best untrained") != std::string::npos ? " vs " + b_name : "") << " |";
+      const std::string at = std::to_string(l) + " (" + percent_interval(d->relative) +
+                             (cmp.name.find("best untrained") != std::string::npos ? ", vs " + b_name : "") + ")";
+      (!sure ? none : d->difference.estimate < 0 ? lower : higher).push_back(at);
+    }
+    md << "\n";
+    std::ostringstream line;
+    line << "- " << cmp.name << ": ";
+    std::vector<std::string> parts;
+    if (!lower.empty()) parts.push_back("lower perplexity at " + join(lower, ", "));
+    if (!higher.empty()) parts.push_back("higher perplexity at " + join(higher, ", "));
+    if (!none.empty()) {
+      std::vector<std::string> at;
+      for (const auto& n : none) at.push_back(n.substr(0, n.find(' ')));
+      parts.push_back("no difference found at " + join(at, ", "));
+    }
+    if (parts.empty()) continue;
+    line << join(parts, "; ") << ".\n";
+    found.push_back(line.str());
+  }
+  md << "\nWhat the intervals find (A against B; a difference is stated only where its interval excludes 0):\n\n";
+  for (const auto& f : found) md << f;
+  md << "\n";
+}
+
+// A trained method at more than one budget (methods[].budgets): its rows by budget.
+std::vector<std::pair<std::string, std::vector<const RowResult*>>> budget_curves(const CorpusResults& c, int64_t factor) {
+  std::vector<std::pair<std::string, std::vector<const RowResult*>>> curves;
+  for (const auto& row : c.rows) {
+    if (row.factor != factor || row.kind != "trained" || row.budget == 0 || row.results.empty()) continue;
+    const std::string method = row.label.substr(0, row.label.find('@'));
+    auto it = std::find_if(curves.begin(), curves.end(), [&](const auto& e) { return e.first == method; });
+    if (it == curves.end()) {
+      it = curves.insert(curves.end(), {method, {}});
+      if (const RowResult* main = main_row(c, method, factor)) it->second.push_back(main);
+    }
+    it->second.push_back(&row);
+  }
+  for (auto& [method, rows] : curves)
+    std::sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->train_tokens < b->train_tokens; });
+  return curves;
+}
+
+std::string thousands(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ",";
+    out += digits[i];
+  }
+  return out;
+}
+
+// The lengths a budget curve is read at: the two longest evaluated.
+std::vector<int64_t> curve_lengths(const CorpusResults& c, int64_t factor) {
+  auto lengths = factor_lengths(c, factor);
+  if (lengths.size() > 2) lengths.erase(lengths.begin(), lengths.end() - 2);
+  return lengths;
+}
+
+void budget_section(std::ostringstream& md, const CorpusResults& c, int64_t factor) {
+  const auto curves = budget_curves(c, factor);
+  if (curves.empty()) return;
+  const auto lengths = curve_lengths(c, factor);
+  md << "\nHow far training goes with the budget: perplexity [95% interval] of the methods trained at more than "
+        "one budget, by training tokens (each budget its own run from the base, with its own schedule):\n\n"
+     << "| method | training tokens |";
+  for (int64_t l : lengths) md << " " << l << " |";
+  md << "\n|---|---:|";
+  for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const auto& [method, rows] : curves)
+    for (const RowResult* row : rows) {
+      md << "| " << method << " | " << thousands(row->train_tokens) << " |";
+      for (int64_t l : lengths) md << " " << ppl_cell(*row, l) << " |";
+      md << "\n";
+    }
+}
+
+// Which windows every row was scored on: "4 windows of 32768 tokens, each from another
+// held-out document (documents 0, 1, 2, 3 of the split)".
+std::string windows_sentence(const CorpusResults& c) {
+  for (const auto& row : c.rows) {
+    if (row.results.empty() || row.results.back().windows.empty()) continue;
+    const auto& r = row.results.back();
+    std::vector<std::string> docs;
+    for (const auto& w : r.windows)
+      if (std::find(docs.begin(), docs.end(), std::to_string(w.doc)) == docs.end()) docs.push_back(std::to_string(w.doc));
+    std::ostringstream out;
+    out << "Every row is scored on the same " << r.windows.size() << " window" << (r.windows.size() == 1 ? "" : "s")
+        << " of " << r.length << " tokens"
+        << (docs.size() == r.windows.size() && docs.size() > 1 ? ", each from another held-out document" : "")
+        << " (document" << (docs.size() == 1 ? " " : "s ") << join(docs, ", ") << " of the "
+        << "validation split); perplexity at a length L is over the first L tokens of each.\n\n";
+    return out.str();
+  }
+  return "";
+}
+
+std::string budget_plot_name(const CorpusResults& c, int64_t factor) {
+  return c.name + "-x" + std::to_string(factor) + "-budget.svg";
 }
 
 std::string plot_name(const CorpusResults& c, int64_t factor) {
@@ -287,6 +505,61 @@ void ring_section(std::ostringstream& md, const CorpusResults& c) {
   md << "\n";
 }
 
+// The spread over windows of a per-position curve in buckets of `bucket` predictions
+// (a multiple of kLossBlock): each window's mean loss in the bucket, lowest and highest,
+// at the bucket's mean position (as bucketed() places its means). Empty without windows.
+std::vector<std::tuple<double, double, double>> window_band(const LengthResult& r, int64_t bucket) {
+  std::vector<std::tuple<double, double, double>> band;
+  if (r.windows.size() < 2 || bucket % kLossBlock != 0) return band;
+  const int64_t predictions = r.length - 1, per_bucket = bucket / kLossBlock;
+  for (int64_t first = 0; first < predictions; first += bucket) {
+    const int64_t last = std::min(predictions, first + bucket);
+    double lo = INFINITY, hi = -INFINITY;
+    for (const auto& w : r.windows) {
+      double sum = 0;
+      for (int64_t b = first / kLossBlock; b < first / kLossBlock + per_bucket && b < static_cast<int64_t>(w.block_nll.size()); ++b)
+        sum += w.block_nll[b];
+      const double mean = sum / static_cast<double>(last - first);
+      lo = std::min(lo, mean), hi = std::max(hi, mean);
+    }
+    band.emplace_back(static_cast<double>(first + last + 1) / 2.0, lo, hi);
+  }
+  return band;
+}
+
+// Perplexity by training budget: one line per method and length, its 95% interval as a
+// band; x is log2 of the budget over the smallest (equal steps for 4x budgets), marked.
+std::string budget_plot(const ExperimentConfig& x, const CorpusResults& c, int64_t factor) {
+  const auto curves = budget_curves(c, factor);
+  int64_t smallest = INT64_MAX;
+  for (const auto& [method, rows] : curves)
+    for (const RowResult* row : rows) smallest = std::min(smallest, row->train_tokens);
+  auto at = [&](int64_t tokens) { return 1.0 + std::log2(static_cast<double>(tokens) / static_cast<double>(smallest)); };
+  PlotOptions options;
+  options.title = x.name + " / " + c.name + ": perplexity by training budget";
+  options.x_label = "training tokens (log scale)";
+  options.y_label = "perplexity";
+  options.band_note = "band: 95% interval";
+  std::vector<PlotSeries> series;
+  std::vector<int64_t> budgets;
+  for (const auto& [method, rows] : curves)
+    for (int64_t l : curve_lengths(c, factor)) {
+      PlotSeries s{method + " at " + std::to_string(l), {}, {}, {}};
+      for (const RowResult* row : rows) {
+        const LossUnits units = units_at(*row, l);
+        if (units.nll.empty()) continue;
+        const Interval i = perplexity_interval(units);
+        s.points.emplace_back(at(row->train_tokens), i.estimate);
+        s.band.emplace_back(at(row->train_tokens), i.lo, i.hi);
+        if (std::find(budgets.begin(), budgets.end(), row->train_tokens) == budgets.end())
+          budgets.push_back(row->train_tokens);
+      }
+      series.push_back(std::move(s));
+    }
+  for (int64_t b : budgets) options.markers.push_back({at(b), thousands(b)});
+  return line_plot_svg(options, series);
+}
+
 }  // namespace
 
 std::string row_to_json(const RowResult& row) { return row_json(row).dump(2) + "\n"; }
@@ -302,6 +575,7 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     row.lengths = j.at("lengths").get<std::vector<int64_t>>();
     row.model = j.at("model");
     row.train_tokens = j.at("train_tokens");
+    row.budget = j.value("budget", int64_t{0});
     row.eval_seconds = j.value("eval_seconds", 0.0);
     if (j.contains("passkey_with") && !j.at("passkey_with").is_null()) {
       row.passkey_with = j.at("passkey_with").dump();
@@ -318,6 +592,12 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
       l.ppl = r.at("ppl").is_null() ? NAN : r.at("ppl").get<double>();
       l.sequences = r.at("sequences");
       l.tokens = r.at("tokens");
+      if (r.contains("windows"))
+        for (const auto& w : r.at("windows")) {
+          WindowLoss window{w.at("doc").get<int64_t>(), w.at("start").get<int64_t>(), {}};
+          for (const auto& v : w.at("block_nll")) window.block_nll.push_back(v.is_null() ? NAN : v.get<double>());
+          l.windows.push_back(std::move(window));
+        }
       row.results.push_back(l);
     }
     if (!row.results.empty() && j.contains("position_loss"))
@@ -349,13 +629,16 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
     if (!c.base.results.empty())
       md << "The base model at L_t = " << c.train_length << ": perplexity " << cell(c.base.results.front().ppl)
          << ".\n\n";
-    md << "Perplexity at L_e, for models extended to L_e:\n\n";
-    table(md, c, true);
-    md << "\nPerplexity at L_t = " << c.train_length << " of the same models (what extending costs on short inputs):\n\n";
-    table(md, c, false);
+    md << windows_sentence(c);
+    if (x.eval_lengths.empty()) {  // else the table by length below holds L_t and L_e, with intervals
+      md << "Perplexity at L_e, for models extended to L_e:\n\n";
+      table(md, c, true);
+      md << "\nPerplexity at L_t = " << c.train_length << " of the same models (what extending costs on short inputs):\n\n";
+      table(md, c, false);
+    }
     if (!x.eval_lengths.empty())
       for (int64_t f : c.factors) {
-        md << "\nPerplexity by length, every row of " << f << "·L_t = " << f * c.train_length
+        md << "\nPerplexity by length [95% interval], every row of " << f << "·L_t = " << f * c.train_length
            << (x.eval_from_longest ? " (each length on the first L tokens of the same longest windows; rows whose "
                                      "positions depend on the input's length scored on windows of each length)"
                                    : "")
@@ -371,10 +654,15 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
           break;
         }
     md << "\n\n";
-    findings(md, c);
+    for (int64_t f : c.factors) {
+      comparison_section(md, c, f);
+      budget_section(md, c, f);
+    }
     ring_section(md, c);
     for (int64_t f : c.factors) {
       md << "![loss by position at " << f << "·L_t](plots/" << plot_name(c, f) << ")\n";
+      if (!budget_curves(c, f).empty())
+        md << "![perplexity by training budget at " << f << "·L_t](plots/" << budget_plot_name(c, f) << ")\n";
       if (!ring_pairs(c, f).empty())
         md << "![chunk vs chunk-ring: loss by position at " << f << "·L_t](plots/" << ring_plot_name(c, f) << ")\n";
     }
@@ -404,11 +692,16 @@ void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& 
       options.markers.push_back({static_cast<double>(c.train_length), "L_t = " + std::to_string(c.train_length)});
       const int64_t bucket = position_bucket(f * c.train_length);
       options.solid_note = "solid: mean of " + std::to_string(bucket) + " positions";
+      options.band_note = "band: lowest to highest window";
       std::vector<PlotSeries> series;
       for (const auto& row : c.rows)
-        if (row.factor == f && !row.results.empty())
+        if (row.factor == f && row.budget == 0 && !row.results.empty()) {
           series.push_back(position_curve(row.label, row.results.back().position_loss, bucket));
+          series.back().band = window_band(row.results.back(), bucket);
+        }
       write_file_atomic(out / "plots" / plot_name(c, f), line_plot_svg(options, series));
+      if (!budget_curves(c, f).empty())
+        write_file_atomic(out / "plots" / budget_plot_name(c, f), budget_plot(x, c, f));
       const auto pairs = ring_pairs(c, f);
       if (pairs.empty()) continue;
       series.clear();

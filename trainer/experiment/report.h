@@ -23,6 +23,7 @@ struct RowResult {
   std::string model;           // the model folder evaluated
   std::string evaluated_with;  // settings (model, overrides, windows) as JSON: equal means reusable
   int64_t train_tokens = 0;    // trained rows: tokens seen in training
+  int64_t budget = 0;          // a point of a method's budget curve: its budget; 0: the experiment's
   double eval_seconds = 0;     // wall time of the perplexity evaluation
   // Passkey accuracy by length (experiment.passkey), recorded with its own settings
   // so that adding it to a finished grid scores nothing else again.
