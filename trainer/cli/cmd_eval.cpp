@@ -20,6 +20,9 @@ void add_eval(CLI::App& app, Chosen& chosen) {
   e->add_option("--stride", o->stride, "Sliding-window stride; 0: non-overlapping windows")
       ->check(CLI::NonNegativeNumber);
   e->add_option("--max-sequences", o->max_sequences, "Windows per length; 0: all")->check(CLI::NonNegativeNumber);
+  e->add_option("--windows-per-document", o->windows_per_document,
+                "Windows from one document before the next; 1: each window from another document; 0: all")
+      ->check(CLI::NonNegativeNumber);
   e->add_option("--passkey-trials", o->passkey_trials, "Passkey-retrieval prompts per length; 0: off")
       ->check(CLI::NonNegativeNumber);
   e->add_option("--passkey-style", o->passkey_style, "digits, or recall for models trained on `segtrain synth`")

@@ -44,6 +44,7 @@ void evaluate_stored_model(const EvalOptions& options) {
   EvalConfig flags;  // the flags as the config's eval section; its other keys keep their defaults
   flags.lengths = options.lengths;
   flags.max_sequences = options.max_sequences;
+  flags.windows_per_document = options.windows_per_document;
   flags.stride = options.stride;
   flags.per_position = !options.per_position_csv.empty();
   for (const auto& problem : window_problems(flags.stride, flags.lengths))

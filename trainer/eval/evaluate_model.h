@@ -18,6 +18,7 @@ struct EvalOptions {
   std::string per_position_csv;        // empty: none; the SVG goes beside it
   int64_t stride = 0;                  // 0: non-overlapping windows
   int64_t max_sequences = 0;           // per length; 0: all
+  int64_t windows_per_document = 0;    // 0: every window a document holds
   int64_t passkey_trials = 0;          // per length; 0: off
   std::string passkey_style = "digits";
   std::string device = "auto";  // auto|cpu|cuda, as run.device
