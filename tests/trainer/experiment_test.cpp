@@ -444,6 +444,56 @@ TEST(ExperimentPlan, AGivenBaseIsExtendedFromItsOwnContextUnderOneTokenBudget) {
       << "a passkey section without lengths: " << msg;
 }
 
+TEST(ExperimentPlan, AMethodsOwnSettingsAndBudgetsReachItsRunsAlone) {
+  test::TempDir dir;
+  std::string text = tiny_experiment(dir / "out", "llama", "  train_tokens: 4096\n");
+  const std::string methods = "  methods: [da, full, chunk-0.5, prefix-0.5, randompos]\n";
+  text.replace(text.find(methods), methods.size(),
+               "  methods:\n"
+               "    - {name: da, budgets: [16384]}\n"
+               "    - {name: full, set: {model.activation_checkpointing: true, train.warmup_steps: 0}}\n"
+               "    - {name: chunk-0.5, budgets: [8192, 16384]}\n");
+  test::write_file(dir / "x.yaml", text);
+  const auto x = trainer::load_experiment(dir / "x.yaml", {});
+  std::vector<std::string> names;
+  for (const auto& m : x.methods) names.push_back(m.name);
+  // The rows the text compares first, then the budget curve.
+  EXPECT_EQ(names, (std::vector<std::string>{"da", "full", "chunk-0.5", "da@16384", "chunk-0.5@8192", "chunk-0.5@16384"}));
+  for (const auto& run : trainer::plan_training_runs(x, x.corpora[0])) {
+    if (!run.method) continue;
+    const auto& c = run.config.config;
+    const auto& m = *run.method;
+    const bool full = m.name == "full";
+    EXPECT_EQ(c.model.spec.activation_checkpointing, full) << m.name;
+    EXPECT_EQ(c.train.warmup_steps, full ? 0 : 2) << m.name;
+    EXPECT_EQ(c.train.budget.tokens, m.budget.value_or(4096)) << m.name;
+    EXPECT_FALSE(c.train.budget.compute_equivalent);
+    EXPECT_EQ(fs::path(c.run.output_dir).filename(), m.name);
+    EXPECT_EQ(c.data.sampler.alpha, m.name.rfind("chunk", 0) == 0 ? 0.5 : 0.25) << m.name;
+  }
+  // A method's budget list cannot repeat the experiment's, and a method's set cannot change its budget.
+  auto error_of = [&](const std::string& item) {
+    std::string bad = tiny_experiment(dir / "out2", "llama", "  train_tokens: 4096\n");
+    bad.replace(bad.find(methods), methods.size(), "  methods:\n    - " + item + "\n");
+    test::write_file(dir / "bad.yaml", bad);
+    try {
+      trainer::load_experiment(dir / "bad.yaml", {});
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error_of("{name: da, budgets: [4096]}").find("da@4096: 4096 tokens is experiment.train_tokens"),
+            std::string::npos);
+  EXPECT_NE(error_of("{name: da, set: {train.budget.tokens: 100}}")
+                .find("bad.yaml:6:24: experiment.methods[0].set.train.budget.tokens: every trained row has the same budget"),
+            std::string::npos)
+      << error_of("{name: da, set: {train.budget.tokens: 100}}");
+  EXPECT_NE(error_of("{name: chunk-0.5, alpha: 3}").find("unknown key 'experiment.methods[0].alpha'"), std::string::npos)
+      << error_of("{name: chunk-0.5, alpha: 3}");
+  EXPECT_NE(error_of("{budgets: [10]}").find("experiment.methods[0].name: required"), std::string::npos);
+}
+
 TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {
   using trainer::parse_trained_method;
   EXPECT_EQ(parse_trained_method("chunk-0.125")->sampler, data::SamplerMethod::chunk);
@@ -619,7 +669,7 @@ TEST(ExperimentReport, RingSectionComparesEndsAndPlotsReadAtAGlance) {
     double sum = 0;
     for (double v : curve) sum += v;
     const double mean = sum / static_cast<double>(curve.size());
-    row.results = {{32, level, std::exp(level), 4, 100, {}}, {le, mean, std::exp(mean), 4, 508, curve}};
+    row.results = {{32, level, std::exp(level), 4, 100, {}, {}}, {le, mean, std::exp(mean), 4, 508, curve, {}}};
     return row;
   };
   c.rows = {make_row("chunk-0.25", 1.0, 0.5), make_row("chunk-ring-0.25", 1.0, 0.1), make_row("full", 0.9, 0.0)};
@@ -641,8 +691,9 @@ TEST(ExperimentReport, RingSectionComparesEndsAndPlotsReadAtAGlance) {
        << mean_of(c.rows[1], 127 - 13, 127) - mean_of(c.rows[0], 127 - 13, 127);
   EXPECT_NE(md.find("- at 4·L_t = 128: chunk-ring-0.25 beats chunk-0.25 at L_e"), std::string::npos) << md;
   EXPECT_NE(md.find("its loss is " + diff.str() + " nats per token (better)"), std::string::npos) << diff.str() << "\n" << md;
-  // The paper's findings still pick the best of the uniform chunk rows only.
-  EXPECT_EQ(md.find("- at 4·L_t = 128: chunk-ring-0.25 ("), std::string::npos) << md;
+  // The comparisons take the paper's uniform chunk row, not the ring one.
+  EXPECT_NE(md.find("| chunk-0.25 vs full |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| chunk-ring-0.25 vs "), std::string::npos) << md;
   EXPECT_NE(md.find("plots/synthetic-x4-ring.svg"), std::string::npos) << md;
 
   for (const char* name : {"synthetic-x4.svg", "synthetic-x4-ring.svg"}) {
@@ -665,6 +716,95 @@ TEST(ExperimentReport, RingSectionComparesEndsAndPlotsReadAtAGlance) {
   }
 }
 
+// The report's intervals on rows whose differences are known: chunk is DA shifted
+// 0.3 nats lower at 8192 only, full equals chunk, the OOTB row is far worse; each
+// window has its own difficulty, shared by every row (what a paired comparison cancels).
+TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCurveIsTabled) {
+  test::TempDir dir;
+  trainer::ExperimentConfig x;
+  x.name = "t";
+  x.file = "t.yaml";
+  x.output_dir = dir / "out";
+  x.eval_lengths = {2048, 8192};
+  trainer::CorpusResults c;
+  c.name = "code";
+  c.arch = "llama";
+  c.train_length = 2048;
+  c.factors = {4};
+  // Each block's loss per token: the window's difficulty, a wobble by block, and the row's shift at L.
+  auto length_result = [](int64_t length, double level, double shift_at_8192) {
+    trainer::LengthResult r;
+    r.length = length;
+    const int64_t predictions = length - 1;
+    double total = 0;
+    for (int64_t doc = 0; doc < 4; ++doc) {
+      trainer::WindowLoss w{doc, 0, {}};
+      for (int64_t first = 0, b = 0; first < predictions; first += trainer::kLossBlock, ++b) {
+        const int64_t n = std::min(trainer::kLossBlock, predictions - first);
+        const double per_token = level + 0.2 * static_cast<double>(doc) + 0.1 * std::sin(static_cast<double>(b)) +
+                                 (length == 8192 ? shift_at_8192 : 0.0);
+        w.block_nll.push_back(per_token * static_cast<double>(n));
+        total += per_token * static_cast<double>(n);
+      }
+      r.windows.push_back(w);
+    }
+    r.sequences = 4;
+    r.tokens = 4 * predictions;
+    r.loss = total / static_cast<double>(r.tokens);
+    r.ppl = std::exp(r.loss);
+    return r;
+  };
+  auto make_row = [&](const std::string& label, const std::string& kind, double level, double shift,
+                      int64_t tokens, int64_t budget) {
+    trainer::RowResult row;
+    row.key = row.label = label;
+    row.kind = kind;
+    row.factor = 4;
+    row.lengths = {2048, 8192};
+    row.train_tokens = tokens;
+    row.budget = budget;
+    row.results = {length_result(2048, level, shift), length_result(8192, level, shift)};
+    return row;
+  };
+  c.rows = {make_row("OOTB", "ootb", 2.0, 0.0, 0, 0),           make_row("DA", "trained", 1.0, 0.0, 65536, 0),
+            make_row("chunk-0.25", "trained", 1.0, -0.3, 65536, 0), make_row("full", "trained", 1.0, -0.3, 65536, 0),
+            make_row("chunk-0.25@1048576", "trained", 1.0, -0.6, 1048576, 1048576),
+            make_row("chunk-0.25@262144", "trained", 1.0, -0.5, 262144, 262144)};
+  c.rows[2].passkey = {{16384, 3, 3}};
+  c.rows[2].passkey_with = "{}";
+  trainer::write_reports(x, {c});
+  const std::string md = test::read_file(dir / "out/results.md");
+  // chunk vs DA: 0.3 nats lower at 8192 in every block, the same at 2048.
+  const double ratio = std::exp(-0.3) - 1;
+  std::ostringstream lower;
+  lower << "- chunk-0.25 vs DA: lower perplexity at 8192 (" << std::showpos << std::fixed << std::setprecision(1)
+        << 100 * ratio << "% [" << 100 * ratio << "%, " << 100 * ratio << "%]); no difference found at 2048.";
+  EXPECT_NE(md.find(lower.str()), std::string::npos) << lower.str() << "\n" << md;
+  EXPECT_NE(md.find("- chunk-0.25 vs full: no difference found at 2048, 8192."), std::string::npos) << md;
+  EXPECT_NE(md.find("- DA vs the best untrained row: lower perplexity at 2048"), std::string::npos) << md;
+  EXPECT_NE(md.find("Every row is scored on the same 4 windows of 8192 tokens, each from another held-out "
+                    "document (documents 0, 1, 2, 3"),
+            std::string::npos) << md;
+  // Each row's perplexity with its interval; the curve's points only in the budget table, by tokens.
+  const size_t main_table = md.find("| method | 2048 | 8192 |");
+  const size_t curve_table = md.find("| method | training tokens | 2048 | 8192 |");
+  ASSERT_NE(main_table, std::string::npos) << md;
+  ASSERT_NE(curve_table, std::string::npos) << md;
+  EXPECT_EQ(md.substr(main_table, curve_table - main_table).find("@"), std::string::npos) << md;
+  EXPECT_EQ(md.find("Perplexity at L_e, for models extended to L_e"), std::string::npos) << md;  // the length table has it
+  const size_t t65 = md.find("| chunk-0.25 | 65,536 |"), t262 = md.find("| chunk-0.25 | 262,144 |"),
+               t1m = md.find("| chunk-0.25 | 1,048,576 |");
+  EXPECT_TRUE(t65 != std::string::npos && t65 < t262 && t262 < t1m && t1m != std::string::npos) << md;
+  EXPECT_NE(md.find("| 3/3 [0.44, 1.00] |"), std::string::npos) << md;
+  std::ostringstream ootb;  // the row's own perplexity at 2048 (above 10: two decimals), then its interval
+  ootb << "| OOTB | " << std::fixed << std::setprecision(2) << c.rows[0].results[0].ppl << " [";
+  EXPECT_NE(md.find(ootb.str()), std::string::npos) << ootb.str() << "\n" << md;
+  const std::string budget_svg = test::read_file(dir / "out/plots/code-x4-budget.svg");
+  EXPECT_NE(budget_svg.find(">band: 95% interval</text>"), std::string::npos);
+  EXPECT_NE(budget_svg.find(">1,048,576</text>"), std::string::npos);
+  EXPECT_NE(test::read_file(dir / "out/plots/code-x4.svg").find("<polygon"), std::string::npos);  // the band over windows
+}
+
 TEST(ExperimentReport, RowRecordsRoundTripAndMissingLengthsStayMissing) {
   trainer::RowResult row;
   row.key = "chunk-0.25";
@@ -673,10 +813,17 @@ TEST(ExperimentReport, RowRecordsRoundTripAndMissingLengthsStayMissing) {
   row.factor = 4;
   row.lengths = {128, 512};
   row.evaluated_with = R"({"model":"m"})";
-  trainer::LengthResult at_lt{128, 1.5, std::exp(1.5), 3, 381, {}};
-  trainer::LengthResult at_le{512, NAN, NAN, 0, 0, {2.0, NAN, 1.0}};  // no validation document is 512 long
+  trainer::LengthResult at_lt{128, 1.5, std::exp(1.5), 3, 381, {}, {}};
+  trainer::LengthResult at_le{512, NAN, NAN, 0, 0, {2.0, NAN, 1.0}, {}};  // no validation document is 512 long
+  at_lt.windows = {{2, 64, {100.25, 27.5}}};
+  row.budget = 262144;
   row.results = {at_lt, at_le};
   const auto back = trainer::row_from_json(trainer::row_to_json(row), "row.json");
+  EXPECT_EQ(back.budget, 262144);
+  ASSERT_EQ(back.results[0].windows.size(), 1u);
+  EXPECT_EQ(back.results[0].windows[0].doc, 2);
+  EXPECT_EQ(back.results[0].windows[0].start, 64);
+  EXPECT_EQ(back.results[0].windows[0].block_nll, (std::vector<double>{100.25, 27.5}));
   EXPECT_EQ(back.key, row.key);
   EXPECT_EQ(back.evaluated_with, row.evaluated_with);
   ASSERT_EQ(back.results.size(), 2u);

@@ -227,6 +227,58 @@ TEST(Evaluate, EveryLengthIsScoredOnTheFirstLTokensOfTheSameWindows) {
   EXPECT_THROW(evaluate(model, split, sliding), InputError);
 }
 
+// eval.windows_per_document and the per-window loss blocks the experiment's intervals
+// are computed from: one window per document when asked, and each window's blocks of
+// kLossBlock predictions equal to the direct computation, at every length of a longest
+// window too (a prefix's last block is cut at its own L - 1 predictions).
+TEST(Evaluate, EachWindowKeepsItsLossByBlockAndOneWindowPerDocumentWhenAsked) {
+  test::TempDir dir;
+  const int64_t vocab = 32;
+  auto split = random_split(dir / "valid", vocab, 9, {600, 300, 520});
+  torch::manual_seed(4);
+  models::TransformerLM model(tiny(models::Arch::llama, vocab, 1024));
+  PerplexityOptions options = per_position_options({256}, 2);
+  EXPECT_EQ(evaluate(model, split, options)[0].sequences, 2 + 1 + 2);  // every window each document holds
+  options.windows_per_document = 1;
+  options.per_window = true;
+  const LengthResult one = evaluate(model, split, options)[0];
+  ASSERT_EQ(one.windows.size(), 3u);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  auto direct_nll = [&](int64_t doc, int64_t length) {  // every prediction's loss of the window at 0 of `doc`
+    std::vector<int32_t> ids(length);
+    split.copy(doc, 0, length, ids.data());
+    at::Tensor x = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0);
+    at::Tensor logp = torch::log_softmax(model->forward(x, torch::arange(length).unsqueeze(0)).to(at::kDouble), -1);
+    std::vector<double> nll;
+    for (int64_t j = 0; j + 1 < length; ++j) nll.push_back(-logp[0][j][ids[j + 1]].item<double>());
+    return nll;
+  };
+  double total = 0;
+  for (int64_t doc = 0; doc < 3; ++doc) {
+    const WindowLoss& w = one.windows[doc];
+    EXPECT_EQ(w.doc, doc);
+    EXPECT_EQ(w.start, 0);
+    ASSERT_EQ(w.block_nll.size(), 2u);  // 255 predictions: 128 + 127
+    const auto nll = direct_nll(doc, 256);
+    double first = 0, second = 0;
+    for (size_t j = 0; j < nll.size(); ++j) (j < 128 ? first : second) += nll[j];
+    EXPECT_NEAR(w.block_nll[0], first, 1e-4);
+    EXPECT_NEAR(w.block_nll[1], second, 1e-4);
+    total += w.block_nll[0] + w.block_nll[1];
+  }
+  EXPECT_NEAR(one.loss, total / (3 * 255), 1e-9);
+  // Lengths read off one longest window: 130's blocks are 128 + 1 predictions of the same window.
+  options.lengths = {130, 256};
+  options.window_length = 256;
+  const auto both = evaluate(model, split, options);
+  ASSERT_EQ(both[0].windows.size(), 3u);
+  const auto nll = direct_nll(1, 256);
+  ASSERT_EQ(both[0].windows[1].block_nll.size(), 2u);
+  EXPECT_NEAR(both[0].windows[1].block_nll[1], nll[128], 1e-5);
+  EXPECT_NEAR(both[1].windows[1].block_nll[0], one.windows[1].block_nll[0], 1e-6);
+}
+
 // train.loss_chunk_tokens: a micro-batch's loss and every gradient (tied head,
 // activation checkpointing) are the same with the head over slices of 1 or 7
 // tokens, auto (one slice here) or the whole logits (0, today's summed_loss).
