@@ -8,7 +8,7 @@ BUILD_DIR ?= build
 endif
 export BUILD_DIR
 
-.PHONY: all setup build build-cuda demo test bench fuzz gpu-check experiments real-base kernel-corpus clean
+.PHONY: all setup build build-cuda demo test bench fuzz gpu-check experiments real-base kernel-corpus clean experiment-smollm2
 all: build
 
 setup build:
@@ -54,8 +54,12 @@ kernel-corpus:
 	@SEGTRAIN_APT_LISTS="scripts/apt-packages.txt scripts/apt-packages-experiments.txt" bash scripts/setup.sh
 	@$(if $(filter 1,$(SEGTRAIN_CUDA)),.venv-cuda,.venv)/bin/python scripts/kernel_corpus.py --out runs/corpora/linux-c.jsonl
 
-# The grid on the real base (configs/experiments/smollm2.yaml) needs both first.
-experiment-smollm2: real-base kernel-corpus
+# The study on the real base, two blocks, each runnable and resumable alone:
+# experiment-smollm2-noscale (seed 004's setting: no RoPE scaling, with full and the budget
+# curve) and experiment-smollm2-yarn (the same rows under YaRN x4); experiment-smollm2 runs both.
+experiment-smollm2-noscale experiment-smollm2-yarn: real-base kernel-corpus
+experiment-smollm2: experiment-smollm2-noscale experiment-smollm2-yarn
+	@:
 
 experiments: experiment-ape experiment-rope experiment-alibi
 
