@@ -646,12 +646,18 @@ TEST(ExperimentReport, ALongRawCurveIsDrawnAsItsColumnsExtremes) {
   EXPECT_GT(highest - lowest, 200.0) << "pixels between the envelope's lowest and highest point";
 }
 
-TEST(ExperimentReport, RingSectionComparesEndsAndPlotsReadAtAGlance) {
-  test::TempDir dir;
+// The experiment a report test writes into `out` (name t, file t.yaml).
+trainer::ExperimentConfig report_config(const fs::path& out) {
   trainer::ExperimentConfig x;
   x.name = "t";
   x.file = "t.yaml";
-  x.output_dir = dir / "out";
+  x.output_dir = out;
+  return x;
+}
+
+TEST(ExperimentReport, RingSectionComparesEndsAndPlotsReadAtAGlance) {
+  test::TempDir dir;
+  trainer::ExperimentConfig x = report_config(dir / "out");
   trainer::CorpusResults c;
   c.name = "synthetic";
   c.arch = "gpt2";
@@ -721,10 +727,7 @@ TEST(ExperimentReport, RingSectionComparesEndsAndPlotsReadAtAGlance) {
 // window has its own difficulty, shared by every row (what a paired comparison cancels).
 TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCurveIsTabled) {
   test::TempDir dir;
-  trainer::ExperimentConfig x;
-  x.name = "t";
-  x.file = "t.yaml";
-  x.output_dir = dir / "out";
+  trainer::ExperimentConfig x = report_config(dir / "out");
   x.eval_lengths = {2048, 8192};
   trainer::CorpusResults c;
   c.name = "code";
