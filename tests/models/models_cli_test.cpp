@@ -146,6 +146,50 @@ TEST(Export, FromHfFolderAndModelDirWithOverrides) {
   EXPECT_EQ(json::parse(test::read_file(dir / "bloom_hf/config.json"))["model_type"], "bloom");
 }
 
+// `segtrain export` never deletes or replaces what it did not write (issue 33's cases):
+// a folder holding a user's file, the model's own folder or one inside or around it, a
+// file, the working directory; a previous export only with --overwrite. Each is refused
+// with exit 2 before any weights are read, and every file stays as it was.
+TEST(Export, NeverDeletesWhatItDidNotWrite) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  auto model = load_model(ref + "/gpt_neox");
+  save_model_dir(model, dir / "run/final");
+  test::write_file(dir / "run/metrics.jsonl", "{}\n");
+  test::write_file(dir / "v/notes.txt", "keep\n");
+  test::write_file(dir / "tiny.yaml", "run: {seed: 1}\n");
+  auto refused = [&](const std::vector<std::string>& args, const std::string& needle) {
+    auto r = run(kBin, args);
+    EXPECT_EQ(r.exit_code, 2) << needle << ": " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  };
+  refused({"export", "--model", dir / "run", "--out", dir / "v"}, "holds notes.txt");
+  refused({"export", "--model", dir / "run", "--out", dir / "v", "--overwrite"}, "holds notes.txt");
+  refused({"export", "--model", dir / "run", "--out", dir / "run"}, "is the model's own folder");
+  refused({"export", "--model", dir / "run", "--out", dir / "run/final/hf"}, "is inside");
+  refused({"export", "--model", dir / "run/final", "--out", dir / "run/"}, "is around");
+  refused({"export", "--model", dir / "run", "--out", dir / "tiny.yaml"}, "is a file");
+  {
+    const auto r = run("/bin/sh", {"-c", "cd " + test::shell_quote(dir.path().string()) + " && exec " +
+                                             test::shell_quote(kBin) + " export --model run --out ."});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("is around"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(test::read_file(dir / "v/notes.txt"), "keep\n");
+  EXPECT_EQ(test::read_file(dir / "tiny.yaml"), "run: {seed: 1}\n");
+  EXPECT_TRUE(fs::exists(dir / "run/metrics.jsonl") && fs::exists(dir / "run/final"));
+  // New and empty folders are written; a previous export is replaced only when asked.
+  fs::create_directories(dir / "empty");
+  for (const char* out : {"hf", "empty"}) {
+    auto r = run(kBin, {"export", "--model", dir / "run", "--out", dir / out});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  refused({"export", "--model", dir / "run", "--out", dir / "hf"}, "add --overwrite to replace it");
+  auto r = run(kBin, {"export", "--model", dir / "run", "--out", dir / "hf", "--overwrite", "--dtype", "bfloat16"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(test::read_file(dir / "hf/config.json"))["torch_dtype"], "bfloat16");
+}
+
 TEST(Export, BadInputExitsTwoWithAMessage) {
   const auto ref = test::reference_dir();
   test::TempDir dir;

@@ -18,6 +18,8 @@ void add_export(CLI::App& app, Chosen& chosen) {
       ->check(CLI::IsMember({"float32", "bfloat16"}));
   x->add_option("--max-shard-size", o->request.max_shard_size,
                 "Largest safetensors file before sharding with model.safetensors.index.json (default 5GB)");
+  x->add_flag("--overwrite", o->request.overwrite,
+              "Replace a previous export at --out (a folder segtrain export wrote); never anything else");
   add_overrides(x, o->overrides);
   choose_on(x, chosen, "export", OnSignal::exit_now, [o] {
     export_stored_model(o->model, o->overrides, o->request);

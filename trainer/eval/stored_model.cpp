@@ -1,6 +1,10 @@
 #include "trainer/eval/stored_model.h"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "common/atomic_write.h"
 #include "common/dir_lock.h"
@@ -140,6 +144,57 @@ void check_store_tokenizer(const std::string& store_dir, const std::string& mode
                    model->tokenizer + " --out STORE, or set " + override_hint + " if this is deliberate");
 }
 
+// Whether `dir` holds only what an export writes (its config.json with the "segtrain"
+// record every export carries, weights, index and tokenizer files): a previous export,
+// which --overwrite may replace. Otherwise the first entry that is not an export's.
+std::optional<std::string> not_an_export(const fs::path& dir) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool ours = entry.is_regular_file() &&
+                      (name == "config.json" || name == "model.safetensors.index.json" ||
+                       (name.rfind("model", 0) == 0 && entry.path().extension() == ".safetensors") ||
+                       std::find(std::begin(kTokenizerFiles), std::end(kTokenizerFiles), name) != std::end(kTokenizerFiles));
+    if (!ours) return name;
+  }
+  try {
+    const auto cfg = nlohmann::json::parse(read_file(dir / "config.json", "config"));
+    if (!cfg.is_object() || !cfg.contains("segtrain")) return "a config.json that segtrain export did not write";
+  } catch (const std::exception&) {
+    return "no config.json of segtrain export";
+  }
+  return std::nullopt;
+}
+
+// The export's target, checked before any work: see export_stored_model in the header.
+void check_export_target(const fs::path& out, const std::vector<fs::path>& sources, bool overwrite) {
+  auto resolved = [](const fs::path& p) {  // absolute, links and dots resolved, no trailing separator
+    fs::path r = fs::weakly_canonical(fs::absolute(p));
+    return r.has_filename() || !r.has_parent_path() ? r : r.parent_path();
+  };
+  const fs::path target = resolved(out);
+  for (const auto& source : sources) {
+    if (source.empty()) continue;
+    const fs::path s = resolved(source);
+    auto within = [](const fs::path& inner, const fs::path& outer) {
+      const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+      return o == outer.end();
+    };
+    if (within(target, s) || within(s, target))
+      throw InputError("--out: '" + out.string() + "' is " +
+                       (target == s ? std::string("the model's own folder") : within(target, s) ? "inside" : "around") +
+                       " '" + source.string() + "', the model it exports from; export to a folder of its own");
+  }
+  if (!fs::exists(fs::symlink_status(out))) return;
+  if (!fs::is_directory(out))
+    throw InputError("--out: '" + out.string() + "' is a file; export writes a folder: choose another path");
+  if (fs::is_empty(out)) return;
+  if (const auto foreign = not_an_export(out))
+    throw InputError("--out: '" + out.string() + "' is not empty and is not a previous export (it holds " + *foreign +
+                     "); export never replaces what it did not write: choose a new or empty folder");
+  if (!overwrite)
+    throw InputError("--out: '" + out.string() + "' holds a previous export; add --overwrite to replace it");
+}
+
 void export_stored_model(const std::string& path, const std::vector<std::string>& overrides,
                          const ExportRequest& request) {
   models::HfExportOptions options;
@@ -154,6 +209,8 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
   const std::string& out = request.out;
   const DirectoryLock out_lock = DirectoryLock::hold_enclosing(out, "--out", "segtrain export");
   const StoredModel stored = open_stored_model(path, overrides);
+  const std::string given = model_ref_dir(path).empty() ? path : model_ref_dir(path);  // hf:DIR or a plain path
+  check_export_target(out, {fs::path(given), fs::path(stored.dir)}, request.overwrite);
   const auto& c = stored.config;
   const std::string origin = tokenizer_origin(stored.dir);
   if (!origin.empty() && !fs::is_directory(origin))

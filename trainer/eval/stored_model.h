@@ -49,11 +49,15 @@ struct ExportRequest {
   std::string out;
   std::string dtype = "float32";       // float32 | bfloat16
   std::string max_shard_size = "5GB";  // as transformers' save_pretrained: 5GB, 500MB, 2GiB, bytes
+  bool overwrite = false;  // replace a previous export of segtrain at `out` (recognised by its content)
 };
 
 // `segtrain export`: an HF folder transformers loads (models/hf.h), with the
 // tokenizer files of the model's HF origin (the folder itself, or the hf: base
-// a checkpoint was trained from) so the folder is usable as it is.
+// a checkpoint was trained from) so the folder is usable as it is. It never deletes
+// what it did not write: `out` must be new, an empty folder, or (with overwrite) a
+// previous export; never a file, the source, inside it or around it (exit 2, before
+// any weights are read).
 void export_stored_model(const std::string& path, const std::vector<std::string>& overrides,
                          const ExportRequest& request);
 
