@@ -57,6 +57,36 @@ std::vector<double> block_sums(const double* nll, int64_t count, int64_t block) 
   return out;
 }
 
+// Shared windows (window_length) need non-overlapping windows no shorter than every length.
+void check_shared_windows(const PerplexityOptions& options) {
+  if (options.stride > 0)
+    throw InputError("perplexity on the first L tokens of shared windows needs non-overlapping windows (stride 0)");
+  for (int64_t length : options.lengths)
+    if (length > options.window_length)
+      throw InputError("evaluation length " + std::to_string(length) + " is longer than the windows (" +
+                       std::to_string(options.window_length) + ")");
+}
+
+// The result at `length` read off `whole`, the longest windows scored with every
+// prediction kept (per-position curve and per-window blocks of 1): causal attention
+// makes a window's first L-1 predictions those of its first L tokens.
+LengthResult prefix_result(const LengthResult& whole, int64_t length, bool per_position) {
+  if (length < 2) throw InputError("evaluation length " + std::to_string(length) + " is below 2");
+  LengthResult r;
+  r.length = length;
+  r.sequences = whole.sequences;
+  r.tokens = whole.sequences * (length - 1);
+  // Every window scores every position, so the mean over positions is the mean over tokens.
+  double sum = 0;
+  for (int64_t p = 0; p < length - 1; ++p) sum += whole.position_loss[p];
+  r.loss = whole.sequences ? sum / static_cast<double>(length - 1) : std::numeric_limits<double>::quiet_NaN();
+  r.ppl = std::exp(r.loss);
+  if (per_position) r.position_loss.assign(whole.position_loss.begin(), whole.position_loss.begin() + (length - 1));
+  for (const auto& w : whole.windows)  // each window's first L-1 predictions, in blocks
+    r.windows.push_back({w.doc, w.start, block_sums(w.block_nll.data(), length - 1, kLossBlock)});
+  return r;
+}
+
 std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const data::IndexedDataset& split,
                                           const PerplexityOptions& options, int64_t block);
 
@@ -78,37 +108,14 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
   model->eval();
   const auto device = model->parameters().front().device();
   const int64_t chunk = models::loss_chunk_tokens_for(options.loss_chunk_tokens, model->head_weight().size(0));
-  if (options.window_length > 0) {
-    if (options.stride > 0)
-      throw InputError("perplexity on the first L tokens of shared windows needs non-overlapping windows (stride 0)");
-    for (int64_t length : options.lengths)
-      if (length > options.window_length)
-        throw InputError("evaluation length " + std::to_string(length) + " is longer than the windows (" +
-                         std::to_string(options.window_length) + ")");
-  }
+  if (options.window_length > 0) check_shared_windows(options);
   if (options.window_length > 0 && options.lengths.size() > 1 && !models::positions_depend_on_length(model->config())) {
     PerplexityOptions longest = options;
     longest.per_position = true;
     longest.lengths = {*std::max_element(options.lengths.begin(), options.lengths.end())};
     const LengthResult whole = evaluate_blocks(model, split, longest, 1).front();
     std::vector<LengthResult> results;
-    for (int64_t length : options.lengths) {
-      if (length < 2) throw InputError("evaluation length " + std::to_string(length) + " is below 2");
-      LengthResult r;
-      r.length = length;
-      r.sequences = whole.sequences;
-      r.tokens = whole.sequences * (length - 1);
-      // Every window scores every position, so the mean over positions is the mean over tokens.
-      double sum = 0;
-      for (int64_t p = 0; p < length - 1; ++p) sum += whole.position_loss[p];
-      r.loss = whole.sequences ? sum / static_cast<double>(length - 1) : std::numeric_limits<double>::quiet_NaN();
-      r.ppl = std::exp(r.loss);
-      if (options.per_position)
-        r.position_loss.assign(whole.position_loss.begin(), whole.position_loss.begin() + (length - 1));
-      for (const auto& w : whole.windows)  // each window's first L-1 predictions, in blocks
-        r.windows.push_back({w.doc, w.start, block_sums(w.block_nll.data(), length - 1, kLossBlock)});
-      results.push_back(std::move(r));
-    }
+    for (int64_t length : options.lengths) results.push_back(prefix_result(whole, length, options.per_position));
     if (was_training) model->train();
     return results;
   }

@@ -74,6 +74,33 @@ std::vector<std::pair<double, double>> column_envelope(const std::vector<std::pa
   return out;
 }
 
+// One colour per series, in order (a cycle of 12).
+const char* colour(size_t i) {
+  static const char* const colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                                        "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#aec7e8"};
+  return colours[i % (sizeof(colours) / sizeof(colours[0]))];
+}
+
+// The legend at (lx, top): a line and label per series, then notes on what faint curves and bands are.
+void legend(std::ostringstream& svg, const PlotOptions& options, const std::vector<PlotSeries>& series, double lx,
+            double top) {
+  for (size_t i = 0; i < series.size(); ++i) {
+    const double ly = top + 8 + 20 * static_cast<double>(i);
+    svg << "<line x1='" << lx << "' y1='" << ly << "' x2='" << lx + 22 << "' y2='" << ly << "' stroke-width='3' stroke='"
+        << colour(i) << "'/>\n<text x='" << lx + 28 << "' y='" << ly + 4 << "'>" << escape(series[i].label)
+        << "</text>\n";
+  }
+  const bool any_raw = std::any_of(series.begin(), series.end(), [](const auto& s) { return !s.raw.empty(); });
+  const bool any_band = std::any_of(series.begin(), series.end(), [](const auto& s) { return !s.band.empty(); });
+  double note_y = top + 8 + 20 * static_cast<double>(series.size()) + 10;
+  auto note = [&](const std::string& text) {
+    svg << "<text x='" << lx << "' y='" << note_y << "' fill='#666' font-size='11'>" << escape(text) << "</text>\n";
+    note_y += 14;
+  };
+  if (any_raw) note("faint: every position"), note(options.solid_note);
+  if (any_band && !options.band_note.empty()) note(options.band_note);
+}
+
 }  // namespace
 
 std::vector<double> nice_ticks(double lo, double hi, int target) {
@@ -110,9 +137,6 @@ std::string line_plot_svg(const PlotOptions& options, const std::vector<PlotSeri
   const double x_hi = x_max;  // the data's end, not the next round tick: the last positions matter
   auto px = [&](double x) { return left + plot_w * x / x_hi; };
   auto py = [&](double y) { return top + plot_h * (1 - (y - lo) / (hi - lo)); };
-  const char* colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#aec7e8"};
-  const size_t n_colours = sizeof(colours) / sizeof(colours[0]);
 
   std::ostringstream svg;
   svg << std::fixed << std::setprecision(1);
@@ -146,7 +170,7 @@ std::string line_plot_svg(const PlotOptions& options, const std::vector<PlotSeri
   for (size_t i = 0; i < series.size(); ++i) {
     if (series[i].raw.empty()) continue;
     svg << "<polyline clip-path='url(#plot-area)' fill='none' stroke-width='0.8' stroke-opacity='"
-        << std::setprecision(2) << raw_opacity << std::setprecision(1) << "' stroke='" << colours[i % n_colours]
+        << std::setprecision(2) << raw_opacity << std::setprecision(1) << "' stroke='" << colour(i)
         << "' points='";
     for (const auto& [x, y] : column_envelope(series[i].raw, 0, x_hi, static_cast<int>(plot_w)))
       if (std::isfinite(y)) svg << px(x) << "," << py(y) << " ";
@@ -154,7 +178,7 @@ std::string line_plot_svg(const PlotOptions& options, const std::vector<PlotSeri
   }
   for (size_t i = 0; i < series.size(); ++i) {
     if (series[i].band.empty()) continue;
-    svg << "<polygon clip-path='url(#plot-area)' stroke='none' fill-opacity='0.18' fill='" << colours[i % n_colours]
+    svg << "<polygon clip-path='url(#plot-area)' stroke='none' fill-opacity='0.18' fill='" << colour(i)
         << "' points='";
     for (const auto& [x, b_lo, b_hi] : series[i].band)
       if (std::isfinite(b_lo)) svg << px(x) << "," << py(b_lo) << " ";
@@ -163,7 +187,7 @@ std::string line_plot_svg(const PlotOptions& options, const std::vector<PlotSeri
     svg << "'/>\n";
   }
   for (size_t i = 0; i < series.size(); ++i) {
-    svg << "<polyline clip-path='url(#plot-area)' fill='none' stroke-width='2' stroke='" << colours[i % n_colours]
+    svg << "<polyline clip-path='url(#plot-area)' fill='none' stroke-width='2' stroke='" << colour(i)
         << "' points='";
     for (const auto& [x, y] : series[i].points)
       if (std::isfinite(y)) svg << px(x) << "," << py(y) << " ";
@@ -175,23 +199,7 @@ std::string line_plot_svg(const PlotOptions& options, const std::vector<PlotSeri
         << "' stroke='#444' stroke-width='1.2' stroke-dasharray='6,4'/>\n<text x='" << px(m.x) + 4 << "' y='"
         << top + 14 << "' fill='#444'>" << escape(m.label) << "</text>\n";
   }
-  // Legend.
-  const double lx = left + plot_w + 16;
-  for (size_t i = 0; i < series.size(); ++i) {
-    const double ly = top + 8 + 20 * static_cast<double>(i);
-    svg << "<line x1='" << lx << "' y1='" << ly << "' x2='" << lx + 22 << "' y2='" << ly << "' stroke-width='3' stroke='"
-        << colours[i % n_colours] << "'/>\n<text x='" << lx + 28 << "' y='" << ly + 4 << "'>" << escape(series[i].label)
-        << "</text>\n";
-  }
-  const bool any_raw = std::any_of(series.begin(), series.end(), [](const auto& s) { return !s.raw.empty(); });
-  const bool any_band = std::any_of(series.begin(), series.end(), [](const auto& s) { return !s.band.empty(); });
-  double note_y = top + 8 + 20 * static_cast<double>(series.size()) + 10;
-  auto note = [&](const std::string& text) {
-    svg << "<text x='" << lx << "' y='" << note_y << "' fill='#666' font-size='11'>" << escape(text) << "</text>\n";
-    note_y += 14;
-  };
-  if (any_raw) note("faint: every position"), note(options.solid_note);
-  if (any_band && !options.band_note.empty()) note(options.band_note);
+  legend(svg, options, series, left + plot_w + 16, top);
   svg << "</svg>\n";
   return svg.str();
 }

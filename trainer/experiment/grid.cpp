@@ -183,6 +183,30 @@ void ensure_trained(const PlannedRun& run) {
   run_training(run.config, previous ? Resume::required : Resume::no, /*final_eval=*/false);
 }
 
+// Takes into `row` what its record already holds: the perplexity part when it was
+// recorded with `settings`, the passkey part when with `passkey_settings` (null: no
+// passkey asked, done). Returns whether each part is done.
+std::pair<bool, bool> reuse_recorded(RowResult& row, const fs::path& record, const nlohmann::json& settings,
+                                     const nlohmann::json& passkey_settings) {
+  bool perplexity_done = false, passkey_done = passkey_settings.is_null();
+  if (!fs::exists(record)) return {perplexity_done, passkey_done};
+  RowResult saved = row_from_json(read_file(record, "row record"), record.string());
+  if (saved.evaluated_with == settings.dump()) {
+    perplexity_done = true;
+    row.results = saved.results;
+    row.eval_seconds = saved.eval_seconds;
+    row.model = saved.model;
+    row.evaluated_with = saved.evaluated_with;
+  }
+  if (!passkey_done && saved.passkey_with == passkey_settings.dump()) {
+    passkey_done = true;
+    row.passkey = saved.passkey;
+    row.passkey_with = saved.passkey_with;
+    row.passkey_seconds = saved.passkey_seconds;
+  }
+  return {perplexity_done, passkey_done};
+}
+
 // Evaluates one row's model: perplexity by length unless row.json holds this
 // exact evaluation, and passkey retrieval (experiment.passkey) unless it holds
 // that too; each part is reused on its own, so adding one keeps the other.
@@ -229,23 +253,7 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   }
 
   const fs::path record = row_dir / "row.json";
-  bool perplexity_done = false, passkey_done = passkey_settings.is_null();
-  if (fs::exists(record)) {
-    RowResult saved = row_from_json(read_file(record, "row record"), record.string());
-    if (saved.evaluated_with == settings.dump()) {
-      perplexity_done = true;
-      row.results = saved.results;
-      row.eval_seconds = saved.eval_seconds;
-      row.model = saved.model;
-      row.evaluated_with = saved.evaluated_with;
-    }
-    if (!passkey_done && saved.passkey_with == passkey_settings.dump()) {
-      passkey_done = true;
-      row.passkey = saved.passkey;
-      row.passkey_with = saved.passkey_with;
-      row.passkey_seconds = saved.passkey_seconds;
-    }
-  }
+  const auto [perplexity_done, passkey_done] = reuse_recorded(row, record, settings, passkey_settings);
   if (perplexity_done && passkey_done) {
     log::info("experiment: ", row_dir.string(), " is evaluated");
     return row;
