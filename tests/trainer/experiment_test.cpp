@@ -483,8 +483,10 @@ TEST(ExperimentPlan, AMethodsOwnSettingsAndBudgetsReachItsRunsAlone) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(error_of("{name: da, budgets: [4096]}").find("da@4096: 4096 tokens is experiment.train_tokens"),
-            std::string::npos);
+  EXPECT_NE(error_of("{name: da, budgets: [4096]}")
+                .find("bad.yaml:6:7: experiment.methods[0].budgets: 4096 is experiment.train_tokens"),
+            std::string::npos)
+      << error_of("{name: da, budgets: [4096]}");
   EXPECT_NE(error_of("{name: da, set: {train.budget.tokens: 100}}")
                 .find("bad.yaml:6:24: experiment.methods[0].set.train.budget.tokens: every trained row has the same budget"),
             std::string::npos)

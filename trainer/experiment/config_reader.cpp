@@ -216,6 +216,11 @@ void read_methods(MapReader& r, ExperimentConfig& x) {
     method->set = set;
     add(*method, mark);
     for (int64_t tokens : budgets) {
+      if (tokens == x.train_tokens) {
+        r.errors().push_back(location(file, mark) + ": " + path + ".budgets: " + std::to_string(tokens) +
+                             " is experiment.train_tokens, the budget every method already trains on");
+        continue;
+      }
       TrainedMethod point = *method;
       point.name += "@" + std::to_string(tokens);
       point.budget = tokens;
@@ -333,6 +338,7 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
     if (f > std::numeric_limits<int64_t>::max() / lt)
       errors.push_back(location(x.file, node.Mark()) + ": experiment.factors: " + std::to_string(f) +
                        " * data.train_length " + std::to_string(lt) + " does not fit in a 64-bit L_e");
+  x.train_tokens = r.integer("train_tokens", 1);  // before the methods: their budgets are checked against it
   read_methods(r, x);
   auto extension_name = [&](const YAML::Node& item, const std::string& key) -> std::optional<models::ExtensionMethod> {
     auto method = item.IsScalar() ? enum_from_name(models::kExtensionMethods, item.Scalar()) : std::nullopt;
@@ -352,11 +358,6 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
   }
   if (auto te = r.get("train_extension"); te && !(te->IsScalar() && te->Scalar() == "auto"))
     x.train_extension = extension_name(*te, "train_extension");
-  x.train_tokens = r.integer("train_tokens", 1);
-  for (const auto& m : x.methods)
-    if (m.budget && m.budget == x.train_tokens)
-      errors.push_back(x.file + ": experiment.methods: " + m.name + ": " + std::to_string(*m.budget) +
-                       " tokens is experiment.train_tokens, the budget every method already trains on");
   x.eval_lengths = r.integers("eval_lengths", 2).value_or(std::vector<int64_t>{});
   std::sort(x.eval_lengths.begin(), x.eval_lengths.end());
   x.eval_from_longest = r.boolean("eval_from_longest").value_or(false);
