@@ -616,10 +616,10 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
                              const GridTime& time) {
   std::ostringstream md;
   md << "# Experiment " << x.name << "\n\n"
-     << "Made by `segtrain experiment " << x.file << "`. Every number is perplexity (lower is better) on the same "
+     << "Made by `segtrain experiment " << x.file << "`. Perplexities (lower is better) are on the same "
      << "non-overlapping windows of each corpus's validation split (seed 004, 4.5). OOTB rows are the base model "
      << "with no training and the named extension method; every trained row starts from the base and sees the same "
-     << "number of training tokens (seed 004, eq. 2). DA is more truncate training at L_t, evaluated like OOTB.\n\n";
+     << "number of training tokens (seed 004, eq. 2), but the budget curve's rows (<method>@<tokens>). DA is more truncate training at L_t, evaluated like OOTB.\n\n";
   if (time.invocations > 0)
     md << "Wall time of the grid so far: " << duration(time.seconds) << " ("
        << (time.invocations == 1 ? std::string("one run") : std::to_string(time.invocations) + " runs, each resuming the last")
