@@ -39,9 +39,16 @@ bool is_blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; });
 }
 
-void keep(std::string&& doc, std::vector<std::string>& out, CorpusStats& stats) {
+constexpr size_t kNamedInvalidDocuments = 5;
+
+void count_invalid_utf8(const std::string& where, CorpusStats& stats) {
+  ++stats.invalid_utf8;
+  if (stats.invalid_utf8_where.size() < kNamedInvalidDocuments) stats.invalid_utf8_where.push_back(where);
+}
+
+void keep(std::string&& doc, const std::string& where, std::vector<std::string>& out, CorpusStats& stats) {
   if (!is_valid_utf8(doc)) {
-    ++stats.invalid_utf8;
+    count_invalid_utf8(where, stats);
   } else if (is_blank(doc)) {
     ++stats.empty;
   } else {
@@ -108,7 +115,7 @@ void read_jsonl(const std::string& path, const CorpusOptions& options, std::vect
     // nlohmann rejects invalid UTF-8 inside strings; such a line is a bad
     // document, not a bad file.
     if (!is_valid_utf8(line)) {
-      ++stats.invalid_utf8;
+      count_invalid_utf8(path + ":" + std::to_string(number), stats);
       continue;
     }
     nlohmann::json j;
@@ -120,7 +127,7 @@ void read_jsonl(const std::string& path, const CorpusOptions& options, std::vect
     if (!j.is_object() || !j.contains(options.text_field) || !j[options.text_field].is_string())
       throw InputError(path + ":" + std::to_string(number) + ": expected a JSON object with a string field '" +
                        options.text_field + "' (set it with --text-field)");
-    keep(j[options.text_field].get<std::string>(), out, stats);
+    keep(j[options.text_field].get<std::string>(), path + ":" + std::to_string(number), out, stats);
   }
 }
 
@@ -132,7 +139,7 @@ void read_path(const fs::path& path, bool explicit_input, const CorpusOptions& o
     read_jsonl(name, options, out, stats);
   } else if (is_text_name(name)) {
     ++stats.files;
-    keep(read_text_file(name), out, stats);
+    keep(read_text_file(name), name, out, stats);
   } else if (explicit_input) {
     throw InputError(name + ": unsupported input (expected a directory, .txt/.md/.rst, .jsonl, optionally .gz, "
                             "or a Megatron .bin/.idx pair)");
@@ -249,6 +256,12 @@ std::string describe(const CorpusStats& s) {
   std::ostringstream out;
   out << s.documents << " documents (" << s.bytes << " bytes) from " << s.files << " files; skipped " << s.empty
       << " empty and " << s.invalid_utf8 << " invalid UTF-8 documents";
+  if (!s.invalid_utf8_where.empty()) {
+    out << " (";
+    for (size_t i = 0; i < s.invalid_utf8_where.size(); ++i) out << (i ? ", " : "") << s.invalid_utf8_where[i];
+    if (s.invalid_utf8 > static_cast<int64_t>(s.invalid_utf8_where.size())) out << ", ...";
+    out << ")";
+  }
   if (s.skipped_files) out << " and " << s.skipped_files << " files of other types";
   return out.str();
 }

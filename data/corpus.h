@@ -18,6 +18,7 @@ struct CorpusStats {
   int64_t documents = 0;      // kept
   int64_t empty = 0;          // only whitespace
   int64_t invalid_utf8 = 0;
+  std::vector<std::string> invalid_utf8_where;  // the first few: "file" or "file:line"
   int64_t bytes = 0;          // of kept documents
 };
 

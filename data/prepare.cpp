@@ -4,10 +4,12 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/output_path.h"
 #include "data/corpus.h"
 #include "data/document_tokenizer.h"
 #include "data/token_store.h"
@@ -16,6 +18,14 @@
 namespace segtrain::data {
 
 namespace {
+
+// Evaluation reads the valid split: without documents there every perplexity is nan.
+void warn_if_no_validation(const StoreMeta& m, const PrepareOptions& o) {
+  if (m.valid_documents > 0) return;
+  log::warn("prepare: the validation split is empty (", m.train_documents + m.valid_documents, " documents x ",
+            "--valid-fraction ", o.valid_fraction, "); train and eval evaluate on it: give more documents or a larger "
+            "--valid-fraction");
+}
 
 namespace fs = std::filesystem;
 
@@ -73,11 +83,20 @@ void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::strin
       meta, o.valid_fraction, static_cast<uint64_t>(o.seed));
   log::info("prepare: wrote ", o.out, ": ", m.train_documents, " train documents (", m.train_tokens, " tokens), ",
             m.valid_documents, " valid documents (", m.valid_tokens, " tokens), vocabulary ", m.vocab_size);
+  warn_if_no_validation(m, o);
 }
 
 }  // namespace
 
 void prepare_store(const PrepareOptions& o) {
+  // A store replaces a store; any other folder's files are never written over.
+  check_output_folder(o.out, "--out", "a token store", [](const fs::path& entry) {
+    static const std::set<std::string> kStoreFiles = {"meta.json",  "train.bin",       "train.idx",
+                                                      "valid.bin",  "valid.idx",       "tokenizer.model",
+                                                      "tokenizer.json", "tokenizer_config.json",
+                                                      "special_tokens_map.json"};
+    return kStoreFiles.count(entry.filename().string()) > 0;
+  });
   std::vector<std::string> megatron, text;
   for (const auto& input : o.inputs) {
     auto prefix = megatron_prefix(input);
@@ -111,6 +130,9 @@ void prepare_store(const PrepareOptions& o) {
     t.threads = o.threads;
     log::info("prepare: training a ", o.model_type, " sentencepiece model with ", o.vocab_size, " pieces");
     auto sp = std::make_shared<Tokenizer>(Tokenizer::train(docs, t));
+    if (sp->vocab_size() < o.vocab_size)
+      log::warn("prepare: --vocab-size ", o.vocab_size, " asked, but this corpus yields ", sp->vocab_size(),
+                " pieces (sentencepiece found no more); the store's vocabulary is ", sp->vocab_size());
     given = DocumentTokenizer{};
     given->kind = "sentencepiece";
     given->meta_name = "tokenizer.model";
@@ -163,6 +185,7 @@ void prepare_store(const PrepareOptions& o) {
   log::info("prepare: wrote ", o.out, ": ", m.train_documents, " train documents (", m.train_tokens, " tokens), ",
             m.valid_documents, " valid documents (", m.valid_tokens, " tokens), vocabulary ", m.vocab_size, ", ",
             dtype_name(m.dtype));
+  warn_if_no_validation(m, o);
 }
 
 }  // namespace segtrain::data

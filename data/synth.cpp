@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/atomic_write.h"
+#include "common/output_path.h"
 #include "data/rng.h"
 
 namespace segtrain::data {
@@ -116,6 +117,9 @@ SynthResult write_synth_corpus(const std::string& dir, const SynthOptions& o) {
   if (o.min_words < 1 || o.max_words < o.min_words)
     throw InputError("--min-tokens " + std::to_string(o.min_words) + " and --max-tokens " + std::to_string(o.max_words) +
                      ": need 1 <= min <= max");
+  check_output_folder(dir, "--out", "a synthetic corpus", [](const std::filesystem::path& entry) {
+    return entry.filename() == "train.jsonl" || entry.filename() == "valid.jsonl";
+  });
   std::filesystem::create_directories(dir);
   SynthResult r;
   r.valid_documents = o.documents >= 2 ? std::max<int64_t>(1, o.documents / 20) : 0;

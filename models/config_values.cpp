@@ -1,5 +1,6 @@
 #include "models/config_values.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -21,6 +22,10 @@ int64_t d_ff_of(const ModelConfig& c) { return c.d_ff.value_or(4 * c.d_model); }
 
 int64_t original_length_of(const ModelConfig& c) {
   return c.extension.original_length ? *c.extension.original_length : max_positions_of(c);
+}
+
+double auto_extension_factor(int64_t target_length, int64_t original_length) {
+  return std::max(kMinExtensionFactor, static_cast<double>(target_length) / static_cast<double>(original_length));
 }
 
 double factor_of(const ModelConfig& c) {

@@ -18,6 +18,11 @@ int64_t vocab_size_of(const ModelConfig& config);
 int64_t max_positions_of(const ModelConfig& config);
 int64_t d_ff_of(const ModelConfig& config);             // auto: 4 * d_model
 int64_t original_length_of(const ModelConfig& config);  // auto: max_positions
+
+// `factor: auto` in one place: stretch the positions the model was trained at
+// (original_length) to `target_length`, never below 1; a target the model
+// already covers gets 1 (the method then leaves positions as they are).
+double auto_extension_factor(int64_t target_length, int64_t original_length);
 double factor_of(const ModelConfig& config);            // 1 when method is none
 int64_t head_dim_of(const ModelConfig& config);         // auto: d_model / n_heads
 int64_t n_kv_heads_of(const ModelConfig& config);       // auto: n_heads

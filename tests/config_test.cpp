@@ -36,6 +36,13 @@ TEST_F(ConfigTest, MinimalConfigTakesDocumentedDefaults) {
   EXPECT_EQ(loaded.config.data.sampler.method, data::SamplerMethod::truncate);
   EXPECT_FALSE(loaded.config.model.spec.extension.factor.has_value());  // auto
   EXPECT_TRUE(loaded.config.train.budget.compute_equivalent);
+  // min_lr auto is lr / 10: the default lr's 3e-5, and below any lr a user lowers it to
+  // (the README's 2e-5 for a pretrained base was refused against a fixed 3e-5).
+  EXPECT_FALSE(loaded.config.train.min_lr.has_value());
+  EXPECT_DOUBLE_EQ(min_lr_of(loaded.config.train), 3e-5);
+  const LoadedConfig low = load_config(minimal(), {"train.lr=2e-5"});
+  EXPECT_DOUBLE_EQ(min_lr_of(low.config.train), 2e-6);
+  EXPECT_DOUBLE_EQ(min_lr_of(load_config(minimal(), {"train.lr=2e-5", "train.min_lr=0"}).config.train), 0.0);
 }
 
 // A run from a base folder takes the folder's architecture when model.arch is not

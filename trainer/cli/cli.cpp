@@ -3,11 +3,14 @@
 // Nothing escapes run_cli.
 #include <c10/util/Exception.h>
 
+#include <charconv>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/numbers.h"
 #include "trainer/cli/command.h"
 
 namespace segtrain::trainer::cli {
@@ -36,9 +39,33 @@ void choose_on(CLI::App* sub, Chosen& chosen, const std::string& name, OnSignal 
   });
 }
 
-CLI::Option* add_overrides(CLI::App* app, std::vector<std::string>& overrides) {
-  return app->add_option("--set", overrides, "Override a config key, e.g. --set train.lr=1e-4 (repeatable)")
-      ->type_name("KEY=VALUE");
+CLI::Option* add_overrides(CLI::App* app, std::vector<std::string>& overrides, const std::string& help) {
+  return app->add_option("--set", overrides, help)->type_name("KEY=VALUE");
+}
+
+CLI::Validator integer_at_least(int64_t min, std::optional<int64_t> max) {
+  return CLI::Validator(
+      [min, max](std::string& value) -> std::string {
+        long long parsed = 0;
+        const char* end = value.data() + value.size();
+        const auto [stop, error] = std::from_chars(value.data(), end, parsed);
+        if (error == std::errc() && stop == end && parsed >= min && (!max || parsed <= *max)) return "";
+        const std::string range = max ? "in [" + std::to_string(min) + ", " + std::to_string(*max) + "]"
+                                      : ">= " + std::to_string(min);
+        return "expected an integer " + range + ", got '" + value + "'";
+      },
+      "");
+}
+
+CLI::Validator number_between(double low, double high) {
+  return CLI::Validator(
+      [low, high](std::string& value) -> std::string {
+        char* stop = nullptr;
+        const double parsed = value.empty() ? 0.0 : std::strtod(value.c_str(), &stop);
+        if (!value.empty() && stop == value.c_str() + value.size() && parsed >= low && parsed <= high) return "";
+        return "expected a number in [" + format_double(low) + ", " + format_double(high) + "], got '" + value + "'";
+      },
+      "");
 }
 
 int run_cli(int argc, char** argv) {
@@ -46,6 +73,7 @@ int run_cli(int argc, char** argv) {
   app.set_version_flag("--version", [] { return version_text(); });
   app.require_subcommand(1);
   app.fallthrough(false);
+  app.option_defaults()->always_capture_default();  // every --help shows each option's default
 
   Chosen chosen;
   for (auto add : {add_synth, add_prepare, add_sample, add_train, add_eval, add_export, add_inspect, add_experiment,

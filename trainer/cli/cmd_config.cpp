@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "trainer/cli/command.h"
 #include "trainer/config/config.h"
+#include "trainer/train/model_setup.h"
 
 namespace segtrain::trainer::cli {
 
@@ -20,7 +21,8 @@ void add_config(CLI::App& app, Chosen& chosen) {
   check->add_option("file", o->file, "Run config (YAML)")->required();
   add_overrides(check, o->overrides);
   choose_on(check, chosen, "config check", OnSignal::exit_now, [o] {
-    std::cout << to_yaml(load_config(o->file, o->overrides).config);
+    // As train would run it: the base's shape and positions, the extension's lengths.
+    std::cout << to_yaml(resolved_run_config(load_config(o->file, o->overrides)));
     log::info(o->file, ": OK");
     return 0;
   });

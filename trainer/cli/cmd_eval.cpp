@@ -1,8 +1,30 @@
 // `segtrain eval`: perplexity by length of a checkpoint, run or HF folder (eval/evaluate_model.h).
+#include "common/error.h"
 #include "trainer/cli/command.h"
 #include "trainer/eval/evaluate_model.h"
 
 namespace segtrain::trainer::cli {
+
+namespace {
+
+// `--set run.threads=N` means what it does for train: eval's --threads.
+void take_thread_override(EvalOptions& o) {
+  const std::string key = "run.threads=";
+  std::vector<std::string> model_keys;
+  for (const auto& a : o.overrides) {
+    if (a.rfind(key, 0) != 0) {
+      model_keys.push_back(a);
+      continue;
+    }
+    std::string value = a.substr(key.size());
+    if (const std::string problem = integer_at_least(0, 1024)(value); !problem.empty())
+      throw InputError("--set run.threads: " + problem);
+    o.threads = std::stoll(value);
+  }
+  o.overrides = model_keys;
+}
+
+}  // namespace
 
 void add_eval(CLI::App& app, Chosen& chosen) {
   auto o = std::make_shared<EvalOptions>();
@@ -13,18 +35,22 @@ void add_eval(CLI::App& app, Chosen& chosen) {
   e->add_option("--lengths", o->lengths, "Comma-separated lengths")
       ->delimiter(',')
       ->required()
-      ->check(CLI::PositiveNumber);
-  add_overrides(e, o->overrides);
+      ->check(integer_at_least(1));
+  add_overrides(e, o->overrides,
+                "Set a model.extension key of the stored model (e.g. --set model.extension.method=yarn), or "
+                "run.threads (repeatable)");
   e->add_option("--out", o->out, "Output JSON")->required();
   e->add_option("--per-position", o->per_position_csv, "Also write the per-position loss curve to this CSV");
   e->add_option("--stride", o->stride, "Sliding-window stride; 0: non-overlapping windows")
-      ->check(CLI::NonNegativeNumber);
-  e->add_option("--max-sequences", o->max_sequences, "Windows per length; 0: all")->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
+  e->add_option("--threads", o->threads, "CPU threads (as run.threads); 0: every core of this process's share")
+      ->check(integer_at_least(0));
+  e->add_option("--max-sequences", o->max_sequences, "Windows per length (as a run's eval.max_sequences); 0: all")->check(integer_at_least(0));
   e->add_option("--windows-per-document", o->windows_per_document,
                 "Windows from one document before the next; 1: each window from another document; 0: all")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   e->add_option("--passkey-trials", o->passkey_trials, "Passkey-retrieval prompts per length; 0: off")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   e->add_option("--passkey-style", o->passkey_style, "digits, or recall for models trained on `segtrain synth`")
       ->check(CLI::IsMember({"digits", "recall"}));
   e->add_flag("--allow-tokenizer-mismatch", o->allow_tokenizer_mismatch,
@@ -48,6 +74,7 @@ void add_eval(CLI::App& app, Chosen& chosen) {
           "auto|N");
   choose_on(e, chosen, "eval", OnSignal::exit_now, [o, loss_chunk] {
     if (*loss_chunk != "auto") o->loss_chunk_tokens = std::stoll(*loss_chunk);
+    take_thread_override(*o);
     evaluate_stored_model(*o);
     return 0;
   });

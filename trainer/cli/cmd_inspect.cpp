@@ -14,7 +14,7 @@ void add_inspect(CLI::App& app, Chosen& chosen) {
   auto* positions = inspect->add_subcommand("positions", "Positional parameters in effect at a length, as JSON");
   auto* model = positions->add_option("--model", p->model, "Checkpoint, run directory or HF folder");
   positions->add_option("--config", p->config, "Run config (YAML)")->excludes(model);
-  positions->add_option("--length", p->length, "Sequence length; 0: the model's own")->check(CLI::NonNegativeNumber);
+  positions->add_option("--length", p->length, "Sequence length; 0: the model's own")->check(integer_at_least(0));
   add_overrides(positions, p->overrides);
   choose_on(positions, chosen, "inspect positions", OnSignal::exit_now, [p] {
     std::cout << positions_json(*p);
@@ -23,10 +23,10 @@ void add_inspect(CLI::App& app, Chosen& chosen) {
 
   auto a = std::make_shared<AlibiPrecisionOptions>();
   auto* alibi = inspect->add_subcommand("alibi-precision", "Distinct ALiBi bias values per position bucket by dtype");
-  alibi->add_option("--heads", a->heads, "Number of heads")->check(CLI::PositiveNumber);
-  alibi->add_option("--head", a->head, "One head (0-based); default: every head")->check(CLI::NonNegativeNumber);
-  alibi->add_option("--length", a->length, "Positions")->check(CLI::PositiveNumber);
-  alibi->add_option("--bucket", a->bucket, "Positions per bucket")->check(CLI::PositiveNumber);
+  alibi->add_option("--heads", a->heads, "Number of heads")->check(integer_at_least(1));
+  alibi->add_option("--head", a->head, "One head (0-based); default: every head")->check(integer_at_least(0));
+  alibi->add_option("--length", a->length, "Positions")->check(integer_at_least(1));
+  alibi->add_option("--bucket", a->bucket, "Positions per bucket")->check(integer_at_least(1));
   choose_on(alibi, chosen, "inspect alibi-precision", OnSignal::exit_now, [a] {
     std::cout << alibi_precision_json(*a);
     return 0;

@@ -14,16 +14,16 @@ void add_prepare(CLI::App& app, Chosen& chosen) {
   p->add_option("--out", o->out, "Store directory")->required();
   auto* tokenizer = p->add_option("--tokenizer", o->tokenizer, "Existing sentencepiece .model, or a Hugging Face tokenizer folder (tokenizer.model or a byte-level BPE tokenizer.json)");
   p->add_option("--vocab-size", o->vocab_size, "Vocabulary of a newly trained tokenizer")
-      ->check(CLI::Range(int64_t{8}, int64_t{1} << 31))
+      ->check(integer_at_least(8, int64_t{1} << 31))
       ->excludes(tokenizer);
   p->add_option("--model-type", o->model_type, "sentencepiece model type")->check(CLI::IsMember({"unigram", "bpe"}));
   p->add_option("--character-coverage", o->character_coverage, "sentencepiece character coverage")
-      ->check(CLI::Range(0.5, 1.0));
-  p->add_option("--sample-size", o->sample_size, "Sentences sampled to train the tokenizer")->check(CLI::PositiveNumber);
+      ->check(number_between(0.5, 1.0));
+  p->add_option("--sample-size", o->sample_size, "Sentences sampled to train the tokenizer")->check(integer_at_least(1));
   p->add_option("--text-field", o->text_field, "JSONL field holding the text");
-  p->add_option("--valid-fraction", o->valid_fraction, "Fraction of documents held out")->check(CLI::Range(0.0, 0.9));
-  p->add_option("--seed", o->seed, "Seed of the train/valid split")->check(CLI::NonNegativeNumber);
-  p->add_option("--threads", o->threads, "Encoding threads; 0: all cores")->check(CLI::NonNegativeNumber);
+  p->add_option("--valid-fraction", o->valid_fraction, "Fraction of documents held out")->check(number_between(0.0, 0.9));
+  p->add_option("--seed", o->seed, "Seed of the train/valid split")->check(integer_at_least(0));
+  p->add_option("--threads", o->threads, "Encoding threads; 0: all cores")->check(integer_at_least(0));
   choose_on(p, chosen, "prepare", OnSignal::exit_now, [o] {
     data::prepare_store(*o);
     return 0;

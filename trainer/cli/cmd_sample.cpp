@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "common/output_path.h"
 #include "data/sample_dump.h"
 #include "trainer/cli/command.h"
 #include "trainer/config/config.h"
@@ -21,7 +22,7 @@ void add_sample(CLI::App& app, Chosen& chosen) {
   s->add_option("config", o->config, "Run config (YAML)")->required();
   add_overrides(s, o->overrides);
   auto* count = s->add_option("--count", o->dump.count, "Samples to write or measure (default 10; 20000 with --coverage)")
-                    ->check(CLI::PositiveNumber);
+                    ->check(integer_at_least(1));
   s->add_option("--out", o->dump.out, "Output .jsonl");
   s->add_flag("--coverage", o->coverage,
               "Print how often each offset of the L_e window (and each position id) is fed: min / mean / max, "
@@ -30,6 +31,7 @@ void add_sample(CLI::App& app, Chosen& chosen) {
   choose_on(s, chosen, "sample", OnSignal::exit_now, [o, count] {
     if (o->dump.out.empty() && !o->coverage)
       throw InputError("segtrain sample: give --out FILE.jsonl (the samples), --coverage (their statistics), or both");
+    if (!o->dump.out.empty()) check_output_file(o->dump.out, "--out");
     if (o->coverage && count->count() == 0) o->dump.count = 20000;
     const auto loaded = load_config(o->config, o->overrides, ConfigUse::sample);
     o->dump.seed = static_cast<uint64_t>(loaded.config.run.seed);

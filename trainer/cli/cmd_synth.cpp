@@ -10,10 +10,10 @@ void add_synth(CLI::App& app, Chosen& chosen) {
   auto out = std::make_shared<std::string>();
   auto* s = app.add_subcommand("synth", "Write a synthetic long-document corpus with long-range dependencies");
   s->add_option("--out", *out, "Output directory (train.jsonl, valid.jsonl)")->required();
-  s->add_option("--docs", o->documents, "Number of documents")->check(CLI::PositiveNumber);
-  s->add_option("--min-tokens", o->min_words, "Shortest document, in words")->check(CLI::PositiveNumber);
-  s->add_option("--max-tokens", o->max_words, "Longest document, in words")->check(CLI::PositiveNumber);
-  s->add_option("--seed", o->seed, "Random seed")->check(CLI::NonNegativeNumber);
+  s->add_option("--docs", o->documents, "Number of documents")->check(integer_at_least(1));
+  s->add_option("--min-tokens", o->min_words, "Shortest document, in words")->check(integer_at_least(1));
+  s->add_option("--max-tokens", o->max_words, "Longest document, in words")->check(integer_at_least(1));
+  s->add_option("--seed", o->seed, "Random seed")->check(integer_at_least(0));
   choose_on(s, chosen, "synth", OnSignal::exit_now, [o, out] {
     const auto r = data::write_synth_corpus(*out, *o);
     log::info("synth: wrote ", r.train_documents, " train and ", r.valid_documents, " valid documents (", r.words,

@@ -21,6 +21,7 @@ void add_train(CLI::App& app, Chosen& chosen) {
                  "Continue from the newest complete checkpoint in run.output_dir; `--resume auto` starts fresh "
                  "when there is none (requeued jobs)")
       ->expected(0, 1)
+      ->default_str("")  // the bare flag's value (not the captured "no")
       ->check(CLI::IsMember({"", "auto"}));
   choose_on(t, chosen, "train", OnSignal::stop_at_checkpoint, [o] {
     const LoadedConfig loaded = load_config(o->config, o->overrides);

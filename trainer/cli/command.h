@@ -4,8 +4,10 @@
 // what runs when it is chosen; run_cli() parses, sets up the process (signal
 // handlers, exit codes) and runs it. Commands parse arguments and call a
 // library; the work is in config/, train/, eval/, experiment/ and data/.
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +27,14 @@ struct Chosen {
 // Makes `sub` the chosen command when it appears on the command line.
 void choose_on(CLI::App* sub, Chosen& chosen, const std::string& name, OnSignal on_signal, std::function<int()> run);
 
-// The repeatable `--set KEY=VALUE` option.
-CLI::Option* add_overrides(CLI::App* app, std::vector<std::string>& overrides);
+// The repeatable `--set KEY=VALUE` option; `help` names what it may set.
+inline constexpr const char* kRunOverridesHelp = "Override a config key, e.g. --set train.lr=1e-4 (repeatable)";
+CLI::Option* add_overrides(CLI::App* app, std::vector<std::string>& overrides,
+                           const std::string& help = kRunOverridesHelp);
+
+// Numeric flags answer as the config does: "--lengths: expected an integer >= 1, got 'abc'".
+CLI::Validator integer_at_least(int64_t min, std::optional<int64_t> max = std::nullopt);
+CLI::Validator number_between(double low, double high);
 
 // One per subcommand (cmd_<name>.cpp); option values live in shared_ptrs the
 // command's `run` keeps alive.

@@ -68,7 +68,7 @@ struct TrainConfig {
   int64_t micro_batch_size = 8;
   int64_t grad_accum = 1;
   double lr = 3e-4;
-  double min_lr = 3e-5;
+  std::optional<double> min_lr;  // nullopt ("auto"): lr / 10 (min_lr_of)
   int64_t warmup_steps = 100;
   Schedule schedule = Schedule::cosine;
   double weight_decay = 0.1;
@@ -85,6 +85,7 @@ struct TrainConfig {
   Precision reduce_dtype = Precision::fp32;  // the gradient collectives' dtype with bf16 parameters
   int64_t checkpoint_every = 500;  // steps; 0: only the final checkpoint
   int64_t keep_last = 2;           // step checkpoints kept; 0: keep all
+  bool final_optimizer_state = false;  // final/ keeps AdamW's state (2x the model in fp32) only when asked
   int64_t eval_every = 0;          // steps; 0: evaluate only at the end
   int64_t log_every = 10;
   int64_t max_bad_steps = 10;      // consecutive non-finite losses before aborting
@@ -94,6 +95,10 @@ struct TrainConfig {
   std::optional<int64_t> loss_chunk_tokens;
   bool tensorboard = true;
 };
+
+// The schedule's final learning rate: min_lr, or lr / 10 when it is auto (so a
+// lower lr, as when extending a pretrained model, never falls below its floor).
+inline double min_lr_of(const TrainConfig& train) { return train.min_lr.value_or(train.lr / 10.0); }
 
 // Passkey prompt form (trainer/passkey.h): the usual digits, or the synthetic corpus's recall sentences.
 enum class PasskeyStyle { digits, recall };

@@ -3,17 +3,29 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/strings.h"
 #include "models/config_values.h"
 
 namespace segtrain::trainer {
 
+void resolve_extension_lengths(models::ModelConfig& m, int64_t target_length, const std::string& whose) {
+  if (m.extension.method == models::ExtensionMethod::none) return;
+  if (!m.extension.original_length) m.extension.original_length = models::max_positions_of(m);
+  if (m.extension.factor) return;
+  m.extension.factor = models::auto_extension_factor(target_length, *m.extension.original_length);
+  if (*m.extension.factor == models::kMinExtensionFactor)
+    log::info("model.extension.factor auto = 1: ", target_length, " tokens fit ", whose, "'s ",
+              *m.extension.original_length, " positions (model.extension.original_length), so ",
+              enum_name(models::kExtensionMethods, m.extension.method), " leaves them as they are");
+}
+
 models::ModelConfig resolve_model_config(const LoadedConfig& loaded, const std::optional<models::ModelConfig>& base,
-                                         int64_t store_vocab_size) {
+                                         std::optional<int64_t> store_vocab_size) {
   const Config& c = loaded.config;
   models::ModelConfig m = c.model.spec;
   if (!base) {
-    if (!m.vocab_size) m.vocab_size = store_vocab_size;
+    if (!m.vocab_size) m.vocab_size = store_vocab_size;  // still auto when the store is not there yet
     if (!m.d_ff) m.d_ff = models::d_ff_of(m);
     if (!m.max_positions) m.max_positions = c.data.train_length;
   } else {
@@ -30,11 +42,17 @@ models::ModelConfig resolve_model_config(const LoadedConfig& loaded, const std::
                             theirs + " (" + c.model.init + "); remove the key or make it match");
     }
     if (!conflicts.empty()) throw InputError(join(conflicts, "\n"));
-    if (loaded.origins.count("model.extension.method")) m.extension = c.model.spec.extension;
+    if (loaded.origins.count("model.extension.method")) {
+      // The run's extension replaces the base's, but still starts from the length
+      // the base was trained at (a YaRN base's original, not its stretched one).
+      const auto trained_at = base->extension.method != models::ExtensionMethod::none
+                                  ? base->extension.original_length : std::nullopt;
+      m.extension = c.model.spec.extension;
+      if (!m.extension.original_length) m.extension.original_length = trained_at;
+    }
   }
   m.activation_checkpointing = c.model.spec.activation_checkpointing;
-  if (m.extension.method != models::ExtensionMethod::none && !m.extension.factor)
-    m.extension.factor = static_cast<double>(c.data.extended_length) / static_cast<double>(c.data.train_length);
+  resolve_extension_lengths(m, c.data.extended_length, base ? "the base " + c.model.init : "the model");
   // segtrain has no sliding-window attention: a window shorter than any sequence
   // this run feeds the model (L_e windows, evaluation lengths) is refused up front.
   if (m.sliding_window) {
@@ -46,9 +64,9 @@ models::ModelConfig resolve_model_config(const LoadedConfig& loaded, const std::
                        "sequences of up to " + std::to_string(longest) +
                        " tokens; segtrain does not implement sliding-window attention");
   }
-  if (m.vocab_size && *m.vocab_size < store_vocab_size)
+  if (m.vocab_size && store_vocab_size && *m.vocab_size < *store_vocab_size)
     throw InputError("model.vocab_size: the model has " + std::to_string(*m.vocab_size) + " tokens but the store '" +
-                     c.data.store + "' uses " + std::to_string(store_vocab_size) + "; token ids would be out of range");
+                     c.data.store + "' uses " + std::to_string(*store_vocab_size) + "; token ids would be out of range");
   return m;
 }
 
@@ -67,11 +85,7 @@ models::ModelConfig apply_model_overrides(const models::ModelConfig& stored, con
   if (spec.extension.method != stored.extension.method && !spec.extension.original_length &&
       stored.extension.method == models::ExtensionMethod::none)
     spec.extension.original_length = spec.max_positions;
-  if (spec.extension.method != models::ExtensionMethod::none && !spec.extension.factor && target_length) {
-    const int64_t original = spec.extension.original_length.value_or(spec.max_positions.value_or(*target_length));
-    spec.extension.factor =
-        std::max(models::kMinExtensionFactor, static_cast<double>(*target_length) / static_cast<double>(original));
-  }
+  if (target_length && spec.max_positions) resolve_extension_lengths(spec, *target_length, "the model");
   if (spec.extension.method != models::ExtensionMethod::none && !spec.extension.factor)
     throw InputError("--set model.extension.factor=<number> is needed with model.extension.method=" +
                      std::string(enum_name(models::kExtensionMethods, spec.extension.method)) +

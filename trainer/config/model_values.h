@@ -14,15 +14,24 @@
 namespace segtrain::trainer {
 
 // The ModelConfig of a run:
-//   scratch (no base): the config's sizes; vocab_size auto = `store_vocab_size`,
+//   scratch (no base): the config's sizes; vocab_size auto = `store_vocab_size`
+//            (left auto when it is nullopt: a store not prepared yet),
 //            d_ff auto = 4 * d_model, max_positions auto = data.train_length;
 //   from a base: the base's stored config; model-shape keys given explicitly in
 //            the run config must agree with it (InputError otherwise), and the
 //            run's model.extension replaces the base's when its method is given.
-// factor auto = data.extended_length / data.train_length. A model smaller than
-// the store's vocabulary is an InputError.
+// With an extension method, original_length auto = the base's trained length
+// (its extension's original_length, else max_positions; a scratch model's
+// max_positions is data.train_length) and factor auto = data.extended_length /
+// original_length, 1 when L_e fits (resolve_extension_lengths). A model smaller
+// than the store's vocabulary is an InputError.
 models::ModelConfig resolve_model_config(const LoadedConfig& loaded, const std::optional<models::ModelConfig>& base,
-                                         int64_t store_vocab_size);
+                                         std::optional<int64_t> store_vocab_size);
+
+// Fills an extension's auto original_length (max_positions) and auto factor
+// (models::auto_extension_factor to `target_length`), with a note when the
+// factor comes out 1; `whose` names the model in that note.
+void resolve_extension_lengths(models::ModelConfig& model, int64_t target_length, const std::string& whose);
 
 // `--set model.extension...` on a stored model (eval, export, inspect): only keys
 // with KeyRole::stored_model, parsed and checked as in a run config. A factor

@@ -1,6 +1,7 @@
 // YAML text -> Config. Every problem is collected with its location, so one run
 // of `segtrain config check` reports all of them.
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -82,8 +83,26 @@ class Keys {
   std::set<std::string> sections_;
 };
 
+// The 1-based number of the first line whose indentation holds a tab.
+std::optional<int> first_tab_indented_line(const std::string& text) {
+  int line = 1;
+  bool indenting = true;
+  for (char ch : text) {
+    if (ch == '\n') {
+      ++line;
+      indenting = true;
+    } else if (indenting && ch == '\t') {
+      return line;
+    } else if (ch != ' ') {
+      indenting = false;
+    }
+  }
+  return std::nullopt;
+}
+
 std::string unknown_key_message(const Keys& keys, const std::string& path) {
   std::string message = "unknown key '" + path + "'";
+  if (path == "experiment") return message + ": this is an experiment file; run it with `segtrain experiment FILE`";
   auto suggestion = keys.suggest(path);
   if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
   return message;
@@ -166,6 +185,10 @@ LoadedConfig parse_config_text(const std::string& text, const std::string& sourc
   try {
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
+    // yaml-cpp's words for a tab in the indentation ("illegal map value") do not say so.
+    if (const auto tab_line = first_tab_indented_line(text); tab_line && *tab_line <= e.mark.line + 1)
+      throw InputError(source + ":" + std::to_string(*tab_line) +
+                       ": indented with a tab; YAML indentation takes spaces only");
     throw InputError(location(source, e.mark) + ": YAML syntax error: " + e.msg);
   }
   if (root.IsNull()) throw InputError(source + ": the config is empty; it needs at least data.store");

@@ -1,5 +1,7 @@
 #include "trainer/eval/evaluate_model.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -7,6 +9,8 @@
 
 #include "common/dir_lock.h"
 #include "common/error.h"
+#include "common/log.h"
+#include "common/output_path.h"
 #include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
 #include "models/model_io.h"
@@ -22,6 +26,9 @@ namespace segtrain::trainer {
 
 void evaluate_stored_model(const EvalOptions& options) {
   namespace fs = std::filesystem;
+  // Where the results go is checked before minutes of evaluation are spent.
+  check_output_file(options.out, "--out");
+  if (!options.per_position_csv.empty()) check_output_file(options.per_position_csv, "--per-position");
   // Nothing is written into a run directory that a run is writing.
   const DirectoryLock out_lock = DirectoryLock::hold_enclosing(options.out, "--out", "segtrain eval");
   const DirectoryLock csv_lock = options.per_position_csv.empty()
@@ -30,6 +37,7 @@ void evaluate_stored_model(const EvalOptions& options) {
                                                                      "segtrain eval");
   // factor auto: stretch the model to the longest evaluated length.
   const int64_t longest = *std::max_element(options.lengths.begin(), options.lengths.end());
+  at::set_num_threads(static_cast<int>(thread_count(options.threads)));
   const c10::Device device = pick_device(*enum_from_name(kDevices, options.device), /*local_rank=*/0, "--device");
   const StoredModel stored = open_stored_model(options.model, options.overrides, longest);
   // Model and store are checked against each other before any weights are read.
@@ -37,6 +45,9 @@ void evaluate_stored_model(const EvalOptions& options) {
   check_store_tokenizer(options.data, stored.dir, "--data", "--allow-tokenizer-mismatch",
                         options.allow_tokenizer_mismatch);
   check_store_fits(stored, store.vocab_size(), "--data");
+  if (store.split(data::parse_split(options.split)).documents() == 0)
+    throw InputError("--data " + options.data + ": its " + options.split + " split holds no documents (prepare it "
+                     "with a larger --valid-fraction, or give --split train)");
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
   model->to(device);
   reset_peak_memory(device);
@@ -80,6 +91,7 @@ void evaluate_stored_model(const EvalOptions& options) {
   write_eval_outputs(outputs, options.model, results, passkey, EvalDevice{device, peak_memory(device), seconds});
   log_passkey(passkey);
   log_perplexity("", results);
+  log::info("wrote ", options.out, outputs.per_position_csv.empty() ? "" : " and " + outputs.per_position_csv.string());
 }
 
 }  // namespace segtrain::trainer

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/config/config.h"
+
 namespace segtrain::trainer {
 
 struct EvalOptions {
@@ -17,7 +19,7 @@ struct EvalOptions {
   std::string out;                     // eval JSON
   std::string per_position_csv;        // empty: none; the SVG goes beside it
   int64_t stride = 0;                  // 0: non-overlapping windows
-  int64_t max_sequences = 0;           // per length; 0: all
+  int64_t max_sequences = EvalConfig{}.max_sequences;  // per length, as a run's eval; 0: all
   int64_t windows_per_document = 0;    // 0: every window a document holds
   int64_t passkey_trials = 0;          // per length; 0: off
   std::string passkey_style = "digits";
@@ -25,6 +27,7 @@ struct EvalOptions {
   std::string precision = "fp32";  // fp32|bf16: bf16 autocast (positions and the loss stay fp32)
   std::optional<int64_t> loss_chunk_tokens;  // as train.loss_chunk_tokens: nullopt auto, 0 off
   bool allow_tokenizer_mismatch = false;     // evaluate on a store made with another tokenizer (a warning)
+  int64_t threads = 0;                       // as run.threads: 0 every core of this process's share
 };
 
 void evaluate_stored_model(const EvalOptions& options);

@@ -36,10 +36,7 @@ models::ModelConfig run_config_model(const std::string& file, const std::vector<
     base = models::read_model_config(dir);
     weights = dir;
   }
-  auto spec = resolve_model_config(loaded, base, /*store_vocab_size=*/1);  // positions do not depend on it
-  // The run extends from data.train_length: show its positions up to data.extended_length.
-  if (!spec.extension.original_length) spec.extension.original_length = loaded.config.data.train_length;
-  return spec;
+  return resolve_model_config(loaded, base, /*store_vocab_size=*/std::nullopt);  // positions do not depend on it
 }
 
 }  // namespace

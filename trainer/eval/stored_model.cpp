@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -21,6 +22,27 @@
 
 namespace segtrain::trainer {
 
+namespace {
+
+// A run's newest complete step checkpoint (checkpoints/step-N with its model), or "".
+std::string newest_step_checkpoint(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string newest;
+  long long newest_step = -1;
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.find(".tmp-") != std::string::npos ||
+        !fs::exists(entry.path() / "model_config.json"))
+      continue;
+    const long long step = std::atoll(name.c_str() + 5);
+    if (step > newest_step) newest_step = step, newest = entry.path().string();
+  }
+  return newest;
+}
+
+}  // namespace
+
 StoredModel open_stored_model(const std::string& path, const std::vector<std::string>& overrides,
                               std::optional<int64_t> target_length) {
   StoredModel m;
@@ -28,9 +50,14 @@ StoredModel open_stored_model(const std::string& path, const std::vector<std::st
   const auto ref = parse_model_ref(path);
   const std::string dir = ref && ref->from_folder() ? ref->dir : path;
   const auto format = models::detect_model_format(dir, &m.dir);
-  if (!format)
+  if (!format) {
+    // A run that stopped before its end has checkpoints but no final/.
+    if (const std::string newest = newest_step_checkpoint(dir); !newest.empty())
+      throw InputError("--model: '" + path + "' is a run without final/ (it stopped before its last step): give " +
+                       "its newest checkpoint " + newest + ", or finish it with `segtrain train CONFIG --resume auto`");
     throw InputError("--model: '" + path + "' is not a model directory: neither a segtrain checkpoint/run " +
                      "(model_config.json) nor an HF folder (config.json)");
+  }
   if (ref && ref->from_folder() && (*format == models::ModelFormat::hf) != (ref->kind == ModelRef::Kind::hf))
     throw InputError("--model: '" + path + "' is not " + ref->description() + " (no " + ref->marker_file() + ")");
   m.config = apply_model_overrides(models::read_model_config(m.dir), overrides, target_length);

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
+#include "common/output_path.h"
 #include "common/signals.h"
 #include "data/corpus.h"
 #include "data/prepare.h"
@@ -176,10 +177,9 @@ void ensure_trained(const PlannedRun& run) {
     return;
   }
   log::info("experiment: ", previous ? "continuing " : "training ", run.config.config.run.name);
-  if (run.method) {
-    fs::create_directories(dir);
-    write_file_atomic(base_record, base);
-  }
+  // The row's lock first: the folder is then a run directory that train continues.
+  const DirectoryLock row_lock = DirectoryLock::hold(dir, "run.output_dir", "segtrain experiment");
+  if (run.method) write_file_atomic(base_record, base);
   run_training(run.config, previous ? Resume::required : Resume::no, /*final_eval=*/false);
 }
 
@@ -436,6 +436,8 @@ void run_experiment(const ExperimentConfig& x) {
   if (const char* world = std::getenv("WORLD_SIZE"); world && std::string(world) != "1")
     throw InputError("WORLD_SIZE=" + std::string(world) +
                      ": `segtrain experiment` runs its grid in one process; launch single runs with segtrain-launch");
+  const bool is_grid = fs::exists(fs::path(x.output_dir) / DirectoryLock::kFileName);
+  check_output_folder(x.output_dir, "experiment.output_dir", "an experiment", [is_grid](const fs::path&) { return is_grid; });
   const DirectoryLock lock = DirectoryLock::hold(x.output_dir, "experiment.output_dir", "segtrain experiment");
   if (!lock.warning().empty()) log::warn(lock.warning());
   const log::ScopedFile experiment_log((fs::path(x.output_dir) / "experiment.log").string());

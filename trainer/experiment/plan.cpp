@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "common/error.h"
+#include "models/config_values.h"
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "trainer/config/model_ref.h"
@@ -49,8 +50,7 @@ int64_t base_context(const ExperimentConfig& x, const CorpusSpec& corpus) {
 }
 
 double extension_factor(const ExperimentConfig& x, const CorpusSpec& corpus, int64_t factor) {
-  const double le = static_cast<double>(factor * x.base_template.config.data.train_length);
-  return std::max(1.0, le / static_cast<double>(base_context(x, corpus)));
+  return models::auto_extension_factor(factor * x.base_template.config.data.train_length, base_context(x, corpus));
 }
 
 std::vector<int64_t> row_lengths(const ExperimentConfig& x, int64_t factor) {

@@ -14,7 +14,6 @@
 #include "common/log.h"
 
 namespace segtrain::trainer {
-namespace {
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -24,8 +23,6 @@ std::string format_duration(double seconds) {
   out << (s % 3600) / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
   return out.str();
 }
-
-}  // namespace
 
 Metrics::Metrics(const fs::path& run_dir, bool tensorboard, int64_t resume_step, int64_t total_steps)
     : path_(run_dir.empty() ? fs::path() : run_dir / "metrics.jsonl"),

@@ -8,12 +8,17 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "trainer/eval/perplexity.h"
 #include "trainer/train/tensorboard.h"
 
 namespace segtrain::trainer {
+
+// "1h02m05s", "3m07s"; "?" when not finite.
+std::string format_duration(double seconds);
+
 
 class Metrics {
  public:

@@ -1,7 +1,10 @@
 #include "trainer/train/model_setup.h"
 
+#include <filesystem>
+
 #include <torch/utils.h>  // torch::manual_seed
 
+#include "data/token_store.h"
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "trainer/config/model_ref.h"
@@ -9,13 +12,22 @@
 
 namespace segtrain::trainer {
 
-models::ModelConfig run_model_config(const LoadedConfig& loaded, int64_t store_vocab_size) {
+models::ModelConfig run_model_config(const LoadedConfig& loaded, std::optional<int64_t> store_vocab_size) {
   const std::string base_dir = model_ref_dir(loaded.config.model.init);
   std::optional<models::ModelConfig> base;
   if (!base_dir.empty()) base = models::read_model_config(base_dir);
   models::ModelConfig m = resolve_model_config(loaded, base, store_vocab_size);
   models::check_model_config(m);
   return m;
+}
+
+Config resolved_run_config(const LoadedConfig& loaded) {
+  std::optional<int64_t> store_vocab_size;
+  if (std::filesystem::exists(std::filesystem::path(loaded.config.data.store) / "meta.json"))
+    store_vocab_size = data::read_meta(loaded.config.data.store).vocab_size;
+  Config resolved = loaded.config;
+  resolved.model.spec = run_model_config(loaded, store_vocab_size);
+  return resolved;
 }
 
 models::TransformerLM build_model(const LoadedConfig& loaded, const models::ModelConfig& model_config) {

@@ -3,6 +3,7 @@
 // checkpoint/run) when there is one, resolve the "auto" values
 // (config/model_values.h), apply the run's extension, build the weights.
 #include <cstdint>
+#include <optional>
 
 #include "models/config.h"
 #include "models/transformer.h"
@@ -10,8 +11,15 @@
 
 namespace segtrain::trainer {
 
-// The concrete, checked ModelConfig of this run (config/model_values.h has the rules).
-models::ModelConfig run_model_config(const LoadedConfig& loaded, int64_t store_vocab_size);
+// The concrete, checked ModelConfig of this run (config/model_values.h has the
+// rules); vocab_size stays auto when `store_vocab_size` is nullopt (config check
+// before the store is prepared).
+models::ModelConfig run_model_config(const LoadedConfig& loaded, std::optional<int64_t> store_vocab_size);
+
+// The config as `train` would run it: model.* resolved from the base (its shape,
+// positions, extension, original_length and factor), vocab_size from the store
+// when it is already prepared.
+Config resolved_run_config(const LoadedConfig& loaded);
 
 // Builds the model: seeded random init for scratch, else the base's weights
 // (an APE table is interpolated when the extension asks for it).

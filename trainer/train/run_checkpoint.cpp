@@ -82,7 +82,8 @@ void save_checkpoint(const fs::path& dir, const models::TransformerLM& model,
   try {
     AtomicDir out(dir);
     models::save_model_dir(model->config(), weights.empty() ? model->tensors() : weights, out.path().string());
-    models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer_state);
+    if (!optimizer_state.empty())
+      models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer_state);
     write_file_atomic(out.path() / "trainer_state.json", state_to_json(state));
     write_file_atomic(out.path() / "config.yaml", to_yaml(config));
     if (!store_tokenizer.empty()) write_file_atomic(out.path() / "store_tokenizer.json", store_tokenizer);
@@ -162,11 +163,14 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
   }
 }
 
-void load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer) {
+bool load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer) {
   const auto weights = models::read_safetensors((dir / "model.safetensors").string());
   model->load_tensors(weights, (dir / "model.safetensors").string());
-  optimizer.load_state_dict(models::read_safetensors((dir / "optimizer.safetensors").string()));
+  const fs::path state = dir / "optimizer.safetensors";
+  const bool has_state = fs::exists(state);  // a final/ keeps it only when asked
+  if (has_state) optimizer.load_state_dict(models::read_safetensors(state.string()));
   optimizer.load_master_weights(weights);
+  return has_state;
 }
 
 void prune_checkpoints(const fs::path& run_dir, int64_t keep_last) {

@@ -41,7 +41,8 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
 // parameters (model.safetensors then holds them, so a checkpoint is fp32
 // whatever the storage); empty: the model's own parameters.
 // `optimizer_state` is Optimizer::state_dict(): the whole state, also when it
-// was sharded over ranks, so any world size can resume from it.
+// was sharded over ranks, so any world size can resume from it; empty: none
+// is written (final/ without train.final_optimizer_state).
 // `store_tokenizer` is the store's tokenizer record (store_tokenizer.json,
 // data/tokenizer_identity.h), empty when the store records no tokenizer.
 void save_checkpoint(const fs::path& dir, const models::TransformerLM& model,
@@ -67,8 +68,10 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
                              const std::vector<std::string>& extra_keys = {});
 
 // Loads weights and optimizer state saved by save_checkpoint (the weights also
-// into the optimizer's master weights, when it keeps them).
-void load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer);
+// into the optimizer's master weights, when it keeps them). Returns whether the
+// checkpoint had optimizer state (a final/ keeps it only with
+// train.final_optimizer_state).
+bool load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer);
 
 // Keeps the newest `keep_last` step-* directories (0 keeps all) and removes any
 // leftovers of interrupted writes.

@@ -13,11 +13,13 @@
 #include <iomanip>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "common/atomic_write.h"
 #include "common/dir_lock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/output_path.h"
 #include "common/signals.h"
 #include "data/loader.h"
 #include "data/prompt_tokenizer.h"
@@ -85,6 +87,9 @@ struct RunDirectory {
 RunDirectory open_run_directory(const Config& c, const DistributedEnv& dist, Resume requested) {
   RunDirectory run{c.run.output_dir, {}, std::nullopt, nullptr};
   if (dist.rank == 0) {
+    // A run directory is recognised by its lock file, which train writes first.
+    const bool is_run = fs::exists(run.dir / DirectoryLock::kFileName);
+    check_output_folder(run.dir, "run.output_dir", "a run", [is_run](const fs::path&) { return is_run; });
     run.lock = DirectoryLock::hold(run.dir, "run.output_dir", "segtrain train");
     if (!run.lock.warning().empty()) log::warn(run.lock.warning());
   }
@@ -116,6 +121,7 @@ class Trainer {
   void train();
   void save_final();
   void evaluate_final();
+  void log_summary(bool evaluated) const;
   // Ends the process group cleanly (all ranks are done with it, also after an agreed stop).
   void shut_down_group() {
     if (group_) group_->shutdown();
@@ -125,7 +131,7 @@ class Trainer {
   void set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named);
   StepResult train_step();
   void log_step(const StepResult& step);
-  void save(const fs::path& dir);
+  void save(const fs::path& dir, bool with_optimizer_state = true);
   void save_step_checkpoint() { save(run_.dir / "checkpoints" / ("step-" + std::to_string(state_.step))); }
   int agreed_stop_signal();
   [[noreturn]] void stop_after_step(int signal);
@@ -151,6 +157,9 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   ShardedAdamW* master_ = nullptr;  // the optimizer, when it keeps fp32 master weights (train.param_dtype: bf16)
   TrainerState state_;
+  Clock::time_point started_ = Clock::now();
+  int64_t tokens_at_start_ = 0;  // state_.tokens when this process began (after a resume)
+  bool resumed_optimizer_state_ = false;  // the checkpoint resumed from had AdamW's state
   std::unique_ptr<data::Loader> loader_;
   TrainingPlan plan_;
   LrSchedule schedule_;
@@ -182,6 +191,10 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
                           c_.data.allow_tokenizer_mismatch);
   if (const auto identity = data::store_tokenizer_identity(c_.data.store))
     store_tokenizer_ = data::identity_to_json(*identity, c_.data.store);
+  // The final evaluation reads eval.split: an empty one would end the run with ppl nan.
+  if (store_.split(data::parse_split(c_.eval.split)).documents() == 0)
+    throw InputError(loaded.locate("eval.split") + ": the store '" + c_.data.store + "' has no " + c_.eval.split +
+                     " documents (prepare it with a larger --valid-fraction, or set eval.split: train)");
   // The store's own tokenizer writes the passkey prompts: a store without one is refused now, not after training.
   if (c_.eval.passkey_trials > 0) {
     try {
@@ -217,8 +230,9 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
   log_optimizer_memory();
   state_.world_size = dist_.world_size;
   if (run_.resume_from) {
-    load_checkpoint(run_.resume_from->dir, model_, *optimizer_);
+    resumed_optimizer_state_ = load_checkpoint(run_.resume_from->dir, model_, *optimizer_);
     state_ = run_.resume_from->state;
+    tokens_at_start_ = state_.tokens;
     log::info("resuming from ", run_.resume_from->dir.string(), " at step ", state_.step);
   }
   if (group_) {
@@ -244,8 +258,13 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
   loader_ = std::make_unique<data::Loader>(store_, c_.data, loader_options);
   plan_ = plan_training(c_, loader_->samples_per_epoch(), loader_->sample_length(), dist_.world_size);
   state_.total_steps = plan_.total_steps;
-  schedule_ = LrSchedule{c_.train.schedule, c_.train.lr, c_.train.min_lr, c_.train.warmup_steps, plan_.total_steps};
-  cadence_ = std::make_unique<Cadence>(c_.train, plan_.total_steps);
+  if (run_.resume_from && !resumed_optimizer_state_ && state_.step < plan_.total_steps)
+    throw InputError("--resume: " + run_.resume_from->dir.string() + " has no optimizer state (final/ keeps it only "
+                     "with train.final_optimizer_state: true), so this run cannot train on from step " +
+                     std::to_string(state_.step) + "; start a new run from it with model.init: checkpoint:" +
+                     run_.resume_from->dir.string());
+  schedule_ = LrSchedule{c_.train.schedule, c_.train.lr, min_lr_of(c_.train), c_.train.warmup_steps, plan_.total_steps};
+  cadence_ = std::make_unique<Cadence>(c_.train, plan_.total_steps, state_.step);
 
   Config resolved = c_;
   resolved.model.spec = model_config_;
@@ -417,8 +436,8 @@ void Trainer::log_step(const StepResult& step) {
 
 // Rank 0 writes; the others wait so nobody runs ahead of a checkpoint. A
 // sharded optimizer state is gathered first, by every rank.
-void Trainer::save(const fs::path& dir) {
-  const auto optimizer_state = optimizer_->state_dict();
+void Trainer::save(const fs::path& dir, bool with_optimizer_state) {
+  const auto optimizer_state = with_optimizer_state ? optimizer_->state_dict() : std::map<std::string, at::Tensor>{};
   const auto master_weights = optimizer_->master_weights();
   if (writer_) {
     save_checkpoint(dir, model_, master_weights, optimizer_state, state_, c_, store_tokenizer_);
@@ -473,7 +492,8 @@ void Trainer::evaluate_during_training() {
 }
 
 void Trainer::save_final() {
-  save(run_.dir / "final");
+  // Evaluating and exporting need the model alone; AdamW's moments are twice its size.
+  save(run_.dir / "final", c_.train.final_optimizer_state);
   if (dist_.world_size > 1 || c_.run.log_all_ranks) {
     double checksum = 0;
     for (const auto& p : params_) checksum += p.detach().to(at::kDouble).sum().item<double>();
@@ -497,6 +517,22 @@ void Trainer::evaluate_final() {
                                         c_.eval.passkey_trials, static_cast<uint64_t>(c_.run.seed));
   write_eval_outputs(outputs, c_.run.name, results, passkey, EvalDevice{device_, peak_memory(device_), 0});
   log_passkey(passkey);
+}
+
+// What a user reads last: how long it took, where everything is, what to do next.
+void Trainer::log_summary(bool evaluated) const {
+  if (!writer_) return;
+  const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+  const auto tokens = static_cast<double>(state_.tokens - tokens_at_start_);
+  std::ostringstream rate;
+  rate << std::fixed << std::setprecision(0) << tokens / std::max(seconds, 1e-9);
+  log::info("done in ", format_duration(seconds), " (", rate.str(), " tok/s over this process's ",
+            state_.tokens - tokens_at_start_, " tokens): model ", (run_.dir / "final").string(),
+            evaluated ? ", perplexity " + (run_.dir / "eval.json").string() : std::string(), ", metrics ",
+            (run_.dir / "metrics.jsonl").string());
+  if (!evaluated) return;  // a grid's row: the grid goes on
+  log::info("next: segtrain export --model ", run_.dir.string(), " --out ", run_.dir.string(), "-hf",
+            "   (a folder transformers loads)");
 }
 
 // AdamW's moments on this rank: with distributed.shard_optimizer about 1/N of
@@ -528,6 +564,7 @@ int run_training(const LoadedConfig& loaded, Resume resume, bool final_eval) {
     trainer.train();
     trainer.save_final();
     if (final_eval) trainer.evaluate_final();
+    trainer.log_summary(final_eval);
   } catch (const Interrupted&) {
     trainer.shut_down_group();  // every rank stopped at the same point: not a failure
     throw;

@@ -1,0 +1,221 @@
+// What a new user hits first (issue 33), through the binary on a small generated
+// corpus: no command writes over what it did not write, every output path is
+// checked before any work, messages say what to do, a run shows progress from its
+// first step and ends with a summary, and final/ holds the model alone.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <regex>
+
+#include "test_util.h"
+
+namespace segtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::kBin;
+using test::run;
+
+class FirstUse : public test::SyntheticStoreSuite {
+ protected:
+  // A 4-step run's config (512 tokens of 4 x 32), step checkpoints every 2 steps,
+  // logging every `log_every`; `more_train_keys` are added to train:.
+  static std::string four_step_config(const std::string& name, const std::string& more_train_keys = "",
+                                      const std::string& log_every = "1") {
+    const std::string path = tiny_run_config(name, {.train_keys = ", budget: {tokens: 512}" + more_train_keys});
+    std::string text = test::read_file(path);
+    text = std::regex_replace(text, std::regex("checkpoint_every: 0"), "checkpoint_every: 2");
+    text = std::regex_replace(text, std::regex("log_every: 1,"), "log_every: " + log_every + ",");
+    test::write_file(path, text);
+    return path;
+  }
+  // That run, trained.
+  static std::string trained_run(const std::string& name, const std::string& more_train_keys = "") {
+    auto r = run(kBin, {"train", four_step_config(name, more_train_keys)});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return run_dir(name);
+  }
+  // A folder holding a file of the user's.
+  static fs::path folder_with_notes(const std::string& name) {
+    const fs::path folder = dir_->path() / name;
+    fs::create_directories(folder);
+    test::write_file(folder / "notes.txt", "keep");
+    return folder;
+  }
+  static void expect_refused(const test::RunResult& r, const std::string& needle, const std::string& what) {
+    EXPECT_EQ(r.exit_code, 2) << what << ": " << r.err;
+    EXPECT_FALSE(r.signaled) << what;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << what << ": " << r.err;
+  }
+};
+
+// Old main: synth and prepare wrote into any folder, train wrote config.yaml,
+// metrics.jsonl and train.log beside the user's files.
+TEST_F(FirstUse, NoCommandFillsAFolderHoldingFilesItDidNotWrite) {
+  const fs::path synth_out = folder_with_notes("synth_out");
+  expect_refused(run(kBin, {"synth", "--out", synth_out, "--docs", "4"}), "notes.txt", "synth into a used folder");
+  EXPECT_FALSE(fs::exists(synth_out / "train.jsonl"));
+
+  const fs::path store_out = folder_with_notes("store_out");
+  expect_refused(run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", "--out", store_out, "--vocab-size",
+                            "160"}),
+                 "notes.txt", "prepare into a used folder");
+  EXPECT_FALSE(fs::exists(store_out / "meta.json"));
+
+  const fs::path run_out = folder_with_notes("run_out");
+  const std::string config = tiny_run_config("used_run_dir", {.train_keys = ", budget: {tokens: 128}"});
+  expect_refused(run(kBin, {"train", config, "--set", "run.output_dir=" + run_out.string()}), "notes.txt",
+                 "train into a used folder");
+  EXPECT_FALSE(fs::exists(run_out / "config.yaml"));
+  EXPECT_FALSE(fs::exists(run_out / ".segtrain.lock"));
+
+  // A file is never replaced by a folder.
+  const fs::path file = dir_->path() / "a_file.yaml";
+  test::write_file(file, "keep");
+  expect_refused(run(kBin, {"synth", "--out", file, "--docs", "4"}), "is a file", "synth over a file");
+  for (const fs::path& kept : {synth_out / "notes.txt", store_out / "notes.txt", run_out / "notes.txt", file})
+    EXPECT_EQ(test::read_file(kept), "keep") << kept;
+
+  // Their own earlier output is theirs: a corpus and a store are replaced.
+  const fs::path corpus = dir_->path() / "again";
+  ASSERT_EQ(run(kBin, {"synth", "--out", corpus, "--docs", "4"}).exit_code, 0);
+  auto again = run(kBin, {"synth", "--out", corpus, "--docs", "6"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
+// Old main: eval spent the whole evaluation, then failed with exit 1.
+TEST_F(FirstUse, OutputPathsAreCheckedBeforeAnyWork) {
+  const std::string model = trained_run("for_outputs");
+  const std::vector<std::string> eval = {"eval", "--model", model, "--data", *dir_ / "store", "--lengths", "32"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = eval;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  expect_refused(run(kBin, with({"--out", *dir_ / "missing/dir/e.json"})), "does not exist", "eval into no folder");
+  expect_refused(run(kBin, with({"--out", dir_->path().string()})), "is a folder", "eval onto a folder");
+  expect_refused(run(kBin, with({"--out", *dir_ / "e.json", "--per-position", *dir_ / "missing/p.csv"})),
+                 "--per-position", "per-position into no folder");
+  EXPECT_FALSE(fs::exists(dir_->path() / "e.json"));
+  const std::string sample_config = tiny_run_config("sampled");
+  expect_refused(run(kBin, {"sample", sample_config, "--out", *dir_ / "missing/s.jsonl"}), "does not exist",
+                 "sample into no folder");
+
+  // What works: eval says where it wrote; --threads and --set run.threads are taken.
+  auto ok = run(kBin, with({"--out", *dir_ / "e.json", "--threads", "1"}));
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("wrote " + (*dir_ / "e.json")), std::string::npos) << ok.err;
+  auto threads = run(kBin, with({"--out", *dir_ / "e2.json", "--set", "run.threads=1"}));
+  EXPECT_EQ(threads.exit_code, 0) << threads.err;
+  expect_refused(run(kBin, with({"--out", *dir_ / "e3.json", "--set", "run.threads=x"})),
+                 "--set run.threads: expected an integer", "a bad thread count");
+}
+
+// Old main: "Value abc not in range 0.000000 to 179769313486231570...".
+TEST_F(FirstUse, NumericFlagsAnswerLikeTheConfig) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--lengths", "64,abc"}, "--lengths: expected an integer >= 1, got 'abc'"},
+      {{"--lengths", "0"}, "--lengths: expected an integer >= 1, got '0'"},
+      {{"--lengths", "64", "--max-sequences", "-1"}, "--max-sequences: expected an integer >= 0, got '-1'"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"eval", "--model", "m", "--data", "d", "--out", "o.json"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = run(kBin, args);
+    expect_refused(r, message, message);
+    EXPECT_EQ(r.err.find("17976931348623157"), std::string::npos) << r.err;
+  }
+  expect_refused(run(kBin, {"prepare", "--input", "x", "--out", "y", "--valid-fraction", "2"}),
+                 "--valid-fraction: expected a number in [0, 0.9], got '2'", "a fraction out of range");
+  // --help states the defaults: eval's max-sequences is a run's (64), prepare's vocabulary 4096.
+  auto eval_help = run(kBin, {"eval", "--help"});
+  EXPECT_NE(eval_help.out.find("--max-sequences INT=64"), std::string::npos) << eval_help.out;
+  EXPECT_NE(eval_help.out.find("--threads"), std::string::npos) << eval_help.out;
+  auto prepare_help = run(kBin, {"prepare", "--help"});
+  EXPECT_NE(prepare_help.out.find("--vocab-size INT=4096"), std::string::npos) << prepare_help.out;
+}
+
+// Old main: "unknown key 'experiment'", "illegal map value", "not a model directory".
+TEST_F(FirstUse, MessagesNameWhatToDo) {
+  const fs::path experiment = dir_->path() / "grid.yaml";
+  test::write_file(experiment, "experiment:\n  name: g\n");
+  for (const std::string command : {"train", "config"}) {
+    std::vector<std::string> args = command == "config" ? std::vector<std::string>{"config", "check", experiment}
+                                                        : std::vector<std::string>{"train", experiment};
+    expect_refused(run(kBin, args), "segtrain experiment FILE", command + " on an experiment file");
+  }
+  const fs::path tabbed = dir_->path() / "tabbed.yaml";
+  test::write_file(tabbed, "data:\n  store: " + (*dir_ / "store") + "\ntrain:\n\tlr: 1.0e-3\n");
+  expect_refused(run(kBin, {"config", "check", tabbed}), "tabbed.yaml:4: indented with a tab", "a tab");
+
+  // A run that stopped before final/: eval names its newest checkpoint.
+  const std::string model = trained_run("no_final");
+  fs::remove_all(fs::path(model) / "final");
+  auto r = run(kBin, {"eval", "--model", model, "--data", *dir_ / "store", "--lengths", "32", "--out",
+                      *dir_ / "nf.json"});
+  expect_refused(r, "is a run without final/", "eval of a run without final/");
+  EXPECT_NE(r.err.find(model + "/checkpoints/step-2"), std::string::npos) << r.err;
+
+  // The README's TinyLlama example: lr 2e-5 with min_lr left at auto (lr / 10).
+  const std::string low_lr = tiny_run_config("low_lr", {.train_keys = ", lr: 2.0e-5, min_lr: auto"});
+  test::write_file(low_lr, [&] {
+    std::string text = test::read_file(low_lr);
+    return text.replace(text.find("lr: 3.0e-3, "), 12, "");
+  }());
+  auto checked = run(kBin, {"config", "check", low_lr});
+  EXPECT_EQ(checked.exit_code, 0) << checked.err;
+}
+
+// Old main: 1,439 pieces for --vocab-size 60000 without a word; a non-UTF-8 file
+// counted, not named; an empty validation split, then `ppl nan` at the end of a run.
+TEST_F(FirstUse, PrepareNamesWhatItSkipsAndWarnsWhatWillNotWork) {
+  const fs::path texts = dir_->path() / "texts";
+  fs::create_directories(texts);
+  std::string words;
+  for (int i = 0; i < 400; ++i) words += "word" + std::to_string(i % 37) + (i % 11 == 0 ? ".\n" : " ");
+  for (int i = 0; i < 3; ++i) test::write_file(texts / ("good" + std::to_string(i) + ".txt"), words);
+  test::write_file(texts / "latin1.txt", "caf\xe9 cr\xe8me\n");
+  auto r = run(kBin, {"prepare", "--input", texts, "--out", *dir_ / "small_store", "--vocab-size", "60000",
+                      "--valid-fraction", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("latin1.txt"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--vocab-size 60000 asked"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the validation split is empty"), std::string::npos) << r.err;
+
+  const std::string model = trained_run("for_empty_split");
+  expect_refused(run(kBin, {"eval", "--model", model, "--data", *dir_ / "small_store", "--lengths", "32", "--out",
+                            *dir_ / "empty.json", "--allow-tokenizer-mismatch"}),
+                 "holds no documents", "eval on an empty split");
+  const std::string config = tiny_run_config("on_empty_split");
+  expect_refused(run(kBin, {"train", config, "--set", "data.store=" + (*dir_ / "small_store")}), "eval.split",
+                 "train evaluating an empty split");
+}
+
+// Old main: the first line after log_every steps, no summary, and 2/3 of final/
+// was AdamW's state.
+TEST_F(FirstUse, ARunShowsProgressAtOnceEndsWithASummaryAndKeepsFinalSmall) {
+  const std::string config = four_step_config("summary", "", "100");
+  auto r = run(kBin, {"train", config});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("step 1/4"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("done in "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(run_dir("summary") + "/eval.json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("next: segtrain export --model " + run_dir("summary")), std::string::npos) << r.err;
+  const fs::path run_path = run_dir("summary");
+  EXPECT_TRUE(fs::exists(run_path / "final/model.safetensors"));
+  EXPECT_FALSE(fs::exists(run_path / "final/optimizer.safetensors"));
+  EXPECT_TRUE(fs::exists(run_path / "checkpoints/step-2/optimizer.safetensors"));
+
+  // A finished run resumed (a launcher restart after the last step) needs no optimizer state.
+  auto again = run(kBin, {"train", config, "--resume"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(json::parse(test::read_file(run_path / "final/trainer_state.json"))["step"], 4);
+  // train.final_optimizer_state keeps it for those who train on from final/.
+  const std::string kept = trained_run("kept_state", ", final_optimizer_state: true");
+  EXPECT_TRUE(fs::exists(fs::path(kept) / "final/optimizer.safetensors"));
+}
+
+}  // namespace
+}  // namespace segtrain
