@@ -128,8 +128,8 @@ at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor&
     throw InputError("TransformerLM.forward: tokens and positions must both be [B, T]; got " +
                      std::to_string(tokens.dim()) + "-d tokens and positions of a different shape");
   const auto scheme = position_scheme(c.arch);
-  const bool need_length = scheme == PositionScheme::learned || c.extension.method == ExtensionMethod::dynamic_ntk ||
-                           c.extension.method == ExtensionMethod::dynamic_interpolate;
+  // The largest position id + 1, where the table or the scaling depends on it (config_values.h).
+  const bool need_length = scheme == PositionScheme::learned || positions_depend_on_length(c);
   const int64_t seq_len = need_length ? bounds.end : tokens.size(1);
 
   auto x = wte(tokens);

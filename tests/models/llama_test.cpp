@@ -128,6 +128,38 @@ TEST(LlamaImport, EveryRopeScalingOfACheckpointGivesTransformersPerplexityAtLtAn
   }
 }
 
+// Segmented sequences (seed 004's chunk: L_t = 64 tokens in 4 segments that keep
+// their positions up to 2 L_t) are scored as transformers scores them given the same
+// position_ids, under every rope scaling. Length-dependent scalings (dynamic NTK,
+// longrope's short/long factors) take the length from the largest position id + 1,
+// as transformers does, not from the 64 tokens: old main gave longrope's short
+// factors here, training a different model from the one it exports.
+TEST(LlamaImport, EveryRopeScalingScoresSegmentedPositionsAsTransformers) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  const std::vector<std::string> names = {"none", "linear", "dynamic", "yarn", "llama3", "longrope"};
+  at::manual_seed(11);
+  const auto tokens = at::randint(97, {2, 64});
+  const auto positions =
+      at::cat({at::arange(0, 16), at::arange(40, 56), at::arange(70, 86), at::arange(100, 116)}).repeat({2, 1});
+  std::vector<std::string> folders;
+  for (const auto& name : names) {
+    const fs::path folder = dir.path() / name;
+    fs::copy(ref + "/llama_rope_" + name, folder, fs::copy_options::recursive);
+    write_safetensors((folder / "input.safetensors").string(), {{"tokens", tokens}, {"positions", positions}});
+    folders.push_back(folder.string());
+  }
+  test::hf_logits(folders);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto model = load_model(folders[i]);
+    const auto ours = logits_at(model, tokens, positions);
+    const auto theirs = read_safetensors(folders[i] + "/hf_logits.safetensors").at("logits");
+    EXPECT_LT(test::max_abs_diff(ours, theirs), 1e-4) << names[i];
+    const double ppl = std::exp(next_token_loss(ours, tokens)), hf_ppl = std::exp(next_token_loss(theirs, tokens));
+    EXPECT_NEAR(ppl, hf_ppl, 1e-5 * hf_ppl) << names[i];
+  }
+}
+
 TEST(LlamaAttention, GroupedQueryAttentionEqualsRepeatedKeysAndValues) {
   at::manual_seed(3);
   auto q = at::randn({2, 6, 10, 8}), k = at::randn({2, 2, 10, 8}), v = at::randn({2, 2, 10, 8});
