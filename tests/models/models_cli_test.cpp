@@ -210,6 +210,39 @@ TEST(Export, BadInputExitsTwoWithAMessage) {
 }
 
 
+// factor: auto means "reach L_e from the length the base was trained at" (issue 33):
+// the reference Llama was trained at 64 positions, so L_e = 256 with L_t = 32 is a
+// factor of 4 (not L_e / L_t = 8), and L_e = 64 fits it: 1, said in one line. A base
+// that already has a YaRN extension (x2 from 64) is re-extended from its own 64.
+// config check shows the base's shape and the resolved extension, and inspect
+// positions --config resolves the same way.
+TEST(FactorAuto, ReachesLeFromTheLengthTheBaseWasTrainedAt) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  test::make_store_stub(dir.path() / "store");
+  auto config = [&](const std::string& base, int64_t le) {
+    const std::string path = dir / (base + "-" + std::to_string(le) + ".yaml");
+    test::write_file(path, "model: {init: \"hf:" + ref + "/" + base + "\", extension: {method: yarn}}\n"
+                           "data: {store: " + (dir / "store") + ", train_length: 32, extended_length: " +
+                           std::to_string(le) + ", sampler: {method: chunk, alpha: 0.25}}\n");
+    return path;
+  };
+  const std::vector<std::tuple<std::string, int64_t, double>> cases = {
+      {"llama", 256, 4.0}, {"llama", 64, 1.0}, {"llama_rope_yarn", 512, 8.0}};
+  for (const auto& [base, le, factor] : cases) {
+    const std::string what = base + " to " + std::to_string(le);
+    auto checked = run(kBin, {"config", "check", config(base, le)});
+    ASSERT_EQ(checked.exit_code, 0) << what << ": " << checked.err;
+    EXPECT_NE(checked.out.find("d_model: 64"), std::string::npos) << what << ": " << checked.out;
+    EXPECT_NE(checked.out.find("n_kv_heads: 2"), std::string::npos) << what << ": " << checked.out;
+    EXPECT_NE(checked.out.find("original_length: 64"), std::string::npos) << what << ": " << checked.out;
+    EXPECT_EQ(checked.err.find("factor auto = 1") != std::string::npos, factor == 1.0) << what << ": " << checked.err;
+    const auto positions = run_json({"inspect", "positions", "--config", config(base, le)});
+    EXPECT_EQ(positions["extension"]["original_length"], 64) << what;
+    EXPECT_DOUBLE_EQ(positions["extension"]["factor"].get<double>(), factor) << what;
+  }
+}
+
 // model.arch llama end to end through the binary: a chunk run from an hf: Llama
 // base (GQA) trains, evaluates and exports a folder that transformers loads with
 // the logits segtrain's own run gives; HF folders evaluate directly; a Mistral
@@ -228,7 +261,7 @@ TEST(LlamaCli, ChunkRunFromAnHfLlamaTrainsAndExportsWhatTransformersLoads) {
     const std::string path = dir / (name + ".yaml");
     test::write_file(path, "run: {name: " + name + ", output_dir: " + (dir / name) + ", threads: 1}\n"
                            "model: {init: \"hf:" + base + "\", extension: {method: interpolate}}\n"
-                           "data:\n  store: " + (dir / "store") + "\n  train_length: 32\n  extended_length: 64\n"
+                           "data:\n  store: " + (dir / "store") + "\n  train_length: 32\n  extended_length: 128\n"
                            "  sampler: {method: chunk, alpha: 0.25}\n"
                            "train: {micro_batch_size: 2, lr: 1.0e-3, warmup_steps: 1, log_every: 1, checkpoint_every: 0,"
                            " tensorboard: false, budget: {tokens: 256}}\n"
@@ -331,19 +364,19 @@ TEST(LlamaCli, ChunkRunFromAnHfLlamaTrainsAndExportsWhatTransformersLoads) {
   EXPECT_EQ(hf_eval.exit_code, 0) << hf_eval.err;
 
   // A sliding window shorter than the sequences: exit 2 naming the key, in train and eval.
-  fs::create_directories(dir / "window");
-  for (const std::string f : {"model.safetensors"}) fs::copy_file(ref + "/mistral/" + f, fs::path(dir / "window") / f);
+  fs::create_directories(dir / "window_base");
+  for (const std::string f : {"model.safetensors"}) fs::copy_file(ref + "/mistral/" + f, fs::path(dir / "window_base") / f);
   auto window = json::parse(test::read_file(ref + "/mistral/config.json"));
   window["sliding_window"] = 48;
-  test::write_file(dir / "window/config.json", window.dump());
-  auto refused = run(kBin, {"train", config("window", dir / "window")});
+  test::write_file(dir / "window_base/config.json", window.dump());
+  auto refused = run(kBin, {"train", config("window", dir / "window_base")});
   EXPECT_EQ(refused.exit_code, 2) << refused.err;
   EXPECT_NE(refused.err.find("sliding_window"), std::string::npos) << refused.err;
-  refused = run(kBin, {"eval", "--model", dir / "window", "--data", dir / "store", "--lengths", "64", "--out",
+  refused = run(kBin, {"eval", "--model", dir / "window_base", "--data", dir / "store", "--lengths", "64", "--out",
                        dir / "w.json"});
   EXPECT_EQ(refused.exit_code, 2) << refused.err;
   EXPECT_NE(refused.err.find("sliding_window"), std::string::npos) << refused.err;
-  auto fits = run(kBin, {"eval", "--model", dir / "window", "--data", dir / "store", "--lengths", "32", "--out",
+  auto fits = run(kBin, {"eval", "--model", dir / "window_base", "--data", dir / "store", "--lengths", "32", "--out",
                          dir / "w.json"});
   EXPECT_EQ(fits.exit_code, 0) << fits.err;
 }
