@@ -190,6 +190,14 @@ TEST(Experiment, InterruptedGridResumesToTheSameResults) {
   // 143 after a checkpoint; 0 if the grid had already finished when the signal came.
   const int code = WEXITSTATUS(status);
   ASSERT_TRUE(code == 143 || code == 0) << code << test::read_file(dir / "b.log");
+  // The rows finished before the signal are in the tables already (rewritten after
+  // every row): the OOTB row was evaluated before da began training.
+  if (code == 143) {
+    const json partial = results_of(dir / "b")["corpora"][0];
+    ASSERT_GE(partial["rows"].size(), 1u);
+    EXPECT_EQ(partial["rows"][0]["key"], "ootb-interpolate");
+    EXPECT_NE(test::read_file(dir / "b/results.md").find("| OOTB |"), std::string::npos);
+  }
 
   auto rest = run(kBin, {"experiment", dir / "b.yaml"}, 600);
   ASSERT_EQ(rest.exit_code, 0) << rest.err;

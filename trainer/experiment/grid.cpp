@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -365,7 +366,10 @@ class GridClock {
   GridTime before_;
 };
 
-CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, const GridClock& clock) {
+// The corpus's rows, calling `row_done` with what is finished after every row (the
+// reports are rewritten then: a study of hours shows its rows as they come).
+CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus,
+                         const std::function<void(const CorpusResults&)>& row_done) {
   const Config& templ = x.base_template.config;
   const int64_t lt = templ.data.train_length;
   ensure_store(x, corpus, x.base_template);
@@ -406,7 +410,7 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
       std::vector<std::string> overrides;
       if (method != models::ExtensionMethod::none) overrides = {extension_override(method), factor_set};
       out.rows.push_back(evaluate_row(row, fdir / row.key, base_model_dir(x, corpus), overrides, x, store_dir(x, corpus), store));
-      clock.save();  // a grid killed later keeps the time of every row it finished
+      row_done(out);
     }
     for (const auto& run : runs) {
       if (run.factor != factor || !run.method) continue;
@@ -424,7 +428,7 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
       const fs::path run_dir = run.config.config.run.output_dir;
       row.train_tokens = newest_checkpoint(run_dir)->state.tokens;
       out.rows.push_back(evaluate_row(row, run_dir, (run_dir / "final").string(), overrides, x, store_dir(x, corpus), store));
-      clock.save();  // a grid killed later keeps the time of every row it finished
+      row_done(out);
     }
   }
   return out;
@@ -445,8 +449,15 @@ void run_experiment(const ExperimentConfig& x) {
             x.output_dir);
   const GridClock clock(fs::path(x.output_dir) / "wall_time.json");
   std::vector<CorpusResults> corpora;
+  // A grid killed later keeps the time and the tables of every row it finished.
+  auto row_done = [&](const CorpusResults& partial) {
+    clock.save();
+    auto so_far = corpora;
+    so_far.push_back(partial);
+    write_reports(x, so_far, clock.now());
+  };
   for (const auto& corpus : x.corpora) {
-    corpora.push_back(run_corpus(x, corpus, clock));
+    corpora.push_back(run_corpus(x, corpus, row_done));
     // Tables so far are worth having even if a later corpus fails.
     write_reports(x, corpora, clock.now());
   }
