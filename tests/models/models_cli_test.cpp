@@ -119,14 +119,17 @@ TEST(InspectPositions, RunConfigResolvesAutoFromDataLengths) {
   EXPECT_NEAR(ntk["base"].get<double>(), 10000.0 * std::pow(4.0, 8.0 / 6.0), 1e-6);
 }
 
+// The folder gives the architecture, the heads and the length it was trained at (a
+// BLOOM config has none: BLOOM's 2048), which factor auto extends from to L_e.
 TEST(InspectPositions, RunConfigStartingFromAnHfFolderTakesItsArchitecture) {
   const auto ref = test::reference_dir();
   test::TempDir dir;
   test::write_file(dir / "c.yaml", "model: {init: \"hf:" + ref + "/bloom\", arch: bloom, extension: {method: ntk_alibi}}\n"
-                   "data: {store: x, train_length: 32, extended_length: 64}\n");
+                   "data: {store: x, train_length: 32, extended_length: 4096}\n");
   auto out = run_json({"inspect", "positions", "--config", dir / "c.yaml"});
-  EXPECT_EQ(out["length"], 64);
-  expect_close(out["slopes"], values(ntk_alibi_slopes(6, 2.0)), 1e-6, "6 heads from the folder, a = 64/32");
+  EXPECT_EQ(out["length"], 4096);
+  EXPECT_EQ(out["extension"]["original_length"], 2048);
+  expect_close(out["slopes"], values(ntk_alibi_slopes(6, 2.0)), 1e-6, "6 heads from the folder, a = 4096/2048");
 }
 
 TEST(Export, FromHfFolderAndModelDirWithOverrides) {

@@ -36,7 +36,8 @@ models::ModelConfig run_config_model(const std::string& file, const std::vector<
     base = models::read_model_config(dir);
     weights = dir;
   }
-  return resolve_model_config(loaded, base, /*store_vocab_size=*/std::nullopt);  // positions do not depend on it
+  // The store may not exist yet: a scratch model's vocabulary stands at 1 (positions do not depend on it).
+  return resolve_model_config(loaded, base, /*store_vocab_size=*/1);
 }
 
 }  // namespace

@@ -87,9 +87,15 @@ struct RunDirectory {
 RunDirectory open_run_directory(const Config& c, const DistributedEnv& dist, Resume requested) {
   RunDirectory run{c.run.output_dir, {}, std::nullopt, nullptr};
   if (dist.rank == 0) {
-    // A run directory is recognised by its lock file, which train writes first.
+    // A run directory is recognised by its lock file, which train writes first. A new
+    // one may already hold checkpoints/ (a checkpoint copied in to continue with
+    // --resume) and logs/ (the other ranks' logs under run.log_all_ranks, made while
+    // rank 0 gets here): train's own folders, which it adds to and never replaces.
     const bool is_run = fs::exists(run.dir / DirectoryLock::kFileName);
-    check_output_folder(run.dir, "run.output_dir", "a run", [is_run](const fs::path&) { return is_run; });
+    check_output_folder(run.dir, "run.output_dir", "a run", [is_run](const fs::path& entry) {
+      const auto name = entry.filename();
+      return is_run || (fs::is_directory(entry) && (name == "checkpoints" || name == "logs"));
+    });
     run.lock = DirectoryLock::hold(run.dir, "run.output_dir", "segtrain train");
     if (!run.lock.warning().empty()) log::warn(run.lock.warning());
   }
@@ -128,6 +134,10 @@ class Trainer {
   }
 
  private:
+  void check_inputs(const LoadedConfig& loaded);
+  void build_model_and_optimizer(const LoadedConfig& loaded);
+  void resume_from_checkpoint();
+  void plan_steps();
   void set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named);
   StepResult train_step();
   void log_step(const StepResult& step);
@@ -185,6 +195,16 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
               dist_.master_port);
   at::set_num_threads(static_cast<int>(thread_count(c_.run.threads)));
   reset_peak_memory(device_);
+  check_inputs(loaded);
+  build_model_and_optimizer(loaded);
+  resume_from_checkpoint();
+  plan_steps();
+}
+
+// What would fail only after training is refused now (exit 2): a store in another
+// tokenizer than the base's, an empty evaluation split, a store that cannot write
+// passkey prompts, evaluation lengths past a learned table.
+void Trainer::check_inputs(const LoadedConfig& loaded) {
   // The store's ids must mean the base's tokens; checkpoints keep which tokenizer the model learns.
   if (const std::string base = model_ref_dir(c_.model.init); !base.empty())
     check_store_tokenizer(c_.data.store, base, loaded.locate("data.store"), "data.allow_tokenizer_mismatch: true",
@@ -212,7 +232,10 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
         throw InputError(loaded.locate("eval.lengths") + ": length " + std::to_string(length) +
                          " is longer than the model's " + std::to_string(models::ape_rows(model_config_)) +
                          " positions; evaluate an extended model (model.extension.method: interpolate) or drop it");
+}
 
+// The model on its device, every rank from rank 0's weights, and its optimizer.
+void Trainer::build_model_and_optimizer(const LoadedConfig& loaded) {
   model_ = build_model(loaded, model_config_);
   model_->to(device_);
   model_->train();
@@ -229,6 +252,9 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
   set_up_optimizer(named);
   log_optimizer_memory();
   state_.world_size = dist_.world_size;
+}
+
+void Trainer::resume_from_checkpoint() {
   if (run_.resume_from) {
     resumed_optimizer_state_ = load_checkpoint(run_.resume_from->dir, model_, *optimizer_);
     state_ = run_.resume_from->state;
@@ -247,7 +273,10 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
                        " but the ranks do not all start from the same checkpoint (mean step " +
                        std::to_string(sums[0] / world) + "); run.output_dir must be one shared directory: restart");
   }
+}
 
+// The loader from the run's cursor, the step plan, the schedule and cadence; config.yaml resolved.
+void Trainer::plan_steps() {
   data::LoaderOptions loader_options;
   loader_options.seed = static_cast<uint64_t>(c_.run.seed);
   loader_options.rank = dist_.rank;
