@@ -147,139 +147,182 @@ Prepend prepend_of(const json& j, const json& config) {
 
 }  // namespace
 
-DocumentTokenizer open_document_tokenizer(const std::string& path) {
+namespace {
+
+// A sentencepiece .model file given as the tokenizer (segtrain's own stores).
+DocumentTokenizer sentencepiece_file(const std::string& path) {
   DocumentTokenizer d;
-  if (!fs::is_directory(path)) {
-    auto sp = std::make_shared<Tokenizer>(Tokenizer::load(path));
-    d.kind = "sentencepiece";
-    d.meta_name = "tokenizer.model";
-    d.vocab_size = sp->vocab_size();
-    d.eos_id = sp->eos_id();
-    d.bos_id = sp->bos_id();  // recorded; documents do not start with it (add_bos false), as before
-    d.encode = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode(text, out); };
-    d.encode_text = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode_ids(text, out); };
-    d.decode = [sp](const std::vector<int32_t>& ids) { return sp->decode(ids); };
-    d.files.emplace_back("tokenizer.model", sp->serialized());
-    return d;
-  }
-  const fs::path dir(path);
-  const fs::path model = dir / "tokenizer.model", tj = dir / "tokenizer.json", tc = dir / "tokenizer_config.json",
-                 stm = dir / "special_tokens_map.json";
-  const json config = read_json_if(tc), map = read_json_if(stm);
-  const auto bos_token = special_token(config, map, "bos_token"), eos_token = special_token(config, map, "eos_token");
-  // tokenizer_config.json's (or special_tokens_map.json's) bos/eos token as an id of the
-  // vocabulary `vocabulary` (for the message), looked up by `id`.
-  const auto special_id = [&](const std::string& token, const char* key, const std::string& vocabulary,
-                              const std::function<std::optional<int32_t>(const std::string&)>& id) {
+  auto sp = std::make_shared<Tokenizer>(Tokenizer::load(path));
+  d.kind = "sentencepiece";
+  d.meta_name = "tokenizer.model";
+  d.vocab_size = sp->vocab_size();
+  d.eos_id = sp->eos_id();
+  d.bos_id = sp->bos_id();  // recorded; documents do not start with it (add_bos false), as before
+  d.encode = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode(text, out); };
+  d.encode_text = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode_ids(text, out); };
+  d.decode = [sp](const std::vector<int32_t>& ids) { return sp->decode(ids); };
+  d.files.emplace_back("tokenizer.model", sp->serialized());
+  return d;
+}
+
+// An HF folder's files and its bos/eos tokens (tokenizer_config.json, else special_tokens_map.json).
+struct HfFolder {
+  fs::path model, tokenizer_json, config_file, map_file;
+  json config, map;
+  std::optional<std::string> bos_token, eos_token;
+
+  explicit HfFolder(const fs::path& dir)
+      : model(dir / "tokenizer.model"), tokenizer_json(dir / "tokenizer.json"),
+        config_file(dir / "tokenizer_config.json"), map_file(dir / "special_tokens_map.json"),
+        config(read_json_if(config_file)), map(read_json_if(map_file)),
+        bos_token(special_token(config, map, "bos_token")), eos_token(special_token(config, map, "eos_token")) {}
+
+  // The folder's `key` token (bos_token, eos_token) as an id of `vocabulary` (named
+  // in the message), looked up by `id`.
+  int32_t special_id(const std::string& token, const char* key, const std::string& vocabulary,
+                     const std::function<std::optional<int32_t>(const std::string&)>& id) const {
     const auto found = id(token);
     if (!found)
-      throw InputError((fs::is_regular_file(tc) ? tc : stm).string() + ": " + key + " '" + token +
-                       "' is not a token of " + vocabulary);
+      throw InputError((fs::is_regular_file(config_file) ? config_file : map_file).string() + ": " + key + " '" +
+                       token + "' is not a token of " + vocabulary);
     return *found;
+  }
+};
+
+// sentencepiece alone: BOS as LlamaTokenizer's add_bos_token (default true).
+void encode_with_sentencepiece(DocumentTokenizer& d, const std::shared_ptr<Tokenizer>& sp, const HfFolder& f) {
+  const bool add_bos = config_flag(f.config, "add_bos_token").value_or(true) && d.bos_id >= 0;
+  const int32_t bos = d.bos_id, eos = d.eos_id;
+  d.add_bos = add_bos;
+  d.encode = [sp, add_bos, bos, eos](std::string_view text, std::vector<int32_t>& out) {
+    out.clear();
+    if (add_bos) out.push_back(bos);
+    sp->encode_ids(text, out);
+    end_document(out, eos);
   };
+  d.encode_text = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode_ids(text, out); };
+}
+
+// transformers loads tokenizer.json, its conversion of the model: its post-processor says
+// what goes around `tok(text)` (BOS for Llama 2), its added tokens are matched in the text
+// first, and its Metaspace or Prepend says which pieces get sentencepiece's "▁" prefix.
+void encode_as_tokenizer_json(DocumentTokenizer& d, const std::shared_ptr<Tokenizer>& sp, const HfFolder& f) {
+  auto frame = std::make_shared<TokenizerFrame>(
+      TokenizerFrame::load(f.tokenizer_json.string(), d.vocab_size, f.model.string()));
+  Prepend mode = Prepend::never;
+  try {
+    mode = prepend_of(json::parse(read_file(f.tokenizer_json, "tokenizer")), f.config);
+  } catch (const json::exception& e) {
+    throw InputError(f.tokenizer_json.string() + ": not valid JSON: " + e.what());
+  }
+  d.add_bos = d.bos_id >= 0 && !frame->prefix().empty() && frame->prefix().front() == d.bos_id;
+  auto plain = std::make_shared<Tokenizer>(
+      Tokenizer::from_serialized(without_dummy_prefix(sp->serialized()), f.model.string()));
+  const int32_t eos = d.eos_id;
+  d.encode_text = [plain, frame, mode](std::string_view text, std::vector<int32_t>& out) {
+    const auto pieces = frame->split_added(text);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const auto& p = pieces[i];
+      if (p.token >= 0) {
+        out.push_back(p.token);
+        continue;
+      }
+      const bool space = p.text.starts_with(' ');
+      const bool prefix = mode == Prepend::always || (mode == Prepend::unless_space && !space) ||
+                          (mode == Prepend::first_unless_space && i == 0 && !space);
+      plain->encode_ids(prefix ? " " + p.text : p.text, out);
+    }
+  };
+  d.encode = [text_ids = d.encode_text, frame, eos](std::string_view text, std::vector<int32_t>& out) {
+    out.assign(frame->prefix().begin(), frame->prefix().end());
+    text_ids(text, out);
+    out.insert(out.end(), frame->suffix().begin(), frame->suffix().end());
+    end_document(out, eos);
+  };
+}
+
+// An HF folder whose tokenizer.model is sentencepiece (Llama 2, Mistral).
+DocumentTokenizer hf_sentencepiece(Tokenizer loaded, const HfFolder& f) {
+  DocumentTokenizer d;
+  auto sp = std::make_shared<Tokenizer>(std::move(loaded));
+  d.kind = "hf-sentencepiece";
+  d.meta_name = "tokenizer.model";
+  d.vocab_size = sp->vocab_size();
+  const auto piece = [&](const std::string& token) -> std::optional<int32_t> {
+    const int32_t id = sp->piece_id(token);
+    return id < 0 ? std::nullopt : std::optional<int32_t>(id);
+  };
+  const std::string vocabulary = f.model.string();
+  d.bos_id = f.bos_token ? f.special_id(*f.bos_token, "bos_token", vocabulary, piece) : sp->bos_id();
+  d.eos_id = f.eos_token ? f.special_id(*f.eos_token, "eos_token", vocabulary, piece) : sp->eos_id();
+  if (d.eos_id < 0) throw InputError(vocabulary + ": no EOS piece and no eos_token in " + f.config_file.string());
+  if (fs::is_regular_file(f.tokenizer_json))
+    encode_as_tokenizer_json(d, sp, f);
+  else
+    encode_with_sentencepiece(d, sp, f);
+  d.decode = [sp](const std::vector<int32_t>& ids) { return sp->decode(ids); };
+  d.files.emplace_back("tokenizer.model", sp->serialized());
+  return d;
+}
+
+// An HF folder with a byte-level BPE tokenizer.json alone (GPT-2, Llama 3, Qwen2, SmolLM2).
+DocumentTokenizer hf_bpe(const std::string& path, const HfFolder& f) {
+  DocumentTokenizer d;
+  const std::string tj = f.tokenizer_json.string();
+  auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load(tj));
+  d.kind = "hf-bpe";
+  d.meta_name = "hf:tokenizer.json";
+  d.vocab_size = bpe->vocab_size();
+  const auto token = [&](const std::string& t) { return bpe->token_id(t); };
+  if (f.eos_token) {
+    d.eos_id = f.special_id(*f.eos_token, "eos_token", tj, token);
+  } else {
+    for (const char* c : {"<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>"})
+      if (auto id = bpe->token_id(c)) {
+        d.eos_id = *id;
+        break;
+      }
+    if (d.eos_id < 0)
+      throw InputError(path + ": no eos_token in tokenizer_config.json and none of <|endoftext|>, </s>, <eos>, "
+                              "<|end_of_text|> in " + tj);
+  }
+  if (f.bos_token) d.bos_id = f.special_id(*f.bos_token, "bos_token", tj, token);
+  d.add_bos = d.bos_id >= 0 && !bpe->prefix().empty() && bpe->prefix().front() == d.bos_id;
+  const int32_t eos = d.eos_id;
+  d.encode = [bpe, eos](std::string_view text, std::vector<int32_t>& out) {
+    out.assign(bpe->prefix().begin(), bpe->prefix().end());
+    bpe->encode(text, out);
+    out.insert(out.end(), bpe->suffix().begin(), bpe->suffix().end());
+    end_document(out, eos);
+  };
+  d.encode_text = [bpe](std::string_view text, std::vector<int32_t>& out) { bpe->encode(text, out); };
+  d.decode = [bpe](const std::vector<int32_t>& ids) { return bpe->decode(ids); };
+  return d;
+}
+
+}  // namespace
+
+DocumentTokenizer open_document_tokenizer(const std::string& path) {
+  if (!fs::is_directory(path)) return sentencepiece_file(path);
+  const fs::path dir(path);
+  const HfFolder folder(dir);
   std::optional<Tokenizer> sp_loaded;
-  if (fs::is_regular_file(model)) {
+  if (fs::is_regular_file(folder.model)) {
     try {
-      sp_loaded = Tokenizer::load(model.string());
+      sp_loaded = Tokenizer::load(folder.model.string());
     } catch (const InputError&) {
       // Not sentencepiece (Llama 3 ships tiktoken's file under this name): use tokenizer.json.
-      if (!fs::is_regular_file(tj)) throw;
+      if (!fs::is_regular_file(folder.tokenizer_json)) throw;
     }
   }
-  if (sp_loaded) {
-    auto sp = std::make_shared<Tokenizer>(std::move(*sp_loaded));
-    d.kind = "hf-sentencepiece";
-    d.meta_name = "tokenizer.model";
-    d.vocab_size = sp->vocab_size();
-    const auto piece = [&](const std::string& token) -> std::optional<int32_t> {
-      const int32_t id = sp->piece_id(token);
-      return id < 0 ? std::nullopt : std::optional<int32_t>(id);
-    };
-    d.bos_id = bos_token ? special_id(*bos_token, "bos_token", model.string(), piece) : sp->bos_id();
-    d.eos_id = eos_token ? special_id(*eos_token, "eos_token", model.string(), piece) : sp->eos_id();
-    if (d.eos_id < 0) throw InputError(model.string() + ": no EOS piece and no eos_token in " + tc.string());
-    if (!fs::is_regular_file(tj)) {
-      // sentencepiece alone: BOS as LlamaTokenizer's add_bos_token (default true).
-      const bool add_bos = config_flag(config, "add_bos_token").value_or(true) && d.bos_id >= 0;
-      const int32_t bos = d.bos_id, eos = d.eos_id;
-      d.add_bos = add_bos;
-      d.encode = [sp, add_bos, bos, eos](std::string_view text, std::vector<int32_t>& out) {
-        out.clear();
-        if (add_bos) out.push_back(bos);
-        sp->encode_ids(text, out);
-        end_document(out, eos);
-      };
-      d.encode_text = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode_ids(text, out); };
-    } else {
-      // transformers loads tokenizer.json, its conversion of the model: its post-processor says
-      // what goes around `tok(text)` (BOS for Llama 2), its added tokens are matched in the text
-      // first, and its Metaspace or Prepend says which pieces get sentencepiece's "▁" prefix.
-      auto frame = std::make_shared<TokenizerFrame>(TokenizerFrame::load(tj.string(), d.vocab_size, model.string()));
-      Prepend mode = Prepend::never;
-      try {
-        mode = prepend_of(json::parse(read_file(tj, "tokenizer")), config);
-      } catch (const json::exception& e) {
-        throw InputError(tj.string() + ": not valid JSON: " + e.what());
-      }
-      d.add_bos = d.bos_id >= 0 && !frame->prefix().empty() && frame->prefix().front() == d.bos_id;
-      auto plain = std::make_shared<Tokenizer>(Tokenizer::from_serialized(without_dummy_prefix(sp->serialized()), model.string()));
-      const int32_t eos = d.eos_id;
-      d.encode_text = [plain, frame, mode](std::string_view text, std::vector<int32_t>& out) {
-        const auto pieces = frame->split_added(text);
-        for (size_t i = 0; i < pieces.size(); ++i) {
-          const auto& p = pieces[i];
-          if (p.token >= 0) {
-            out.push_back(p.token);
-            continue;
-          }
-          const bool space = p.text.starts_with(' ');
-          const bool prefix = mode == Prepend::always || (mode == Prepend::unless_space && !space) ||
-                              (mode == Prepend::first_unless_space && i == 0 && !space);
-          plain->encode_ids(prefix ? " " + p.text : p.text, out);
-        }
-      };
-      d.encode = [text_ids = d.encode_text, frame, eos](std::string_view text, std::vector<int32_t>& out) {
-        out.assign(frame->prefix().begin(), frame->prefix().end());
-        text_ids(text, out);
-        out.insert(out.end(), frame->suffix().begin(), frame->suffix().end());
-        end_document(out, eos);
-      };
-    }
-    d.decode = [sp](const std::vector<int32_t>& ids) { return sp->decode(ids); };
-    d.files.emplace_back("tokenizer.model", sp->serialized());
-  } else if (fs::is_regular_file(tj)) {
-    auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load(tj.string()));
-    d.kind = "hf-bpe";
-    d.meta_name = "hf:tokenizer.json";
-    d.vocab_size = bpe->vocab_size();
-    const auto token = [&](const std::string& t) { return bpe->token_id(t); };
-    if (eos_token) {
-      d.eos_id = special_id(*eos_token, "eos_token", tj.string(), token);
-    } else {
-      for (const char* c : {"<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>"})
-        if (auto id = bpe->token_id(c)) {
-          d.eos_id = *id;
-          break;
-        }
-      if (d.eos_id < 0)
-        throw InputError(path + ": no eos_token in tokenizer_config.json and none of <|endoftext|>, </s>, <eos>, "
-                                "<|end_of_text|> in " + tj.string());
-    }
-    if (bos_token) d.bos_id = special_id(*bos_token, "bos_token", tj.string(), token);
-    d.add_bos = d.bos_id >= 0 && !bpe->prefix().empty() && bpe->prefix().front() == d.bos_id;
-    const int32_t eos = d.eos_id;
-    d.encode = [bpe, eos](std::string_view text, std::vector<int32_t>& out) {
-      out.assign(bpe->prefix().begin(), bpe->prefix().end());
-      bpe->encode(text, out);
-      out.insert(out.end(), bpe->suffix().begin(), bpe->suffix().end());
-      end_document(out, eos);
-    };
-    d.encode_text = [bpe](std::string_view text, std::vector<int32_t>& out) { bpe->encode(text, out); };
-    d.decode = [bpe](const std::vector<int32_t>& ids) { return bpe->decode(ids); };
-  } else {
+  DocumentTokenizer d;
+  if (sp_loaded)
+    d = hf_sentencepiece(std::move(*sp_loaded), folder);
+  else if (fs::is_regular_file(folder.tokenizer_json))
+    d = hf_bpe(path, folder);
+  else
     throw InputError(path + ": neither tokenizer.model nor tokenizer.json in this folder (expected a Hugging Face "
                             "tokenizer folder or a sentencepiece .model file)");
-  }
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
     if (fs::is_regular_file(dir / name)) d.files.emplace_back(name, read_file(dir / name, "tokenizer"));
   return d;

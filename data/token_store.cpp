@@ -82,13 +82,20 @@ IndexedDataset::IndexedDataset(IndexedDataset&&) noexcept = default;
 IndexedDataset& IndexedDataset::operator=(IndexedDataset&&) noexcept = default;
 IndexedDataset::~IndexedDataset() = default;
 
-IndexedDataset IndexedDataset::open(const std::string& prefix, int64_t vocab_size) {
-  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  IndexedDataset ds;
-  ds.prefix_ = prefix;
-  MappedFile idx(idx_path);
-  const unsigned char* p = idx.data();
-  const auto idx_size = static_cast<int64_t>(idx.size());
+namespace {
+
+// A Megatron .idx laid out: its token type and where its three arrays start.
+struct IdxLayout {
+  TokenDtype dtype = TokenDtype::uint16;
+  int64_t sequences = 0, doc_indices = 0;
+  const unsigned char* sizes = nullptr;     // int32 per sequence, in tokens
+  const unsigned char* pointers = nullptr;  // int64 per sequence, in bytes of .bin
+  const unsigned char* docs = nullptr;      // int64 per document boundary, in sequences
+};
+
+// The header, and that the file holds exactly what it declares (every count is
+// bounded by the file length before it is multiplied: a garbage header cannot overflow).
+IdxLayout read_idx_layout(const std::string& idx_path, const unsigned char* p, int64_t idx_size) {
   if (idx_size < kHeaderBytes)
     fault(idx_path, "truncated header: " + std::to_string(idx_size) + " bytes, a Megatron .idx has at least " +
                         std::to_string(kHeaderBytes));
@@ -99,11 +106,8 @@ IndexedDataset IndexedDataset::open(const std::string& prefix, int64_t vocab_siz
   const uint8_t code = p[17];
   if (code != static_cast<uint8_t>(TokenDtype::uint16) && code != static_cast<uint8_t>(TokenDtype::int32))
     fault(idx_path, "unsupported dtype code " + std::to_string(code) + " (expected 8 = uint16 or 4 = int32)");
-  ds.dtype_ = static_cast<TokenDtype>(code);
-  const int64_t item = dtype_bytes(ds.dtype_);
   const auto sequences = read_le<uint64_t>(p + 18);
   const auto doc_indices = read_le<uint64_t>(p + 26);
-  // Bound the counts before multiplying so a garbage header cannot overflow.
   const uint64_t limit = static_cast<uint64_t>(idx_size);
   const std::string declared = "the header declares " + std::to_string(sequences) + " sequences and " +
                                std::to_string(doc_indices) + " document indices";
@@ -114,23 +118,32 @@ IndexedDataset IndexedDataset::open(const std::string& prefix, int64_t vocab_siz
       need > idx_size)
     fault(idx_path, "sizes beyond the file length: " + declared + ", which need " + std::to_string(need) +
                         " bytes, but the file has " + std::to_string(idx_size));
-  const auto S = static_cast<int64_t>(sequences), D = static_cast<int64_t>(doc_indices);
-  const int64_t needed = kHeaderBytes + 12 * S + 8 * D;
+  IdxLayout l;
+  l.dtype = static_cast<TokenDtype>(code);
+  l.sequences = static_cast<int64_t>(sequences);
+  l.doc_indices = static_cast<int64_t>(doc_indices);
+  const int64_t needed = kHeaderBytes + 12 * l.sequences + 8 * l.doc_indices;
   // Newer Megatron-Core may append one mode byte per sequence; anything else is damage.
-  if (idx_size != needed && idx_size != needed + S)
+  if (idx_size != needed && idx_size != needed + l.sequences)
     fault(idx_path, std::to_string(idx_size - needed) + " unexpected bytes after the document index (expected " +
                         std::to_string(needed) + " bytes in all)");
-  const unsigned char* sizes = p + kHeaderBytes;
-  const unsigned char* pointers = sizes + 4 * S;
-  const unsigned char* docs = pointers + 8 * S;
+  l.sizes = p + kHeaderBytes;
+  l.pointers = l.sizes + 4 * l.sequences;
+  l.docs = l.pointers + 8 * l.sequences;
+  return l;
+}
 
-  auto bin = std::make_unique<MappedFile>(bin_path);
-  const auto bin_size = static_cast<int64_t>(bin->size());
+// Each sequence's first token and size, checked against the .bin: sizes not negative,
+// pointers monotonic, aligned to the item and inside the file.
+void read_sequences(const IdxLayout& l, const std::string& idx_path, const std::string& bin_path, int64_t bin_size,
+                    std::vector<int64_t>& seq_begin, std::vector<int64_t>& seq_size) {
+  const int64_t item = dtype_bytes(l.dtype);
   int64_t previous_end = 0;
-  std::vector<int64_t> seq_begin(static_cast<size_t>(S)), seq_size(static_cast<size_t>(S));
-  for (int64_t i = 0; i < S; ++i) {
-    const int64_t size = read_le<int32_t>(sizes + 4 * i);
-    const int64_t ptr = read_le<int64_t>(pointers + 8 * i);
+  seq_begin.assign(static_cast<size_t>(l.sequences), 0);
+  seq_size.assign(static_cast<size_t>(l.sequences), 0);
+  for (int64_t i = 0; i < l.sequences; ++i) {
+    const int64_t size = read_le<int32_t>(l.sizes + 4 * i);
+    const int64_t ptr = read_le<int64_t>(l.pointers + 8 * i);
     if (size < 0) fault(idx_path, "sequence " + std::to_string(i) + " has negative size " + std::to_string(size));
     if (ptr < previous_end)
       fault(idx_path, "non-monotonic pointers: sequence " + std::to_string(i) + " starts at byte " +
@@ -138,49 +151,55 @@ IndexedDataset IndexedDataset::open(const std::string& prefix, int64_t vocab_siz
                           std::to_string(previous_end));
     if (ptr % item != 0)
       fault(idx_path, "pointer of sequence " + std::to_string(i) + " (" + std::to_string(ptr) +
-                          ") is not a multiple of the " + dtype_name(ds.dtype_) + " item size");
+                          ") is not a multiple of the " + dtype_name(l.dtype) + " item size");
     // ptr > bin_size - bytes rather than ptr + bytes > bin_size: a pointer near 2^63
     // made the sum overflow (UBSan, fuzz_megatron_idx).
     if (ptr > bin_size - size * item)
       fault(bin_path, "truncated: sequence " + std::to_string(i) + " of " + std::to_string(size * item) +
                           " bytes starts at byte " + std::to_string(ptr) + " but the file has " +
                           std::to_string(bin_size) + " bytes");
-    const int64_t end = ptr + size * item;
     seq_begin[static_cast<size_t>(i)] = ptr / item;
     seq_size[static_cast<size_t>(i)] = size;
-    previous_end = end;
+    previous_end = ptr + size * item;
   }
-  if (D < 1 || read_le<int64_t>(docs) != 0)
+}
+
+// Documents from the document index: each a contiguous run of sequences (first token, length).
+void read_documents(const IdxLayout& l, const std::string& idx_path, const std::vector<int64_t>& seq_begin,
+                    const std::vector<int64_t>& seq_size, std::vector<int64_t>& doc_begin,
+                    std::vector<int64_t>& doc_length) {
+  const int64_t S = l.sequences, D = l.doc_indices;
+  if (D < 1 || read_le<int64_t>(l.docs) != 0)
     fault(idx_path, "the document index must start with 0 (one entry per document boundary)");
   for (int64_t d = 1; d < D; ++d) {
-    const int64_t first = read_le<int64_t>(docs + 8 * (d - 1)), last = read_le<int64_t>(docs + 8 * d);
+    const int64_t first = read_le<int64_t>(l.docs + 8 * (d - 1)), last = read_le<int64_t>(l.docs + 8 * d);
     if (last < first || last > S)
       fault(idx_path, "document index entry " + std::to_string(d) + " (" + std::to_string(last) +
                           ") is not in [" + std::to_string(first) + ", " + std::to_string(S) + "]");
     if (last == first) continue;  // Megatron writes no empty documents, but they are harmless
     int64_t length = 0;
     for (int64_t s = first; s < last; ++s) {
-      if (s > first && seq_begin[static_cast<size_t>(s)] != seq_begin[static_cast<size_t>(s - 1)] + seq_size[static_cast<size_t>(s - 1)])
+      const auto i = static_cast<size_t>(s);
+      if (s > first && seq_begin[i] != seq_begin[i - 1] + seq_size[i - 1])
         fault(idx_path, "document " + std::to_string(d - 1) + " is not contiguous in the .bin");
-      length += seq_size[static_cast<size_t>(s)];
+      length += seq_size[i];
     }
-    ds.doc_begin_.push_back(seq_begin[static_cast<size_t>(first)]);
-    ds.doc_length_.push_back(length);
-    ds.total_tokens_ += length;
+    doc_begin.push_back(seq_begin[static_cast<size_t>(first)]);
+    doc_length.push_back(length);
   }
-  if (read_le<int64_t>(docs + 8 * (D - 1)) != S)
-    fault(idx_path, "the document index ends at sequence " + std::to_string(read_le<int64_t>(docs + 8 * (D - 1))) +
+  if (read_le<int64_t>(l.docs + 8 * (D - 1)) != S)
+    fault(idx_path, "the document index ends at sequence " + std::to_string(read_le<int64_t>(l.docs + 8 * (D - 1))) +
                         ", expected the sequence count " + std::to_string(S));
+}
 
-  ds.base_ = bin->data();
-  ds.bin_ = std::move(bin);
-  // One pass over all tokens: ids outside the vocabulary would index past the
-  // embedding table much later, far from the cause.
+// The largest token id, after one pass over every token: ids outside the vocabulary
+// (vocab_size > 0) would index past the embedding table much later, far from the cause.
+int32_t check_token_range(const IndexedDataset& ds, int64_t vocab_size, const std::string& bin_path) {
   int64_t lo = 0, hi = -1;
   for (int64_t d = 0; d < ds.documents(); ++d) {
     const int64_t n = ds.length(d);
     if (n == 0) continue;
-    if (ds.dtype_ == TokenDtype::uint16) {
+    if (ds.dtype() == TokenDtype::uint16) {
       const uint16_t* t = ds.data<uint16_t>(d);
       hi = std::max<int64_t>(hi, *std::max_element(t, t + n));
     } else {
@@ -190,7 +209,6 @@ IndexedDataset IndexedDataset::open(const std::string& prefix, int64_t vocab_siz
       hi = std::max<int64_t>(hi, *mx);
     }
   }
-  ds.max_token_ = static_cast<int32_t>(hi);
   if (lo < 0 || (vocab_size > 0 && hi >= vocab_size)) {
     for (int64_t d = 0; d < ds.documents(); ++d)
       for (int64_t i = 0; i < ds.length(d); ++i) {
@@ -200,6 +218,26 @@ IndexedDataset IndexedDataset::open(const std::string& prefix, int64_t vocab_siz
                               std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
       }
   }
+  return static_cast<int32_t>(hi);
+}
+
+}  // namespace
+
+IndexedDataset IndexedDataset::open(const std::string& prefix, int64_t vocab_size) {
+  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
+  IndexedDataset ds;
+  ds.prefix_ = prefix;
+  MappedFile idx(idx_path);
+  const IdxLayout layout = read_idx_layout(idx_path, idx.data(), static_cast<int64_t>(idx.size()));
+  ds.dtype_ = layout.dtype;
+  auto bin = std::make_unique<MappedFile>(bin_path);
+  std::vector<int64_t> seq_begin, seq_size;
+  read_sequences(layout, idx_path, bin_path, static_cast<int64_t>(bin->size()), seq_begin, seq_size);
+  read_documents(layout, idx_path, seq_begin, seq_size, ds.doc_begin_, ds.doc_length_);
+  for (int64_t length : ds.doc_length_) ds.total_tokens_ += length;
+  ds.base_ = bin->data();
+  ds.bin_ = std::move(bin);
+  ds.max_token_ = check_token_range(ds, vocab_size, bin_path);
   return ds;
 }
 

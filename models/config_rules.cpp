@@ -48,19 +48,6 @@ void check_sizes(std::vector<ConfigProblem>& out, const ModelConfig& c) {
     if (set) fail(out, key, llama_only);
 }
 
-// Which extension methods each position scheme has (seeds 000-004).
-bool method_fits(ExtensionMethod m, PositionScheme scheme) {
-  using M = ExtensionMethod;
-  if (m == M::none || m == M::interpolate) return true;
-  switch (scheme) {
-    case PositionScheme::rope:
-      return m == M::ntk || m == M::dynamic_ntk || m == M::yarn || m == M::llama3 || m == M::longrope;
-    case PositionScheme::alibi: return m == M::dynamic_interpolate || m == M::ntk_alibi;
-    case PositionScheme::learned: return false;
-  }
-  return false;
-}
-
 void check_rotary(std::vector<ConfigProblem>& out, const ModelConfig& c, Sizes sizes) {
   const auto m = c.extension.method;
   if (sizes == Sizes::known) {
@@ -98,6 +85,18 @@ void check_rotary(std::vector<ConfigProblem>& out, const ModelConfig& c, Sizes s
 }
 
 }  // namespace
+
+bool method_fits(ExtensionMethod m, PositionScheme scheme) {
+  using M = ExtensionMethod;
+  if (m == M::none || m == M::interpolate) return true;
+  switch (scheme) {
+    case PositionScheme::rope:
+      return m == M::ntk || m == M::dynamic_ntk || m == M::yarn || m == M::llama3 || m == M::longrope;
+    case PositionScheme::alibi: return m == M::dynamic_interpolate || m == M::ntk_alibi;
+    case PositionScheme::learned: return false;
+  }
+  return false;
+}
 
 std::vector<ConfigProblem> model_problems(const ModelConfig& c, Sizes sizes) {
   std::vector<ConfigProblem> out;

@@ -18,6 +18,10 @@ namespace segtrain::models {
 // wait until the base is read (check_model_config).
 enum class Sizes { known, from_base };
 
+// Which extension methods each position scheme has (seeds 000-004): the rule
+// model.extension.method is checked by, and the experiment's OOTB rows are drawn from.
+bool method_fits(ExtensionMethod method, PositionScheme scheme);
+
 // Empty when the config holds together. "auto" values pass where their resolution
 // is what the rule needs (factor auto is L_e / L_t >= 1 once resolved).
 std::vector<ConfigProblem> model_problems(const ModelConfig& config, Sizes sizes = Sizes::known);

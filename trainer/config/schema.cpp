@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "models/config_values.h"
+
 namespace segtrain::trainer::schema {
 namespace {
 
@@ -263,7 +265,8 @@ Field text_list(std::string path, std::vector<std::string>& v, std::string doc) 
 
 }  // namespace
 
-std::vector<Field> fields(Config& c) {
+// One row per config key: a declarative table, as long as there are keys.
+std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): the key table
   auto& m = c.model.spec;
   auto& ext = m.extension;
   auto& t = c.train;
@@ -301,7 +304,7 @@ std::vector<Field> fields(Config& c) {
       choice("model.extension.method", ext.method, models::kExtensionMethods,
              "Context extension: interpolate (APE/RoPE PI/ALiBi), dynamic_interpolate (ALiBi), ntk, "
              "dynamic_ntk, yarn, llama3, longrope (RoPE), ntk_alibi (ALiBi).").with({KeyRole::resume, KeyRole::stored_model}),
-      maybe_real("model.extension.factor", ext.factor, "auto", at_least(1), kNoHigh,
+      maybe_real("model.extension.factor", ext.factor, "auto", at_least(models::kMinExtensionFactor), kNoHigh,
                  "Extension factor; auto reaches data.extended_length from original_length (L_e / original_length, 1 when L_e fits).").with({KeyRole::resume, KeyRole::stored_model}),
       maybe_integer("model.extension.original_length", ext.original_length, "auto", 1,
                     "Length the base model was trained at; auto is the base's (its extension's original length, else its max_positions; scratch: data.train_length).").with({KeyRole::resume, KeyRole::stored_model}),

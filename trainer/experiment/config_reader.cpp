@@ -14,6 +14,7 @@
 #include "common/strings.h"
 #include "trainer/experiment/experiment.h"
 #include "trainer/experiment/plan.h"
+#include "models/config_rules.h"
 #include "models/model_io.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/yaml_text.h"
@@ -316,11 +317,8 @@ void read_corpus(const YAML::Node& node, size_t index, MapReader& parent, Experi
   x.corpora.push_back(std::move(corpus));
 }
 
-void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::vector<std::string>& errors) {
-  MapReader r(node, "experiment", x.file, errors);
+void read_factors(MapReader& r, const YAML::Node& node, ExperimentConfig& x, std::vector<std::string>& errors) {
   const int64_t lt = x.base_template.config.data.train_length;  // >= 1 (schema)
-  x.name = r.string("name").value_or(fs::path(x.file).stem().string());
-  x.output_dir = r.string("output_dir").value_or("runs/experiments/" + x.name);
   if (auto factors = r.list("factors")) {
     x.factors.clear();
     for (const auto& item : *factors) {
@@ -338,8 +336,10 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
     if (f > std::numeric_limits<int64_t>::max() / lt)
       errors.push_back(location(x.file, node.Mark()) + ": experiment.factors: " + std::to_string(f) +
                        " * data.train_length " + std::to_string(lt) + " does not fit in a 64-bit L_e");
-  x.train_tokens = r.integer("train_tokens", 1);  // before the methods: their budgets are checked against it
-  read_methods(r, x);
+}
+
+// experiment.ootb and experiment.train_extension; returns where ootb was given.
+std::optional<YAML::Mark> read_extensions(MapReader& r, ExperimentConfig& x, std::vector<std::string>& errors) {
   auto extension_name = [&](const YAML::Node& item, const std::string& key) -> std::optional<models::ExtensionMethod> {
     auto method = item.IsScalar() ? enum_from_name(models::kExtensionMethods, item.Scalar()) : std::nullopt;
     if (!method) {
@@ -358,6 +358,11 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
   }
   if (auto te = r.get("train_extension"); te && !(te->IsScalar() && te->Scalar() == "auto"))
     x.train_extension = extension_name(*te, "train_extension");
+  return ootb_mark;
+}
+
+void read_eval_lengths(MapReader& r, ExperimentConfig& x, std::vector<std::string>& errors) {
+  const int64_t lt = x.base_template.config.data.train_length;
   x.eval_lengths = r.integers("eval_lengths", 2).value_or(std::vector<int64_t>{});
   std::sort(x.eval_lengths.begin(), x.eval_lengths.end());
   x.eval_from_longest = r.boolean("eval_from_longest").value_or(false);
@@ -365,51 +370,47 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
     errors.push_back(location(x.file, r.get("eval_from_longest")->Mark()) +
                      ": experiment.eval_from_longest: needs non-overlapping windows, but eval.stride is " +
                      std::to_string(x.base_template.config.eval.stride));
+  if (x.eval_lengths.empty()) return;
   // A row keeps the loss by position of its longest length, which the plots and the
   // ring section read as L_e's: with lengths of its own, a grid has one factor and no
   // length past its L_e.
-  if (!x.eval_lengths.empty() && (x.factors.size() != 1 || x.eval_lengths.back() > x.factors.front() * lt))
+  if (x.factors.size() != 1 || x.eval_lengths.back() > x.factors.front() * lt)
     errors.push_back(location(x.file, r.get("eval_lengths")->Mark()) +
                      ": experiment.eval_lengths: give them with one factor and none longer than its L_e (the "
                      "loss-by-position plots are drawn at L_e)");
   // The tables compare rows at L_t and at each L_e: both must be among the lengths.
-  if (!x.eval_lengths.empty())
-    for (int64_t needed : [&] {
-           std::vector<int64_t> v = {lt};
-           for (int64_t f : x.factors)
-             if (f <= std::numeric_limits<int64_t>::max() / lt) v.push_back(f * lt);
-           return v;
-         }())
-      if (std::find(x.eval_lengths.begin(), x.eval_lengths.end(), needed) == x.eval_lengths.end())
-        errors.push_back(location(x.file, r.get("eval_lengths")->Mark()) + ": experiment.eval_lengths: " +
-                         std::to_string(needed) + " is missing; the lengths must include L_t = " + std::to_string(lt) +
-                         " and every L_e = factor * L_t");
-  if (auto passkey = section(r, "passkey")) {
-    MapReader p(*passkey, "experiment.passkey", x.file, errors);
-    x.passkey.lengths = p.integers("lengths", 2).value_or(std::vector<int64_t>{});
-    std::sort(x.passkey.lengths.begin(), x.passkey.lengths.end());
-    x.passkey.trials = p.integer("trials", 1).value_or(x.passkey.trials);
-    if (auto style = p.string("style")) {
-      if (auto s = enum_from_name(kPasskeyStyles, *style))
-        x.passkey.style = *s;
-      else
-        p.fail(*p.get("style"), "style", "expected digits or recall, got '" + *style + "'");
-    }
-    if (x.passkey.lengths.empty() && !passkey->operator[]("lengths").IsDefined())
-      errors.push_back(location(x.file, passkey->Mark()) + ": experiment.passkey.lengths: required (the prompt lengths)");
-    p.finish();
-  }
-  if (auto corpora = r.list("corpora")) {
-    for (size_t i = 0; i < corpora->size(); ++i) read_corpus((*corpora)[i], i, r, x);
-  } else if (!r.get("corpora")) {
-    errors.push_back(location(x.file, node.Mark()) +
-                     ": experiment.corpora: required: a list of corpora, e.g. [{name: synthetic, synthetic: {docs: 200}}]");
-  }
-  x.base_set = read_set(r, "base", "experiment.base");
-  x.extend_set = read_set(r, "extend", "experiment.extend");
-  r.finish();
+  std::vector<int64_t> needed = {lt};
+  for (int64_t f : x.factors)
+    if (f <= std::numeric_limits<int64_t>::max() / lt) needed.push_back(f * lt);
+  for (int64_t length : needed)
+    if (std::find(x.eval_lengths.begin(), x.eval_lengths.end(), length) == x.eval_lengths.end())
+      errors.push_back(location(x.file, r.get("eval_lengths")->Mark()) + ": experiment.eval_lengths: " +
+                       std::to_string(length) + " is missing; the lengths must include L_t = " + std::to_string(lt) +
+                       " and every L_e = factor * L_t");
+}
 
-  // Which OOTB methods fit depends on each corpus's base architecture.
+void read_passkey(MapReader& r, ExperimentConfig& x, std::vector<std::string>& errors) {
+  auto passkey = section(r, "passkey");
+  if (!passkey) return;
+  MapReader p(*passkey, "experiment.passkey", x.file, errors);
+  x.passkey.lengths = p.integers("lengths", 2).value_or(std::vector<int64_t>{});
+  std::sort(x.passkey.lengths.begin(), x.passkey.lengths.end());
+  x.passkey.trials = p.integer("trials", 1).value_or(x.passkey.trials);
+  if (auto style = p.string("style")) {
+    if (auto s = enum_from_name(kPasskeyStyles, *style))
+      x.passkey.style = *s;
+    else
+      p.fail(*p.get("style"), "style", "expected digits or recall, got '" + *style + "'");
+  }
+  if (x.passkey.lengths.empty() && !passkey->operator[]("lengths").IsDefined())
+    errors.push_back(location(x.file, passkey->Mark()) + ": experiment.passkey.lengths: required (the prompt lengths)");
+  p.finish();
+}
+
+// Which rows fit depends on each corpus's base architecture: truncate needs an
+// extension to train with, and the OOTB methods must apply to the base.
+void check_rows_fit_bases(const ExperimentConfig& x, const std::optional<YAML::Mark>& ootb_mark,
+                          std::vector<std::string>& errors) {
   for (const auto& corpus : x.corpora) {
     if (!corpus.base.empty() && !fs::is_directory(model_ref_dir(corpus.base))) continue;  // reported above
     const models::Arch arch = base_arch(x, corpus);
@@ -430,6 +431,28 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
                          join(names, ", "));
       }
   }
+}
+
+void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::vector<std::string>& errors) {
+  MapReader r(node, "experiment", x.file, errors);
+  x.name = r.string("name").value_or(fs::path(x.file).stem().string());
+  x.output_dir = r.string("output_dir").value_or("runs/experiments/" + x.name);
+  read_factors(r, node, x, errors);
+  x.train_tokens = r.integer("train_tokens", 1);  // before the methods: their budgets are checked against it
+  read_methods(r, x);
+  const auto ootb_mark = read_extensions(r, x, errors);
+  read_eval_lengths(r, x, errors);
+  read_passkey(r, x, errors);
+  if (auto corpora = r.list("corpora")) {
+    for (size_t i = 0; i < corpora->size(); ++i) read_corpus((*corpora)[i], i, r, x);
+  } else if (!r.get("corpora")) {
+    errors.push_back(location(x.file, node.Mark()) +
+                     ": experiment.corpora: required: a list of corpora, e.g. [{name: synthetic, synthetic: {docs: 200}}]");
+  }
+  x.base_set = read_set(r, "base", "experiment.base");
+  x.extend_set = read_set(r, "extend", "experiment.extend");
+  r.finish();
+  check_rows_fit_bases(x, ootb_mark, errors);
 }
 
 }  // namespace
@@ -475,12 +498,17 @@ std::optional<TrainedMethod> parse_trained_method(const std::string& name) {
 
 std::vector<models::ExtensionMethod> ootb_methods_for(models::Arch arch) {
   using E = models::ExtensionMethod;
-  switch (models::position_scheme(arch)) {
-    case models::PositionScheme::learned: return {E::interpolate};  // a table has no rows past L_t otherwise
-    case models::PositionScheme::rope: return {E::none, E::interpolate, E::ntk, E::dynamic_ntk, E::yarn, E::llama3};
-    case models::PositionScheme::alibi: return {E::none, E::interpolate, E::dynamic_interpolate, E::ntk_alibi};
+  const auto scheme = models::position_scheme(arch);
+  std::vector<E> out;
+  for (const auto& [name, m] : models::kExtensionMethods) {
+    if (!models::method_fits(m, scheme)) continue;
+    // LongRoPE's per-frequency factors come with a base that has them, not from a factor.
+    if (m == E::longrope) continue;
+    // A learned table has no rows past L_t unless it is interpolated.
+    if (m == E::none && scheme == models::PositionScheme::learned) continue;
+    out.push_back(m);
   }
-  return {};
+  return out;
 }
 
 models::ExtensionMethod default_train_extension(models::Arch arch) {
