@@ -1,4 +1,4 @@
-"""The README's table of memory per GPU, computed (not measured on a GPU) from costs measured here on the CPU.
+"""docs/gpus.md's table of memory per GPU, computed (not measured on a GPU) from costs measured here on the CPU.
 
   python bench/memory_table.py   prints the inputs it used, the markdown table and the two targets' headroom
 

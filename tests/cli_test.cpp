@@ -157,7 +157,7 @@ namespace segtrain {
 namespace {
 
 TEST(Readme, ConfigReferenceMatchesTheSchema) {
-  const std::string readme = test::read_file(kSource / "README.md");
+  const std::string readme = test::read_file(kSource / "docs" / "configuration.md");
   const auto begin = readme.find("<!-- config-reference:begin");
   const auto end = readme.find("<!-- config-reference:end -->");
   ASSERT_NE(begin, std::string::npos);
@@ -166,7 +166,7 @@ TEST(Readme, ConfigReferenceMatchesTheSchema) {
   const std::string in_readme = readme.substr(table_start, end - table_start);
   auto r = run(kBin, {"config", "reference"});
   ASSERT_EQ(r.exit_code, 0);
-  EXPECT_EQ(in_readme, r.out) << "README's config reference is stale: run scripts/update_readme_reference.sh";
+  EXPECT_EQ(in_readme, r.out) << "docs/configuration.md's config reference is stale: run scripts/update_readme_reference.sh";
 }
 
 }  // namespace

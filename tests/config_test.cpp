@@ -37,7 +37,7 @@ TEST_F(ConfigTest, MinimalConfigTakesDocumentedDefaults) {
   EXPECT_FALSE(loaded.config.model.spec.extension.factor.has_value());  // auto
   EXPECT_TRUE(loaded.config.train.budget.compute_equivalent);
   // min_lr auto is lr / 10: the default lr's 3e-5, and below any lr a user lowers it to
-  // (the README's 2e-5 for a pretrained base was refused against a fixed 3e-5).
+  // (docs/models.md's 2e-5 for a pretrained base was refused against a fixed 3e-5).
   EXPECT_FALSE(loaded.config.train.min_lr.has_value());
   EXPECT_DOUBLE_EQ(min_lr_of(loaded.config.train), 3e-5);
   const LoadedConfig low = load_config(minimal(), {"train.lr=2e-5"});

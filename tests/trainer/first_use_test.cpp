@@ -158,7 +158,7 @@ TEST_F(FirstUse, MessagesNameWhatToDo) {
   expect_refused(r, "is a run without final/", "eval of a run without final/");
   EXPECT_NE(r.err.find(model + "/checkpoints/step-2"), std::string::npos) << r.err;
 
-  // The README's TinyLlama example: lr 2e-5 with min_lr left at auto (lr / 10).
+  // docs/models.md's TinyLlama example: lr 2e-5 with min_lr left at auto (lr / 10).
   const std::string low_lr = tiny_run_config("low_lr", {.train_keys = ", lr: 2.0e-5, min_lr: auto"});
   test::write_file(low_lr, [&] {
     std::string text = test::read_file(low_lr);

@@ -192,7 +192,7 @@ std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_
 // an equal Config.
 std::string to_yaml(const Config& config);
 
-// Markdown table of every key with type, default and meaning (README reference).
+// Markdown table of every key with type, default and meaning (docs/configuration.md).
 std::string reference_markdown();
 
 // Dotted names of every key, in schema order.
