@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "data/bpe_tokenizer.h"
 
 namespace segtrain::data {
 
@@ -215,7 +214,5 @@ std::string utf8_lossy(const std::string& bytes) {
   }
   return out;
 }
-
-std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const { return bpe_decode(*decoder_, ids); }
 
 }  // namespace segtrain::data

@@ -739,4 +739,6 @@ std::vector<TokenizerFrame::Part> TokenizerFrame::split_added(std::string_view t
   return parts;
 }
 
+std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const { return bpe_decode(*decoder_, ids); }
+
 }  // namespace segtrain::data
