@@ -268,7 +268,7 @@ TEST(ShardedAdamW, Bf16StorageStepsLikeAdamWOnFp32MasterWeightsInPython) {
   }
   FlatBuckets flat(plain, 200, 1, at::kBFloat16);
   ShardedAdamW adamw(params, o, flat, ShardedAdamWSetup{nullptr, true, initial});
-  ASSERT_TRUE(adamw.has_master_weights());
+  ASSERT_TRUE(adamw.keeps_master_weights());
   for (auto& [n, p] : params) ASSERT_EQ(p.scalar_type(), at::kBFloat16) << n;
   const std::vector<double> lrs = {1e-2, 5e-3, 2e-3};
   for (size_t step = 0; step < lrs.size(); ++step) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/train/flat_buckets.h"
+
 namespace segtrain::trainer {
 
 struct AdamWOptions {
@@ -76,6 +78,16 @@ class Optimizer {
   virtual std::map<std::string, at::Tensor> master_weights() { return {}; }
   // Takes them back from a checkpoint's (fp32) weights; nothing without master weights.
   virtual void load_master_weights(const std::map<std::string, at::Tensor>& /*weights*/) {}
+  // With master weights the optimizer sums each micro-batch's gradient into fp32
+  // sums of its own: the loop hands every micro-batch's gradient over (reduced over
+  // ranks through accumulate, or accumulate_local in one process) and clears the
+  // parameters' gradients before the next. Without, gradients accumulate in place.
+  virtual bool keeps_master_weights() const { return false; }
+  // Adds `reduced` (range `range` of bucket `bucket`'s buffers, summed over ranks)
+  // to the master's gradient sums: GradientSync's sink. Nothing without master weights.
+  virtual void accumulate(size_t /*bucket*/, FlatRange /*range*/, const at::Tensor& /*reduced*/) {}
+  // One process: adds the parameters' gradients to the master's sums.
+  virtual void accumulate_local() {}
 };
 
 class FlatBuckets;

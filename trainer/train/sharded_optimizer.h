@@ -63,13 +63,10 @@ class ShardedAdamW : public Optimizer {
   std::map<std::string, at::Tensor> master_weights() override;
   void load_master_weights(const std::map<std::string, at::Tensor>& weights) override;
 
-  bool has_master_weights() const { return master_; }
-  // Master weights: adds `reduced` (range `range` of bucket `bucket`'s buffers,
-  // summed over ranks) to this rank's fp32 gradient sums where they overlap;
-  // GradientSync's sink.
-  void accumulate(size_t bucket, FlatRange range, const at::Tensor& reduced);
-  // Master weights, one process: adds the buckets' gradients to the sums.
-  void accumulate_local();
+  bool keeps_master_weights() const override { return master_; }
+  // Adds to this rank's fp32 gradient sums where `range` overlaps its slices.
+  void accumulate(size_t bucket, FlatRange range, const at::Tensor& reduced) override;
+  void accumulate_local() override;
 
  private:
   // The part of one parameter inside this rank's slice of its bucket.

@@ -165,7 +165,6 @@ class Trainer {
   std::unique_ptr<FlatBuckets> flat_;  // data parallel: parameters and gradients in flat buckets
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<Optimizer> optimizer_;
-  ShardedAdamW* master_ = nullptr;  // the optimizer, when it keeps fp32 master weights (train.param_dtype: bf16)
   TrainerState state_;
   Clock::time_point started_ = Clock::now();
   int64_t tokens_at_start_ = 0;  // state_.tokens when this process began (after a resume)
@@ -329,19 +328,17 @@ void Trainer::set_up_optimizer(const std::vector<std::pair<std::string, at::Tens
                                           dist_.world_size,
                                           bf16 ? std::optional(at::kBFloat16) : std::nullopt);
   if (bf16 || shard) {
-    auto optimizer = std::make_unique<ShardedAdamW>(named, adamw_options(c_.train), *flat_,
-                                                    ShardedAdamWSetup{group_.get(), shard, std::move(fp32_values)});
-    if (bf16) master_ = optimizer.get();
-    optimizer_ = std::move(optimizer);
+    optimizer_ = std::make_unique<ShardedAdamW>(named, adamw_options(c_.train), *flat_,
+                                                ShardedAdamWSetup{group_.get(), shard, std::move(fp32_values)});
   } else {
     optimizer_ = std::make_unique<FusedAdamW>(named, adamw_options(c_.train), flat_.get());
   }
   if (!group_) return;
   GradientSyncOptions sync{shard ? Reduction::reduce_scatter : Reduction::all_reduce, std::nullopt, {}};
-  if (master_) {
+  if (optimizer_->keeps_master_weights()) {
     sync.reduce_dtype = c_.train.reduce_dtype == Precision::bf16 ? at::kBFloat16 : at::kFloat;
     sync.sink = [this](size_t bucket, FlatRange range, const at::Tensor& reduced) {
-      master_->accumulate(bucket, range, reduced);
+      optimizer_->accumulate(bucket, range, reduced);
     };
   }
   sync_ = std::make_unique<GradientSync>(*group_, *flat_, std::move(sync));
@@ -379,6 +376,7 @@ StepResult Trainer::train_step() {
     loss_tokens += micro.back().loss_tokens;
   }
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  const bool master = optimizer_->keeps_master_weights();
   for (size_t k = 0; k < micro.size(); ++k) {
     at::Tensor loss;
     {
@@ -387,16 +385,16 @@ StepResult Trainer::train_step() {
     }
     // The last micro-batch's backward reduces over ranks; with master weights
     // every one's does, into the optimizer's fp32 sums.
-    if (sync_ && (master_ || k + 1 == micro.size())) sync_->arm();
+    if (sync_ && (master || k + 1 == micro.size())) sync_->arm();
     loss.backward();
     loss_sum += loss.detach().to(at::kDouble);
-    if (master_) {
+    if (master) {
       if (sync_) sync_->finish();
-      else master_->accumulate_local();
+      else optimizer_->accumulate_local();
       flat_->zero_grad();
     }
   }
-  if (sync_ && !master_) sync_->finish();
+  if (sync_ && !master) sync_->finish();
   // Unsharded, every rank holds the whole reduced gradient: rank 0 counts it.
   const bool counts_norm = optimizer_->sharded() || dist_.rank == 0;
   const StepTotals totals = reduce_step_totals(
