@@ -205,6 +205,7 @@ enum class KeyRole {
   resume,        // changing it would make a resumed run compute something else
   stored_model,  // may be `--set` on a stored model (eval, export, inspect): nothing the weights depend on
   optimizer,     // optimizer settings: an experiment refuses to reuse a run trained with others
+  grid,          // the experiment grid sets it for each run: an experiment file's sets may not give it
 };
 std::vector<std::string> keys_with(KeyRole role);
 bool key_has(const std::string& key, KeyRole role);

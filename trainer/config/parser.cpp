@@ -319,7 +319,8 @@ std::string reference_markdown() {
   for (const auto& f : schema::fields(config)) {
     YAML::Emitter value;
     value << f.emit();
-    out << "| `" << f.path << "` | " << f.type << " | `" << value.c_str() << "` | " << f.doc << " |\n";
+    out << "| `" << f.path << "` | " << f.type << " | `" << value.c_str() << "` | " << f.doc
+        << (f.has(KeyRole::grid) ? " `segtrain experiment` sets it for each of its runs." : "") << " |\n";
   }
   return out.str();
 }

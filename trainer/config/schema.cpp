@@ -271,9 +271,9 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
   auto& ext = m.extension;
   auto& t = c.train;
   return {
-      text("run.name", c.run.name, "Name used in logs and result tables."),
+      text("run.name", c.run.name, "Name used in logs and result tables.").with({KeyRole::grid}),
       text("run.output_dir", c.run.output_dir,
-           "Run directory (config.yaml, metrics.jsonl, checkpoints/, final/); relative to the working directory."),
+           "Run directory (config.yaml, metrics.jsonl, checkpoints/, final/); relative to the working directory.").with({KeyRole::grid}),
       integer("run.seed", c.run.seed, 0, kMaxInt, "Seeds initialisation, data order and sampling.").with({KeyRole::resume}),
       choice("run.device", c.run.device, kDevices, "auto picks cuda when this build and machine have it."),
       integer("run.threads", c.run.threads, 0, 1024, "Intra-op threads per process; 0 uses every core of this process's share."),
@@ -281,7 +281,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       flag("run.log_all_ranks", c.run.log_all_ranks,
            "Every rank logs to output_dir/logs/rank-<r>.log instead of rank 0 alone to train.log; rank 0 keeps the console."),
 
-      text("model.init", c.model.init, "scratch, hf:DIR (a transformers folder) or checkpoint:DIR.").with({KeyRole::resume}),
+      text("model.init", c.model.init, "scratch, hf:DIR (a transformers folder) or checkpoint:DIR.").with({KeyRole::grid, KeyRole::resume}),
       choice("model.arch", m.arch, models::kArchs,
              "Block layout and HF naming: gpt2 (learned APE), gpt_neox (RoPE), bloom (ALiBi), llama (RoPE, RMSNorm, SwiGLU, GQA; also Mistral and Qwen2).").with({KeyRole::model_shape, KeyRole::resume}),
       maybe_integer("model.vocab_size", m.vocab_size, "auto", 1, "auto takes the token store's vocabulary.").with({KeyRole::model_shape, KeyRole::resume}),
@@ -303,11 +303,11 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
            "Fraction of each head's dimensions that is rotated (gpt_neox).").with({KeyRole::model_shape, KeyRole::resume}),
       choice("model.extension.method", ext.method, models::kExtensionMethods,
              "Context extension: interpolate (APE/RoPE PI/ALiBi), dynamic_interpolate (ALiBi), ntk, "
-             "dynamic_ntk, yarn, llama3, longrope (RoPE), ntk_alibi (ALiBi).").with({KeyRole::resume, KeyRole::stored_model}),
+             "dynamic_ntk, yarn, llama3, longrope (RoPE), ntk_alibi (ALiBi).").with({KeyRole::grid, KeyRole::resume, KeyRole::stored_model}),
       maybe_real("model.extension.factor", ext.factor, "auto", at_least(models::kMinExtensionFactor), kNoHigh,
-                 "Extension factor; auto reaches data.extended_length from original_length (L_e / original_length, 1 when L_e fits).").with({KeyRole::resume, KeyRole::stored_model}),
+                 "Extension factor; auto reaches data.extended_length from original_length (L_e / original_length, 1 when L_e fits).").with({KeyRole::grid, KeyRole::resume, KeyRole::stored_model}),
       maybe_integer("model.extension.original_length", ext.original_length, "auto", 1,
-                    "Length the base model was trained at; auto is the base's (its extension's original length, else its max_positions; scratch: data.train_length).").with({KeyRole::resume, KeyRole::stored_model}),
+                    "Length the base model was trained at; auto is the base's (its extension's original length, else its max_positions; scratch: data.train_length).").with({KeyRole::grid, KeyRole::resume, KeyRole::stored_model}),
       real("model.extension.yarn.beta_fast", ext.yarn.beta_fast, above(0), kNoHigh, "YaRN ramp: high rotations.").with({KeyRole::resume, KeyRole::stored_model}),
       real("model.extension.yarn.beta_slow", ext.yarn.beta_slow, above(0), kNoHigh, "YaRN ramp: low rotations.").with({KeyRole::resume, KeyRole::stored_model}),
       maybe_real("model.extension.yarn.attention_factor", ext.yarn.attention_factor, "auto", above(0), kNoHigh,
@@ -325,22 +325,22 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       flag("model.activation_checkpointing", m.activation_checkpointing,
            "Recompute each block in backward to save activation memory.").with({KeyRole::stored_model}),
 
-      text("data.store", c.data.store, "Token store directory written by `segtrain prepare` (required).").with({KeyRole::resume}),
+      text("data.store", c.data.store, "Token store directory written by `segtrain prepare` (required).").with({KeyRole::grid, KeyRole::resume}),
       integer("data.train_length", c.data.train_length, 1, kMaxInt, "L_t: length of every training sequence.").with({KeyRole::resume}),
       integer("data.extended_length", c.data.extended_length, 1, kMaxInt,
-              "L_e: window length cut from documents; >= train_length.").with({KeyRole::resume}),
+              "L_e: window length cut from documents; >= train_length.").with({KeyRole::grid, KeyRole::resume}),
       choice("data.sampler.method", c.data.sampler.method, data::kSamplerMethods,
-             "How an L_t sequence is built from an L_e window (seed 004, section 3.3).").with({KeyRole::resume}),
+             "How an L_t sequence is built from an L_e window (seed 004, section 3.3).").with({KeyRole::grid, KeyRole::resume}),
       real("data.sampler.alpha", c.data.sampler.alpha, kAnyReal, kNoHigh,
            "Segment fraction in (0, 1) for chunk (1/alpha segments of alpha*L_t) and prefix (suffix of alpha*L_t); "
-           "its rules with L_t and L_e live in data/sampler_rules.h.").with({KeyRole::resume}),
+           "its rules with L_t and L_e live in data/sampler_rules.h.").with({KeyRole::grid, KeyRole::resume}),
       choice("data.sampler.targets", c.data.sampler.targets, data::kTargetModes,
              "sequence: next token of the built sequence (the paper); document: true next document token.").with({KeyRole::resume}),
       choice("data.sampler.placement", c.data.sampler.placement, data::kChunkPlacements,
              "chunk only. uniform: every placement of the runs in the window equally likely (the paper; offsets "
              "near 0 and L_e-1 are covered far less often than the middle); ring: placed on the window closed into "
              "a ring and rotated, so every offset is covered equally often (the run crossing the end is split in two).")
-          .with({KeyRole::resume}),
+          .with({KeyRole::grid, KeyRole::resume}),
       integer("data.prefetch", c.data.prefetch, 1, 1024, "Batches prepared ahead on the loader thread."),
       flag("data.allow_tokenizer_mismatch", c.data.allow_tokenizer_mismatch,
            "Train a model.init base on a store made with another tokenizer (refused otherwise: its ids would "
@@ -349,7 +349,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       maybe_integer("train.budget.tokens", t.budget.tokens, "null", 1,
                     "Training tokens to process; setting it turns compute_equivalent off.").with({KeyRole::resume}),
       flag("train.budget.compute_equivalent", t.budget.compute_equivalent,
-           "Seed 004 eq. 2: L_e/L_t epochs for segmented samplers, 1 epoch for full.").with({KeyRole::resume}),
+           "Seed 004 eq. 2: L_e/L_t epochs for segmented samplers, 1 epoch for full.").with({KeyRole::grid, KeyRole::resume}),
       integer("train.micro_batch_size", t.micro_batch_size, 1, kMaxInt, "Sequences per forward pass and rank."),
       integer("train.grad_accum", t.grad_accum, 1, kMaxInt, "Micro-batches per optimizer step."),
       real("train.lr", t.lr, above(0), kNoHigh, "Peak learning rate.").with({KeyRole::optimizer}),
@@ -386,7 +386,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       flag("train.tensorboard", t.tensorboard, "Also write TensorBoard scalars to output_dir/tensorboard."),
 
       maybe_integer_list("eval.lengths", c.eval.lengths, "auto", 2,
-                         "Sequence lengths to report perplexity at; auto is L_t, 2 L_t, 4 L_t, ... up to L_e."),
+                         "Sequence lengths to report perplexity at; auto is L_t, 2 L_t, 4 L_t, ... up to L_e.").with({KeyRole::grid}),
       text("eval.split", c.eval.split, "Store split to evaluate on."),
       flag("eval.per_position", c.eval.per_position, "Also write the per-position loss curve (CSV and SVG)."),
       integer("eval.max_sequences", c.eval.max_sequences, 0, kMaxInt, "Windows per length; 0: all."),

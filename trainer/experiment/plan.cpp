@@ -61,12 +61,6 @@ std::vector<int64_t> row_lengths(const ExperimentConfig& x, int64_t factor) {
 
 namespace {
 
-const char* const kGridKeys[] = {"run.output_dir", "run.name", "model.init", "model.extension.method",
-                                 "model.extension.factor", "model.extension.original_length", "data.store",
-                                 "data.extended_length", "data.sampler.method", "data.sampler.alpha",
-                                 "data.sampler.placement",
-                                 "train.budget.compute_equivalent", "eval.lengths"};
-
 // Sets a key the grid owns, recording where it came from for error messages.
 template <class T>
 void grid_set(LoadedConfig& run, const std::string& key, T& field, const T& value, const std::string& label) {
@@ -88,9 +82,7 @@ void apply_assignments(LoadedConfig& run, const std::vector<Assignment>& assignm
 
 }  // namespace
 
-bool is_grid_key(const std::string& key) {
-  return std::find(std::begin(kGridKeys), std::end(kGridKeys), key) != std::end(kGridKeys);
-}
+bool is_grid_key(const std::string& key) { return key_has(key, KeyRole::grid); }
 
 std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const CorpusSpec& corpus) {
   std::vector<PlannedRun> runs;
