@@ -303,8 +303,20 @@ TEST(Experiment, BadFilesExitTwoNamingTheLineAndKey) {
   const std::string corpus = "  corpora:\n    - name: s\n      synthetic: {docs: 20}\n";
   const std::vector<BadExperiment> cases = {
       {"method", "  methods: [chunk-0.25, chunkk-0.5]\n" + corpus, ":2:25: experiment.methods: unknown method 'chunkk-0.5'"},
-      {"factor", "  factors: [2, 1]\n" + corpus, ":2:16: experiment.factors: expected integers >= 2"},
-      {"unknown key", "  factor: [2]\n" + corpus, ":2:3: unknown key 'experiment.factor'"},
+      {"factor", "  factors: [2, 1]\n" + corpus, ":2:16: experiment.factors: expected a non-empty list of integers >= 2"},
+      {"factor twice", "  factors: [2, 4, 2]\n" + corpus, ":2:19: experiment.factors: 2 is listed twice"},
+      {"unknown key", "  factor: [2]\n" + corpus, ":2:3: unknown key 'experiment.factor'; did you mean 'experiment.factors'?"},
+      {"budget not an integer", "  train_tokens: 2.5\n" + corpus,
+       ":2:17: experiment.train_tokens: expected null or an integer >= 1, got '2.5'"},
+      {"unknown corpus key", "  corpora:\n    - name: s\n      synthetic: {docs: 20, seeed: 3}\n",
+       ":4:29: unknown key 'experiment.corpora[0].synthetic.seeed'; did you mean 'experiment.corpora[0].synthetic.seed'?"},
+      {"fraction out of range", corpus + "      valid_fraction: 1.5\n",
+       ":5:23: experiment.corpora[0].valid_fraction: expected a number in (0, 1), got '1.5'"},
+      {"ootb twice", "  ootb: [none, yarn, none]\n" + corpus, ":2:22: experiment.ootb: none is listed twice"},
+      {"train extension", "  train_extension: yarnn\n" + corpus,
+       ":2:20: experiment.train_extension: expected auto or one of none|"},
+      {"passkey style", "  passkey: {lengths: [64], style: digit}\n" + corpus,
+       ":2:35: experiment.passkey.style: expected one of digits|recall, got 'digit'"},
       {"ootb for the wrong scheme", "  ootb: [ntk_alibi]\n" + corpus, "experiment.ootb: ntk_alibi does not apply"},
       {"ape without a table", "  ootb: [none]\n" + corpus, "experiment.ootb: none does not apply", "gpt2"},
       {"two sources", "  corpora:\n    - name: s\n      synthetic: {docs: 20}\n      store: /nonexistent\n",
@@ -450,6 +462,29 @@ TEST(ExperimentPlan, AGivenBaseIsExtendedFromItsOwnContextUnderOneTokenBudget) {
   msg = refusal("  eval_from_longest", "  passkey: {trials: 2}\n  eval_from_longest");
   EXPECT_NE(msg.find("experiment.passkey.lengths: required"), std::string::npos)
       << "a passkey section without lengths: " << msg;
+}
+
+// The experiment section reads numbers as the run config does (its schema's rules):
+// 1e6 is an integer there too, and a corpus's keys are typed like any other.
+TEST(ExperimentPlan, TheSectionReadsNumbersAsTheRunConfigDoes) {
+  test::TempDir dir;
+  std::string text = tiny_experiment(dir / "out", "llama", "  train_tokens: 1e6\n  eval_lengths: [6.4e1, 32]\n");
+  text.replace(text.find("vocab_size: 200"), 15, "vocab_size: 2e2");
+  test::write_file(dir / "x.yaml", text);
+  const auto x = trainer::load_experiment(dir / "x.yaml", {});
+  EXPECT_EQ(x.train_tokens, 1000000);
+  EXPECT_EQ(x.eval_lengths, (std::vector<int64_t>{32, 64}));  // sorted
+  EXPECT_EQ(x.corpora[0].vocab_size, 200);
+  ASSERT_TRUE(x.corpora[0].synthetic);
+  EXPECT_EQ(x.corpora[0].synthetic->seed, 3u);
+  EXPECT_EQ(x.name, "tiny");
+  // Defaults the reader works out: the file's stem names an unnamed experiment.
+  text.replace(text.find("  name: tiny\n"), 13, "");
+  text.replace(text.find("  output_dir: "), text.find("\n", text.find("  output_dir: ")) - text.find("  output_dir: ") + 1, "");
+  test::write_file(dir / "stem.yaml", text);
+  const auto y = trainer::load_experiment(dir / "stem.yaml", {});
+  EXPECT_EQ(y.name, "stem");
+  EXPECT_EQ(y.output_dir, "runs/experiments/stem");
 }
 
 TEST(ExperimentPlan, AMethodsOwnSettingsAndBudgetsReachItsRunsAlone) {

@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "trainer/cli/command.h"
 #include "trainer/config/config.h"
+#include "trainer/experiment/schema.h"
 #include "trainer/train/model_setup.h"
 
 namespace segtrain::trainer::cli {
@@ -27,9 +28,10 @@ void add_config(CLI::App& app, Chosen& chosen) {
     return 0;
   });
 
-  auto* reference = config->add_subcommand("reference", "Print every config key as a markdown table");
+  auto* reference = config->add_subcommand(
+      "reference", "Print every key of a run config, then of an experiment file's `experiment:` section, as a markdown table");
   choose_on(reference, chosen, "config reference", OnSignal::exit_now, [] {
-    std::cout << reference_markdown();
+    std::cout << reference_markdown() << experiment_reference_rows();
     return 0;
   });
 }

@@ -10,6 +10,7 @@
 #include "common/strings.h"
 #include "trainer/config/config.h"
 #include "trainer/config/model_ref.h"
+#include "trainer/config/field_reader.h"
 #include "trainer/config/schema.h"
 #include "trainer/config/yaml_text.h"
 
@@ -18,70 +19,8 @@ namespace {
 
 using schema::Field;
 
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string leaf(const std::string& path) {
-  auto dot = path.rfind('.');
-  return dot == std::string::npos ? path : path.substr(dot + 1);
-}
-
-// The key table of a Config, with the sections (prefixes) it implies.
-class Keys {
- public:
-  explicit Keys(Config& config) : fields_(schema::fields(config)) {
-    for (auto& f : fields_) {
-      for (auto dot = f.path.find('.'); dot != std::string::npos; dot = f.path.find('.', dot + 1))
-        sections_.insert(f.path.substr(0, dot));
-    }
-  }
-  Field* field(const std::string& path) {
-    for (auto& f : fields_)
-      if (f.path == path) return &f;
-    return nullptr;
-  }
-  bool is_section(const std::string& path) const { return sections_.count(path) > 0; }
-  std::vector<std::string> children(const std::string& section) const {
-    std::vector<std::string> out;
-    for (const auto& f : fields_)
-      if (f.path.rfind(section + ".", 0) == 0) out.push_back(f.path);
-    return out;
-  }
-
-  // The closest valid key: a near spelling of the whole path, or the same leaf
-  // name in another section ("model.lr" -> "train.lr").
-  std::string suggest(const std::string& unknown) const {
-    std::string best;
-    std::size_t best_distance = std::string::npos;
-    auto consider = [&](const std::string& candidate, std::size_t distance) {
-      if (distance < best_distance) best = candidate, best_distance = distance;
-    };
-    for (const auto& f : fields_) {
-      consider(f.path, edit_distance(unknown, f.path));
-      if (leaf(f.path) == leaf(unknown)) consider(f.path, 1);
-      else consider(f.path, edit_distance(leaf(unknown), leaf(f.path)) + 1);
-    }
-    for (const auto& s : sections_) consider(s, edit_distance(unknown, s));
-    const std::size_t limit = std::max<std::size_t>(2, leaf(unknown).size() / 3 + 1);
-    return best_distance <= limit ? best : "";
-  }
-
- private:
-  std::vector<Field> fields_;
-  std::set<std::string> sections_;
-};
+// The run config's key table.
+schema::FieldTable config_keys_of(Config& config) { return schema::FieldTable(schema::fields(config)); }
 
 // The 1-based number of the first line whose indentation holds a tab.
 std::optional<int> first_tab_indented_line(const std::string& text) {
@@ -100,61 +39,11 @@ std::optional<int> first_tab_indented_line(const std::string& text) {
   return std::nullopt;
 }
 
-std::string unknown_key_message(const Keys& keys, const std::string& path) {
-  std::string message = "unknown key '" + path + "'";
-  if (path == "experiment") return message + ": this is an experiment file; run it with `segtrain experiment FILE`";
-  auto suggestion = keys.suggest(path);
-  if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
-  return message;
+std::string unknown_key_message(const schema::FieldTable& keys, const std::string& path) {
+  if (path == "experiment")
+    return "unknown key 'experiment': this is an experiment file; run it with `segtrain experiment FILE`";
+  return keys.unknown_key_message(path);
 }
-
-struct Walker {
-  Keys& keys;
-  LoadedConfig& loaded;
-  const std::string& source;
-  std::vector<std::string>& errors;
-  const std::vector<std::string>& other_sections;  // top-level keys another reader owns
-
-  void walk(const YAML::Node& map, const std::string& prefix) {
-    std::set<std::string> seen;
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      // Copies: yaml-cpp's operator-> returns a temporary proxy, so a reference
-      // to it->first would dangle after this statement (ASan: stack-use-after-scope).
-      const YAML::Node key = it->first;
-      const YAML::Node value = it->second;
-      const std::string where = location(source, key.Mark());
-      if (!key.IsScalar()) {
-        errors.push_back(where + ": keys must be plain names" + (prefix.empty() ? "" : " in '" + prefix + "'"));
-        continue;
-      }
-      const std::string path = prefix.empty() ? key.Scalar() : prefix + "." + key.Scalar();
-      if (prefix.empty() && std::find(other_sections.begin(), other_sections.end(), path) != other_sections.end())
-        continue;
-      if (!seen.insert(key.Scalar()).second) {
-        errors.push_back(where + ": duplicate key '" + path + "'");
-        continue;
-      }
-      if (Field* field = keys.field(path)) {
-        try {
-          field->parse(value);
-          loaded.origins[path] = where;
-        } catch (const schema::FieldError& e) {
-          // Point at the offending value when it has a place of its own.
-          const std::string value_at = value.Mark().is_null() || value.IsNull() ? where : location(source, value.Mark());
-          errors.push_back(value_at + ": " + path + ": " + e.what());
-        }
-      } else if (keys.is_section(path)) {
-        if (value.IsMap()) walk(value, path);
-        else if (!value.IsNull())
-          errors.push_back(where + ": " + path + ": expected a mapping with keys " +
-                           join(keys.children(path), ", ") + "; got " +
-                           (value.IsSequence() ? "a list" : "'" + value.Scalar() + "'"));
-      } else {
-        errors.push_back(where + ": " + unknown_key_message(keys, path));
-      }
-    }
-  }
-};
 
 // A token budget and compute_equivalent are alternatives: giving tokens selects
 // the token budget unless the same source also asks for compute_equivalent.
@@ -195,9 +84,9 @@ LoadedConfig parse_config_text(const std::string& text, const std::string& sourc
   if (!root.IsMap())
     throw InputError(location(source, root.Mark()) + ": expected a mapping of sections (run, model, data, train, "
                      "eval, distributed) at the top level");
-  Keys keys(loaded.config);
+  auto keys = config_keys_of(loaded.config);
   std::vector<std::string> errors;
-  Walker{keys, loaded, source, errors, other_sections}.walk(root, "");
+  schema::FieldReader(source, errors, loaded.origins).read(root, "", keys, other_sections);
   settle_budget(loaded, loaded.origins.count("train.budget.tokens") > 0,
                 loaded.origins.count("train.budget.compute_equivalent") > 0, source, errors);
   if (!errors.empty()) fail(errors);
@@ -215,7 +104,7 @@ void apply_override(LoadedConfig& loaded, const std::string& assignment) {
     throw InputError(where + ": expected key=value, for example --set train.lr=1e-4");
   const std::string path = assignment.substr(0, eq);
   const std::string value_text = assignment.substr(eq + 1);
-  Keys keys(loaded.config);
+  auto keys = config_keys_of(loaded.config);
   Field* field = keys.field(path);
   if (!field) {
     if (keys.is_section(path))
@@ -314,15 +203,7 @@ std::string key_text(const Config& config, const std::string& key) {
 
 std::string reference_markdown() {
   Config config;
-  std::ostringstream out;
-  out << "| key | type | default | meaning |\n|---|---|---|---|\n";
-  for (const auto& f : schema::fields(config)) {
-    YAML::Emitter value;
-    value << f.emit();
-    out << "| `" << f.path << "` | " << f.type << " | `" << value.c_str() << "` | " << f.doc
-        << (f.has(KeyRole::grid) ? " `segtrain experiment` sets it for each of its runs." : "") << " |\n";
-  }
-  return out.str();
+  return "| key | type | default | meaning |\n|---|---|---|---|\n" + schema::reference_rows(schema::fields(config));
 }
 
 }  // namespace segtrain::trainer
