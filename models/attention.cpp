@@ -39,6 +39,23 @@ at::Tensor alibi_causal_mask(const at::Tensor& positions, const at::Tensor& slop
   return bias.masked_fill_(future, -std::numeric_limits<float>::infinity());
 }
 
+at::Tensor causal_mask_after_read(const at::Tensor& q_positions, const at::Tensor& k_positions,
+                                  const at::Tensor& slopes) {
+  at::NoGradGuard no_grad;
+  const int64_t b = q_positions.size(0), tq = q_positions.size(1), tk = k_positions.size(1);
+  const auto index = q_positions.options().dtype(at::kLong);
+  auto future = at::arange(tk, index).view({1, tk}) > at::arange(tk - tq, tk, index).view({tq, 1});  // [Tq, Tk]
+  at::Tensor bias;
+  if (slopes.defined()) {
+    const int64_t h = slopes.size(0);
+    const auto neg_slopes = slopes.to(q_positions.device(), at::kFloat, /*non_blocking=*/true).neg().view({1, h, 1, 1});
+    bias = (q_positions.to(at::kFloat).view({b, 1, tq, 1}) - k_positions.to(at::kFloat).view({b, 1, 1, tk})) * neg_slopes;
+  } else {
+    bias = at::zeros({1, 1, tq, tk}, q_positions.options().dtype(at::kFloat));
+  }
+  return bias.masked_fill_(future, -std::numeric_limits<float>::infinity());
+}
+
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
   // Fewer key/value heads than query heads: SDPA's own grouped-query attention
   // (the fused CPU and CUDA kernels take it without repeating k and v).

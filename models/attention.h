@@ -16,6 +16,13 @@ namespace segtrain::models {
 // built aligned, the one bias serves all layers as it is.
 at::Tensor alibi_causal_mask(const at::Tensor& positions, const at::Tensor& slopes);
 
+// The mask of queries that follow tokens already read (generation with a KV cache):
+// query i of q_positions [B, Tq] is token Tk - Tq + i of k_positions [B, Tk] (the read
+// tokens, then the queries) and sees keys 0..Tk - Tq + i. With ALiBi slopes [H] it also
+// holds the bias -m_h * (pos_q - pos_k); fp32, (B, H, Tq, Tk), or (1, 1, Tq, Tk) without slopes.
+at::Tensor causal_mask_after_read(const at::Tensor& q_positions, const at::Tensor& k_positions,
+                                  const at::Tensor& slopes = {});
+
 // The bias row alignment of CUDA's memory-efficient attention kernel, in elements.
 inline constexpr int64_t kAlibiBiasAlignment = 8;
 // T rounded up to a multiple of kAlibiBiasAlignment: the mask's last-dim stride.

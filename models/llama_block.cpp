@@ -1,5 +1,7 @@
 #include "models/llama_block.h"
 
+#include <tuple>
+
 #include "models/attention.h"
 #include "models/positions.h"
 
@@ -55,7 +57,7 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c)
 }
 
 at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                                   const at::Tensor& mask) {
+                                   const at::Tensor& mask, KvLayer* kv) {
   const int64_t b = x.size(0), t = x.size(1);
   auto h = ln1(x);
   auto q = q_proj(h).view({b, t, n_heads, head_dim}).transpose(1, 2);
@@ -63,6 +65,7 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_c
   auto v = v_proj(h).view({b, t, n_kv_heads, head_dim}).transpose(1, 2);
   q = apply_rope(q, rope_cos, rope_sin);
   k = apply_rope(k, rope_cos, rope_sin);
+  if (kv) std::tie(k, v) = kv->append(k, v);
   auto y = causal_attention(q, k, v, mask);
   auto attended = x + o_proj(y.transpose(1, 2).reshape({b, t, n_heads * head_dim}));
   auto m = ln2(attended);

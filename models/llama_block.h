@@ -12,14 +12,17 @@
 #include <torch/nn/pimpl.h>
 
 #include "models/config.h"
+#include "models/kv_cache.h"
 
 namespace segtrain::models {
 
 // One transformer block of any layout.
 struct DecoderBlock : torch::nn::Module {
   // rope_cos/sin: [B, 1, T, rotary_dim] or undefined; mask: fp32 (B,H,T,T) or undefined.
+  // With `kv`, the block attends over the keys and values it holds as well, and
+  // appends the new ones (then mask is (B|1, H|1, T, T_read + T): causal, or ALiBi's bias).
   virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                             const at::Tensor& mask) = 0;
+                             const at::Tensor& mask, KvLayer* kv = nullptr) = 0;
 };
 
 // x.float() * rsqrt(mean(x.float()^2) + eps), cast back to x's dtype, then * weight.
@@ -37,7 +40,7 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 struct LlamaBlockImpl : DecoderBlock {
   explicit LlamaBlockImpl(const ModelConfig& config);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                     const at::Tensor& mask) override;
+                     const at::Tensor& mask, KvLayer* kv = nullptr) override;
 
   int64_t n_heads, n_kv_heads, head_dim;
   RMSNorm ln1{nullptr}, ln2{nullptr};

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include "common/error.h"
@@ -34,7 +35,7 @@ BlockImpl::BlockImpl(const ModelConfig& c)
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                              const at::Tensor& mask) {
+                              const at::Tensor& mask, KvLayer* kv) {
   auto attention = [&](const at::Tensor& h) {
     const int64_t b = h.size(0), t = h.size(1), d = h.size(2);
     auto packed = qkv(h);
@@ -52,6 +53,7 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
       q = apply_rope(q, rope_cos, rope_sin);
       k = apply_rope(k, rope_cos, rope_sin);
     }
+    if (kv) std::tie(k, v) = kv->append(k, v);
     auto y = causal_attention(q, k, v, mask);
     return proj(y.transpose(1, 2).reshape({b, t, d}));
   };
@@ -123,14 +125,29 @@ at::Tensor TransformerLMImpl::logits(const at::Tensor& hidden) {
 
 at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor& positions,
                                      const PositionBounds& bounds) {
+  return run_blocks(tokens, positions, bounds, nullptr);
+}
+
+at::Tensor TransformerLMImpl::decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache) {
+  if (cache.layers.empty()) cache.layers.resize(blocks->size());
+  const auto bounds = PositionBounds::of(positions);
+  auto out = run_blocks(tokens, positions, bounds, &cache);
+  cache.positions = cache.positions.defined() ? at::cat({cache.positions, positions}, 1) : positions;
+  cache.end = std::max(cache.end, bounds.end);
+  return out;
+}
+
+at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Tensor& positions,
+                                         const PositionBounds& bounds, KvCache* cache) {
   const auto& c = config_;
+  const int64_t read = cache ? cache->length() : 0;
   if (tokens.dim() != 2 || positions.sizes() != tokens.sizes())
     throw InputError("TransformerLM.forward: tokens and positions must both be [B, T]; got " +
                      std::to_string(tokens.dim()) + "-d tokens and positions of a different shape");
   const auto scheme = position_scheme(c.arch);
   // The largest position id + 1, where the table or the scaling depends on it (config_values.h).
   const bool need_length = scheme == PositionScheme::learned || positions_depend_on_length(c);
-  const int64_t seq_len = need_length ? bounds.end : tokens.size(1);
+  const int64_t seq_len = need_length ? std::max(bounds.end, cache ? cache->end : 0) : tokens.size(1);
 
   auto x = wte(tokens);
   at::Tensor cos, sin, mask;
@@ -153,20 +170,26 @@ at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor&
     auto angles = at::cat({freqs, freqs}, -1).unsqueeze(1);  // [B, 1, T, rotary_dim]
     cos = angles.cos() * rope.attention_scale;
     sin = angles.sin() * rope.attention_scale;
-  } else {
+  } else if (read == 0) {
     // Samples that share their position ids (evaluation) share one mask.
     const auto mask_positions = bounds.rows_share_positions ? positions.slice(0, 0, 1) : positions;
     mask = alibi_causal_mask(mask_positions, alibi_slopes_for(c, seq_len));
   }
+  if (read > 0)  // the new tokens after those read: causal from where they start (and ALiBi's bias)
+    mask = causal_mask_after_read(positions, at::cat({cache->positions, positions}, 1),
+                                  scheme == PositionScheme::alibi ? alibi_slopes_for(c, seq_len) : at::Tensor());
   if (emb_ln) x = emb_ln(x);
 
-  if (c.sliding_window && tokens.size(1) > *c.sliding_window)
-    throw InputError("a sequence of " + std::to_string(tokens.size(1)) + " tokens is longer than the model's "
+  if (c.sliding_window && read + tokens.size(1) > *c.sliding_window)
+    throw InputError("a sequence of " + std::to_string(read + tokens.size(1)) + " tokens is longer than the model's "
                      "sliding_window (" + std::to_string(*c.sliding_window) +
                      ", from its config.json); segtrain does not implement sliding-window attention");
-  for (const auto& module : *blocks) {
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    const auto module = blocks->ptr(i);
     auto block = module->as<DecoderBlock>();
-    if (c.activation_checkpointing && is_training()) {
+    if (cache) {
+      x = block->forward(x, cos, sin, mask, &cache->layers[i]);
+    } else if (c.activation_checkpointing && is_training()) {
       auto holder = std::dynamic_pointer_cast<DecoderBlock>(module);
       x = checkpointed([holder, cos, sin, mask](const at::Tensor& h) { return holder->forward(h, cos, sin, mask); },
                        x);

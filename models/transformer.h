@@ -23,6 +23,7 @@
 #include <string>
 
 #include "models/config.h"
+#include "models/kv_cache.h"
 #include "models/llama_block.h"
 #include "models/position_bounds.h"
 
@@ -32,7 +33,7 @@ namespace segtrain::models {
 struct BlockImpl : DecoderBlock {
   BlockImpl(const ModelConfig& config);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                     const at::Tensor& mask) override;
+                     const at::Tensor& mask, KvLayer* kv = nullptr) override;
 
   Arch arch;
   int64_t n_heads, head_dim;
@@ -53,6 +54,11 @@ struct TransformerLMImpl : torch::nn::Module {
   // CPU, a synchronisation when positions live on a device.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions);
   at::Tensor hidden(const at::Tensor& tokens, const at::Tensor& positions);
+  // Generation: the final norm's output [B,T,D] for the next tokens of sequences whose
+  // earlier tokens `cache` holds (none at first: the prompt), which it then holds too.
+  // Positions continue under the model's extension: dynamic NTK, LongRoPE and dynamic
+  // ALiBi take the length from the largest position id read (transformers' rule).
+  at::Tensor decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache);
   // The LM head's weight [V,D]: lm_head's, or wte's when the head is tied.
   at::Tensor head_weight() const;
   // The LM head on hidden states [...,D] -> logits [...,V].
@@ -75,6 +81,9 @@ struct TransformerLMImpl : torch::nn::Module {
   torch::nn::Linear lm_head{nullptr};  // gpt_neox and untied llama; the others reuse wte
 
  private:
+  // hidden() and decode(): the blocks over the new tokens, attending over `cache` too when given.
+  at::Tensor run_blocks(const at::Tensor& tokens, const at::Tensor& positions, const PositionBounds& bounds,
+                        KvCache* cache);
   ModelConfig config_;
 };
 TORCH_MODULE(TransformerLM);

@@ -280,11 +280,33 @@ def logits(dirs):
             f.write(transformers.__version__)
 
 
+def generate(dirs):
+    """Greedy continuations by transformers' generate (KV cache) of DIR/generate.json's prompts,
+    no EOS stop; the model is loaded again for each prompt (dynamic RoPE keeps state across calls)."""
+    for d in dirs:
+        with open(os.path.join(d, "generate.json")) as f:
+            request = json.load(f)
+        outputs = []
+        for prompt in request["prompts"]:
+            model = AutoModelForCausalLM.from_pretrained(d)
+            model.eval()
+            model.generation_config.eos_token_id = None  # no stop, and no EOS suppression either
+            ids = torch.tensor([prompt])
+            with torch.no_grad():
+                out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                     max_new_tokens=request["max_new_tokens"], pad_token_id=0)
+            outputs.append(out[0, len(prompt):].tolist())
+        with open(os.path.join(d, "hf_generate.json"), "w") as f:
+            json.dump({"outputs": outputs, "transformers": transformers.__version__}, f)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
     elif sys.argv[1] == "logits":
         logits(sys.argv[2:])
+    elif sys.argv[1] == "generate":
+        generate(sys.argv[2:])
     elif sys.argv[1] == "tokenize":
         tokenize(sys.argv[2], sys.argv[3])
     else:

@@ -2,6 +2,8 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "common/enum_names.h"
+#include "models/kv_cache.h"
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "models/safetensors.h"
@@ -29,6 +31,120 @@ std::vector<double> values(const at::Tensor& t) {
 void expect_close(const json& got, const std::vector<double>& want, double rtol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i].get<double>(), want[i], rtol * std::abs(want[i])) << what << " " << i;
+}
+
+// `segtrain generate` writes what transformers' generate(do_sample=False) writes, with
+// its own KV cache, on a tiny model of every architecture and every RoPE scaling:
+// prompts within the base's context and, for the scalings, one whose continuation
+// crosses the original 64 positions (dynamic NTK and LongRoPE switch frequencies
+// mid-generation, their cached keys keeping the old ones, as transformers' do).
+TEST(Generate, GreedyTokensEqualTransformersGenerateOnEveryArchitectureAndScaling) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  // The 97-token models have no tokenizer segtrain reads (a word-level one): prompts as ids.
+  auto ids = [](int64_t n, int64_t seed) {
+    std::string text;
+    for (int64_t i = 0; i < n; ++i) text += (i ? "," : "") + std::to_string(3 + (seed * 31 + i * 17) % 94);
+    return text;
+  };
+  struct Case {
+    std::string folder;
+    std::vector<int64_t> prompt_lengths;
+  };
+  std::vector<Case> cases = {{"gpt2", {3, 12}}, {"gpt_neox", {4, 14}}, {"bloom", {5, 30}},   {"llama", {6, 40}},
+                             {"llama_bias", {7, 20}}, {"qwen2", {9, 33}}, {"mistral", {10, 25}}};
+  for (const char* scaling : {"none", "linear", "dynamic", "yarn", "llama3", "longrope"})
+    cases.push_back({std::string("llama_rope_") + scaling, {8, 56}});  // 56 + 16 new: crosses 64
+  const int64_t new_tokens = 16;
+  std::vector<std::string> folders;
+  std::vector<std::vector<std::vector<int64_t>>> ours(cases.size());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const fs::path folder = dir.path() / cases[c].folder;
+    fs::copy(ref + "/" + cases[c].folder, folder, fs::copy_options::recursive);
+    json request = {{"prompts", json::array()}, {"max_new_tokens", new_tokens}};
+    for (const int64_t length : cases[c].prompt_lengths) {
+      const std::string out = (dir.path() / (cases[c].folder + "-" + std::to_string(length) + ".json")).string();
+      auto r = run(kBin, {"generate", "--model", folder.string(), "--prompt-ids", ids(length, static_cast<int64_t>(c)),
+                          "--max-new-tokens", std::to_string(new_tokens), "--out", out});
+      ASSERT_EQ(r.exit_code, 0) << cases[c].folder << ": " << r.err;
+      const json j = json::parse(test::read_file(out));
+      ASSERT_EQ(j["prompt_ids"].size(), static_cast<size_t>(length)) << cases[c].folder;
+      request["prompts"].push_back(j["prompt_ids"]);
+      ours[c].push_back(j["output_ids"].get<std::vector<int64_t>>());
+    }
+    test::write_file(folder / "generate.json", request.dump());
+    folders.push_back(folder.string());
+  }
+  std::string args = "generate";
+  for (const auto& f : folders) args += " " + test::shell_quote(f);
+  ASSERT_EQ(std::system((test::python_command(args) + " >/dev/null 2>" + test::shell_quote(dir / "python.err")).c_str()), 0)
+      << test::read_file(dir / "python.err");
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const json theirs = json::parse(test::read_file(fs::path(folders[c]) / "hf_generate.json"))["outputs"];
+    for (size_t p = 0; p < ours[c].size(); ++p)
+      EXPECT_EQ(ours[c][p], theirs[p].get<std::vector<int64_t>>())
+          << cases[c].folder << ", prompt of " << cases[c].prompt_lengths[p] << " tokens";
+  }
+}
+
+// With ALiBi every step's bias is built anew from the positions, so the cached
+// decoding equals greedy decoding by whole forwards, dynamic slopes included; and a
+// prompt that would run past a learned table is refused before any weights are read.
+TEST(Generate, CachedDecodingEqualsWholeForwardsAndBadRequestsExitTwo) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  for (const char* method : {"dynamic_interpolate", "ntk_alibi"}) {
+    auto stored = read_model_config(ref + "/bloom");
+    stored.extension.method = *enum_from_name(kExtensionMethods, method);
+    stored.extension.factor = 4.0;
+    stored.extension.original_length = 16;
+    auto model = load_model(ref + "/bloom", stored);
+    model->eval();
+    at::NoGradGuard no_grad;
+    std::vector<int64_t> tokens = {5, 9, 14, 3, 77, 41, 8, 22, 60, 11};
+    const size_t prompt = tokens.size();
+    KvCache cache;
+    auto row = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).view({1, -1}); };
+    std::vector<int64_t> cached = tokens;
+    std::vector<int64_t> step_tokens = tokens, step_positions(tokens.size());
+    for (size_t i = 0; i < step_positions.size(); ++i) step_positions[i] = static_cast<int64_t>(i);
+    for (int step = 0; step < 40; ++step) {  // 50 positions: past original_length 16
+      auto h = model->decode(row(step_tokens), row(step_positions), cache);
+      const int64_t next = model->logits(h.select(1, h.size(1) - 1)).argmax(-1).item<int64_t>();
+      step_positions = {static_cast<int64_t>(cached.size())};
+      cached.push_back(next);
+      step_tokens = {next};
+    }
+    std::vector<int64_t> whole = tokens;
+    while (whole.size() < cached.size()) {
+      const auto ids = row(whole);
+      const auto logits = model->forward(ids, at::arange(static_cast<int64_t>(whole.size())).view({1, -1}));
+      whole.push_back(logits.select(1, logits.size(1) - 1).argmax(-1).item<int64_t>());
+    }
+    EXPECT_EQ(cached, whole) << method << " (prompt " << prompt << ")";
+  }
+  auto r = run(kBin, {"generate", "--model", ref + "/gpt2", "--prompt-ids", "5,6", "--max-new-tokens", "31"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("reach past the model's learned position table (32 rows)"), std::string::npos) << r.err;
+  r = run(kBin, {"generate", "--model", ref + "/gpt2", "--prompt-ids", "5,97", "--max-new-tokens", "3"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("prompt token id 97 is outside the model's vocabulary of 97"), std::string::npos) << r.err;
+  r = run(kBin, {"generate", "--model", ref + "/gpt2", "--max-new-tokens", "3", "--prompt", "hello"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("give one with --tokenizer DIR (or the prompt as --prompt-ids)"), std::string::npos) << r.err;
+  r = run(kBin, {"generate", "--model", ref + "/llama", "--max-new-tokens", "3"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--prompt TEXT, --prompt-file FILE or --prompt-ids IDS"), std::string::npos) << r.err;
+  // Ids in, ids out when there is no tokenizer to read them with.
+  r = run(kBin, {"generate", "--model", ref + "/llama", "--prompt-ids", "5,9,33", "--max-new-tokens", "4",
+                 "--out", dir / "g.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(test::read_file(dir / "g.json"));
+  EXPECT_EQ(j["prompt_ids"], json({5, 9, 33}));
+  EXPECT_EQ(j["output_ids"].size(), 4u);
+  std::string printed;
+  for (const auto& id : j["output_ids"]) printed += (printed.empty() ? "" : " ") + std::to_string(id.get<int>());
+  EXPECT_EQ(r.out, printed + "\n");
 }
 
 TEST(InspectAlibiPrecision, ReproducesSeed002Table2) {

@@ -76,7 +76,7 @@ int run_cli(int argc, char** argv) {
   app.option_defaults()->always_capture_default();  // every --help shows each option's default
 
   Chosen chosen;
-  for (auto add : {add_synth, add_prepare, add_sample, add_train, add_eval, add_export, add_inspect, add_experiment,
+  for (auto add : {add_synth, add_prepare, add_sample, add_train, add_eval, add_generate, add_export, add_inspect, add_experiment,
                    add_config})
     add(app, chosen);
 

@@ -44,6 +44,7 @@ void add_sample(CLI::App& app, Chosen& chosen);
 void add_train(CLI::App& app, Chosen& chosen);
 void add_eval(CLI::App& app, Chosen& chosen);
 void add_export(CLI::App& app, Chosen& chosen);
+void add_generate(CLI::App& app, Chosen& chosen);
 void add_inspect(CLI::App& app, Chosen& chosen);
 void add_experiment(CLI::App& app, Chosen& chosen);
 void add_config(CLI::App& app, Chosen& chosen);

@@ -1,0 +1,149 @@
+#include "trainer/eval/generate.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_write.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/log.h"
+#include "common/output_path.h"
+#include "data/document_tokenizer.h"
+#include "models/config_values.h"
+#include "models/model_io.h"
+#include "trainer/eval/stored_model.h"
+#include "trainer/runtime/device.h"
+
+namespace segtrain::trainer {
+namespace {
+
+// The next token from the last position's logits [V] (fp32).
+int32_t pick(const at::Tensor& logits, const Decoding& d, at::Generator& generator) {
+  if (d.temperature <= 0) return static_cast<int32_t>(logits.argmax().item<int64_t>());
+  auto scaled = logits / d.temperature;
+  if (d.top_k > 0 && d.top_k < scaled.size(0)) {
+    // Every logit below the k-th largest is ruled out (ties with it stay, as transformers' TopK).
+    const auto kth = std::get<0>(scaled.topk(d.top_k)).select(0, d.top_k - 1);
+    scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<float>::infinity());
+  }
+  const auto probs = scaled.softmax(0).to(at::kCPU);
+  return static_cast<int32_t>(at::multinomial(probs, 1, /*replacement=*/false, generator).item<int64_t>());
+}
+
+at::Tensor row(const std::vector<int64_t>& values, c10::Device device) {
+  return at::tensor(values, at::TensorOptions().dtype(at::kLong)).view({1, -1}).to(device);
+}
+
+}  // namespace
+
+std::vector<int32_t> generate_tokens(models::TransformerLM& model, const std::vector<int32_t>& prompt,
+                                     const Decoding& decoding, c10::Device device) {
+  if (prompt.empty()) throw InputError("generate: the prompt has no tokens");
+  at::InferenceMode inference;
+  model->eval();
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(decoding.seed);
+  models::KvCache cache;
+  std::vector<int64_t> tokens(prompt.begin(), prompt.end()), positions(prompt.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
+  std::vector<int32_t> out;
+  int64_t next_position = static_cast<int64_t>(prompt.size());
+  while (static_cast<int64_t>(out.size()) < decoding.max_new_tokens) {
+    // Only the last position's logits are needed: the head runs on it alone.
+    const auto hidden = model->decode(row(tokens, device), row(positions, device), cache);
+    const auto logits = model->logits(hidden.select(1, hidden.size(1) - 1).select(0, 0)).to(at::kFloat);
+    const int32_t next = pick(logits, decoding, generator);
+    out.push_back(next);
+    if (next == decoding.eos_id) break;
+    tokens = {next};
+    positions = {next_position++};
+  }
+  return out;
+}
+
+namespace {
+
+// The tokenizer to write the prompt and read the output with: --tokenizer, else the
+// model's own (its folder's, or the hf: base a checkpoint was trained from).
+// nullopt only when `needed` is false and the model has none segtrain reads.
+std::optional<data::DocumentTokenizer> open_tokenizer(const GenerateOptions& options, bool needed) {
+  if (!options.tokenizer.empty()) return data::open_document_tokenizer(options.tokenizer);
+  std::string why;
+  const auto own = model_tokenizer(open_stored_model(options.model, options.overrides).dir, &why);
+  if (own) {
+    try {
+      return data::open_document_tokenizer(own->tokenizer);
+    } catch (const InputError& e) {
+      why = e.what();
+    }
+  }
+  if (!needed) return std::nullopt;
+  throw InputError("--model " + options.model + ": " + (why.empty() ? "it records no tokenizer" : why) +
+                   "; give one with --tokenizer DIR (or the prompt as --prompt-ids)");
+}
+
+}  // namespace
+
+void generate_from_stored_model(const GenerateOptions& options) {
+  if (!options.out.empty()) check_output_file(options.out, "--out");
+  const int given = int(!options.prompt.empty()) + int(!options.prompt_file.empty()) + int(!options.prompt_ids.empty());
+  if (given != 1)
+    throw InputError("generate: give the prompt as --prompt TEXT, --prompt-file FILE or --prompt-ids IDS (one of them)");
+  at::set_num_threads(static_cast<int>(thread_count(options.threads)));
+  const c10::Device device = pick_device(*enum_from_name(kDevices, options.device), /*local_rank=*/0, "--device");
+
+  const auto tokenizer = open_tokenizer(options, /*needed=*/options.prompt_ids.empty());
+  std::vector<int32_t> prompt;
+  if (!options.prompt_ids.empty()) {
+    for (const int64_t id : options.prompt_ids) prompt.push_back(static_cast<int32_t>(id));
+  } else {
+    const std::string text =
+        options.prompt_file.empty() ? options.prompt : read_file(options.prompt_file, "--prompt-file");
+    if (tokenizer->add_bos && tokenizer->bos_id >= 0) prompt.push_back(tokenizer->bos_id);
+    tokenizer->encode_text(text, prompt);
+  }
+
+  // factor auto: stretch the model to the longest sequence it will read.
+  const int64_t longest = static_cast<int64_t>(prompt.size()) + options.decoding.max_new_tokens;
+  const StoredModel stored = open_stored_model(options.model, options.overrides, longest);
+  const int64_t vocab = models::vocab_size_of(stored.config);
+  for (const int32_t id : prompt)
+    if (id < 0 || id >= vocab)
+      throw InputError("generate: prompt token id " + std::to_string(id) + " is outside the model's vocabulary of " +
+                       std::to_string(vocab));
+  if (models::position_scheme(stored.config.arch) == models::PositionScheme::learned &&
+      longest > models::ape_rows(stored.config))
+    throw InputError("generate: " + std::to_string(prompt.size()) + " prompt tokens + --max-new-tokens " +
+                     std::to_string(options.decoding.max_new_tokens) + " reach past the model's learned position "
+                     "table (" + std::to_string(models::ape_rows(stored.config)) +
+                     " rows); shorten them, or extend the table with --set model.extension.method=interpolate");
+  models::TransformerLM model = models::load_model(stored.dir, stored.config);
+  model->to(device);
+
+  Decoding decoding = options.decoding;
+  decoding.eos_id = options.ignore_eos || !tokenizer ? -1 : tokenizer->eos_id;
+  const auto start = std::chrono::steady_clock::now();
+  const auto ids = generate_tokens(model, prompt, decoding, device);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::string continuation;
+  if (tokenizer) {
+    continuation = tokenizer->decode(ids);
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) continuation += (i ? " " : "") + std::to_string(ids[i]);
+  }
+  std::cout << continuation << std::endl;
+  log::info("generate: ", prompt.size(), " prompt tokens, ", ids.size(), " new in ", seconds, " s");
+  if (!options.out.empty()) {
+    nlohmann::json j = {{"model", options.model}, {"prompt_ids", prompt},   {"output_ids", ids},
+                        {"text", continuation},   {"seconds", seconds},     {"temperature", decoding.temperature},
+                        {"top_k", decoding.top_k}, {"seed", decoding.seed}};
+    write_file_atomic(options.out, j.dump(2) + "\n");
+  }
+}
+
+}  // namespace segtrain::trainer
