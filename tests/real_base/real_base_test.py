@@ -19,6 +19,9 @@ reason (exit 77, ctest's SKIP_RETURN_CODE); any other failure fails the test.
    PYTHONPATH=<venv>/transformers4) load the folder with the yarn scaling in effect and give
    the run's own eval loss at 512 (4x the original length) within 1e-5 relative, per
    position too.
+4. `segtrain generate` (KV-cache greedy decoding, stopping at EOS) writes the token ids
+   transformers' `generate(do_sample=False)` writes: a short prompt, a code prompt, and a
+   9,000-token prompt (past the base's 8,192) with YaRN x4 on both sides.
 """
 import argparse
 import gzip
@@ -50,6 +53,10 @@ ORIGINAL = 128
 FACTOR = L_E / L_T
 REL_TOL = 1e-5
 POSITION_TOL = 2e-4  # absolute, on a per-position mean loss printed with 8 digits
+
+def read_doc(name):
+    return gzip.open(os.path.join(DOCS, name), "rb").read().decode("utf-8")
+
 
 def say(*parts):
     print("real_base:", *parts, file=sys.stderr, flush=True)
@@ -315,6 +322,68 @@ eval: {{lengths: [{L_E}], split: train, max_sequences: 1, batch_size: 1, per_pos
     say(f"yarn export: the step moved {name} by up to {moved:.2e}")
 
 
+GEN_NEW = 24
+LONG_PROMPT_TOKENS = 9000  # past the base's 8,192 positions: read under YaRN x4
+
+
+def test_generate(args, work, base, texts):
+    """`segtrain generate` writes what transformers' generate(do_sample=False) writes (EOS
+    included) for prompts of the base's own text, and, under YaRN x4, for a prompt longer
+    than the base's context."""
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(os.cpu_count() or 1)
+    tok = AutoTokenizer.from_pretrained(base)
+    long_text, n = "", 0
+    for t in texts:
+        long_text += t
+        n = len(tok(long_text).input_ids)
+        if n > LONG_PROMPT_TOKENS:
+            break
+    long_text = tok.decode(tok(long_text).input_ids[:LONG_PROMPT_TOKENS])
+    cases = [("short", "The Linux kernel is", False), ("code", texts[0][:1500], False),
+             ("long-yarn", long_text, True)]
+    for name, prompt, yarn in cases:
+        prompt_file = os.path.join(work, f"prompt-{name}.txt")
+        with open(prompt_file, "w") as f:
+            f.write(prompt)
+        out = os.path.join(work, f"generate-{name}.json")
+        extra = ["--set", "model.extension.method=yarn", "--set", "model.extension.factor=4"] if yarn else []
+        t0 = time.time()
+        segtrain(args, "generate", "--model", base, "--prompt-file", prompt_file, "--max-new-tokens", str(GEN_NEW),
+                 "--out", out, *extra)
+        ours_s = time.time() - t0
+        ours = json.load(open(out))
+        want_prompt = tok(prompt).input_ids
+        check(not yarn or len(want_prompt) > 8192, f"generate {name}: only {len(want_prompt)} prompt tokens")
+        check(ours["prompt_ids"] == want_prompt,
+              f"generate {name}: segtrain's prompt ids differ from the tokenizer's ({len(ours['prompt_ids'])} vs "
+              f"{len(want_prompt)})")
+        cfg = AutoConfig.from_pretrained(base)
+        if yarn:
+            theta = (cfg.rope_parameters or {}).get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
+            cfg.rope_parameters = {"rope_type": "yarn", "factor": 4.0, "rope_theta": theta,
+                                   "original_max_position_embeddings": cfg.max_position_embeddings}
+            cfg.max_position_embeddings *= 4
+        model = AutoModelForCausalLM.from_pretrained(base, config=cfg, dtype=torch.float32)
+        model.eval()
+        x = torch.tensor([want_prompt])
+        t0 = time.time()
+        with torch.no_grad():
+            y = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=GEN_NEW)
+        hf_s = time.time() - t0
+        theirs = y[0, len(want_prompt):].tolist()
+        check(ours["output_ids"] == theirs,
+              f"generate {name} ({len(want_prompt)} prompt tokens): segtrain {ours['output_ids']} vs transformers "
+              f"{theirs}")
+        say(f"generate {name}: {len(want_prompt)} prompt tokens, {len(theirs)} new, equal to transformers "
+            f"{transformers.__version__} token for token ({ours_s:.1f} s segtrain process, {hf_s:.1f} s "
+            f"transformers generate): {tok.decode(theirs)!r}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--segtrain")
@@ -344,6 +413,7 @@ def main():
             store, docs = test_tokenizer(args, work, base)
             test_perplexity(args, work, base, store, docs)
             test_yarn_export(args, work, base, store, docs)
+            test_generate(args, work, base, [read_doc(f) for f in FILES])
         except RuntimeError as e:
             check(False, str(e))
     finish("real_base", time.time() - start)
