@@ -67,6 +67,7 @@ std::string FieldTable::suggest(const std::string& unknown) const {
 
 std::string FieldTable::unknown_key_message(const std::string& path) const {
   std::string message = "unknown key '" + path + "'";
+  if (auto it = notes_.find(path); it != notes_.end()) return message + ": " + it->second;
   auto suggestion = suggest(path);
   if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
   return message;

@@ -3,6 +3,7 @@
 // unknown keys with the nearest valid one, every problem collected with its
 // file:line:col so one pass reports all of them. The run config (parser.cpp) and
 // the experiment file (trainer/experiment/schema.cpp) read through it.
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,8 +22,11 @@ class FieldTable {
   Field* field(const std::string& path);
   bool is_section(const std::string& path) const { return sections_.count(path) > 0; }
   std::vector<std::string> children(const std::string& section) const;
-  // "unknown key 'model.lr'; did you mean 'train.lr'?"
+  // "unknown key 'model.lr'; did you mean 'train.lr'?", or with the note given for it.
   std::string unknown_key_message(const std::string& path) const;
+  // What to say of a key this table does not have but a user may write ("experiment"
+  // in a run config names the command that reads it).
+  void note(const std::string& path, std::string text) { notes_[path] = std::move(text); }
   std::vector<Field>& fields() { return fields_; }
 
  private:
@@ -31,6 +35,7 @@ class FieldTable {
   std::string suggest(const std::string& unknown) const;
   std::vector<Field> fields_;
   std::set<std::string> sections_;
+  std::map<std::string, std::string> notes_;
 };
 
 class FieldReader {

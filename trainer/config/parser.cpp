@@ -20,7 +20,11 @@ namespace {
 using schema::Field;
 
 // The run config's key table.
-schema::FieldTable config_keys_of(Config& config) { return schema::FieldTable(schema::fields(config)); }
+schema::FieldTable config_keys_of(Config& config) {
+  schema::FieldTable keys(schema::fields(config));
+  keys.note("experiment", "this is an experiment file; run it with `segtrain experiment FILE`");
+  return keys;
+}
 
 // The 1-based number of the first line whose indentation holds a tab.
 std::optional<int> first_tab_indented_line(const std::string& text) {
@@ -37,12 +41,6 @@ std::optional<int> first_tab_indented_line(const std::string& text) {
     }
   }
   return std::nullopt;
-}
-
-std::string unknown_key_message(const schema::FieldTable& keys, const std::string& path) {
-  if (path == "experiment")
-    return "unknown key 'experiment': this is an experiment file; run it with `segtrain experiment FILE`";
-  return keys.unknown_key_message(path);
 }
 
 // A token budget and compute_equivalent are alternatives: giving tokens selects
@@ -110,7 +108,7 @@ void apply_override(LoadedConfig& loaded, const std::string& assignment) {
     if (keys.is_section(path))
       throw InputError(where + ": '" + path + "' is a section; set one of its keys: " +
                        join(keys.children(path), ", "));
-    throw InputError(where + ": " + unknown_key_message(keys, path));
+    throw InputError(where + ": " + keys.unknown_key_message(path));
   }
   YAML::Node value;
   try {
