@@ -131,7 +131,7 @@ Field method_list(std::vector<MethodItem>& methods, FieldReader& reader) {
   auto read = [&reader](const YAML::Node& item, const std::string& prefix) {
     MethodItem m;
     m.origin = location(reader.source(), item.Mark());
-    if (item.IsScalar()) {
+    if (item.IsScalar() && !item.Scalar().empty()) {
       m.name = item.Scalar();
     } else if (item.IsMap()) {
       FieldTable table(method_fields(prefix, m, reader));
