@@ -145,6 +145,22 @@ TEST(Generate, CachedDecodingEqualsWholeForwardsAndBadRequestsExitTwo) {
   std::string printed;
   for (const auto& id : j["output_ids"]) printed += (printed.empty() ? "" : " ") + std::to_string(id.get<int>());
   EXPECT_EQ(r.out, printed + "\n");
+  // Sampling: the same seed writes the same tokens; top-k 1 at any temperature is greedy.
+  auto sampled = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> args = {"generate", "--model", ref + "/llama", "--prompt-ids", "5,9,33",
+                                     "--max-new-tokens", "12", "--ignore-eos"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto g = run(kBin, args);
+    EXPECT_EQ(g.exit_code, 0) << g.err;
+    return g.out;
+  };
+  const auto greedy = sampled({});
+  EXPECT_EQ(sampled({"--temperature", "1.5", "--top-k", "10", "--seed", "7"}),
+            sampled({"--temperature", "1.5", "--top-k", "10", "--seed", "7"}));
+  EXPECT_EQ(sampled({"--temperature", "3", "--top-k", "1", "--seed", "7"}), greedy);
+  std::set<std::string> seen;
+  for (const char* seed : {"1", "2", "3", "4"}) seen.insert(sampled({"--temperature", "3", "--seed", seed}));
+  EXPECT_GT(seen.size(), 1u) << "four seeds at temperature 3 wrote the same 12 tokens";
 }
 
 TEST(InspectAlibiPrecision, ReproducesSeed002Table2) {
