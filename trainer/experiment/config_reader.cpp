@@ -130,13 +130,14 @@ void check_eval_lengths(ExperimentConfig& x, schema::FieldReader& reader) {
   // A row keeps the loss by position of its longest length, which the plots and the
   // ring section read as L_e's: with lengths of its own, a grid has one factor and no
   // length past its L_e.
-  if (x.factors.size() != 1 || x.eval_lengths.back() > x.factors.front() * lt)
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  if (x.factors.size() != 1 || (x.factors.front() <= max / lt && x.eval_lengths.back() > x.factors.front() * lt))
     errors.push_back(at + "give them with one factor and none longer than its L_e (the loss-by-position plots are "
                           "drawn at L_e)");
   // The tables compare rows at L_t and at each L_e: both must be among the lengths.
   std::vector<int64_t> needed = {lt};
   for (int64_t f : x.factors)
-    if (f <= std::numeric_limits<int64_t>::max() / lt) needed.push_back(f * lt);
+    if (f <= max / lt) needed.push_back(f * lt);
   for (int64_t length : needed)
     if (std::find(x.eval_lengths.begin(), x.eval_lengths.end(), length) == x.eval_lengths.end())
       errors.push_back(at + std::to_string(length) + " is missing; the lengths must include L_t = " +
