@@ -90,7 +90,7 @@ TEST(Cli, ConfigReferenceListsEveryKey) {
   auto r = run(kBin, {"config", "reference"});
   ASSERT_EQ(r.exit_code, 0);
   for (const char* key : {"run.seed", "model.extension.method", "data.sampler.alpha", "train.budget.tokens",
-                          "eval.lengths", "distributed.timeout_s", "experiment.factors", "experiment.passkey.trials",
+                          "eval.lengths", "distributed.timeout_s", "experiment.factors", "eval.tasks", "eval.passkey.trials",
                           "experiment.corpora[].synthetic.docs", "experiment.methods[].budgets"})
     EXPECT_NE(r.out.find(std::string("`") + key + "`"), std::string::npos) << key;
 }

@@ -25,8 +25,8 @@ with eval_from_longest. Checked against independent paths:
    every row.json as it was and counts a second invocation; results.md has the by-length
    table and the wall-time line;
 6. eval_lengths without L_e is refused: exit 2 naming experiment.eval_lengths;
-7. experiment.passkey added to the finished grid scores passkey alone (perplexity kept), on
-   every OOTB and trained row but not the base row, with `segtrain eval --passkey-trials`'s
+7. passkey added to the finished grid's eval.tasks scores passkey alone (perplexity kept), on
+   every OOTB and trained row but not the base row, with `segtrain eval --tasks passkey`'s
    figures for the same model; a further run scores nothing.
 """
 import argparse
@@ -129,7 +129,9 @@ def build_base(folder):
 # ---------------------------------------------------------------------------------------------
 
 def experiment_yaml(out, base, inputs, eval_lengths, passkey=""):
-    return f"""experiment:{passkey}
+    """passkey: the eval.passkey section ("{lengths: [...], trials: N}"), with passkey in eval.tasks."""
+    tasks = f", tasks: [perplexity, passkey], passkey: {passkey}" if passkey else ""
+    return f"""experiment:
   name: hf-base
   output_dir: {out}
   factors: [{FACTOR}]
@@ -149,7 +151,7 @@ model: {{arch: llama}}
 data: {{train_length: {L_T}}}
 train: {{micro_batch_size: {MICRO_BATCH}, lr: 1.0e-3, min_lr: 1.0e-4, warmup_steps: 2, weight_decay: 0.0,
          checkpoint_every: 8, log_every: 4, tensorboard: false}}
-eval: {{max_sequences: {MAX_SEQUENCES}}}
+eval: {{max_sequences: {MAX_SEQUENCES}{tasks}}}
 """
 
 
@@ -389,44 +391,44 @@ def run(args, work):
         f"{wall2['invocations']} runs; {len(rows)} row.json files untouched by the second")
 
     # 7. Passkey added to the finished grid: perplexity is kept (no row scored again), every
-    # OOTB and trained row gains passkey figures that are `segtrain eval --passkey-trials`'s
+    # OOTB and trained row gains passkey figures that are `segtrain eval --tasks passkey`'s
     # for the same model, and the base row at L_t none (it is the OOTB row without scaling).
     open(xfile, "w").write(experiment_yaml(out, base, inputs, LENGTHS,
-                                           passkey="\n  passkey: {lengths: [256, 512], trials: 3}"))
+                                           passkey="{lengths: [256, 512], trials: 3}"))
     third = segtrain(args, "experiment", xfile)
     check("evaluating " not in third.stderr and "training " not in third.stderr,
           f"adding passkey scored perplexity or trained again:\n{third.stderr[-3000:]}")
-    check(third.stderr.count("passkey retrieval of ") == 5, f"passkey rows: {third.stderr.count('passkey retrieval of ')}")
+    check(third.stderr.count("experiment: passkey of ") == 5, f"passkey rows: {third.stderr.count('experiment: passkey of ')}")
     for p, (_, data) in row_files(out).items():
         before, now = json.loads(rows[p][1]), json.loads(data)
         check(now["results"] == before["results"] and now["evaluated_with"] == before["evaluated_with"],
               f"{p}: perplexity changed when passkey was added")
         if "base-eval" in p:
-            check("passkey" not in now, f"{p}: the base row got passkey figures")
+            check("tasks" not in now, f"{p}: the base row got passkey figures")
             continue
-        check([(q["length"], q["trials"]) for q in now.get("passkey", [])] == [(256, 3), (512, 3)],
-              f"{p}: passkey {now.get('passkey')}")
+        passkey = now.get("tasks", {}).get("passkey", {}).get("by_length", [])
+        check([(q["length"], q["trials"]) for q in passkey] == [(256, 3), (512, 3)], f"{p}: passkey {passkey}")
     yarn = load_row(os.path.join(fdir, "ootb-yarn", "row.json"))
     pk = os.path.join(work, "yarn-passkey.json")
     segtrain(args, "eval", "--model", base, "--data", store, "--lengths", "256,512", "--max-sequences", "1",
-             "--passkey-trials", "3", "--out", pk, "--set", "model.extension.method=yarn",
+             "--tasks", "passkey", "--set", "eval.passkey.trials=3", "--out", pk, "--set", "model.extension.method=yarn",
              "--set", f"model.extension.factor={SCALE:g}")
-    direct = [(q["length"], q["correct"]) for q in json.load(open(pk))["passkey"]]
-    check([(q["length"], q["correct"]) for q in yarn["passkey"]] == direct,
-          f"ootb-yarn passkey {yarn['passkey']} vs segtrain eval {direct}")
+    direct = [(q["length"], q["correct"]) for q in json.load(open(pk))["tasks"]["passkey"]["by_length"]]
+    grid = [(q["length"], q["correct"]) for q in yarn["tasks"]["passkey"]["by_length"]]
+    check(grid == direct, f"ootb-yarn passkey {grid} vs segtrain eval {direct}")
     md = open(os.path.join(out, "results.md")).read()
     check("Passkey retrieval" in md and "| method | 256 | 512 |" in md, "results.md: no passkey table")
     # A prompt length too short for the prompt is refused before any work, naming the key.
     open(xfile, "w").write(experiment_yaml(out, base, inputs, LENGTHS,
-                                           passkey="\n  passkey: {lengths: [64], trials: 3}"))
+                                           passkey="{lengths: [64], trials: 3}"))
     short = segtrain(args, "experiment", xfile, expect=None)
-    check(short.returncode == 2 and "experiment.passkey" in short.stderr and "too short" in short.stderr
+    check(short.returncode == 2 and "eval.tasks: corpus 'linux-doc': passkey" in short.stderr and "too short" in short.stderr
           and "evaluat" not in short.stderr,  # refused before the first row is looked at
           f"passkey length 64: exit {short.returncode}: {short.stderr[-600:]}")
     open(xfile, "w").write(experiment_yaml(out, base, inputs, LENGTHS,
-                                           passkey="\n  passkey: {lengths: [256, 512], trials: 3}"))
+                                           passkey="{lengths: [256, 512], trials: 3}"))
     fourth = segtrain(args, "experiment", xfile)
-    check("passkey retrieval of " not in fourth.stderr and "evaluating " not in fourth.stderr,
+    check("passkey of " not in fourth.stderr and "evaluating " not in fourth.stderr,
           "a fourth run scored passkey again")
     say(f"passkey added to the finished grid: 5 rows scored, perplexity kept; ootb-yarn {direct}")
 

@@ -19,7 +19,10 @@
 #include "models/transformer.h"
 #include "test_util.h"
 #include "trainer/config/config.h"
+#include "trainer/eval/passkey.h"
+#include "trainer/eval/perplexity_task.h"
 #include "trainer/eval/plot.h"
+#include "trainer/eval/suite.h"
 #include "trainer/experiment/experiment.h"
 #include "trainer/experiment/plan.h"
 #include "trainer/experiment/report.h"
@@ -315,8 +318,9 @@ TEST(Experiment, BadFilesExitTwoNamingTheLineAndKey) {
       {"ootb twice", "  ootb: [none, yarn, none]\n" + corpus, ":2:22: experiment.ootb: none is listed twice"},
       {"train extension", "  train_extension: yarnn\n" + corpus,
        ":2:20: experiment.train_extension: expected auto or one of none|"},
-      {"passkey style", "  passkey: {lengths: [64], style: digit}\n" + corpus,
-       ":2:35: experiment.passkey.style: expected one of digits|recall, got 'digit'"},
+      {"retired passkey section", "  passkey: {lengths: [64], style: digits}\n" + corpus,
+       ":2:3: unknown key 'experiment.passkey': replaced by the evaluation tasks of the run sections: eval.tasks: "
+       "[perplexity, passkey] and eval.passkey: {lengths: [...], trials: N, style: digits|recall}"},
       {"ootb for the wrong scheme", "  ootb: [ntk_alibi]\n" + corpus, "experiment.ootb: ntk_alibi does not apply"},
       {"ape without a table", "  ootb: [none]\n" + corpus, "experiment.ootb: none does not apply", "gpt2"},
       {"two sources", "  corpora:\n    - name: s\n      synthetic: {docs: 20}\n      store: /nonexistent\n",
@@ -439,7 +443,7 @@ TEST(ExperimentPlan, AGivenBaseIsExtendedFromItsOwnContextUnderOneTokenBudget) {
     EXPECT_EQ(c.model.spec.extension.factor, run.factor == 16 ? 2.0 : 1.0) << run.label;
   }
 
-  // The lengths must hold L_t and every L_e; a passkey section needs its lengths.
+  // The lengths must hold L_t and every L_e.
   // refusal(from, to): what loading the file with `from` replaced by `to` is refused with.
   auto refusal = [&](const std::string& from, const std::string& to) {
     std::string bad = yaml;
@@ -459,9 +463,10 @@ TEST(ExperimentPlan, AGivenBaseIsExtendedFromItsOwnContextUnderOneTokenBudget) {
     msg = refusal(from, to);
     EXPECT_NE(msg.find("give them with one factor and none longer than its L_e"), std::string::npos) << to << ": " << msg;
   }
-  msg = refusal("  eval_from_longest", "  passkey: {trials: 2}\n  eval_from_longest");
-  EXPECT_NE(msg.find("experiment.passkey.lengths: required"), std::string::npos)
-      << "a passkey section without lengths: " << msg;
+  // The grid's tables are perplexity's: a template whose tasks leave it out is refused.
+  msg = refusal("\nrun:", "\neval: {tasks: [passkey]}\nrun:");
+  EXPECT_NE(msg.find("eval.tasks: an experiment scores every row's perplexity"), std::string::npos)
+      << "tasks without perplexity: " << msg;
 }
 
 // The experiment section reads numbers as the run config does (its schema's rules):
@@ -818,8 +823,7 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
             make_row("chunk-0.25", "trained", 1.0, -0.3, 65536, 0), make_row("full", "trained", 1.0, -0.3, 65536, 0),
             make_row("chunk-0.25@1048576", "trained", 1.0, -0.6, 1048576, 1048576),
             make_row("chunk-0.25@262144", "trained", 1.0, -0.5, 262144, 262144)};
-  c.rows[2].passkey = {{16384, 3, 3}};
-  c.rows[2].passkey_with = "{}";
+  c.rows[2].tasks["passkey"] = {{{16384, 3, 3}}, "{}", 1.0};
   trainer::write_reports(x, {c});
   const std::string md = test::read_file(dir / "out/results.md");
   // chunk vs DA: 0.3 nats lower at 8192 in every block, the same at 2048.
@@ -881,6 +885,61 @@ TEST(ExperimentReport, RowRecordsRoundTripAndMissingLengthsStayMissing) {
   EXPECT_TRUE(std::isnan(back.results[1].position_loss[1]));
   // A damaged record is never taken for a finished row.
   EXPECT_NE(trainer::row_from_json("{\"key\": ", "row.json").evaluated_with, row.evaluated_with);
+}
+
+
+// A grid's row records from before eval.tasks (session 13's smollm2-noscale rows, as
+// written then) keep their figures: the passkey part is read as the passkey task's, and
+// the tasks' settings are the keys those records hold, so no finished row is scored again.
+TEST(ExperimentReport, RecordsFromBeforeEvalTasksAreReusedAsTheTasksFigures) {
+  const std::string files = "model.safetensors:538086080:-4642021601564424260;";
+  const std::string old = R"({"key": "da", "label": "DA", "kind": "trained", "factor": 16, "lengths": [2048, 32768],
+    "model": "runs/x/da/final", "train_tokens": 65536, "eval_seconds": 1316.5, "results": [],
+    "evaluated_with": {"lengths": [2048, 32768], "max_sequences": 4, "model": "runs/x/da/final",
+                       "model_files": ")" + files + R"(", "overrides": [], "per_window": 128,
+                       "prefixes_of_longest": true, "split": "valid", "stride": 0, "windows_per_document": 1},
+    "passkey": [{"accuracy": 1.0, "correct": 3, "length": 4096, "trials": 3},
+                {"accuracy": 0.0, "correct": 0, "length": 16384, "trials": 3}],
+    "passkey_with": {"lengths": [4096, 16384], "model": "runs/x/da/final", "model_files": ")" + files + R"(",
+                     "overrides": [], "seed": 1234, "style": "digits", "trials": 3},
+    "passkey_seconds": 285.08})";
+  const trainer::RowResult row = trainer::row_from_json(old, "row.json");
+  ASSERT_EQ(row.tasks.count("passkey"), 1u);
+  const auto& passkey = row.tasks.at("passkey");
+  ASSERT_EQ(passkey.scores.size(), 2u);
+  EXPECT_EQ(passkey.scores[0].length, 4096);
+  EXPECT_EQ(passkey.scores[0].correct, 3.0);
+  EXPECT_EQ(passkey.scores[1].correct, 0.0);
+  EXPECT_DOUBLE_EQ(passkey.seconds, 285.08);
+
+  // What the grid records for each task today: the task's settings plus the model's.
+  auto with = [&](const trainer::EvalTask& task) {
+    nlohmann::json j = task.settings();
+    j["model"] = "runs/x/da/final";
+    j["model_files"] = files;
+    j["overrides"] = nlohmann::json::array();
+    return j.dump();
+  };
+  trainer::TaskSetup setup;
+  setup.options = {{4096, 16384}, 3, "digits"};
+  setup.seed = trainer::kEvalPromptSeed;
+  setup.perplexity.lengths = {2048, 32768};
+  setup.perplexity.max_sequences = 4;
+  setup.perplexity.windows_per_document = 1;
+  setup.perplexity.per_window = true;
+  setup.perplexity.window_length = 32768;
+  setup.split = "valid";
+  EXPECT_EQ(with(*trainer::make_passkey_task(setup)), passkey.with);
+  EXPECT_EQ(with(*trainer::make_perplexity_task(setup)), row.evaluated_with);
+  setup.options.trials = 4;  // another setting: another record
+  EXPECT_NE(with(*trainer::make_passkey_task(setup)), passkey.with);
+
+  // Today's records read back as written.
+  const trainer::RowResult again = trainer::row_from_json(trainer::row_to_json(row), "row.json");
+  ASSERT_EQ(again.tasks.count("passkey"), 1u);
+  EXPECT_EQ(again.tasks.at("passkey").with, passkey.with);
+  EXPECT_EQ(again.tasks.at("passkey").scores[1].length, 16384);
+  EXPECT_EQ(again.evaluated_with, row.evaluated_with);
 }
 
 }  // namespace

@@ -132,7 +132,7 @@ TEST(Passkey, OneForwardScoringIsGreedyDecoding) {
     ASSERT_EQ(results.size(), 1u);
     EXPECT_EQ(results[0].length, 256);
     EXPECT_EQ(results[0].trials, 5);
-    EXPECT_EQ(results[0].correct, greedy_correct);
+    EXPECT_EQ(results[0].correct, static_cast<double>(greedy_correct));
     EXPECT_FALSE(model->is_training()) << "scoring keeps the model's mode";
   }
 }

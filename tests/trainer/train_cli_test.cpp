@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <regex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -1109,13 +1110,11 @@ TEST_F(TrainCli, Bf16AutocastTrainsWithFiniteLosses) {
   EXPECT_EQ(ppl(run_dir("bf16-eval-fp32") + "/eval.json"), as_fp32);
 }
 
-// train.loss_chunk_tokens: the LM head and cross-entropy over slices of 7 tokens
-// or auto (one slice at this vocabulary) train as the whole logits (0) do (bloom:
-// a tied head; prefix: targets without loss; activation checkpointing), and
-// Passkey retrieval with a byte-level BPE store (BOS first, as Llama 3): the run's own final
-// evaluation and `segtrain eval --passkey-trials` write accuracy by length into eval.json; a
-// store that records no tokenizer (Megatron's, made elsewhere) is refused with exit 2, one
-// line naming the store, before any training.
+// Passkey retrieval with a byte-level BPE store (BOS first, as Llama 3), as a task of the
+// evaluation suite: the run's own final evaluation (eval.tasks) and `segtrain eval --tasks`
+// write accuracy by length with Wilson's interval into eval.json's passkey section; a store
+// that records no tokenizer (Megatron's, made elsewhere) is refused with exit 2, one line
+// naming the store, before any training; the retired keys and flags name their replacements.
 TEST_F(TrainCli, PasskeyWithAByteLevelBpeStore) {
   test::write_byte_bpe_folder(*dir_ / "bpe-folder", true);
   auto prepare = run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", *dir_ / "corpus/valid.jsonl", "--out",
@@ -1125,34 +1124,82 @@ TEST_F(TrainCli, PasskeyWithAByteLevelBpeStore) {
   const std::vector<std::string> sets = {"--set", "data.store=" + (*dir_ / "bpe-store"), "--set",
                                          "train.budget.tokens=2000", "--set", "eval.lengths=[256,512]"};
   std::vector<std::string> args = {"train", config("passkey-bpe", "gpt_neox", "truncate"), "--set",
-                                   "eval.passkey_trials=2"};
+                                   "eval.tasks=[perplexity, passkey]", "--set", "eval.passkey.trials=2"};
   args.insert(args.end(), sets.begin(), sets.end());
   auto trained = run(kBin, args);
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
-  auto check_passkey = [](const json& j, int64_t trials) {
-    ASSERT_TRUE(j.contains("passkey")) << j.dump();
-    ASSERT_EQ(j["passkey"].size(), 2u);
-    EXPECT_EQ(j["passkey"][0]["length"], 256);
-    EXPECT_EQ(j["passkey"][1]["length"], 512);
-    for (const auto& row : j["passkey"]) {
+  auto check_passkey = [](const json& j, int64_t trials, std::vector<int64_t> lengths) {
+    ASSERT_TRUE(j.contains("tasks") && j["tasks"].contains("passkey")) << j.dump();
+    ASSERT_FALSE(j.contains("passkey")) << "the passkey figures live in tasks.passkey";
+    const json& rows = j["tasks"]["passkey"]["by_length"];
+    ASSERT_EQ(rows.size(), lengths.size());
+    EXPECT_GT(j["tasks"]["passkey"]["seconds"].get<double>(), 0);
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      const json& row = rows[i];
+      EXPECT_EQ(row["length"], lengths[i]);
       EXPECT_EQ(row["trials"], trials);
-      EXPECT_GE(row["correct"].get<int64_t>(), 0);
-      EXPECT_LE(row["correct"].get<int64_t>(), trials);
-      EXPECT_DOUBLE_EQ(row["accuracy"].get<double>(), row["correct"].get<double>() / static_cast<double>(trials));
+      const double correct = row["correct"].get<double>(), n = static_cast<double>(trials);
+      EXPECT_GE(correct, 0);
+      EXPECT_LE(correct, n);
+      EXPECT_DOUBLE_EQ(row["accuracy"].get<double>(), correct / n);
+      // Wilson's 95% score interval, from its formula.
+      const double z = 1.959963984540054, p = correct / n;
+      const double center = (p + z * z / (2 * n)) / (1 + z * z / n);
+      const double half = z * std::sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n);
+      EXPECT_NEAR(row["low"].get<double>(), std::max(0.0, center - half), 1e-12);
+      EXPECT_NEAR(row["high"].get<double>(), std::min(1.0, center + half), 1e-12);
     }
   };
-  check_passkey(json::parse(test::read_file(run_dir("passkey-bpe") + "/eval.json")), 2);
+  check_passkey(json::parse(test::read_file(run_dir("passkey-bpe") + "/eval.json")), 2, {256, 512});
 
   for (const std::string style : {"digits", "recall"}) {
     const std::string out = *dir_ / ("passkey-bpe-" + style + ".json");
     auto eval = run(kBin, {"eval", "--model", run_dir("passkey-bpe"), "--data", *dir_ / "bpe-store", "--lengths",
-                           "256,512", "--max-sequences", "2", "--passkey-trials", "3", "--passkey-style", style,
-                           "--out", out});
+                           "256,512", "--max-sequences", "2", "--tasks", "perplexity,passkey", "--set",
+                           "eval.passkey.trials=3", "--set", "eval.passkey.style=" + style, "--set",
+                           "eval.passkey.lengths=[300]", "--out", out});
     ASSERT_EQ(eval.exit_code, 0) << style << "\n" << eval.err;
     const json j = json::parse(test::read_file(out));
     EXPECT_EQ(j["results"].size(), 2u);
-    check_passkey(j, 3);
+    check_passkey(j, 3, {300});
   }
+  // Passkey alone: no perplexity figures.
+  auto alone = run(kBin, {"eval", "--model", run_dir("passkey-bpe"), "--data", *dir_ / "bpe-store", "--lengths", "256",
+                          "--tasks", "passkey", "--out", *dir_ / "passkey-alone.json"});
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_TRUE(json::parse(test::read_file(*dir_ / "passkey-alone.json"))["results"].empty());
+  check_passkey(json::parse(test::read_file(*dir_ / "passkey-alone.json")), 5, {256});
+
+  // Retired keys and flags, a task's option without the task, an unknown task: exit 2 naming what to write.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refusals = {
+      {{"--passkey-trials", "3"}, "--tasks perplexity,passkey and --set eval.passkey.trials=N"},
+      {{"--passkey-style", "digits"}, "--set eval.passkey.style"},
+      {{"--set", "eval.passkey.trials=3"}, "passkey is not among --tasks"},
+      {{"--tasks", "perplexity,niah"}, "'niah' is no evaluation task"},
+      {{"--tasks", "passkey", "--set", "eval.passkey.style=dates"}, "one of digits, recall"},
+  };
+  for (const auto& [extra, expected] : refusals) {
+    std::vector<std::string> eval = {"eval", "--model", run_dir("passkey-bpe"), "--data", *dir_ / "bpe-store",
+                                     "--lengths", "256", "--out", *dir_ / "refused-flags.json"};
+    eval.insert(eval.end(), extra.begin(), extra.end());
+    auto r = run(kBin, eval);
+    EXPECT_EQ(r.exit_code, 2) << extra.front() << "\n" << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(*dir_ / "refused-flags.json"));
+  }
+  for (const auto& [set, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"eval.passkey_trials=2", "list passkey in eval.tasks"},
+           {"eval.passkey_style=digits", "eval.passkey.style"}}) {
+    std::vector<std::string> old = {"train", config("passkey-old-keys", "gpt_neox", "truncate"), "--set", set};
+    auto r = run(kBin, old);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  }
+  std::vector<std::string> without_task = {"train", config("passkey-no-task", "gpt_neox", "truncate"), "--set",
+                                           "eval.passkey.trials=2"};
+  auto r = run(kBin, without_task);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("eval.passkey.trials: passkey is not in eval.tasks"), std::string::npos) << r.err;
 
   // The same tokens as a Megatron dataset made elsewhere: no tokenizer recorded.
   auto megatron = run(kBin, {"prepare", "--input", *dir_ / "bpe-store/train.bin", "--out", *dir_ / "megatron-store",
@@ -1160,31 +1207,34 @@ TEST_F(TrainCli, PasskeyWithAByteLevelBpeStore) {
                              std::to_string(json::parse(test::read_file(*dir_ / "bpe-store/meta.json"))["vocab_size"].get<int64_t>())});
   ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
   auto refused = run(kBin, {"eval", "--model", run_dir("passkey-bpe"), "--data", *dir_ / "megatron-store", "--lengths",
-                            "256", "--passkey-trials", "1", "--out", *dir_ / "refused.json"});
+                            "256", "--tasks", "perplexity,passkey", "--out", *dir_ / "refused.json"});
   EXPECT_EQ(refused.exit_code, 2) << refused.err;
-  EXPECT_NE(refused.err.find("--passkey-trials"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--tasks: passkey"), std::string::npos) << refused.err;
   EXPECT_NE(refused.err.find(*dir_ / "megatron-store/meta.json"), std::string::npos) << refused.err;
   EXPECT_NE(refused.err.find("records no tokenizer"), std::string::npos) << refused.err;
   EXPECT_FALSE(fs::exists(*dir_ / "refused.json"));
   std::vector<std::string> refused_train = {"train", config("passkey-megatron", "gpt_neox", "truncate"), "--set",
-                                            "eval.passkey_trials=1", "--set",
+                                            "eval.tasks=[perplexity, passkey]", "--set",
                                             "data.store=" + (*dir_ / "megatron-store"), "--set",
                                             "eval.lengths=[256]"};
   auto no_run = run(kBin, refused_train);
   EXPECT_EQ(no_run.exit_code, 2) << no_run.err;
-  EXPECT_NE(no_run.err.find("eval.passkey_trials"), std::string::npos) << no_run.err;
+  EXPECT_NE(no_run.err.find("eval.tasks: passkey"), std::string::npos) << no_run.err;
   EXPECT_NE(no_run.err.find("records no tokenizer"), std::string::npos) << no_run.err;
   EXPECT_FALSE(fs::exists(run_dir("passkey-megatron") + "/metrics.jsonl")) << "refused before training";
   // A length too short for a prompt is refused before training too, not after it.
   std::vector<std::string> short_train = {"train", config("passkey-short", "gpt_neox", "truncate"), "--set",
-                                          "eval.passkey_trials=1", "--set", "data.store=" + (*dir_ / "bpe-store"),
-                                          "--set", "eval.lengths=[32]"};
+                                          "eval.tasks=[perplexity, passkey]", "--set",
+                                          "data.store=" + (*dir_ / "bpe-store"), "--set", "eval.passkey.lengths=[32]"};
   auto too_short = run(kBin, short_train);
   EXPECT_EQ(too_short.exit_code, 2) << too_short.err;
   EXPECT_NE(too_short.err.find("length 32 is too short"), std::string::npos) << too_short.err;
   EXPECT_FALSE(fs::exists(run_dir("passkey-short") + "/metrics.jsonl")) << "refused before training";
 }
 
+// train.loss_chunk_tokens: the LM head and cross-entropy over slices of 7 tokens
+// or auto (one slice at this vocabulary) train as the whole logits (0) do (bloom:
+// a tied head; prefix: targets without loss; activation checkpointing), and
 // `segtrain eval --loss-chunk-tokens` scores the same perplexity either way.
 TEST_F(TrainCli, LossOverSlicesOfTheTokensTrainsAndEvaluatesAsTheWholeLogits) {
   std::map<std::string, std::vector<double>> loss;

@@ -1,17 +1,24 @@
-// `segtrain eval`: perplexity by length of a checkpoint, run or HF folder (eval/evaluate_model.h).
+// `segtrain eval`: the evaluation suite (perplexity by length, --tasks) of a checkpoint, run or HF folder
+// (eval/evaluate_model.h).
 #include "common/error.h"
 #include "trainer/cli/command.h"
+#include "trainer/config/eval_tasks.h"
 #include "trainer/eval/evaluate_model.h"
 
 namespace segtrain::trainer::cli {
 
 namespace {
 
-// `--set run.threads=N` means what it does for train: eval's --threads.
-void take_thread_override(EvalOptions& o) {
+// `--set run.threads=N` means what it does for train: eval's --threads; `--set
+// eval.<task>.<key>=V` sets a task's option; the rest are the model's.
+void sort_overrides(EvalOptions& o) {
   const std::string key = "run.threads=";
   std::vector<std::string> model_keys;
   for (const auto& a : o.overrides) {
+    if (a.rfind("eval.", 0) == 0) {
+      o.task_settings.push_back(a);
+      continue;
+    }
     if (a.rfind(key, 0) != 0) {
       model_keys.push_back(a);
       continue;
@@ -28,7 +35,7 @@ void take_thread_override(EvalOptions& o) {
 
 void add_eval(CLI::App& app, Chosen& chosen) {
   auto o = std::make_shared<EvalOptions>();
-  auto* e = app.add_subcommand("eval", "Perplexity by length of a checkpoint, run or HF folder");
+  auto* e = app.add_subcommand("eval", "Perplexity by length (and the tasks of --tasks) of a checkpoint, run or HF folder");
   e->add_option("--model", o->model, "Checkpoint, run directory or HF folder")->required();
   e->add_option("--data", o->data, "Token store")->required();
   e->add_option("--split", o->split, "Store split")->check(CLI::IsMember({"train", "valid"}));
@@ -36,9 +43,14 @@ void add_eval(CLI::App& app, Chosen& chosen) {
       ->delimiter(',')
       ->required()
       ->check(integer_at_least(1));
+  e->add_option("--tasks", o->tasks, "Comma-separated evaluation tasks, as eval.tasks: " + eval_task_names())
+      ->delimiter(',')
+      ->check([](const std::string& v) -> std::string {
+        return find_eval_task(v) ? "" : "'" + v + "' is no evaluation task; expected " + eval_task_names();
+      });
   add_overrides(e, o->overrides,
-                "Set a model.extension key of the stored model (e.g. --set model.extension.method=yarn), or "
-                "run.threads (repeatable)");
+                "Set a model.extension key of the stored model (e.g. --set model.extension.method=yarn), a task's "
+                "option (--set eval.passkey.trials=10), or run.threads (repeatable)");
   e->add_option("--out", o->out, "Output JSON")->required();
   e->add_option("--per-position", o->per_position_csv, "Also write the per-position loss curve to this CSV");
   e->add_option("--stride", o->stride, "Sliding-window stride; 0: non-overlapping windows")
@@ -49,10 +61,12 @@ void add_eval(CLI::App& app, Chosen& chosen) {
   e->add_option("--windows-per-document", o->windows_per_document,
                 "Windows from one document before the next; 1: each window from another document; 0: all")
       ->check(integer_at_least(0));
-  e->add_option("--passkey-trials", o->passkey_trials, "Passkey-retrieval prompts per length; 0: off")
-      ->check(integer_at_least(0));
-  e->add_option("--passkey-style", o->passkey_style, "digits, or recall for models trained on `segtrain synth`")
-      ->check(CLI::IsMember({"digits", "recall"}));
+  // Retired flags name what replaced them (refused once the command line is read).
+  auto retired_trials = std::make_shared<std::vector<std::string>>();
+  auto retired_style = std::make_shared<std::vector<std::string>>();
+  e->add_option("--passkey-trials", *retired_trials, "Replaced by --tasks perplexity,passkey --set eval.passkey.trials=N")
+      ->group("");
+  e->add_option("--passkey-style", *retired_style, "Replaced by --set eval.passkey.style=S")->group("");
   e->add_flag("--allow-tokenizer-mismatch", o->allow_tokenizer_mismatch,
              "Evaluate on a store made with another tokenizer than the model's (refused otherwise)");
   e->add_option("--device", o->device, "auto (cuda when this build and machine have it), cpu or cuda")
@@ -72,9 +86,15 @@ void add_eval(CLI::App& app, Chosen& chosen) {
             return "expected auto or an integer >= 0, got '" + v + "'";
           },
           "auto|N");
-  choose_on(e, chosen, "eval", OnSignal::exit_now, [o, loss_chunk] {
+  choose_on(e, chosen, "eval", OnSignal::exit_now, [o, loss_chunk, retired_trials, retired_style] {
+    if (!retired_trials->empty())
+      throw InputError("--passkey-trials was replaced: give --tasks perplexity,passkey and "
+                       "--set eval.passkey.trials=N");
+    if (!retired_style->empty())
+      throw InputError("--passkey-style was replaced: give --tasks perplexity,passkey and "
+                       "--set eval.passkey.style=digits|recall");
     if (*loss_chunk != "auto") o->loss_chunk_tokens = std::stoll(*loss_chunk);
-    take_thread_override(*o);
+    sort_overrides(*o);
     evaluate_stored_model(*o);
     return 0;
   });

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "data/config.h"
 #include "models/config.h"
+#include "trainer/config/eval_tasks.h"
 
 namespace segtrain::trainer {
 
@@ -100,11 +101,6 @@ struct TrainConfig {
 // lower lr, as when extending a pretrained model, never falls below its floor).
 inline double min_lr_of(const TrainConfig& train) { return train.min_lr.value_or(train.lr / 10.0); }
 
-// Passkey prompt form (trainer/passkey.h): the usual digits, or the synthetic corpus's recall sentences.
-enum class PasskeyStyle { digits, recall };
-inline constexpr EnumName<PasskeyStyle> kPasskeyStyles[] = {{"digits", PasskeyStyle::digits},
-                                                            {"recall", PasskeyStyle::recall}};
-
 struct EvalConfig {
   // Empty: auto, resolved by load_config to eval_lengths_for(data) (L_t, 2 L_t, 4 L_t, ... and L_e).
   std::vector<int64_t> lengths;
@@ -114,12 +110,14 @@ struct EvalConfig {
   int64_t windows_per_document = 0;  // 0: every window a document holds
   int64_t stride = 0;          // 0: non-overlapping windows (seed 004); else sliding
   int64_t batch_size = 4;
-  int64_t passkey_trials = 0;  // passkey prompts per length; 0: off
-  PasskeyStyle passkey_style = PasskeyStyle::digits;
+  // What the final evaluation runs, in the catalog's order (trainer/config/eval_tasks.h):
+  // perplexity reads the keys above, every other task its own options.
+  std::vector<std::string> tasks = {"perplexity"};
+  std::map<std::string, TaskOptions> task = default_task_options();  // eval.<task>.*
   EvalPrecision precision = EvalPrecision::train;
 };
 
-// Whether evaluation (perplexity and passkey) runs under bf16 autocast.
+// Whether evaluation (every task) runs under bf16 autocast.
 inline bool evaluates_in_bf16(const EvalConfig& eval, Precision training) {
   return eval.precision == EvalPrecision::bf16 ||
          (eval.precision == EvalPrecision::train && training == Precision::bf16);

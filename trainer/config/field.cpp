@@ -216,6 +216,48 @@ Field text_list(std::string path, std::vector<std::string>& v, std::string doc) 
           }};
 }
 
+namespace {
+std::string one_of(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : ", ") + w;
+  return out;
+}
+}  // namespace
+
+Field word_choice(std::string path, std::string& v, std::vector<std::string> words, std::string doc) {
+  std::string type = "one of " + one_of(words);
+  return {path, type, std::move(doc),
+          [&v, words, type](const YAML::Node& n) {
+            const std::string& word = scalar(n, type);
+            if (std::find(words.begin(), words.end(), word) == words.end()) expected(type, n);
+            v = word;
+          },
+          [&v] { return plain(v); }};
+}
+
+Field word_set(std::string path, std::vector<std::string>& v, std::vector<std::string> words, std::string doc) {
+  std::string type = "a non-empty list of " + one_of(words) + ", none twice";
+  return {path, type, std::move(doc),
+          [&v, words, type](const YAML::Node& n) {
+            std::vector<std::string> out;
+            for (const auto& item : sequence(n, type)) {
+              const std::string& word = scalar(item, type);
+              if (std::find(words.begin(), words.end(), word) == words.end())
+                throw FieldError("'" + word + "' is not one of " + one_of(words), item.Mark());
+              if (std::find(out.begin(), out.end(), word) != out.end())
+                throw FieldError(word + " is listed twice", item.Mark());
+              out.push_back(word);
+            }
+            if (out.empty()) expected(type, n);
+            v = out;
+          },
+          [&v] {
+            auto list = flow_list();
+            for (const auto& x : v) list.push_back(plain(x));
+            return list;
+          }};
+}
+
 Field maybe_integer_list(std::string path, std::vector<int64_t>& v, const char* word, int64_t lo, std::string doc) {
   return maybe_list(
       std::move(path), v, word, std::string(word) + " or a non-empty list of integers" + int_range(lo, kMaxInt),

@@ -103,6 +103,11 @@ Field integer_set(std::string path, std::vector<int64_t>& v, const char* word, i
 Field real_list(std::string path, std::vector<double>& v, std::size_t size, Bound lo, Bound hi, std::string doc);
 Field maybe_real_list(std::string path, std::vector<double>& v, const char* word, Bound lo, Bound hi, std::string doc);
 
+// One of `words` (a table known only at run time, as the evaluation tasks').
+Field word_choice(std::string path, std::string& v, std::vector<std::string> words, std::string doc);
+// A non-empty list of `words`, none twice.
+Field word_set(std::string path, std::vector<std::string>& v, std::vector<std::string> words, std::string doc);
+
 template <class E, std::size_t N>
 E parse_choice(const YAML::Node& node, const EnumName<E> (&table)[N], const std::string& type) {
   auto e = enum_from_name(table, scalar(node, type));

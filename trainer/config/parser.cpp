@@ -23,6 +23,10 @@ using schema::Field;
 schema::FieldTable config_keys_of(Config& config) {
   schema::FieldTable keys(schema::fields(config));
   keys.note("experiment", "this is an experiment file; run it with `segtrain experiment FILE`");
+  // Retired keys name what replaced them (a config of an older release says what to write).
+  keys.note("eval.passkey_trials", "replaced by the evaluation tasks: list passkey in eval.tasks "
+                                   "(eval.tasks: [perplexity, passkey]) and set eval.passkey.trials");
+  keys.note("eval.passkey_style", "replaced by eval.passkey.style (with passkey in eval.tasks)");
   return keys;
 }
 
@@ -153,7 +157,12 @@ LoadedConfig load_config(const std::string& file, const std::vector<std::string>
 std::string to_yaml(const Config& config) {
   Config copy = config;  // fields() binds mutable references
   YAML::Node root(YAML::NodeType::Map);
+  const auto& tasks = config.eval.tasks;
   for (const auto& f : schema::fields(copy)) {
+    // The options of a task not in eval.tasks are not written: read back, they would be refused.
+    if (const std::string task = task_of_key(f.path);
+        !task.empty() && std::find(tasks.begin(), tasks.end(), task) == tasks.end())
+      continue;
     // Walk down by section names, creating maps in schema order.
     std::vector<YAML::Node> path{root};
     std::string rest = f.path;

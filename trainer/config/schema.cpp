@@ -4,12 +4,38 @@
 
 namespace segtrain::trainer::schema {
 
+namespace {
+
+std::vector<std::string> task_names() {
+  std::vector<std::string> names;
+  for (const auto& task : eval_task_catalog()) names.push_back(task.name);
+  return names;
+}
+
+// eval.<task>.lengths, .trials and its one choice, for every task that writes prompts.
+std::vector<Field> task_fields(EvalConfig& eval) {
+  std::vector<Field> out;
+  for (const auto& task : eval_task_catalog()) {
+    if (!task.writes_prompts) continue;
+    TaskOptions& o = eval.task.at(task.name);
+    const std::string key = "eval." + task.name + ".";
+    out.push_back(maybe_integer_list(key + "lengths", o.lengths, "auto", 2,
+                                     "Prompt lengths in tokens (" + task.name + " in eval.tasks); auto: eval.lengths "
+                                     "(a grid row's lengths in an experiment). " + task.doc));
+    out.push_back(integer(key + "trials", o.trials, 1, kMaxInt, "Prompts per length; each is a new draw of the seed."));
+    if (!task.variant_key.empty()) out.push_back(word_choice(key + task.variant_key, o.variant, task.variants, task.variant_doc));
+  }
+  return out;
+}
+
+}  // namespace
+
 // One row per config key: a declarative table, as long as there are keys.
 std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): the key table
   auto& m = c.model.spec;
   auto& ext = m.extension;
   auto& t = c.train;
-  return {
+  std::vector<Field> table = {
       text("run.name", c.run.name, "Name used in logs and result tables.").with({KeyRole::grid}),
       text("run.output_dir", c.run.output_dir,
            "Run directory (config.yaml, metrics.jsonl, checkpoints/, final/); relative to the working directory.").with({KeyRole::grid}),
@@ -135,10 +161,10 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       integer("eval.stride", c.eval.stride, 0, kMaxInt,
               "0: non-overlapping windows (seed 004); otherwise a sliding window with this stride."),
       integer("eval.batch_size", c.eval.batch_size, 1, kMaxInt, "Sequences per evaluation forward pass."),
-      integer("eval.passkey_trials", c.eval.passkey_trials, 0, kMaxInt,
-              "Passkey-retrieval prompts per length at the end of a run; 0: off. Written with the store's own tokenizer (sentencepiece or BPE)."),
-      choice("eval.passkey_style", c.eval.passkey_style, kPasskeyStyles,
-             "digits: the usual pass-key prompt; recall: the synthetic corpus's 'recall : the password of X is' form."),
+      word_set("eval.tasks", c.eval.tasks, task_names(),
+               "What the final evaluation (and each row of an experiment) runs: perplexity (the keys above), then "
+               "the prompt tasks whose options follow (eval.<task>.*), written with the store's own tokenizer; "
+               "always in this table's order."),
       choice("eval.precision", c.eval.precision, kEvalPrecisions,
              "train: as train.precision (bf16 autocast when the run trains so); fp32 or bf16 to choose (positions "
              "and the loss stay fp32 either way)."),
@@ -152,6 +178,8 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
            "ZeRO-1: each rank keeps AdamW's moments for its 1/N slice of every bucket; gradients are "
            "reduce-scattered and the updated slices all-gathered. Checkpoints hold the whole optimizer state."),
   };
+  for (auto& field : task_fields(c.eval)) table.push_back(std::move(field));
+  return table;
 }
 
 }  // namespace segtrain::trainer::schema

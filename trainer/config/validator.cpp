@@ -1,6 +1,7 @@
 // Cross-field and file-system checks on a parsed config. Each message starts
 // with where the offending key was set (file:line:col, the --set argument, or the
 // file for a default) and names the key.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -108,6 +109,12 @@ void check_run_and_eval(Checker& ck, const Config& c) {
   if (c.eval.split != "train" && c.eval.split != "valid")
     ck.fail("eval.split", "expected train or valid, got '" + c.eval.split + "'");
   for (const auto& problem : window_problems(c.eval.stride, c.eval.lengths)) ck.fail(problem.key, problem.message);
+  // A task's options without the task would be read and never used.
+  for (const auto& [key, where] : ck.loaded.origins)
+    if (const std::string task = task_of_key(key);
+        !task.empty() && std::find(c.eval.tasks.begin(), c.eval.tasks.end(), task) == c.eval.tasks.end())
+      ck.fail(key, task + " is not in eval.tasks; list it there (eval.tasks: [perplexity, " + task +
+                       "]) or drop this key");
 }
 
 }  // namespace

@@ -8,30 +8,42 @@
 #include <sstream>
 
 #include "common/atomic_write.h"
-#include "common/log.h"
+#include "common/wilson.h"
 #include "trainer/eval/plot.h"
 
 namespace segtrain::trainer {
 
-std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results,
-                      const std::vector<PasskeyResult>& passkey, const std::optional<EvalDevice>& device) {
-  nlohmann::json out = {{"model", model_name}, {"results", nlohmann::json::array()}};
-  for (const auto& r : results) {
-    nlohmann::json row = {{"length", r.length}, {"sequences", r.sequences}, {"tokens", r.tokens}};
-    row["loss"] = std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json(nullptr);
-    row["ppl"] = std::isfinite(r.ppl) ? nlohmann::json(r.ppl) : nlohmann::json(nullptr);
-    out["results"].push_back(row);
+nlohmann::json task_scores_json(const std::vector<TaskScore>& scores) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : scores) {
+    const Proportion w = wilson(p.correct, p.trials);
+    out.push_back({{"length", p.length}, {"trials", p.trials}, {"correct", p.correct},
+                   {"accuracy", p.accuracy()}, {"low", w.lo}, {"high", w.hi}});
   }
-  if (!passkey.empty()) {
-    out["passkey"] = nlohmann::json::array();
-    for (const auto& p : passkey)
-      out["passkey"].push_back(
-          {{"length", p.length}, {"trials", p.trials}, {"correct", p.correct}, {"accuracy", p.accuracy()}});
+  return out;
+}
+
+std::string eval_json(const std::string& model_name, const std::vector<TaskResult>& results,
+                      const std::optional<EvalDevice>& device) {
+  nlohmann::json out = {{"model", model_name}, {"results", nlohmann::json::array()}};
+  double perplexity_seconds = 0;
+  for (const auto& task : results) {
+    if (task.task == "perplexity") {
+      perplexity_seconds = task.seconds;
+      for (const auto& r : task.perplexity) {
+        nlohmann::json row = {{"length", r.length}, {"sequences", r.sequences}, {"tokens", r.tokens}};
+        row["loss"] = std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json(nullptr);
+        row["ppl"] = std::isfinite(r.ppl) ? nlohmann::json(r.ppl) : nlohmann::json(nullptr);
+        out["results"].push_back(row);
+      }
+      continue;
+    }
+    out["tasks"][task.task] = {{"seconds", task.seconds}, {"by_length", task_scores_json(task.scores)}};
   }
   if (device) {
     out["device"] = device->device.str();
     out.update(peak_memory_json(device->peak));
-    if (device->perplexity_seconds > 0) out["perplexity_seconds"] = device->perplexity_seconds;
+    if (perplexity_seconds > 0) out["perplexity_seconds"] = perplexity_seconds;
   }
   return out.dump(2) + "\n";
 }
@@ -67,22 +79,17 @@ EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_posi
 }
 
 void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_name,
-                        const std::vector<LengthResult>& results, const std::vector<PasskeyResult>& passkey,
-                        const EvalDevice& device) {
-  write_file_atomic(outputs.json, eval_json(model_name, results, passkey, device));
-  if (!outputs.per_position_csv.empty()) write_file_atomic(outputs.per_position_csv, per_position_csv(results));
-  if (!outputs.per_position_svg.empty())
-    write_file_atomic(outputs.per_position_svg, per_position_svg(results, model_name, outputs.train_length));
-}
-
-void log_perplexity(const std::string& label, const std::vector<LengthResult>& results) {
+                        const std::vector<TaskResult>& results, const EvalDevice& device) {
+  write_file_atomic(outputs.json, eval_json(model_name, results, device));
+  const TaskResult* perplexity = nullptr;
   for (const auto& r : results)
-    log::info(label, "L=", r.length, ": ppl ", r.ppl, " (loss ", r.loss, ") over ", r.tokens, " tokens in ",
-              r.sequences, " sequences");
-}
-
-void log_passkey(const std::vector<PasskeyResult>& passkey) {
-  for (const auto& p : passkey) log::info("passkey L=", p.length, ": ", p.correct, "/", p.trials, " correct");
+    if (r.task == "perplexity") perplexity = &r;
+  if (!perplexity) return;
+  if (!outputs.per_position_csv.empty())
+    write_file_atomic(outputs.per_position_csv, per_position_csv(perplexity->perplexity));
+  if (!outputs.per_position_svg.empty())
+    write_file_atomic(outputs.per_position_svg,
+                      per_position_svg(perplexity->perplexity, model_name, outputs.train_length));
 }
 
 }  // namespace segtrain::trainer

@@ -1,33 +1,33 @@
 #pragma once
 // The files an evaluation writes (docs/architecture.md, "eval JSON"): eval.json,
-// and the per-position loss curve as CSV and SVG; and its log lines.
+// and the per-position loss curve as CSV and SVG.
 #include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "trainer/eval/passkey.h"
-#include "trainer/eval/perplexity.h"
+#include "trainer/eval/task.h"
 #include "trainer/runtime/memory.h"
 
 namespace segtrain::trainer {
 
-// Where an evaluation ran, the process's peak memory by then, and how long the
-// perplexity pass took (0: not timed).
+// Where an evaluation ran and the process's peak memory by then.
 struct EvalDevice {
   c10::Device device = c10::kCPU;
   PeakMemory peak;
-  double perplexity_seconds = 0;
 };
 
-// {"model": ..., "results": [{"length", "loss", "ppl", "sequences", "tokens"}, ...],
-//  "passkey": [{"length", "trials", "correct", "accuracy"}, ...] (when measured),
+// {"model": ..., "results": [{"length", "loss", "ppl", "sequences", "tokens"}, ...] (perplexity; [] when not
+//  in the suite), "tasks": {"<task>": {"seconds", "by_length": [{"length", "trials", "correct", "accuracy",
+//  "low", "high"}, ...]}, ...} (every prompt task measured; low/high: Wilson's 95% interval of the accuracy),
 //  "device", "peak_rss_mb", "perplexity_seconds" (when timed), and on CUDA "peak_gpu_mb", "peak_gpu_reserved_mb" (with `device`)}
-std::string eval_json(const std::string& model_name, const std::vector<LengthResult>& results,
-                      const std::vector<PasskeyResult>& passkey = {},
+std::string eval_json(const std::string& model_name, const std::vector<TaskResult>& results,
                       const std::optional<EvalDevice>& device = std::nullopt);
+// A prompt task's section of the eval JSON (and of the grid's row records).
+nlohmann::json task_scores_json(const std::vector<TaskScore>& scores);
 
 // CSV "length,position,loss" of every per-position curve, and an SVG plot of
 // them (one colour per length, raw faint under bucket means, L_t dashed when
@@ -47,13 +47,8 @@ struct EvalOutputs {
 // train_length: the run's L_t, marked on the plot.
 EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_position, int64_t train_length = 0);
 
-// Each file is written atomically.
+// Each file is written atomically; the per-position files when perplexity is among `results`.
 void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_name,
-                        const std::vector<LengthResult>& results, const std::vector<PasskeyResult>& passkey,
-                        const EvalDevice& device);
-
-// One line per length, after `label` ("eval valid ", or nothing).
-void log_perplexity(const std::string& label, const std::vector<LengthResult>& results);
-void log_passkey(const std::vector<PasskeyResult>& passkey);
+                        const std::vector<TaskResult>& results, const EvalDevice& device);
 
 }  // namespace segtrain::trainer

@@ -1,6 +1,6 @@
 #pragma once
-// `segtrain eval`: perplexity by length (and optionally passkey accuracy) of a
-// stored model on a token store, written as eval JSON.
+// `segtrain eval`: the evaluation suite (perplexity by length, and the prompt tasks
+// of --tasks) of a stored model on a token store, written as eval JSON.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,8 +21,8 @@ struct EvalOptions {
   int64_t stride = 0;                  // 0: non-overlapping windows
   int64_t max_sequences = EvalConfig{}.max_sequences;  // per length, as a run's eval; 0: all
   int64_t windows_per_document = 0;    // 0: every window a document holds
-  int64_t passkey_trials = 0;          // per length; 0: off
-  std::string passkey_style = "digits";
+  std::vector<std::string> tasks = {"perplexity"};  // as eval.tasks
+  std::vector<std::string> task_settings;          // --set eval.<task>.<key>=value
   std::string device = "auto";  // auto|cpu|cuda, as run.device
   std::string precision = "fp32";  // fp32|bf16: bf16 autocast (positions and the loss stay fp32)
   std::optional<int64_t> loss_chunk_tokens;  // as train.loss_chunk_tokens: nullopt auto, 0 off

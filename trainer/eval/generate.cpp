@@ -59,7 +59,7 @@ std::vector<int32_t> generate_tokens(models::TransformerLM& model, const std::ve
     const auto logits = model->logits(hidden.select(1, hidden.size(1) - 1).select(0, 0)).to(at::kFloat);
     const int32_t next = pick(logits, decoding, generator);
     out.push_back(next);
-    if (next == decoding.eos_id) break;
+    if (next == decoding.eos_id || (decoding.done && decoding.done(out))) break;
     tokens = {next};
     positions = {next_position++};
   }

@@ -7,6 +7,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct Decoding {
   int64_t top_k = 0;         // sampling from the k most likely tokens; 0: all
   uint64_t seed = 1234;      // the sampler's generator
   int32_t eos_id = -1;       // generation stops after writing it; -1: never
+  // Called with the tokens written so far after each one; true stops generation
+  // (an evaluation task whose answer is complete). Empty: never.
+  std::function<bool(const std::vector<int32_t>&)> done;
 };
 
 // The new token ids after `prompt` (at most max_new_tokens, ending with eos_id when

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -144,12 +145,12 @@ bool passkey_correct(models::TransformerLM& model, const PasskeyPrompt& prompt) 
   return at::equal(predicted, at::tensor(answer, at::kLong));
 }
 
-std::vector<PasskeyResult> passkey_accuracy(models::TransformerLM& model, const data::PromptTokenizer& tokenizer,
-                                            PasskeyStyle style, const std::vector<int64_t>& lengths, int64_t trials,
-                                            uint64_t seed) {
-  std::vector<PasskeyResult> results;
+std::vector<TaskScore> passkey_accuracy(models::TransformerLM& model, const data::PromptTokenizer& tokenizer,
+                                       PasskeyStyle style, const std::vector<int64_t>& lengths, int64_t trials,
+                                       uint64_t seed) {
+  std::vector<TaskScore> results;
   for (int64_t length : lengths) {
-    PasskeyResult r;
+    TaskScore r;
     r.length = length;
     for (int64_t trial = 0; trial < trials; ++trial) {
       r.correct += passkey_correct(model, make_passkey_prompt(tokenizer, style, length, seed, trial));
@@ -159,5 +160,45 @@ std::vector<PasskeyResult> passkey_accuracy(models::TransformerLM& model, const 
   }
   return results;
 }
+
+namespace {
+
+class PasskeyTask final : public EvalTask {
+ public:
+  explicit PasskeyTask(const TaskSetup& setup)
+      : options_(setup.options), style_(*enum_from_name(kPasskeyStyles, setup.options.variant)), seed_(setup.seed) {}
+  const std::string& name() const override { return name_; }
+  bool writes_prompts() const override { return true; }
+  int64_t longest() const override { return *std::max_element(options_.lengths.begin(), options_.lengths.end()); }
+  // The keys (and their order of meaning) of the grid's records before eval.tasks: a
+  // grid's finished rows keep their passkey figures.
+  nlohmann::json settings() const override {
+    return {{"lengths", options_.lengths}, {"trials", options_.trials},
+            {"style", options_.variant},   {"seed", seed_}};
+  }
+  void check(const TaskData& data) const override {
+    for (int64_t length : options_.lengths)
+      for (int64_t trial = 0; trial < options_.trials; ++trial)
+        make_passkey_prompt(*data.prompts, style_, length, seed_, trial);
+  }
+  TaskResult run(models::TransformerLM& model, const TaskData& data) const override {
+    TaskResult result{name_, {}, {}, 0};
+    result.scores = passkey_accuracy(model, *data.prompts, style_, options_.lengths, options_.trials, seed_);
+    return result;
+  }
+  void log(const TaskResult& result) const override {
+    for (const auto& p : result.scores) log::info("passkey L=", p.length, ": ", p.correct, "/", p.trials, " correct");
+  }
+
+ private:
+  std::string name_ = "passkey";
+  TaskOptions options_;
+  PasskeyStyle style_;
+  uint64_t seed_;
+};
+
+}  // namespace
+
+std::unique_ptr<EvalTask> make_passkey_task(const TaskSetup& setup) { return std::make_unique<PasskeyTask>(setup); }
 
 }  // namespace segtrain::trainer

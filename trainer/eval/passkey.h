@@ -13,23 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "data/prompt_tokenizer.h"
 #include "models/transformer.h"
-#include "trainer/config/config.h"
+#include "trainer/eval/task.h"
 
 namespace segtrain::trainer {
 
+// The prompt's form (eval.passkey.style): the usual digits, or the synthetic corpus's recall sentences.
+enum class PasskeyStyle { digits, recall };
+inline constexpr EnumName<PasskeyStyle> kPasskeyStyles[] = {{"digits", PasskeyStyle::digits},
+                                                            {"recall", PasskeyStyle::recall}};
 
-// The prompts' seed of `segtrain eval --passkey-trials` and of an experiment's rows, so
-// that a grid's passkey figures are `segtrain eval`'s for the same model.
-inline constexpr uint64_t kPasskeySeed = 1234;
-
-struct PasskeyResult {
-  int64_t length = 0;
-  int64_t trials = 0;
-  int64_t correct = 0;
-  double accuracy() const { return trials ? static_cast<double>(correct) / trials : 0.0; }
-};
 
 struct PasskeyPrompt {
   std::vector<int32_t> tokens;      // [BOS] the prompt's ids, ending with the question
@@ -48,8 +43,11 @@ PasskeyPrompt make_passkey_prompt(const data::PromptTokenizer& tokenizer, Passke
 // forward (see passkey.cpp).
 bool passkey_correct(models::TransformerLM& model, const PasskeyPrompt& prompt);
 
-std::vector<PasskeyResult> passkey_accuracy(models::TransformerLM& model, const data::PromptTokenizer& tokenizer,
+std::vector<TaskScore> passkey_accuracy(models::TransformerLM& model, const data::PromptTokenizer& tokenizer,
                                             PasskeyStyle style, const std::vector<int64_t>& lengths, int64_t trials,
-                                            uint64_t seed);
+                                       uint64_t seed);
+
+// The passkey task of a suite (suite.h): eval.passkey.{lengths, trials, style}.
+std::unique_ptr<EvalTask> make_passkey_task(const TaskSetup& setup);
 
 }  // namespace segtrain::trainer

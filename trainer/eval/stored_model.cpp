@@ -1,6 +1,7 @@
 #include "trainer/eval/stored_model.h"
 
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -89,11 +90,13 @@ std::string tokenizer_origin(std::string dir) {
     if (models::detect_model_format(dir, &dir) == models::ModelFormat::hf) return dir;
     const fs::path saved = fs::path(dir) / "config.yaml";
     if (!fs::exists(saved)) return "";
+    // model.init alone: a config of an older release (with keys since retired) still names its base.
     std::optional<ModelRef> ref;
     try {
-      ref = parse_model_ref(parse_config_file(saved.string()).config.model.init);
-    } catch (const InputError& e) {  // the weights export fine without it; say why no tokenizer follows
-      log::warn("tokenizer files not copied: ", e.what());
+      const YAML::Node init = YAML::Load(read_file(saved, "checkpoint config"))["model"]["init"];
+      ref = parse_model_ref(init && init.IsScalar() ? init.Scalar() : std::string());
+    } catch (const std::exception& e) {  // the weights export fine without it; say why no tokenizer follows
+      log::warn("tokenizer files not copied: ", saved.string(), ": ", e.what());
       return "";
     }
     if (!ref || !ref->from_folder()) return "";

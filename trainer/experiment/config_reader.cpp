@@ -176,15 +176,14 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
   schema::FieldReader reader(x.file, errors, origins);
   auto items = default_method_items();
   schema::FieldTable table(experiment_fields(x, items, reader));
+  table.note("experiment.passkey", "replaced by the evaluation tasks of the run sections: eval.tasks: [perplexity, "
+                                   "passkey] and eval.passkey: {lengths: [...], trials: N, style: digits|recall}");
   reader.read(node, "experiment", table);
   if (x.name.empty()) x.name = fs::path(x.file).stem().string();
   if (x.output_dir.empty()) x.output_dir = "runs/experiments/" + x.name;
   check_factors(x, reader);
   resolve_methods(items, reader, x);
   check_eval_lengths(x, reader);
-  std::sort(x.passkey.lengths.begin(), x.passkey.lengths.end());
-  if (reader.given("experiment.passkey") && x.passkey.lengths.empty())
-    errors.push_back(reader.where("experiment.passkey") + ": experiment.passkey.lengths: required (the prompt lengths)");
   if (!node["corpora"])
     errors.push_back(location(x.file, node.Mark()) +
                      ": experiment.corpora: required: a list of corpora, e.g. [{name: synthetic, synthetic: {docs: 200}}]");
@@ -269,6 +268,10 @@ ExperimentConfig load_experiment(const std::string& file, const std::vector<std:
     throw InputError(file + ": an experiment file needs an `experiment:` section (name, factors, methods, corpora...) "
                      "beside the run sections; see configs/experiments/");
   read_experiment_section(root["experiment"], x, errors);
+  const auto& tasks = x.base_template.config.eval.tasks;
+  if (std::find(tasks.begin(), tasks.end(), "perplexity") == tasks.end())
+    errors.push_back(x.base_template.locate("eval.tasks") + ": an experiment scores every row's perplexity (its "
+                     "tables and intervals are perplexity's): list perplexity first, then the other tasks");
   if (!errors.empty()) throw InputError(join(errors, "\n"));
 
   // Build every run of the grid now, so a bad combination fails in the first

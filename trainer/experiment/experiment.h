@@ -9,13 +9,14 @@
 // grid resumes where it stopped.
 //
 // The file is a run config (run, model, data, train, eval, distributed: the
-// template every run starts from) plus an `experiment:` section:
+// template every run starts from; its eval.tasks are what every row is scored
+// on, each task kept apart so that adding one scores nothing else again) plus an
+// `experiment:` section:
 //   experiment:
 //     name, output_dir, factors: [2, 4], ootb: [...],
 //     methods: [da, chunk-0.25, {name: full, set: {...}, budgets: [262144, ...]}, ...],
 //     train_extension: auto | <method>, train_tokens: N,
 //     eval_lengths: [...], eval_from_longest: false,
-//     passkey: {lengths: [...], trials: N, style: digits | recall},
 //     corpora: [{name, synthetic: {docs, min_tokens, max_tokens, seed} | inputs: [...] | store: DIR,
 //                vocab_size, valid_fraction, base: hf:DIR | checkpoint:DIR}],
 //     base:   {set: {key: value, ...}}   # the pretraining run at L_t
@@ -71,14 +72,6 @@ struct CorpusSpec {
   std::string base;
 };
 
-// Passkey retrieval of every row (trainer/eval/passkey.h), scored apart from
-// perplexity so that adding it to a finished grid evaluates nothing else again.
-struct PasskeySpec {
-  std::vector<int64_t> lengths;  // empty: no passkey
-  int64_t trials = 5;
-  PasskeyStyle style = PasskeyStyle::digits;
-};
-
 struct ExperimentConfig {
   std::string file;
   std::string name;
@@ -96,7 +89,6 @@ struct ExperimentConfig {
   // forward a window): exact for a causal model whose positions do not depend on
   // the input's length; rows with dynamic methods are scored length by length.
   bool eval_from_longest = false;
-  PasskeySpec passkey;
   std::vector<CorpusSpec> corpora;
   std::vector<Assignment> base_set, extend_set;
   LoadedConfig base_template;  // the file's run sections with the command line's --set applied

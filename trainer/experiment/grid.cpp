@@ -10,6 +10,7 @@
 #include <functional>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "common/atomic_write.h"
@@ -30,6 +31,7 @@
 #include "trainer/eval/eval_outputs.h"
 #include "trainer/eval/perplexity.h"
 #include "trainer/eval/stored_model.h"
+#include "trainer/eval/suite.h"
 #include "trainer/experiment/plan.h"
 #include "trainer/experiment/report.h"
 #include "trainer/runtime/device.h"
@@ -184,78 +186,73 @@ void ensure_trained(const PlannedRun& run) {
   run_training(run.config, previous ? Resume::required : Resume::no, /*final_eval=*/false);
 }
 
-// Takes into `row` what its record already holds: the perplexity part when it was
-// recorded with `settings`, the passkey part when with `passkey_settings` (null: no
-// passkey asked, done). Returns whether each part is done.
-std::pair<bool, bool> reuse_recorded(RowResult& row, const fs::path& record, const nlohmann::json& settings,
-                                     const nlohmann::json& passkey_settings) {
-  bool perplexity_done = false, passkey_done = passkey_settings.is_null();
-  if (!fs::exists(record)) return {perplexity_done, passkey_done};
-  RowResult saved = row_from_json(read_file(record, "row record"), record.string());
-  if (saved.evaluated_with == settings.dump()) {
-    perplexity_done = true;
-    row.results = saved.results;
-    row.eval_seconds = saved.eval_seconds;
-    row.model = saved.model;
-    row.evaluated_with = saved.evaluated_with;
-  }
-  if (!passkey_done && saved.passkey_with == passkey_settings.dump()) {
-    passkey_done = true;
-    row.passkey = saved.passkey;
-    row.passkey_with = saved.passkey_with;
-    row.passkey_seconds = saved.passkey_seconds;
-  }
-  return {perplexity_done, passkey_done};
+// The grid's evaluation suite for `row`: the template's eval.tasks at the row's
+// lengths, perplexity with the loss by position and by window (the report's
+// intervals are computed from each window's blocks). The base row at L_t is the OOTB
+// row without a scaling: its prompt tasks would repeat that row's.
+EvalSuite row_suite(const ExperimentConfig& x, const RowResult& row) {
+  const Config& templ = x.base_template.config;
+  // train.loss_chunk_tokens gives the same figures either way: not in the settings.
+  PerplexityOptions eval = perplexity_options(templ.eval, templ.train.loss_chunk_tokens);
+  eval.lengths = row.lengths;
+  eval.per_position = true;
+  eval.per_window = true;
+  // eval_from_longest: every row and length on the first L tokens of the same windows
+  // of the grid's longest length (evaluate() runs one forward a window where the model allows).
+  if (x.eval_from_longest)
+    for (int64_t f : x.factors) eval.window_length = std::max(eval.window_length, row_lengths(x, f).back());
+  EvalConfig tasks = templ.eval;
+  if (row.kind == "base") tasks.tasks = {"perplexity"};
+  return EvalSuite(tasks, row.lengths, eval, templ.eval.split, kEvalPromptSeed);
 }
 
-// Evaluates one row's model: perplexity by length unless row.json holds this
-// exact evaluation, and passkey retrieval (experiment.passkey) unless it holds
-// that too; each part is reused on its own, so adding one keeps the other.
+// Takes into `row` each task's figures that its record holds with the same settings
+// (`with`: each task's settings as JSON); returns the tasks still to run.
+std::vector<const EvalTask*> tasks_to_run(RowResult& row, const fs::path& record, const EvalSuite& suite,
+                                          const std::map<std::string, std::string>& with) {
+  std::optional<RowResult> saved;
+  if (fs::exists(record)) saved = row_from_json(read_file(record, "row record"), record.string());
+  std::vector<const EvalTask*> todo;
+  for (const auto& task : suite.tasks()) {
+    const std::string& name = task->name();
+    if (name == "perplexity" && saved && saved->evaluated_with == with.at(name)) {
+      row.results = saved->results;
+      row.eval_seconds = saved->eval_seconds;
+      row.model = saved->model;
+      row.evaluated_with = saved->evaluated_with;
+    } else if (name != "perplexity" && saved && saved->tasks.count(name) && saved->tasks.at(name).with == with.at(name)) {
+      row.tasks[name] = saved->tasks.at(name);
+    } else {
+      todo.push_back(task.get());
+    }
+  }
+  return todo;
+}
+
+// Evaluates one row's model: each task of the suite unless row.json holds its
+// figures from the same settings; each is reused on its own, so adding a task
+// to a finished grid runs that task alone.
 RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string& model_dir,
                        const std::vector<std::string>& overrides, const ExperimentConfig& x,
                        const std::string& store_path, const data::TokenStore& store) {
   const Config& templ = x.base_template.config;
-  // The template's eval section at the row's lengths, with the loss by position;
-  // train.loss_chunk_tokens gives the same figures either way: not in `settings`.
-  PerplexityOptions eval = perplexity_options(templ.eval, templ.train.loss_chunk_tokens);
-  eval.lengths = row.lengths;
-  eval.per_position = true;
-  eval.per_window = true;  // the intervals of the report are computed from each window's blocks
+  const EvalSuite suite = row_suite(x, row);
   const std::string files = model_identity(model_dir);
-  nlohmann::json settings = {{"model", model_dir},     {"model_files", files},
-                             {"overrides", overrides},
-                             {"lengths", eval.lengths}, {"max_sequences", eval.max_sequences},
-                             {"stride", eval.stride},   {"split", templ.eval.split},
-                             {"per_window", kLossBlock}};
-  if (eval.windows_per_document > 0) settings["windows_per_document"] = eval.windows_per_document;
   // fp32 rows keep the settings they were recorded with before eval.precision existed.
   const bool bf16 = evaluates_in_bf16(templ.eval, templ.train.precision);
-  if (bf16) settings["precision"] = "bf16";
-  // The base row at L_t is the OOTB row without a scaling: its passkey would repeat that row's.
-  const bool with_passkey = !x.passkey.lengths.empty() && row.kind != "base";
-  nlohmann::json passkey_settings =
-      !with_passkey
-          ? nlohmann::json()
-          : nlohmann::json{{"model", model_dir},          {"model_files", files},
-                           {"overrides", overrides},      {"lengths", x.passkey.lengths},
-                           {"trials", x.passkey.trials},  {"style", enum_name(kPasskeyStyles, x.passkey.style)},
-                           {"seed", kPasskeySeed}};
-  if (bf16 && with_passkey) passkey_settings["precision"] = "bf16";
-  int64_t longest = *std::max_element(eval.lengths.begin(), eval.lengths.end());
-  if (with_passkey) longest = std::max(longest, x.passkey.lengths.back());
-  const StoredModel stored = open_stored_model(model_dir, overrides, longest);
-  // eval_from_longest: every row and length on the first L tokens of the same windows
-  // of the grid's longest length (evaluate() runs one forward a window where the
-  // model allows); the record says so, and which windows when they are longer than the row's lengths.
-  if (x.eval_from_longest) {
-    for (int64_t f : x.factors) eval.window_length = std::max(eval.window_length, row_lengths(x, f).back());
-    settings["prefixes_of_longest"] = true;
-    if (eval.lengths.back() != eval.window_length) settings["window_length"] = eval.window_length;
+  std::map<std::string, std::string> with;
+  for (const auto& task : suite.tasks()) {
+    nlohmann::json settings = task->settings();
+    settings["model"] = model_dir;
+    settings["model_files"] = files;
+    settings["overrides"] = overrides;
+    if (bf16) settings["precision"] = "bf16";
+    with[task->name()] = settings.dump();
   }
-
+  const StoredModel stored = open_stored_model(model_dir, overrides, suite.longest());
   const fs::path record = row_dir / "row.json";
-  const auto [perplexity_done, passkey_done] = reuse_recorded(row, record, settings, passkey_settings);
-  if (perplexity_done && passkey_done) {
+  const auto todo = tasks_to_run(row, record, suite, with);
+  if (todo.empty()) {
     log::info("experiment: ", row_dir.string(), " is evaluated");
     return row;
   }
@@ -267,38 +264,33 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   check_store_tokenizer(store_path, stored.dir, x.file + ": " + row.label,
                         "data.allow_tokenizer_mismatch: true (under experiment.base.set)",
                         templ.data.allow_tokenizer_mismatch);
+  const auto prompts = suite.open_prompts(store_path, store.split(data::parse_split(templ.eval.split)), x.file + ": eval.tasks");
+  const TaskData data{&store.split(data::parse_split(templ.eval.split)), prompts ? &*prompts : nullptr};
   // Rows are evaluated where the template's runs train (run.device).
   const c10::Device device = pick_device(templ.run.device, /*local_rank=*/0);
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
   model->to(device);
   fs::create_directories(row_dir);
-  if (!perplexity_done) {
-    log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", eval.lengths.front(), "..",
-              eval.lengths.back(), eval.window_length ? " (the first L tokens of windows of " +
-                                                        std::to_string(eval.window_length) + ")" : std::string());
-    const auto started = std::chrono::steady_clock::now();
+  for (const EvalTask* task : todo) {
+    if (task->name() == "perplexity")
+      log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", row.lengths.front(), "..",
+                row.lengths.back());
+    else
+      log::info("experiment: ", task->name(), " of ", row.label, " (", model_dir, ")");
     const Autocast autocast(bf16, device.type());
-    row.results = evaluate(model, store.split(data::parse_split(templ.eval.split)), eval);
-    row.eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    row.model = model_dir;
-    row.evaluated_with = settings.dump();
-    write_file_atomic(row_dir / "eval.json", eval_json(model_dir, row.results));
-    write_file_atomic(record, row_to_json(row));  // perplexity is kept even if the passkey part fails
-    for (const auto& r : row.results) log::info("  L=", r.length, ": ppl ", r.ppl);
-    log::info("  evaluated in ", static_cast<int64_t>(row.eval_seconds), " s");
-  }
-  if (!passkey_done) {
-    log::info("experiment: passkey retrieval of ", row.label, " at L = ", x.passkey.lengths.front(), "..",
-              x.passkey.lengths.back(), ", ", x.passkey.trials, " prompts each");
-    const data::PromptTokenizer tokenizer = data::open_prompt_tokenizer(store_path);
-    const auto started = std::chrono::steady_clock::now();
-    const Autocast autocast(bf16, device.type());
-    row.passkey = passkey_accuracy(model, tokenizer, x.passkey.style, x.passkey.lengths, x.passkey.trials, kPasskeySeed);
-    row.passkey_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    row.passkey_with = passkey_settings.dump();
-    write_file_atomic(record, row_to_json(row));
-    log_passkey(row.passkey);
-    log::info("  passkey in ", static_cast<int64_t>(row.passkey_seconds), " s");
+    TaskResult result = run_task(*task, model, data);
+    if (task->name() == "perplexity") {
+      row.results = result.perplexity;
+      row.eval_seconds = result.seconds;
+      row.model = model_dir;
+      row.evaluated_with = with.at(task->name());
+      write_file_atomic(row_dir / "eval.json", eval_json(model_dir, {result}));
+    } else {
+      row.tasks[task->name()] = {result.scores, with.at(task->name()), result.seconds};
+    }
+    write_file_atomic(record, row_to_json(row));  // each task's figures are kept even if a later one fails
+    task->log(result);
+    log::info("  ", task->name(), " in ", static_cast<int64_t>(result.seconds), " s");
   }
   return row;
 }
@@ -374,16 +366,14 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus,
   const int64_t lt = templ.data.train_length;
   ensure_store(x, corpus, x.base_template);
   throw_if_stopped();
-  if (!x.passkey.lengths.empty()) {
-    // The store's tokenizer writes the prompts: refused now (exit 2), not after hours of training.
-    try {
-      const data::PromptTokenizer tokenizer = data::open_prompt_tokenizer(store_dir(x, corpus));
-      for (int64_t length : x.passkey.lengths)  // every prompt the rows will be given
-        for (int64_t trial = 0; trial < x.passkey.trials; ++trial)
-          make_passkey_prompt(tokenizer, x.passkey.style, length, kPasskeySeed, trial);
-    } catch (const InputError& e) {
-      throw InputError(x.file + ": experiment.passkey: corpus '" + corpus.name + "': " + e.what());
-    }
+  // The store's tokenizer writes the tasks' prompts: refused now (exit 2), not after hours of training.
+  for (int64_t factor : x.factors) {
+    RowResult probe;
+    probe.lengths = row_lengths(x, factor);
+    const data::TokenStore store = data::TokenStore::open(store_dir(x, corpus));
+    row_suite(x, probe).open_prompts(store_dir(x, corpus),
+                                     store.split(data::parse_split(x.base_template.config.eval.split)),
+                                     x.file + ": eval.tasks: corpus '" + corpus.name + "'");
   }
   const auto runs = plan_training_runs(x, corpus);
   if (corpus.base.empty()) ensure_trained(runs.front());

@@ -5,10 +5,10 @@
 #include <random>
 #include <stdexcept>
 
+#include "common/wilson.h"
+
 namespace segtrain::trainer {
 namespace {
-
-constexpr double kZ95 = 1.959963984540054;
 
 // The p-quantile of sorted values, interpolated between neighbours (R's type 7).
 double quantile(const std::vector<double>& sorted, double p) {
@@ -104,13 +104,9 @@ PairedDifference paired_difference(const LossUnits& a, const LossUnits& b, int64
           {std::exp(ma - mb) - 1, quantile(relative, 0.025), quantile(relative, 0.975)}};
 }
 
-Interval wilson_interval(int64_t correct, int64_t trials) {
-  if (trials <= 0) return {std::nan(""), 0, 1};
-  const double n = static_cast<double>(trials), p = static_cast<double>(correct) / n, z2 = kZ95 * kZ95;
-  const double denominator = 1 + z2 / n;
-  const double center = (p + z2 / (2 * n)) / denominator;
-  const double half = kZ95 * std::sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denominator;
-  return {p, std::max(0.0, center - half), std::min(1.0, center + half)};
+Interval wilson_interval(double correct, int64_t trials) {
+  const Proportion w = wilson(correct, trials);
+  return {w.estimate, w.lo, w.hi};
 }
 
 }  // namespace segtrain::trainer

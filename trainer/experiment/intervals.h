@@ -54,7 +54,8 @@ struct PairedDifference {
 PairedDifference paired_difference(const LossUnits& a, const LossUnits& b, int64_t resamples = kBootstrapResamples,
                                    uint64_t seed = kBootstrapSeed);
 
-// Wilson's 95% score interval of a proportion (correct of trials); estimate = correct / trials.
-Interval wilson_interval(int64_t correct, int64_t trials);
+// Wilson's 95% score interval of a proportion (correct of trials, common/wilson.h);
+// estimate = correct / trials.
+Interval wilson_interval(double correct, int64_t trials);
 
 }  // namespace segtrain::trainer

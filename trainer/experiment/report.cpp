@@ -13,6 +13,8 @@
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/strings.h"
+#include "trainer/config/eval_tasks.h"
+#include "trainer/eval/eval_outputs.h"
 #include "trainer/eval/plot.h"
 #include "trainer/experiment/intervals.h"
 
@@ -55,14 +57,9 @@ json row_json(const RowResult& row) {
     out["position_loss"] = curve;
   }
   out["evaluated_with"] = row.evaluated_with.empty() ? json(nullptr) : json::parse(row.evaluated_with);
-  if (!row.passkey_with.empty()) {
-    json passkey = json::array();
-    for (const auto& p : row.passkey)
-      passkey.push_back({{"length", p.length}, {"trials", p.trials}, {"correct", p.correct}, {"accuracy", p.accuracy()}});
-    out["passkey"] = passkey;
-    out["passkey_with"] = json::parse(row.passkey_with);
-    out["passkey_seconds"] = row.passkey_seconds;
-  }
+  for (const auto& [name, task] : row.tasks)
+    out["tasks"][name] = {{"by_length", task_scores_json(task.scores)}, {"with", json::parse(task.with)},
+                          {"seconds", task.seconds}};
   return out;
 }
 
@@ -168,32 +165,44 @@ void length_table(std::ostringstream& md, const CorpusResults& c, int64_t factor
   }
 }
 
-// Passkey accuracy of every row of `factor` by prompt length: "correct/trials".
-void passkey_table(std::ostringstream& md, const CorpusResults& c, int64_t factor) {
+// A count of correct trials: whole, or to one decimal when a task gives part credit.
+std::string cell_count(double correct) {
+  return correct == std::floor(correct) ? std::to_string(static_cast<int64_t>(correct)) : fixed(correct, 1);
+}
+
+std::string task_title(const std::string& task) {
+  const EvalTaskInfo* info = find_eval_task(task);
+  return info ? info->title : task;
+}
+
+// A prompt task's accuracy for every row of `factor` by prompt length: "correct/trials [lo, hi]".
+void task_table(std::ostringstream& md, const CorpusResults& c, int64_t factor, const std::string& task) {
   std::vector<int64_t> lengths;
   for (const auto& row : c.rows)
-    if (row.factor == factor)
-      for (const auto& p : row.passkey)
+    if (row.factor == factor && row.tasks.count(task))
+      for (const auto& p : row.tasks.at(task).scores)
         if (std::find(lengths.begin(), lengths.end(), p.length) == lengths.end()) lengths.push_back(p.length);
   if (lengths.empty()) return;
   std::sort(lengths.begin(), lengths.end());
-  md << "\nPasskey retrieval, correct of trials by prompt length with Wilson's 95% interval of the accuracy "
+  md << "\n" << task_title(task) << ", correct of trials by prompt length with Wilson's 95% interval of the accuracy "
      << "(every row of " << factor << "·L_t; the same prompts for every row):\n\n| method |";
   for (int64_t l : lengths) md << " " << l << " |";
   md << "\n|---|";
   for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
   md << "\n";
   for (const auto& row : c.rows) {
-    if (row.factor != factor || row.passkey.empty()) continue;
+    if (row.factor != factor || !row.tasks.count(task)) continue;
+    const auto& scores = row.tasks.at(task).scores;
     md << "| " << row.label << " |";
     for (int64_t l : lengths) {
-      auto it = std::find_if(row.passkey.begin(), row.passkey.end(), [&](const auto& p) { return p.length == l; });
-      if (it == row.passkey.end()) {
+      auto it = std::find_if(scores.begin(), scores.end(), [&](const auto& p) { return p.length == l; });
+      if (it == scores.end()) {
         md << " - |";
         continue;
       }
       const Interval w = wilson_interval(it->correct, it->trials);
-      md << " " << it->correct << "/" << it->trials << " [" << fixed(w.lo, 2) << ", " << fixed(w.hi, 2) << "] |";
+      md << " " << cell_count(it->correct) << "/" << it->trials << " [" << fixed(w.lo, 2) << ", " << fixed(w.hi, 2)
+         << "] |";
     }
     md << "\n";
   }
@@ -577,12 +586,18 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     row.train_tokens = j.at("train_tokens");
     row.budget = j.value("budget", int64_t{0});
     row.eval_seconds = j.value("eval_seconds", 0.0);
-    if (j.contains("passkey_with") && !j.at("passkey_with").is_null()) {
-      row.passkey_with = j.at("passkey_with").dump();
-      row.passkey_seconds = j.value("passkey_seconds", 0.0);
-      for (const auto& p : j.at("passkey"))
-        row.passkey.push_back({p.at("length").get<int64_t>(), p.at("trials").get<int64_t>(), p.at("correct").get<int64_t>()});
-    }
+    auto scores = [](const json& list) {
+      std::vector<TaskScore> out;
+      for (const auto& p : list)
+        out.push_back({p.at("length").get<int64_t>(), p.at("trials").get<int64_t>(), p.at("correct").get<double>()});
+      return out;
+    };
+    if (j.contains("tasks"))
+      for (const auto& [name, task] : j.at("tasks").items())
+        row.tasks[name] = {scores(task.at("by_length")), task.at("with").dump(), task.value("seconds", 0.0)};
+    // A record from before eval.tasks: its passkey figures are the passkey task's.
+    if (j.contains("passkey_with") && !j.at("passkey_with").is_null())
+      row.tasks["passkey"] = {scores(j.at("passkey")), j.at("passkey_with").dump(), j.value("passkey_seconds", 0.0)};
     row.evaluated_with = j.at("evaluated_with").is_null() ? "" : j.at("evaluated_with").dump();
     for (const auto& r : j.at("results")) {
       LengthResult l;
@@ -645,7 +660,9 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
            << ":\n\n";
         length_table(md, c, f);
       }
-    for (int64_t f : c.factors) passkey_table(md, c, f);
+    for (const auto& task : eval_task_catalog())
+      if (task.writes_prompts)
+        for (int64_t f : c.factors) task_table(md, c, f, task.name);
     md << "\nTraining tokens per trained row:";
     for (int64_t f : c.factors)
       for (const auto& row : c.rows)

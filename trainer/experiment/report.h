@@ -4,14 +4,23 @@
 // from all of them: results.json, results.md (seed 004's Tables 3-5: rows are
 // methods, columns are extension lengths) and per-position loss plots.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
-#include "trainer/eval/passkey.h"
 #include "trainer/eval/perplexity.h"
+#include "trainer/eval/task.h"
 #include "trainer/experiment/experiment.h"
 
 namespace segtrain::trainer {
+
+// A prompt task's figures for one row (eval.tasks), recorded with the settings they
+// were measured with, so that adding a task to a finished grid scores nothing else again.
+struct RecordedTask {
+  std::vector<TaskScore> scores;
+  std::string with;  // settings as JSON
+  double seconds = 0;
+};
 
 struct RowResult {
   std::string key;    // folder name: "ootb-ntk", "chunk-0.25", "base"
@@ -25,11 +34,8 @@ struct RowResult {
   int64_t train_tokens = 0;    // trained rows: tokens seen in training
   int64_t budget = 0;          // a point of a method's budget curve: its budget; 0: the experiment's
   double eval_seconds = 0;     // wall time of the perplexity evaluation
-  // Passkey accuracy by length (experiment.passkey), recorded with its own settings
-  // so that adding it to a finished grid scores nothing else again.
-  std::vector<PasskeyResult> passkey;
-  std::string passkey_with;  // settings as JSON, empty when not measured
-  double passkey_seconds = 0;
+  // Every prompt task measured, by name ("passkey", "niah_single", ...).
+  std::map<std::string, RecordedTask> tasks;
 };
 
 // The grid's wall time over every invocation (a resumed grid adds to it).

@@ -207,13 +207,6 @@ std::vector<Field> experiment_fields(ExperimentConfig& x, std::vector<MethodItem
            "figure of a column comes from the same text: one forward a window (dynamic NTK, dynamic interpolation "
            "and LongRoPE rows run one a length: their frequencies depend on it). Non-overlapping windows only "
            "(eval.stride 0)."),
-      integer_set("experiment.passkey.lengths", x.passkey.lengths, "none", 2,
-                  "Passkey retrieval of every OOTB and trained row at these prompt lengths, written in the store's "
-                  "own tokenizer (the same prompts for every row); scored and kept apart from perplexity, so adding "
-                  "it to a finished grid evaluates nothing else again. Required when experiment.passkey is given."),
-      integer("experiment.passkey.trials", x.passkey.trials, 1, kMaxInt, "Passkey prompts per length."),
-      choice("experiment.passkey.style", x.passkey.style, kPasskeyStyles,
-             "digits: the usual pass-key prompt; recall: the synthetic corpus's 'recall : the password of X is' form."),
       corpus_list(x.corpora, reader),
       assignments("experiment.base.set", x.base_set, /*budget_fixed=*/false, reader,
                   "Run config settings of the pretraining run at L_t (e.g. train.budget.tokens, train.lr)."),

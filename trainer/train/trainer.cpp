@@ -27,7 +27,7 @@
 #include "data/tokenizer_identity.h"
 #include "models/positions.h"
 #include "trainer/eval/eval_outputs.h"
-#include "trainer/eval/passkey.h"
+#include "trainer/eval/suite.h"
 #include "trainer/eval/perplexity.h"
 #include "trainer/eval/stored_model.h"
 #include "trainer/config/model_ref.h"
@@ -157,7 +157,8 @@ class Trainer {
   c10::Device device_;
   std::unique_ptr<ProcessGroup> group_;
   data::TokenStore store_;
-  std::optional<data::PromptTokenizer> prompts_;  // the store's tokenizer, when eval.passkey_trials > 0
+  std::unique_ptr<EvalSuite> suite_;              // eval.tasks, run by the final evaluation
+  std::optional<data::PromptTokenizer> prompts_;  // the store's tokenizer, when a task writes prompts
   std::string store_tokenizer_;  // the store's tokenizer record each checkpoint keeps (empty: it records none)
   models::ModelConfig model_config_;
   models::TransformerLM model_;
@@ -214,22 +215,18 @@ void Trainer::check_inputs(const LoadedConfig& loaded) {
   if (store_.split(data::parse_split(c_.eval.split)).documents() == 0)
     throw InputError(loaded.locate("eval.split") + ": the store '" + c_.data.store + "' has no " + c_.eval.split +
                      " documents (prepare it with a larger --valid-fraction, or set eval.split: train)");
-  // The store's own tokenizer writes the passkey prompts: a store without one is refused now, not after training.
-  if (c_.eval.passkey_trials > 0) {
-    try {
-      prompts_ = data::open_prompt_tokenizer(c_.data.store);
-      for (int64_t length : c_.eval.lengths)  // a length too short for a prompt, too
-        make_passkey_prompt(*prompts_, c_.eval.passkey_style, length, static_cast<uint64_t>(c_.run.seed), 0);
-    } catch (const InputError& e) {
-      throw InputError(loaded.locate("eval.passkey_trials") + ": " + e.what());
-    }
-  }
+  // The store's own tokenizer writes the tasks' prompts: a store without one, or a length too short for a
+  // prompt, is refused now, not after training.
+  suite_ = std::make_unique<EvalSuite>(c_.eval, c_.eval.lengths, eval_options(), c_.eval.split,
+                                       static_cast<uint64_t>(c_.run.seed));
+  prompts_ = suite_->open_prompts(c_.data.store, store_.split(data::parse_split(c_.eval.split)), loaded.locate("eval.tasks"));
   // A learned table has no rows past its end: say so now, not after training.
   if (models::position_scheme(model_config_.arch) == models::PositionScheme::learned)
-    for (int64_t length : c_.eval.lengths)
-      if (length > models::ape_rows(model_config_))
-        throw InputError(loaded.locate("eval.lengths") + ": length " + std::to_string(length) +
-                         " is longer than the model's " + std::to_string(models::ape_rows(model_config_)) +
+    for (const auto& task : suite_->tasks())
+      if (task->longest() > models::ape_rows(model_config_))
+        throw InputError(loaded.locate(task->name() == "perplexity" ? "eval.lengths" : "eval." + task->name() + ".lengths") +
+                         ": length " + std::to_string(task->longest()) + " is longer than the model's " +
+                         std::to_string(models::ape_rows(model_config_)) +
                          " positions; evaluate an extended model (model.extension.method: interpolate) or drop it");
 }
 
@@ -530,20 +527,22 @@ void Trainer::save_final() {
             state_.skipped_steps, " steps skipped); saved ", (run_.dir / "final").string());
 }
 
+// Perplexity runs on every rank (its windows are split between them and its stop
+// checks are collective), then rank 0 alone runs the prompt tasks; each task's
+// figures are written as they come, so a later task that fails keeps them.
 void Trainer::evaluate_final() {
   const Autocast autocast(evaluates_in_bf16(c_.eval, c_.train.precision), device_.type());
-  const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), eval_options());
-  metrics_->eval_scalars(results, state_.step);
-  if (!writer_) return;
+  const TaskData data{&store_.split(data::parse_split(c_.eval.split)), prompts_ ? &*prompts_ : nullptr};
   const EvalOutputs outputs = run_eval_outputs(run_.dir, c_.eval.per_position, c_.data.train_length);
-  // Perplexity is kept even if the passkey test fails.
-  write_eval_outputs(outputs, c_.run.name, results, {}, EvalDevice{device_, peak_memory(device_), 0});
-  log_perplexity("eval " + c_.eval.split + " ", results);
-  if (c_.eval.passkey_trials == 0) return;
-  const auto passkey = passkey_accuracy(model_, *prompts_, c_.eval.passkey_style, c_.eval.lengths,
-                                        c_.eval.passkey_trials, static_cast<uint64_t>(c_.run.seed));
-  write_eval_outputs(outputs, c_.run.name, results, passkey, EvalDevice{device_, peak_memory(device_), 0});
-  log_passkey(passkey);
+  std::vector<TaskResult> results;
+  for (const auto& task : suite_->tasks()) {
+    if (task->writes_prompts() && !writer_) continue;
+    results.push_back(run_task(*task, model_, data));
+    if (task->name() == "perplexity") metrics_->eval_scalars(results.back().perplexity, state_.step);
+    if (!writer_) continue;
+    write_eval_outputs(outputs, c_.run.name, results, EvalDevice{device_, peak_memory(device_)});
+    task->log(results.back());
+  }
 }
 
 // What a user reads last: how long it took, where everything is, what to do next.

@@ -1,0 +1,48 @@
+#pragma once
+// The evaluation suite: the tasks of `eval.tasks`, built in one place (suite.cpp
+// registers each task's constructor by name) and run the same way by `Trainer`'s
+// final evaluation, `segtrain eval` and every row of the experiment grid.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/prompt_tokenizer.h"
+#include "trainer/config/config.h"
+#include "trainer/eval/task.h"
+
+namespace segtrain::trainer {
+
+// The prompts' seed of `segtrain eval` and of an experiment's rows, so that a
+// grid's task figures are `segtrain eval`'s for the same model (a run's final
+// evaluation uses run.seed).
+inline constexpr uint64_t kEvalPromptSeed = 1234;
+
+class EvalSuite {
+ public:
+  // eval: eval.tasks and eval.<task>.*; lengths: what a task's `auto` lengths are
+  // (eval.lengths, or a grid row's); perplexity: its windows; seed: the prompts'.
+  EvalSuite(const EvalConfig& eval, const std::vector<int64_t>& lengths, const PerplexityOptions& perplexity,
+            const std::string& split, uint64_t seed);
+  const std::vector<std::unique_ptr<EvalTask>>& tasks() const { return tasks_; }
+  bool writes_prompts() const;
+  // The longest sequence any task gives the model.
+  int64_t longest() const;
+  // The store's tokenizer when a task writes prompts (nullopt otherwise), with
+  // every prompt written once: an InputError prefixed by `where` when the store has
+  // no tokenizer or a length is too short for a prompt.
+  // split: the held-out text some tasks read (their real-text haystack).
+  std::optional<data::PromptTokenizer> open_prompts(const std::string& store_path, const data::IndexedDataset& split,
+                                                    const std::string& where) const;
+
+ private:
+  std::vector<std::unique_ptr<EvalTask>> tasks_;
+};
+
+// task.run, timed (result.seconds).
+TaskResult run_task(const EvalTask& task, models::TransformerLM& model, const TaskData& data);
+
+// The result of `task` in `results`, or nullptr.
+const TaskResult* find_result(const std::vector<TaskResult>& results, const std::string& task);
+
+}  // namespace segtrain::trainer
