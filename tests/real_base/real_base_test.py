@@ -22,6 +22,10 @@ reason (exit 77, ctest's SKIP_RETURN_CODE); any other failure fails the test.
 4. `segtrain generate` (KV-cache greedy decoding, stopping at EOS) writes the token ids
    transformers' `generate(do_sample=False)` writes: a short prompt, a code prompt, and a
    9,000-token prompt (past the base's 8,192) with YaRN x4 on both sides.
+5. RULER's tasks through `segtrain eval --tasks`: at 2,048 tokens (inside the base's context) the
+   base finds every needle of niah_single (noise haystack, 3 prompts); niah_multikey (the store's
+   own text, 3 distractor keys), vt and cwe run and are reported; each reported first output, scored by RULER's string_match_all written here, is
+   what eval.json counts; vt and cwe are run (a 135M model is not expected to solve them).
 """
 import argparse
 import gzip
@@ -384,6 +388,36 @@ def test_generate(args, work, base, texts):
             f"transformers generate): {tok.decode(theirs)!r}")
 
 
+def ruler_string_match_all(output, answers):
+    """RULER's scripts/eval/synthetic/constants.py, for one prediction (after its postprocessing)."""
+    output = "".join("\n" if ord(c) < 0x20 else c for c in output).strip()
+    return sum(1.0 if a.lower() in output.lower() else 0.0 for a in answers) / len(answers)
+
+
+def test_ruler(args, work, base, store):
+    out = os.path.join(work, "ruler-2048.json")
+    t0 = time.time()
+    segtrain(args, "eval", "--model", base, "--data", store, "--split", "train", "--lengths", "2048",
+             "--max-sequences", "1", "--tasks", "niah_single,niah_multikey,vt,cwe",
+             "--set", "eval.niah_single.trials=3", "--set", "eval.niah_multikey.trials=3",
+             "--set", "eval.niah_multikey.haystack=text", "--set", "eval.vt.trials=1", "--set", "eval.cwe.trials=1",
+             "--out", out)
+    tasks = json.load(open(out))["tasks"]
+    for name in ("niah_single", "niah_multikey", "vt", "cwe"):
+        row = tasks[name]["by_length"][0]
+        first = row["first"]
+        check(row["length"] == 2048 and 0 <= row["correct"] <= row["trials"], f"ruler {name}: {row}")
+        check(row["trials"] > 1 or ruler_string_match_all(first["output"], first["answers"]) == row["correct"],
+              f"ruler {name}: eval.json counts {row['correct']} for the output {first['output']!r} "
+              f"(answers {first['answers']})")
+        say(f"ruler {name} at 2048: {row['correct']}/{row['trials']}; first output {first['output'][:80]!r}, "
+            f"answers {first['answers']}")
+    row = tasks["niah_single"]["by_length"][0]
+    check(row["correct"] == row["trials"] == 3,
+          f"ruler niah_single: the base found {row['correct']} of 3 needles inside its own context")
+    say(f"ruler tasks at 2048: {time.time() - t0:.1f} s")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--segtrain")
@@ -414,6 +448,7 @@ def main():
             test_perplexity(args, work, base, store, docs)
             test_yarn_export(args, work, base, store, docs)
             test_generate(args, work, base, [read_doc(f) for f in FILES])
+            test_ruler(args, work, base, store)
         except RuntimeError as e:
             check(False, str(e))
     finish("real_base", time.time() - start)

@@ -823,7 +823,7 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
             make_row("chunk-0.25", "trained", 1.0, -0.3, 65536, 0), make_row("full", "trained", 1.0, -0.3, 65536, 0),
             make_row("chunk-0.25@1048576", "trained", 1.0, -0.6, 1048576, 1048576),
             make_row("chunk-0.25@262144", "trained", 1.0, -0.5, 262144, 262144)};
-  c.rows[2].tasks["passkey"] = {{{16384, 3, 3}}, "{}", 1.0};
+  c.rows[2].tasks["passkey"] = {{{16384, 3, 3, "", {}}}, "{}", 1.0};
   trainer::write_reports(x, {c});
   const std::string md = test::read_file(dir / "out/results.md");
   // chunk vs DA: 0.3 nats lower at 8192 in every block, the same at 2048.

@@ -19,6 +19,7 @@ nlohmann::json task_scores_json(const std::vector<TaskScore>& scores) {
     const Proportion w = wilson(p.correct, p.trials);
     out.push_back({{"length", p.length}, {"trials", p.trials}, {"correct", p.correct},
                    {"accuracy", p.accuracy()}, {"low", w.lo}, {"high", w.hi}});
+    if (!p.first_answers.empty()) out.back()["first"] = {{"answers", p.first_answers}, {"output", p.first_output}};
   }
   return out;
 }

@@ -22,7 +22,8 @@ struct EvalDevice {
 
 // {"model": ..., "results": [{"length", "loss", "ppl", "sequences", "tokens"}, ...] (perplexity; [] when not
 //  in the suite), "tasks": {"<task>": {"seconds", "by_length": [{"length", "trials", "correct", "accuracy",
-//  "low", "high"}, ...]}, ...} (every prompt task measured; low/high: Wilson's 95% interval of the accuracy),
+//  "low", "high", "first": {"answers", "output"}}, ...]}, ...} (every prompt task measured; low/high: Wilson's
+//  95% interval of the accuracy; first: what the model wrote for the first prompt, for generating tasks),
 //  "device", "peak_rss_mb", "perplexity_seconds" (when timed), and on CUDA "peak_gpu_mb", "peak_gpu_reserved_mb" (with `device`)}
 std::string eval_json(const std::string& model_name, const std::vector<TaskResult>& results,
                       const std::optional<EvalDevice>& device = std::nullopt);

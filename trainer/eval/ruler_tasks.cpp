@@ -53,7 +53,8 @@ class RulerEvalTask final : public EvalTask {
     const c10::Device device = model->parameters().front().device();
     TaskResult result{name_, {}, {}, 0};
     for (int64_t length : options_.lengths) {
-      TaskScore score{length, 0, 0};
+      TaskScore score;
+      score.length = length;
       for (int64_t trial = 0; trial < options_.trials; ++trial) {
         const RulerPrompt prompt = make_ruler_prompt(task_, haystack_, *data.prompts, lines, length, seed_, trial);
         Decoding decoding;
@@ -62,8 +63,9 @@ class RulerEvalTask final : public EvalTask {
         decoding.done = [&](const std::vector<int32_t>& written) {
           return ruler_score(data.prompts->decode(written), prompt.answers) == 1.0;
         };
-        const auto written = generate_tokens(model, prompt.tokens, decoding, device);
-        score.correct += ruler_score(data.prompts->decode(written), prompt.answers);
+        const std::string output = data.prompts->decode(generate_tokens(model, prompt.tokens, decoding, device));
+        score.correct += ruler_score(output, prompt.answers);
+        if (trial == 0) score.first_output = output, score.first_answers = prompt.answers;
         ++score.trials;
       }
       result.scores.push_back(score);

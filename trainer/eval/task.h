@@ -25,6 +25,10 @@ struct TaskScore {
   int64_t length = 0;
   int64_t trials = 0;
   double correct = 0;
+  // What the model wrote for the first prompt, and what it was scored against (empty
+  // for tasks scored without generating, as passkey's one forward).
+  std::string first_output;
+  std::vector<std::string> first_answers;
   double accuracy() const { return trials ? correct / static_cast<double>(trials) : 0.0; }
 };
 

@@ -588,8 +588,13 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     row.eval_seconds = j.value("eval_seconds", 0.0);
     auto scores = [](const json& list) {
       std::vector<TaskScore> out;
-      for (const auto& p : list)
-        out.push_back({p.at("length").get<int64_t>(), p.at("trials").get<int64_t>(), p.at("correct").get<double>()});
+      for (const auto& p : list) {
+        TaskScore score{p.at("length").get<int64_t>(), p.at("trials").get<int64_t>(), p.at("correct").get<double>(), "", {}};
+        if (p.contains("first"))
+          score.first_output = p.at("first").at("output"),
+          score.first_answers = p.at("first").at("answers").get<std::vector<std::string>>();
+        out.push_back(score);
+      }
       return out;
     };
     if (j.contains("tasks"))
