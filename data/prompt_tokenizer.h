@@ -21,6 +21,8 @@ class PromptTokenizer {
   std::string decode(const std::vector<int32_t>& ids) const;
   // The BOS every document of the store starts with (meta.json add_bos), -1 when they do not.
   int32_t bos_id() const { return bos_id_; }
+  // The EOS every document of the store ends with, -1 when the tokenizer has none.
+  int32_t eos_id() const { return tokenizer_.eos_id; }
   int64_t vocab_size() const { return tokenizer_.vocab_size; }
   const std::string& kind() const { return tokenizer_.kind; }  // meta.json tokenizer_kind
 

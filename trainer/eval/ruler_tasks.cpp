@@ -18,7 +18,10 @@ std::vector<std::string> held_out_lines(const data::IndexedDataset& split, const
   int64_t read = 0;
   for (int64_t doc = 0; doc < split.documents() && read < tokens; ++doc) {
     std::vector<int32_t> ids = split.document(doc);
-    ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int32_t id) { return id == tokenizer.bos_id(); }), ids.end());
+    // BOS and EOS would be written as their text ("<|endoftext|>"), and read back as the token.
+    ids.erase(std::remove_if(ids.begin(), ids.end(),
+                             [&](int32_t id) { return id == tokenizer.bos_id() || id == tokenizer.eos_id(); }),
+              ids.end());
     read += static_cast<int64_t>(ids.size());
     std::istringstream text(tokenizer.decode(ids));
     for (std::string line; std::getline(text, line);) lines.push_back(line);
@@ -59,6 +62,7 @@ class RulerEvalTask final : public EvalTask {
         const RulerPrompt prompt = make_ruler_prompt(task_, haystack_, *data.prompts, lines, length, seed_, trial);
         Decoding decoding;
         decoding.max_new_tokens = prompt.max_new_tokens;
+        decoding.eos_id = data.prompts->eos_id();  // as transformers' generate stops
         // Greedy, as RULER; once every answer is written, more tokens cannot change the score.
         decoding.done = [&](const std::vector<int32_t>& written) {
           return ruler_score(data.prompts->decode(written), prompt.answers) == 1.0;
