@@ -833,6 +833,13 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
         << 100 * ratio << "% [" << 100 * ratio << "%, " << 100 * ratio << "%]); no difference found at 2048.";
   EXPECT_NE(md.find(lower.str()), std::string::npos) << lower.str() << "\n" << md;
   EXPECT_NE(md.find("- chunk-0.25 vs full: no difference found at 2048, 8192."), std::string::npos) << md;
+  // More budget, paired against the method's smallest: 0.2 nats lower at 8192 for 262,144, 0.3 for 1,048,576.
+  std::ostringstream more;
+  more << "- chunk-0.25 at 262,144 vs 65,536 tokens: lower perplexity at 8192 (" << std::showpos << std::fixed
+       << std::setprecision(1) << 100 * (std::exp(-0.2) - 1) << "% [";
+  EXPECT_NE(md.find(more.str()), std::string::npos) << more.str() << "\n" << md;
+  EXPECT_NE(md.find("%]); no difference found at 2048.\n- chunk-0.25 at 1,048,576 vs 65,536 tokens: lower perplexity at 8192 ("),
+            std::string::npos) << md;
   EXPECT_NE(md.find("- DA vs the best untrained row: lower perplexity at 2048"), std::string::npos) << md;
   EXPECT_NE(md.find("Every row is scored on the same 4 windows of 8192 tokens, each from another held-out "
                     "document (documents 0, 1, 2, 3"),

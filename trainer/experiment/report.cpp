@@ -400,6 +400,30 @@ void budget_section(std::ostringstream& md, const CorpusResults& c, int64_t fact
       for (int64_t l : lengths) md << " " << ppl_cell(*row, l) << " |";
       md << "\n";
     }
+  // Each larger budget against the method's smallest, paired on the same windows as the comparisons above.
+  std::vector<std::string> found;
+  for (const auto& [method, rows] : curves)
+    for (size_t i = 1; i < rows.size(); ++i) {
+      Comparison cmp{method, rows[i], {}};
+      for (int64_t l : lengths) cmp.b[l] = rows.front();
+      std::vector<std::string> lower, higher, none;
+      for (int64_t l : lengths)
+        if (const auto d = difference_at(cmp, l)) {
+          if (!d->difference.excludes_zero()) none.push_back(std::to_string(l));
+          else (d->difference.estimate < 0 ? lower : higher).push_back(std::to_string(l) + " (" + percent_interval(d->relative) + ")");
+        }
+      std::vector<std::string> parts;
+      if (!lower.empty()) parts.push_back("lower perplexity at " + join(lower, ", "));
+      if (!higher.empty()) parts.push_back("higher perplexity at " + join(higher, ", "));
+      if (!none.empty()) parts.push_back("no difference found at " + join(none, ", "));
+      if (!parts.empty())
+        found.push_back("- " + method + " at " + thousands(rows[i]->train_tokens) + " vs " +
+                        thousands(rows.front()->train_tokens) + " tokens: " + join(parts, "; ") + ".\n");
+    }
+  if (found.empty()) return void(md << "\n");
+  md << "\nWhat more budget changes (paired differences, as above; stated only where the interval excludes 0):\n\n";
+  for (const auto& f : found) md << f;
+  md << "\n";  // the plots that follow are paragraphs of their own
 }
 
 // Which windows every row was scored on: "4 windows of 32768 tokens, each from another
