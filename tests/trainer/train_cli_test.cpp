@@ -1176,6 +1176,7 @@ TEST_F(TrainCli, PasskeyWithAByteLevelBpeStore) {
       {{"--passkey-style", "digits"}, "--set eval.passkey.style"},
       {{"--set", "eval.passkey.trials=3"}, "passkey is not among --tasks"},
       {{"--tasks", "perplexity,niah"}, "'niah' is no evaluation task"},
+      {{"--set", "eval.max_sequences=2"}, "the eval section's own keys are its flags"},
       {{"--tasks", "passkey", "--set", "eval.passkey.style=dates"}, "one of digits, recall"},
   };
   for (const auto& [extra, expected] : refusals) {

@@ -32,7 +32,14 @@ EvalConfig suite_config(const EvalOptions& options) {
   LoadedConfig loaded;
   loaded.source = "segtrain eval";
   loaded.config.eval.tasks = options.tasks;
-  for (const auto& assignment : options.task_settings) apply_override(loaded, assignment);
+  for (const auto& assignment : options.task_settings) {
+    // The eval section's own keys are flags here (--lengths, --max-sequences, --tasks, ...).
+    if (task_of_key(assignment.substr(0, assignment.find('='))).empty())
+      throw InputError("--set " + assignment + ": segtrain eval takes a task's options (eval.<task>.*) with --set; "
+                       "the eval section's own keys are its flags (--tasks, --lengths, --max-sequences, --stride, "
+                       "--split, --precision)");
+    apply_override(loaded, assignment);
+  }
   for (const auto& [key, where] : loaded.origins)
     if (const std::string task = task_of_key(key);
         !task.empty() && std::find(options.tasks.begin(), options.tasks.end(), task) == options.tasks.end()) {
@@ -102,7 +109,8 @@ void evaluate_stored_model(const EvalOptions& options) {
     task->log(results.back());
     write_eval_outputs(outputs, options.model, results, EvalDevice{device, peak_memory(device)});
   }
-  log::info("wrote ", options.out, outputs.per_position_csv.empty() ? "" : " and " + outputs.per_position_csv.string());
+  const bool curve = find_result(results, "perplexity") && !outputs.per_position_csv.empty();
+  log::info("wrote ", options.out, curve ? " and " + outputs.per_position_csv.string() : std::string());
 }
 
 }  // namespace segtrain::trainer

@@ -57,13 +57,14 @@ std::vector<std::string> distinct_names(Rng& rng, int letters, size_t count) {
   return names;
 }
 
-// A made-up word of two or three consonant-vowel syllables (cwe's words).
+// A made-up word of three consonant-vowel syllables (cwe's words): all of one length, so
+// no word is found inside another by RULER's substring match.
+constexpr int64_t kMadeUpWords = 70 * 70 * 70;
 std::string made_up_word(Rng& rng) {
   static const char* consonants = "bdfgklmnprstvz";
   static const char* vowels = "aeiou";
   std::string word;
-  const int syllables = 2 + static_cast<int>(rng() % 2);
-  for (int i = 0; i < syllables; ++i) {
+  for (int i = 0; i < 3; ++i) {
     word += consonants[rng() % 14];
     word += vowels[rng() % 5];
   }
@@ -126,7 +127,10 @@ RulerPrompt fit(const Writer& write, const data::PromptTokenizer& tokenizer, int
   const int64_t probe = fewest + 16;
   const double per_unit = std::max(1.0, static_cast<double>(size(probe) - smallest) / 16.0);
   int64_t lo = fewest, hi = std::max(fewest + 1, fewest + static_cast<int64_t>((budget - smallest) / per_unit));
-  while (size(hi) <= budget) lo = hi, hi *= 2;
+  // Every unit adds at least a separator; a bound keeps a unit that adds no token from doubling forever.
+  const int64_t most = fewest + 4 * budget;
+  while (hi < most && size(hi) <= budget) lo = hi, hi = std::min(most, hi * 2);
+  if (hi >= most && size(hi) <= budget) lo = hi;
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
     (size(mid) <= budget ? lo : hi) = mid;
@@ -188,10 +192,17 @@ Writer needle_writer(RulerTask task, Haystack haystack, const std::vector<std::s
         if (u < units) lines.push_back(text_lines[(start + static_cast<size_t>(u)) % text_lines.size()]);
       }
     } else {
-      for (int64_t u = 0; u < units; ++u)
-        lines.push_back(haystack == Haystack::noise ? std::string(kNoise) : needle(word_key(rng), seven_digits(rng)));
-      // RULER's noise placement: random lines, inserted from the last.
-      std::vector<int64_t> at = sample(rng, units + 1, n);
+      for (int64_t u = 0; u < units; ++u) {
+        if (haystack == Haystack::noise) {
+          lines.emplace_back(kNoise);
+          continue;
+        }
+        std::string key = word_key(rng);  // a distractor never carries a key that is asked for
+        while (std::find(keys.begin(), keys.end(), key) != keys.end()) key = word_key(rng);
+        lines.push_back(needle(key, seven_digits(rng)));
+      }
+      // RULER's noise placement: random lines (indices of the haystack), inserted from the last.
+      std::vector<int64_t> at = sample(rng, units, n);
       std::sort(at.rbegin(), at.rend());
       for (int64_t i = 0; i < n; ++i) lines.insert(lines.begin() + at[static_cast<size_t>(i)], needles[static_cast<size_t>(i)]);
     }
@@ -264,6 +275,9 @@ const char* const kCweAnswer = "\nQuestion: What are the 10 most common words in
 // `distinct` words, the first 10 `common` times each and the rest `uncommon` times,
 // shuffled and numbered; returns the list's text and the 10 common words.
 Draft word_list(Rng& rng, int64_t distinct, int common, int uncommon) {
+  if (distinct > kMadeUpWords / 2)
+    throw InputError("cwe: " + std::to_string(distinct) + " distinct words do not fit its made-up vocabulary of " +
+                     std::to_string(kMadeUpWords) + "; evaluate it at a shorter length");
   std::vector<std::string> words;
   std::set<std::string> seen;
   while (static_cast<int64_t>(words.size()) < distinct)

@@ -24,7 +24,8 @@ std::vector<std::string> held_out_lines(const data::IndexedDataset& split, const
               ids.end());
     read += static_cast<int64_t>(ids.size());
     std::istringstream text(tokenizer.decode(ids));
-    for (std::string line; std::getline(text, line);) lines.push_back(line);
+    for (std::string line; std::getline(text, line);)  // a blank line is no haystack unit
+      if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
   }
   return lines;
 }
@@ -32,7 +33,7 @@ std::vector<std::string> held_out_lines(const data::IndexedDataset& split, const
 class RulerEvalTask final : public EvalTask {
  public:
   RulerEvalTask(std::string name, RulerTask task, const TaskSetup& setup)
-      : name_(std::move(name)), task_(task), options_(setup.options), seed_(setup.seed) {
+      : name_(std::move(name)), task_(task), options_(setup.options), seed_(setup.seed), split_(setup.split) {
     haystack_ = options_.variant == "text" ? Haystack::text
                 : options_.variant == "needles" ? Haystack::needles
                                                 : Haystack::noise;
@@ -41,15 +42,19 @@ class RulerEvalTask final : public EvalTask {
   bool writes_prompts() const override { return true; }
   int64_t longest() const override { return options_.lengths.back(); }
   nlohmann::json settings() const override {
+    // "prompts": the version of segtrain's prompt writer, raised when what it writes changes.
     nlohmann::json j = {{"lengths", options_.lengths}, {"trials", options_.trials}, {"seed", seed_},
-                        {"ruler", "c3f5e3b"}};
+                        {"ruler", "c3f5e3b"}, {"prompts", 1}};
     if (!options_.variant.empty()) j["haystack"] = options_.variant;
+    if (haystack_ == Haystack::text) j["split"] = split_;
     return j;
   }
-  // Every length's first prompt: one too short for the task is refused before any model work.
+  // Every prompt it will give: one too short for the task is refused before any model work.
   void check(const TaskData& data) const override {
     const auto lines = text_lines(data);
-    for (int64_t length : options_.lengths) make_ruler_prompt(task_, haystack_, *data.prompts, lines, length, seed_, 0);
+    for (int64_t length : options_.lengths)
+      for (int64_t trial = 0; trial < options_.trials; ++trial)
+        make_ruler_prompt(task_, haystack_, *data.prompts, lines, length, seed_, trial);
   }
   TaskResult run(models::TransformerLM& model, const TaskData& data) const override {
     const auto lines = text_lines(data);
@@ -92,6 +97,7 @@ class RulerEvalTask final : public EvalTask {
   Haystack haystack_;
   TaskOptions options_;
   uint64_t seed_;
+  std::string split_;
 };
 
 }  // namespace

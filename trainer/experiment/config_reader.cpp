@@ -271,7 +271,7 @@ ExperimentConfig load_experiment(const std::string& file, const std::vector<std:
   const auto& tasks = x.base_template.config.eval.tasks;
   if (std::find(tasks.begin(), tasks.end(), "perplexity") == tasks.end())
     errors.push_back(x.base_template.locate("eval.tasks") + ": an experiment scores every row's perplexity (its "
-                     "tables and intervals are perplexity's): list perplexity first, then the other tasks");
+                     "tables and intervals are perplexity's): list perplexity among them");
   if (!errors.empty()) throw InputError(join(errors, "\n"));
 
   // Build every run of the grid now, so a bad combination fails in the first
