@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/prepare.h"
+#include "data/prompt_tokenizer.h"
 #include "data/tokenizer.h"
 #include "test_util.h"
 
@@ -155,5 +156,18 @@ struct StoresOfEveryTokenizer {
     }
   }
 };
+
+// Stores of every tokenizer over the prompt words, built once per test binary (the
+// passkey and RULER tests share them).
+inline StoresOfEveryTokenizer& prompt_stores() {
+  static StoresOfEveryTokenizer s({kPromptWords, "The sky is blue. The sun is yellow."});
+  return s;
+}
+
+// A prompt's text without its BOS (when the store's documents start with one).
+inline std::string prompt_body_text(const data::PromptTokenizer& tok, const std::vector<int32_t>& ids) {
+  const bool bos = tok.bos_id() >= 0;
+  return tok.decode(std::vector<int32_t>(ids.begin() + (bos ? 1 : 0), ids.end()));
+}
 
 }  // namespace segtrain::test

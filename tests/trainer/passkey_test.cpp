@@ -23,14 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-test::StoresOfEveryTokenizer& stores() {
-  static test::StoresOfEveryTokenizer s({test::kPromptWords, "The sky is blue. The sun is yellow."});
-  return s;
-}
-
+test::StoresOfEveryTokenizer& stores() { return test::prompt_stores(); }
 std::string body_text(const data::PromptTokenizer& tok, const std::vector<int32_t>& ids) {
-  const bool bos = tok.bos_id() >= 0;
-  return tok.decode(std::vector<int32_t>(ids.begin() + (bos ? 1 : 0), ids.end()));
+  return test::prompt_body_text(tok, ids);
 }
 
 TEST(Passkey, PromptsWithEveryStoreTokenizerFitHideTheKeyAndEndWithTheAnswer) {

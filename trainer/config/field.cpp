@@ -133,6 +133,12 @@ YAML::Node flow_list() {
   return list;
 }
 
+YAML::Node plain_list(const std::vector<std::string>& items) {
+  auto list = flow_list();
+  for (const auto& x : items) list.push_back(plain(x));
+  return list;
+}
+
 YAML::Node flow_map() {
   YAML::Node map(YAML::NodeType::Map);
   map.SetStyle(YAML::EmitterStyle::Flow);
@@ -209,11 +215,7 @@ Field text_list(std::string path, std::vector<std::string>& v, std::string doc) 
             for (const auto& item : sequence(n, type)) out.push_back(scalar(item, type));
             v = out;
           },
-          [&v] {
-            auto list = flow_list();
-            for (const auto& x : v) list.push_back(plain(x));
-            return list;
-          }};
+          [&v] { return plain_list(v); }};
 }
 
 namespace {
@@ -251,11 +253,7 @@ Field word_set(std::string path, std::vector<std::string>& v, std::vector<std::s
             if (out.empty()) expected(type, n);
             v = out;
           },
-          [&v] {
-            auto list = flow_list();
-            for (const auto& x : v) list.push_back(plain(x));
-            return list;
-          }};
+          [&v] { return plain_list(v); }};
 }
 
 Field maybe_integer_list(std::string path, std::vector<int64_t>& v, const char* word, int64_t lo, std::string doc) {

@@ -82,6 +82,8 @@ std::string real_range(Bound lo, Bound hi);
 YAML::Node plain(const std::string& text);
 YAML::Node null_or(const char* word);  // "null" is YAML's null, any other word itself
 YAML::Node flow_list();
+// A flow list of plain scalars: [a, b, c].
+YAML::Node plain_list(const std::vector<std::string>& items);
 YAML::Node flow_map();
 
 // --- field builders ----------------------------------------------------------

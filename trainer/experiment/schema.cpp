@@ -65,11 +65,7 @@ Field input_paths(std::string path, std::vector<std::string>& v, std::string doc
             if (out.empty()) expected(type, n);
             v = out;
           },
-          [&v] {
-            auto list = flow_list();
-            for (const auto& x : v) list.push_back(plain(x));
-            return list;
-          }};
+          [&v] { return plain_list(v); }};
 }
 
 Field seed(std::string path, uint64_t& v, std::string doc) {
