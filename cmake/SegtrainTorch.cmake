@@ -61,6 +61,15 @@ endif()
 
 # Torch headers as SYSTEM so our warnings stay about our code.
 add_library(segtrain_torch INTERFACE)
+# Some torch wheels (2.11.0, the one GPU images ship) export from libtorch.so a copy of
+# libstdc++'s std::filesystem (64 symbols) whose remove_all calls a function that older
+# libstdc++ releases lack: a binary that binds to that copy jumps to address 0. Naming the C++
+# runtime on the link line before torch makes it the copy bound, whether the toolchain links
+# libstdc++ as a shared library (listed before libtorch.so among the needed libraries) or
+# statically (the archive's members are taken before libtorch.so can satisfy the references).
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_link_libraries(segtrain_torch INTERFACE stdc++)
+endif()
 target_link_libraries(segtrain_torch INTERFACE ${TORCH_LIBRARIES})
 get_target_property(_torch_inc torch INTERFACE_INCLUDE_DIRECTORIES)
 if(_torch_inc)

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <memory>
+#include <type_traits>
 
 namespace segtrain::models {
 
@@ -63,6 +64,18 @@ struct CheckpointBackward : torch::autograd::Node {
   void release_variables() override { input.reset(); }
 };
 
+// LibTorch 2.13 holds autograd nodes in c10::intrusive_ptr, earlier releases (2.11, which GPU
+// images ship) in std::shared_ptr: create_gradient_edge takes whichever Node derives for. A
+// template, so that the branch of the other release is never instantiated.
+template <typename NodeType>
+auto make_node() {
+  if constexpr (std::is_base_of_v<c10::intrusive_ptr_target, torch::autograd::Node>) {
+    return c10::make_intrusive<NodeType>();
+  } else {
+    return std::make_shared<NodeType>();
+  }
+}
+
 }  // namespace
 
 at::Tensor checkpointed(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x) {
@@ -72,7 +85,7 @@ at::Tensor checkpointed(const std::function<at::Tensor(const at::Tensor&)>& fn, 
     torch::autograd::AutoGradMode no_grad(false);
     y = fn(x);
   }
-  auto node = c10::make_intrusive<CheckpointBackward>();
+  auto node = make_node<CheckpointBackward>();
   node->fn = fn;
   node->input = x.detach();
   node->autocast = AutocastState::current();

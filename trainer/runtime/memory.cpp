@@ -4,6 +4,7 @@
 
 #include <cmath>
 #if SEGTRAIN_WITH_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -11,6 +12,13 @@ namespace segtrain::trainer {
 namespace {
 
 double round_tenth(double mb) { return std::round(mb * 10.0) / 10.0; }
+
+#if SEGTRAIN_WITH_CUDA
+// The caching allocator exists once CUDA is initialised, which PyTorch does lazily at the first
+// tensor on the device; asked before that (a run resets its peak before its first step), LibTorch
+// 2.11 throws "Invalid device argument 0: did you call init?". Initialising is idempotent.
+void init_cuda_allocator() { at::globalContext().lazyInitDevice(c10::DeviceType::CUDA); }
+#endif
 
 }  // namespace
 
@@ -22,6 +30,7 @@ PeakMemory peak_memory(const c10::Device& device) {
   if (device.is_cuda()) {
     using c10::CachingAllocator::StatType;
     constexpr double kMiB = 1024.0 * 1024.0;
+    init_cuda_allocator();
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
     const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
     peak.gpu_allocated_mb = static_cast<double>(stats.allocated_bytes[aggregate].peak) / kMiB;
@@ -35,7 +44,10 @@ PeakMemory peak_memory(const c10::Device& device) {
 
 void reset_peak_memory(const c10::Device& device) {
 #if SEGTRAIN_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (device.is_cuda()) {
+    init_cuda_allocator();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  }
 #else
   (void)device;
 #endif
