@@ -1,0 +1,34 @@
+"""Unpacks Debian packages into a folder without dpkg (scripts/setup.sh, SEGTRAIN_OFFLINE on a
+machine that has no dpkg-deb): a .deb is an ar archive whose data.tar.{xz,gz} holds the files.
+
+usage: unpack_deb.py PREFIX DEB...
+"""
+import io
+import sys
+import tarfile
+
+
+def data_member(path):
+    with open(path, "rb") as f:
+        if f.read(8) != b"!<arch>\n":
+            sys.exit(f"unpack_deb: {path}: not a Debian package (no ar header)")
+        while header := f.read(60):
+            name = header[:16].decode().strip().rstrip("/")
+            size = int(header[48:58].decode())
+            body = f.read(size)
+            if size % 2:
+                f.read(1)
+            if name.startswith("data.tar"):
+                return body
+    sys.exit(f"unpack_deb: {path}: no data.tar member")
+
+
+def main():
+    prefix, debs = sys.argv[1], sys.argv[2:]
+    for deb in debs:
+        with tarfile.open(fileobj=io.BytesIO(data_member(deb))) as tar:
+            tar.extractall(prefix, filter="tar" if hasattr(tarfile, "data_filter") else None)
+
+
+if __name__ == "__main__":
+    main()
