@@ -4,6 +4,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <limits>
+#include <optional>
 
 namespace segtrain::models {
 
@@ -56,15 +57,40 @@ at::Tensor causal_mask_after_read(const at::Tensor& q_positions, const at::Tenso
   return bias.masked_fill_(future, -std::numeric_limits<float>::infinity());
 }
 
+bool repeats_kv_heads(c10::DeviceType device, at::ScalarType compute_dtype, bool masked) {
+  if (device != c10::DeviceType::CUDA) return false;
+  // Measured with LibTorch 2.11 on an H200 (bench/sdpa_backends_bench.py): CUDA's flash and cuDNN
+  // kernels take fewer key/value heads than query heads, but only in 16 bits and without a bias;
+  // the memory-efficient kernel (fp32, or any additive bias) refuses them, which leaves the math
+  // kernel and its B*H*T^2 scores: 85 GiB for 9 query heads at 32k in fp32, against 216 MB with
+  // k and v repeated to the query heads (O(T) more memory, the fused kernel kept).
+  return masked || compute_dtype == at::kFloat;
+}
+
+namespace {
+
+// SDPA with k/v of H_kv <= H heads: SDPA's own grouped-query attention, or k and v repeated to
+// q's heads where the fused kernel would not take them otherwise (repeats_kv_heads).
+at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                at::ScalarType compute_dtype) {
+  const int64_t group = q.size(1) / k.size(1);
+  const bool causal = !mask.defined();
+  const auto bias = causal ? std::nullopt : std::optional<at::Tensor>(mask);
+  if (group > 1 && repeats_kv_heads(q.device().type(), compute_dtype, !causal)) {
+    return at::scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), bias,
+                                           0.0, causal);
+  }
+  return at::scaled_dot_product_attention(q, k, v, bias, 0.0, causal, std::nullopt, /*enable_gqa=*/group > 1);
+}
+
+}  // namespace
+
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
-  // Fewer key/value heads than query heads: SDPA's own grouped-query attention
-  // (the fused CPU and CUDA kernels take it without repeating k and v).
-  const bool gqa = k.size(1) != q.size(1);
-  if (!mask.defined())
-    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
   const auto device = q.device().type();
-  if (!at::autocast::is_autocast_enabled(device))
-    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, std::nullopt, gqa);
+  const bool autocast = at::autocast::is_autocast_enabled(device);
+  // Without a mask the causal mask is implicit; under autocast SDPA runs in the autocast dtype.
+  if (!mask.defined()) return sdpa(q, k, v, mask, autocast ? at::autocast::get_autocast_dtype(device) : q.scalar_type());
+  if (!autocast) return sdpa(q, k, v, mask, q.scalar_type());
   // Autocast would round the ALiBi bias to 16 bits (seed 002: positional math
   // stays fp32), so autocast is bypassed here and the mask kept fp32.
   const auto dtype = at::autocast::get_autocast_dtype(device);
@@ -73,12 +99,10 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
     // CUDA's fused kernel for an additive bias (memory-efficient attention)
     // takes the bias only in q's dtype: q/k/v go fp32 with the fp32 bias, and
     // the output returns to the autocast dtype for the projections after it.
-    return at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), mask, 0.0, false,
-                                           std::nullopt, gqa)
-        .to(dtype);
+    return sdpa(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), mask, at::kFloat).to(dtype);
   }
   // The CPU fused kernel takes 16-bit q/k/v with an fp32 bias.
-  return at::scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), mask, 0.0, false, std::nullopt, gqa);
+  return sdpa(q.to(dtype), k.to(dtype), v.to(dtype), mask, dtype);
 }
 
 }  // namespace segtrain::models

@@ -28,8 +28,12 @@ inline constexpr int64_t kAlibiBiasAlignment = 8;
 // T rounded up to a multiple of kAlibiBiasAlignment: the mask's last-dim stride.
 int64_t alibi_row_stride(int64_t length);
 
+// Whether grouped-query attention repeats k and v to the query heads rather than passing SDPA's
+// enable_gqa: on CUDA in fp32 or with a mask, where no fused kernel takes H_kv < H.
+bool repeats_kv_heads(c10::DeviceType device, at::ScalarType compute_dtype, bool masked);
+
 // q: [B, H, T, hd]; k, v: [B, H_kv, T, hd] with H_kv dividing H (grouped-query
-// attention through SDPA's enable_gqa when H_kv < H). Without a mask the causal mask is implicit (SDPA's
+// attention: SDPA's enable_gqa, or k/v repeated where repeats_kv_heads). Without a mask the causal mask is implicit (SDPA's
 // flash kernel on CUDA under bf16 autocast). With a mask it stays fp32 (seed
 // 002): under autocast q/k/v run in the autocast dtype on CPU, and in fp32 on
 // CUDA, whose fused bias kernel (memory-efficient) needs q's dtype for the bias.

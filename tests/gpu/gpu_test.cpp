@@ -23,10 +23,12 @@
 #if SEGTRAIN_WITH_CUDA
 // CUDA's sync debug mode (OneStep.TheTrainerLossPathNeverWaitsForTheDevice); CMake
 // defines SEGTRAIN_WITH_CUDA for CUDA builds of LibTorch (cmake/SegtrainTorch.cmake).
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
 #endif
 
+#include "models/attention.h"
 #include "models/safetensors.h"
 #include "models/transformer.h"
 #include "test_util.h"
@@ -333,6 +335,43 @@ INSTANTIATE_TEST_SUITE_P(EveryArchitecture, OneStep,
                          ::testing::Values(models::Arch::gpt2, models::Arch::gpt_neox, models::Arch::bloom,
                                            models::Arch::llama),
                          [](const auto& info) { return std::string(enum_name(models::kArchs, info.param)); });
+
+// ---------------------------------------------------------------------------
+// Attention at long lengths.
+
+// SmolLM2's attention shape (9 query heads, 3 key/value heads, head dim 64) at 32,768 tokens, a
+// forward without gradients, in fp32 and under bf16 autocast: the memory it adds over q, k and v
+// stays under 1 GiB. SDPA's math kernel, which fp32 grouped-query attention fell back to, holds
+// 9 x 32,768^2 fp32 scores and more (85 GiB measured on an H200, bench/sdpa_backends_bench.py).
+TEST(LongAttention, GroupedQueryAttentionAt32kTokensTakesAFusedKernelInFp32AndBf16) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda") GTEST_SKIP() << "measures CUDA's caching allocator";
+#if SEGTRAIN_WITH_CUDA
+  using c10::CachingAllocator::StatType;
+  const auto stat = [](auto field) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    return static_cast<double>((stats.*field)[static_cast<size_t>(StatType::AGGREGATE)].peak) / (1 << 20);
+  };
+  const int64_t t = 32768;
+  const auto opts = at::TensorOptions().device(at::kCUDA);
+  auto q = at::randn({1, 9, t, 64}, opts), k = at::randn({1, 3, t, 64}, opts), v = at::randn({1, 3, t, 64}, opts);
+  at::NoGradGuard no_grad;
+  for (bool bf16 : {false, true}) {
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+    const double before = stat(&c10::CachingAllocator::DeviceStats::allocated_bytes);
+    {
+      trainer::Autocast autocast(bf16, at::kCUDA);
+      auto y = models::causal_attention(q, k, v);
+      torch::cuda::synchronize();
+    }
+    const double added = stat(&c10::CachingAllocator::DeviceStats::allocated_bytes) - before;
+    record(std::string("attention at 32,768 tokens, 9 query / 3 key-value heads, ") + (bf16 ? "bf16 autocast" : "fp32") +
+           ": peak " + std::to_string(added) + " MiB over q, k and v");
+    EXPECT_LT(added, 1024.0) << (bf16 ? "bf16" : "fp32");
+  }
+#endif
+}
 
 // ---------------------------------------------------------------------------
 // Whole runs through the CLI, as a user runs them.

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/nn/functional/loss.h>
+#include <limits>
 
 #include "common/error.h"
 #include "models/attention.h"
@@ -165,6 +166,23 @@ TEST(LlamaAttention, GroupedQueryAttentionEqualsRepeatedKeysAndValues) {
   auto q = at::randn({2, 6, 10, 8}), k = at::randn({2, 2, 10, 8}), v = at::randn({2, 2, 10, 8});
   auto repeated = causal_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1));
   EXPECT_LT(test::max_abs_diff(causal_attention(q, k, v), repeated), 1e-6);
+  // With a mask (ALiBi, a KV cache's read) as well.
+  auto mask = at::randn({1, 1, 10, 10}).masked_fill(at::ones({10, 10}, at::kBool).triu(1), -std::numeric_limits<float>::infinity());
+  auto repeated_masked = causal_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), mask);
+  EXPECT_LT(test::max_abs_diff(causal_attention(q, k, v, mask), repeated_masked), 1e-6);
+}
+
+// Where no fused kernel takes fewer key/value heads than query heads (CUDA in fp32, or with a
+// mask: measured on an H200, docs/gpus.md), k and v are repeated; elsewhere SDPA's enable_gqa.
+TEST(LlamaAttention, KeysAndValuesAreRepeatedOnlyWhereNoFusedKernelTakesGroupedHeads) {
+  EXPECT_TRUE(repeats_kv_heads(c10::DeviceType::CUDA, at::kFloat, /*masked=*/false));
+  EXPECT_TRUE(repeats_kv_heads(c10::DeviceType::CUDA, at::kBFloat16, /*masked=*/true));
+  EXPECT_FALSE(repeats_kv_heads(c10::DeviceType::CUDA, at::kBFloat16, /*masked=*/false));
+  EXPECT_FALSE(repeats_kv_heads(c10::DeviceType::CUDA, at::kHalf, /*masked=*/false));
+  for (bool masked : {false, true}) {
+    EXPECT_FALSE(repeats_kv_heads(c10::DeviceType::CPU, at::kFloat, masked));
+    EXPECT_FALSE(repeats_kv_heads(c10::DeviceType::CPU, at::kBFloat16, masked));
+  }
 }
 
 // A llama from scratch (GQA, tied head): activation checkpointing recomputes the
