@@ -164,8 +164,7 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
     x = x + wpe(positions);
   } else if (scheme == PositionScheme::rope) {
     auto rope = rope_params(c, seq_len);
-    // non_blocking: a blocking host-to-device copy would wait for the stream to drain.
-    auto inv_freq = rope.inv_freq.to(positions.device(), at::kFloat, /*non_blocking=*/true);
+    auto inv_freq = rope_table_.on(rope.inv_freq, positions.device());
     auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq.view({1, 1, -1});
     auto angles = at::cat({freqs, freqs}, -1).unsqueeze(1);  // [B, 1, T, rotary_dim]
     cos = angles.cos() * rope.attention_scale;
@@ -173,11 +172,13 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
   } else if (read == 0) {
     // Samples that share their position ids (evaluation) share one mask.
     const auto mask_positions = bounds.rows_share_positions ? positions.slice(0, 0, 1) : positions;
-    mask = alibi_causal_mask(mask_positions, alibi_slopes_for(c, seq_len));
+    mask = alibi_causal_mask(mask_positions, alibi_table_.on(alibi_slopes_for(c, seq_len), positions.device()));
   }
   if (read > 0)  // the new tokens after those read: causal from where they start (and ALiBi's bias)
-    mask = causal_mask_after_read(positions, at::cat({cache->positions, positions}, 1),
-                                  scheme == PositionScheme::alibi ? alibi_slopes_for(c, seq_len) : at::Tensor());
+    mask = causal_mask_after_read(
+        positions, at::cat({cache->positions, positions}, 1),
+        scheme == PositionScheme::alibi ? alibi_table_.on(alibi_slopes_for(c, seq_len), positions.device())
+                                        : at::Tensor());
   if (emb_ln) x = emb_ln(x);
 
   if (c.sliding_window && read + tokens.size(1) > *c.sliding_window)

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "models/config.h"
+#include "models/device_table.h"
 #include "models/kv_cache.h"
 #include "models/llama_block.h"
 #include "models/position_bounds.h"
@@ -73,6 +74,9 @@ struct TransformerLMImpl : torch::nn::Module {
   std::map<std::string, at::Tensor> tensors() const;  // named parameters, detached
 
   const ModelConfig& config() const { return config_; }
+  // How many times the positional tables (RoPE's inverse frequencies, ALiBi's slopes) went to the
+  // device: once per device and length class, not once per forward.
+  int64_t positional_table_uploads() const { return rope_table_.uploads() + alibi_table_.uploads(); }
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::LayerNorm emb_ln{nullptr}, ln_f{nullptr};
@@ -85,6 +89,7 @@ struct TransformerLMImpl : torch::nn::Module {
   at::Tensor run_blocks(const at::Tensor& tokens, const at::Tensor& positions, const PositionBounds& bounds,
                         KvCache* cache);
   ModelConfig config_;
+  DeviceTable rope_table_, alibi_table_;
 };
 TORCH_MODULE(TransformerLM);
 

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "models/attention.h"
+#include "models/config_values.h"
 #include "models/positions.h"
 #include "models/transformer.h"
 #include "reference.h"
@@ -264,6 +265,41 @@ TEST(Model, ForwardWithHostBoundsNeverWaitsForTheDevice) {
   DeviceWaits waits;
   model->forward(at::zeros({2, 12}, at::kLong), own);
   EXPECT_FALSE(waits.calls().empty());
+}
+
+// RoPE's inverse frequencies and ALiBi's slopes go to the device once per length class, not at
+// every forward: a static table once, a dynamic scaling's table again only when a longer sequence
+// changes it (dynamic NTK past the original context, dynamic ALiBi interpolation likewise).
+TEST(Model, PositionalTablesGoToTheDeviceOncePerLengthClass) {
+  auto dynamic_ntk = tiny(Arch::gpt_neox);
+  dynamic_ntk.extension.method = ExtensionMethod::dynamic_ntk;
+  dynamic_ntk.extension.factor = 2.0;
+  auto dynamic_alibi = tiny(Arch::bloom);
+  dynamic_alibi.extension.method = ExtensionMethod::dynamic_interpolate;
+  dynamic_alibi.extension.factor = 2.0;
+  const int64_t original = original_length_of(dynamic_ntk);
+  struct Case {
+    std::string what;
+    ModelConfig config;
+    std::vector<int64_t> lengths;  // of successive forwards
+    std::vector<int64_t> uploads;  // after each
+  };
+  const std::vector<Case> cases = {
+      {"gpt_neox", tiny(Arch::gpt_neox), {8, 8, original}, {1, 1, 1}},
+      {"llama", test::tiny_model_config(Arch::llama, 50, 64, /*grouped_kv=*/true), {8, 16}, {1, 1}},
+      {"bloom", tiny(Arch::bloom), {8, 12}, {1, 1}},
+      {"gpt2 (no table)", tiny(Arch::gpt2), {8}, {0}},
+      {"gpt_neox dynamic_ntk", dynamic_ntk, {8, original, original + 8, original + 8, original + 16}, {1, 1, 2, 2, 3}},
+      {"bloom dynamic_interpolate", dynamic_alibi, {8, original + 8, original + 8}, {1, 2, 2}}};
+  for (const auto& c : cases) {
+    TransformerLM model(c.config);
+    for (size_t i = 0; i < c.lengths.size(); ++i) {
+      auto positions = at::arange(c.lengths[i], at::kLong).view({1, -1});
+      model->forward(at::randint(50, positions.sizes()), positions, PositionBounds::of(positions));
+      EXPECT_EQ(model->positional_table_uploads(), c.uploads[i]) << c.what << ", forward " << i << " at length "
+                                                                 << c.lengths[i];
+    }
+  }
 }
 
 TEST(Model, HostBoundsOutsideTheLearnedTableGiveTheSameMessage) {
