@@ -15,6 +15,9 @@
 # Exit: 0 the tests passed and the benchmarks ran (a target not met shows as ✗ in the
 # report, not in the exit code); 1 a gpu test or a benchmark failed; 2 no CUDA device is
 # visible (the tests skipped, no benchmark ran) or the CUDA configuration cannot be built.
+# Everything on stdout is also written to bench/results/gpu-check-report.md (the machine, the
+# compiler and versions, each test, what was not run and why, the first lines of each failure, the
+# benchmark figures): the one file to send back.
 # Environment: GPU_CHECK_SKIP_BUILD=1 uses the build directory as it is (no setup.sh);
 # GPU_CHECK_BUILD_DIR (default build-cuda); bench/run.sh's BENCH_* variables.
 set -uo pipefail
@@ -24,6 +27,25 @@ PY=.venv-cuda/bin/python
 RESULTS=bench/results
 say() { printf '[gpu-check] %s\n' "$*" >&2; }
 fail() { printf 'gpu-check: %s\n' "$1"; exit "${2:-1}"; }
+
+# Everything this script prints on stdout also goes to one file a user can send back as it is.
+mkdir -p "$RESULTS"
+REPORT=$RESULTS/gpu-check-report.md
+exec 3>&1 > >(tee "$REPORT" >&3)
+tee_pid=$!
+trap 'exec 1>&3; wait "$tee_pid"; say "the report: $REPORT"' EXIT
+machine_section() {
+  echo "# gpu-check report"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ); segtrain $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')$(
+    [[ -n $(git status --porcelain 2>/dev/null) ]] && echo ' with local changes')"
+  echo "- OS: $( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null); kernel $(uname -r); $(nproc) cores"
+  echo "- GPUs (nvidia-smi): $( (nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader ||
+    echo 'none: nvidia-smi did not run') 2>/dev/null | paste -sd';' -)"
+  echo "- nvcc: $( (${CUDACXX:-nvcc} --version | tail -1) 2>&1)"
+  echo "- build: ${SEGTRAIN_OFFLINE:+offline from $SEGTRAIN_OFFLINE, }${SEGTRAIN_TORCH_PYTHON:+torch of $SEGTRAIN_TORCH_PYTHON, }$BUILD_DIR"
+}
+machine_section
 
 # --- 1. build ---------------------------------------------------------------------
 if [[ ${GPU_CHECK_SKIP_BUILD:-0} == 1 ]]; then
@@ -35,6 +57,9 @@ else
 fi
 [[ -x $BUILD_DIR/trainer/segtrain ]] || fail "$BUILD_DIR/trainer/segtrain is not built: run make build-cuda" 2
 [[ -x $PY ]] || fail "$PY does not exist: run make build-cuda" 2
+compiler=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+echo "- compiler: $compiler, $("$compiler" --version 2>&1 | head -1)"
+echo "- $BUILD_DIR/trainer/segtrain --version: $("$BUILD_DIR/trainer/segtrain" --version 2>&1 | paste -sd';' -)"
 
 # --- what the CUDA torch sees ------------------------------------------------------
 probe=$("$PY" bench/train_bench.py probe) || fail "probing torch.cuda with $PY failed (above)" 1
@@ -46,7 +71,6 @@ gpus=$(field '", ".join(f"{n} x {d}" for d, n in __import__("collections").Count
 [[ $cuda_version != None ]] || fail "torch $torch_version in .venv-cuda has no CUDA: rebuild with make build-cuda" 2
 
 # --- 2. the gpu tests --------------------------------------------------------------
-mkdir -p "$RESULTS"
 test_log=$RESULTS/gpu-check-tests.log
 # The figures the tests measure (differences from the CPU, host waits), one a line.
 measured=$RESULTS/gpu-check-measured.txt
@@ -136,9 +160,23 @@ if [[ -s $measured ]]; then
   echo
   sed 's/^/    /' "$measured"
 fi
+# What did not run, and why (gtest's skip message, from ctest's full log).
+last_log=$BUILD_DIR/Testing/Temporary/LastTest.log
+if ((skipped > 0)) && [[ -f $last_log ]]; then
+  echo
+  echo "### Not run"
+  echo
+  awk '/^\[ RUN      \] / { name = $4 } /: Skipped$/ { getline why; printf "- %s: %s\n", name, why }' "$last_log"
+fi
 if ((failed > 0)); then
   echo
   grep -A100 "The following tests FAILED" "$test_log"
+  echo
+  echo "### What failed (each failure's first lines)"
+  echo
+  grep -B1 -A6 ": Failure$\|Exception: \|SEGFAULT\|what():" "$test_log" | head -80 | sed 's/^/    /'
+  echo
+  echo "The benchmarks were not run (a gpu test failed)."
   exit 1
 fi
 if ((bench_status != 0)); then
