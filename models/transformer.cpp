@@ -129,7 +129,10 @@ at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor&
 }
 
 at::Tensor TransformerLMImpl::decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache) {
-  if (cache.layers.empty()) cache.layers.resize(blocks->size());
+  if (cache.layers.empty()) {
+    cache.layers.resize(blocks->size());
+    for (auto& layer : cache.layers) layer.reserved = cache.reserved_tokens;
+  }
   const auto bounds = PositionBounds::of(positions);
   auto out = run_blocks(tokens, positions, bounds, &cache);
   cache.positions = cache.positions.defined() ? at::cat({cache.positions, positions}, 1) : positions;

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "models/attention.h"
 #include "models/config_values.h"
+#include "models/kv_cache.h"
 #include "models/positions.h"
 #include "models/transformer.h"
 #include "reference.h"
@@ -298,6 +299,37 @@ TEST(Model, PositionalTablesGoToTheDeviceOncePerLengthClass) {
       model->forward(at::randint(50, positions.sizes()), positions, PositionBounds::of(positions));
       EXPECT_EQ(model->positional_table_uploads(), c.uploads[i]) << c.what << ", forward " << i << " at length "
                                                                  << c.lengths[i];
+    }
+  }
+}
+
+// The cache's storage grows by doubling (or to the reserved size at once): what it returns equals
+// the concatenation of everything appended, and one token a step copies nothing already held.
+TEST(KvCache, AppendingEqualsConcatenationAndGrowsByDoubling) {
+  at::manual_seed(8);
+  for (int64_t reserved : {0, 40}) {
+    KvLayer layer;
+    layer.reserved = reserved;
+    at::Tensor keys, values;
+    std::vector<int64_t> capacities;
+    for (int64_t step : {5, 1, 1, 1, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 7}) {
+      auto k = at::randn({2, 3, step, 4}), v = at::randn({2, 3, step, 4});
+      keys = keys.defined() ? at::cat({keys, k}, 2) : k;
+      values = values.defined() ? at::cat({values, v}, 2) : v;
+      const auto storage = layer.key_storage.defined() ? layer.key_storage.data_ptr() : nullptr;
+      const int64_t capacity_before = layer.key_storage.defined() ? layer.key_storage.size(2) : 0;
+      auto [all_keys, all_values] = layer.append(k, v);
+      EXPECT_TRUE(at::equal(all_keys, keys));
+      EXPECT_TRUE(at::equal(all_values, values));
+      if (keys.size(2) <= capacity_before) {
+        EXPECT_EQ(layer.key_storage.data_ptr(), storage) << "grew without need";
+      }
+      capacities.push_back(layer.key_storage.size(2));
+    }
+    if (reserved) {
+      EXPECT_EQ(capacities, std::vector<int64_t>(capacities.size(), 40));  // 28 tokens fit the reservation
+    } else {
+      EXPECT_EQ(capacities, (std::vector<int64_t>{5, 10, 10, 10, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 40, 40}));
     }
   }
 }

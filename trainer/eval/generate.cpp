@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <limits>
@@ -43,25 +44,35 @@ at::Tensor row(const std::vector<int64_t>& values, c10::Device device) {
 }  // namespace
 
 std::vector<int32_t> generate_tokens(models::TransformerLM& model, const std::vector<int32_t>& prompt,
-                                     const Decoding& decoding, c10::Device device) {
+                                     const Decoding& decoding, c10::Device device, GenerationTimes* times) {
   if (prompt.empty()) throw InputError("generate: the prompt has no tokens");
   at::InferenceMode inference;
   model->eval();
   auto generator = at::make_generator<at::CPUGeneratorImpl>(decoding.seed);
   models::KvCache cache;
+  cache.reserved_tokens = static_cast<int64_t>(prompt.size()) + decoding.max_new_tokens;
   std::vector<int64_t> tokens(prompt.begin(), prompt.end()), positions(prompt.size());
   for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
   std::vector<int32_t> out;
   int64_t next_position = static_cast<int64_t>(prompt.size());
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto first_token = started;
   while (static_cast<int64_t>(out.size()) < decoding.max_new_tokens) {
     // Only the last position's logits are needed: the head runs on it alone.
     const auto hidden = model->decode(row(tokens, device), row(positions, device), cache);
     const auto logits = model->logits(hidden.select(1, hidden.size(1) - 1).select(0, 0)).to(at::kFloat);
-    const int32_t next = pick(logits, decoding, generator);
+    const int32_t next = pick(logits, decoding, generator);  // on the host: the step has finished
     out.push_back(next);
+    if (out.size() == 1) first_token = Clock::now();
     if (next == decoding.eos_id || (decoding.done && decoding.done(out))) break;
     tokens = {next};
     positions = {next_position++};
+  }
+  if (times) {
+    times->prefill_seconds = std::chrono::duration<double>(first_token - started).count();
+    times->decode_seconds = std::chrono::duration<double>(Clock::now() - first_token).count();
+    times->decoded_tokens = std::max<int64_t>(0, static_cast<int64_t>(out.size()) - 1);
   }
   return out;
 }
@@ -128,7 +139,8 @@ void generate_from_stored_model(const GenerateOptions& options) {
   Decoding decoding = options.decoding;
   decoding.eos_id = options.ignore_eos || !tokenizer ? -1 : tokenizer->eos_id;
   const auto start = std::chrono::steady_clock::now();
-  const auto ids = generate_tokens(model, prompt, decoding, device);
+  GenerationTimes times;
+  const auto ids = generate_tokens(model, prompt, decoding, device, &times);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::string continuation;
   if (tokenizer) {
@@ -141,7 +153,12 @@ void generate_from_stored_model(const GenerateOptions& options) {
   if (!options.out.empty()) {
     nlohmann::json j = {{"model", options.model}, {"prompt_ids", prompt},   {"output_ids", ids},
                         {"text", continuation},   {"seconds", seconds},     {"temperature", decoding.temperature},
-                        {"top_k", decoding.top_k}, {"seed", decoding.seed}};
+                        {"top_k", decoding.top_k}, {"seed", decoding.seed},
+                        // The prompt up to the first new token, then one cached step a token after it.
+                        {"prefill_seconds", times.prefill_seconds}, {"decode_seconds", times.decode_seconds},
+                        {"decoded_tokens", times.decoded_tokens},
+                        {"decode_tokens_per_s", times.decode_seconds > 0 ? times.decoded_tokens / times.decode_seconds
+                                                                         : 0.0}};
     write_file_atomic(options.out, j.dump(2) + "\n");
   }
 }

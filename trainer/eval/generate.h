@@ -26,10 +26,18 @@ struct Decoding {
   std::function<bool(const std::vector<int32_t>&)> done;
 };
 
+// Where generation's time went: reading the prompt up to the first new token, then the
+// tokens after it (one KV-cache step each).
+struct GenerationTimes {
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  int64_t decoded_tokens = 0;  // the new tokens after the first
+};
+
 // The new token ids after `prompt` (at most max_new_tokens, ending with eos_id when
 // it was written). The model runs in inference mode on `device`.
 std::vector<int32_t> generate_tokens(models::TransformerLM& model, const std::vector<int32_t>& prompt,
-                                     const Decoding& decoding, c10::Device device);
+                                     const Decoding& decoding, c10::Device device, GenerationTimes* times = nullptr);
 
 struct GenerateOptions {
   std::string model;                   // checkpoint, run directory or HF folder
