@@ -599,6 +599,56 @@ TEST_F(DeviceRun, TwoShardedRanksWithBf16ParametersStayNearOneRank) {
                                      {.loss = 5e-3, .weights = 0.02}, 2);
 }
 
+// ZeRO-2 accumulating: bf16 parameters, 2 micro-batches a step on both sides, each micro-batch's
+// bf16 gradient reduce-scattered into the fp32 slices (a path no GPU had run). The bounds of the
+// test above: accumulating changes where the sums happen, not their precision.
+TEST_F(DeviceRun, TwoShardedRanksAccumulatingWithBf16ParametersStayNearOneRank) {
+  REQUIRE_DEVICE(2);
+  expect_two_sharded_ranks_equal_one("zero2-accum",
+                                     {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16", "--set",
+                                      "train.grad_accum=2"},
+                                     {.loss = 5e-3, .weights = 0.02}, 3);
+}
+
+// The same with the ranks' gradients summed in bf16 (train.reduce_dtype: bf16; 2 ranks sum two
+// bf16 values, one rounding more than fp32's sum): the same bounds.
+TEST_F(DeviceRun, TwoShardedRanksReducingInBf16StayNearOneRank) {
+  REQUIRE_DEVICE(2);
+  expect_two_sharded_ranks_equal_one("zero2-reduce-bf16",
+                                     {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16", "--set",
+                                      "train.reduce_dtype=bf16"},
+                                     {.loss = 5e-3, .weights = 0.02}, 4);
+}
+
+// Activation checkpointing recomputes each block in backward (on CUDA, on autograd's device
+// thread) under the forward's autocast state: 8 bf16 steps with it give the losses of 8 without.
+// A recomputation that reused a bf16 cast made before the optimizer's in-place update (autocast's
+// cache) would differ from the first step on. On the CPU the losses are equal; on CUDA the fused
+// attention backward sums in no fixed order, hence 1e-3.
+TEST_F(DeviceRun, Bf16StepsWithActivationCheckpointingEqualStepsWithout) {
+  REQUIRE_DEVICE(1);
+  const std::string dev = device_under_test();
+  std::vector<std::vector<double>> losses;
+  for (const std::string checkpointing : {"false", "true"}) {
+    const std::string name = "checkpointing-" + checkpointing;
+    auto trained = run(kBin, {"train", config(name, dev), "--set", "train.budget.tokens=1024", "--set",
+                              "train.precision=bf16", "--set", "model.activation_checkpointing=" + checkpointing},
+                       900);
+    ASSERT_EQ(trained.exit_code, 0) << trained.err;
+    losses.emplace_back();
+    for (const auto& row : rows(run_dir(name))) losses.back().push_back(row["loss"].get<double>());
+  }
+  ASSERT_EQ(losses[0].size(), 8u) << "1,024 tokens = 8 steps of 4 x 32";
+  ASSERT_EQ(losses[1].size(), losses[0].size());
+  double most = 0;
+  for (size_t i = 0; i < losses[0].size(); ++i) {
+    most = std::max(most, std::abs(losses[0][i] - losses[1][i]));
+    EXPECT_NEAR(losses[1][i], losses[0][i], dev == "cuda" ? 1e-3 : 0.0) << "step " << i + 1;
+  }
+  record("8 bf16 steps with and without activation checkpointing on " + dev + ": largest loss difference " +
+         std::to_string(most));
+}
+
 // A run trained on the device, exported; the same run continued on the CPU (its
 // budget is spent, so it only loads and saves the weights), exported: the two
 // exports are the same bytes, and so are the two final checkpoints' weights.
