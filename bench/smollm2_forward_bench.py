@@ -94,23 +94,34 @@ def spread(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+DEFAULT_BASE = os.environ.get("SMOLLM2_BASE", os.path.join(ROOT, "runs", "bases", "smollm2-135m"))
+
+
+def segtrain_binary(base, name):
+    """$BUILD_DIR's segtrain, or None after printing why the benchmark `name` is skipped."""
+    segtrain = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"), "trainer", "segtrain")
+    for needed, why in ((os.path.join(base, "config.json"), "no real base (make real-base)"),
+                        (segtrain, "no segtrain binary (make build)")):
+        if not os.path.exists(needed):
+            print(json.dumps({"benchmark": name, "skipped": f"{why}: {needed} is missing"}))
+            return None
+    return segtrain
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("mode", nargs="?", default="bench", choices=["bench", "child"])
     p.add_argument("--length", type=int, default=32768)
     p.add_argument("--rounds", type=int, default=int(os.environ.get("BENCH_ROUNDS", "3")))
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--base", default=os.environ.get("SMOLLM2_BASE", os.path.join(ROOT, "runs", "bases", "smollm2-135m")))
+    p.add_argument("--base", default=DEFAULT_BASE)
     p.add_argument("--ids")
     args = p.parse_args()
     if args.mode == "child":
         return transformers_child(args)
-    segtrain = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"), "trainer", "segtrain")
-    for needed, why in ((os.path.join(args.base, "config.json"), "no real base (make real-base)"),
-                        (segtrain, "no segtrain binary (make build)")):
-        if not os.path.exists(needed):
-            print(json.dumps({"benchmark": NAME, "skipped": f"{why}: {needed} is missing"}))
-            return
+    segtrain = segtrain_binary(args.base, NAME)
+    if not segtrain:
+        return
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(os.path.join(args.base, "tokenizer.json"))
