@@ -17,12 +17,15 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 #if SEGTRAIN_WITH_CUDA
 // CUDA's sync debug mode (OneStep.TheTrainerLossPathNeverWaitsForTheDevice); CMake
 // defines SEGTRAIN_WITH_CUDA for CUDA builds of LibTorch (cmake/SegtrainTorch.cmake).
+#include <ATen/record_function.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
@@ -265,6 +268,61 @@ std::string joined(const std::vector<std::string>& lines) {
   for (const auto& l : lines) out += "\n  " + l;
   return out;
 }
+
+// The host-to-device copies ATen makes while alive, on any thread (backward's run on autograd's
+// device thread): a copy_ from a CPU tensor into a CUDA one, or a CPU tensor's _to_copy to CUDA.
+// Sync debug mode does not see them (the driver may synchronise a copy from pageable memory
+// without PyTorch asking), so they are counted apart.
+class HostToDeviceCopies {
+ public:
+  HostToDeviceCopies()
+      : handle_(at::addGlobalCallback(
+            at::RecordFunctionCallback(&on_call).needsInputs(true).scopes({at::RecordScope::FUNCTION}))) {
+    std::lock_guard<std::mutex> lock(mutex());
+    seen().clear();
+  }
+  ~HostToDeviceCopies() { at::removeCallback(handle_); }
+  HostToDeviceCopies(const HostToDeviceCopies&) = delete;
+  HostToDeviceCopies& operator=(const HostToDeviceCopies&) = delete;
+  std::vector<std::string> calls() const {
+    std::lock_guard<std::mutex> lock(mutex());
+    return seen();
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::string>& seen() {
+    static std::vector<std::string> calls;
+    return calls;
+  }
+  static std::string shape(const at::Tensor& t) {
+    std::ostringstream out;
+    out << t.sizes() << " " << t.scalar_type();
+    return out.str();
+  }
+  static std::unique_ptr<at::ObserverContext> on_call(const at::RecordFunction& fn) {
+    const std::string name = fn.name();
+    if (name != "aten::copy_" && name != "aten::_to_copy") return nullptr;
+    const auto in = fn.inputs();
+    std::string copy;
+    if (name == "aten::copy_" && in.size() >= 2 && in[0].isTensor() && in[1].isTensor() && in[0].toTensor().is_cuda() &&
+        in[1].toTensor().is_cpu())
+      copy = "copy_ of " + shape(in[1].toTensor());
+    // _to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format)
+    if (name == "aten::_to_copy" && in.size() >= 4 && in[0].isTensor() && in[0].toTensor().is_cpu() &&
+        in[3].isDevice() && in[3].toDevice().is_cuda())
+      copy = "_to_copy of " + shape(in[0].toTensor());
+    if (!copy.empty()) {
+      std::lock_guard<std::mutex> lock(mutex());
+      seen().push_back(copy);
+    }
+    return nullptr;
+  }
+  at::CallbackHandle handle_;
+};
 #endif
 
 // A trainer micro-batch on CUDA never makes the host wait: its copies to the
@@ -295,6 +353,7 @@ TEST_P(OneStep, TheTrainerLossPathNeverWaitsForTheDevice) {
     // As Trainer::train_step: forward under autocast, backward of the summed loss
     // outside it, the loss summed on the device. Each part under its own watch.
     WarningRecorder copies, forward, backward;
+    std::vector<std::string> model_uploads;  // host-to-device copies in the forward and backward
     auto micro_batch = [&](bool watched) {
       auto watch = [&](WarningRecorder& recorder, const std::function<void()>& part) {
         if (!watched) return part();
@@ -305,6 +364,8 @@ TEST_P(OneStep, TheTrainerLossPathNeverWaitsForTheDevice) {
       trainer::MicroBatch m;
       at::Tensor loss;
       watch(copies, [&] { m = trainer::to_tensors(batch, device); });
+      std::optional<HostToDeviceCopies> uploads;
+      if (watched) uploads.emplace();
       watch(forward, [&] {
         trainer::Autocast autocast(/*enabled=*/true, device.type());
         loss = trainer::micro_batch_loss(model, m, chunk);
@@ -313,13 +374,19 @@ TEST_P(OneStep, TheTrainerLossPathNeverWaitsForTheDevice) {
         loss.backward();
         loss_sum += loss.detach().to(at::kDouble);
       });
+      if (uploads) model_uploads = uploads->calls();
     };
     micro_batch(/*watched=*/false);  // the warm-up
     torch::cuda::synchronize();
     micro_batch(/*watched=*/true);
     torch::cuda::synchronize();
     record(what + ": host waits in to_tensors " + std::to_string(copies.syncs().size()) + ", in forward " +
-           std::to_string(forward.syncs().size()) + ", in backward " + std::to_string(backward.syncs().size()));
+           std::to_string(forward.syncs().size()) + ", in backward " + std::to_string(backward.syncs().size()) +
+           "; host-to-device copies in forward and backward " + std::to_string(model_uploads.size()));
+    // The positional tables went to the device in the warm-up (models/device_table.h); the
+    // batch's own copies are to_tensors'.
+    EXPECT_TRUE(model_uploads.empty()) << what << ": host-to-device copies in the forward or backward:"
+                                       << joined(model_uploads);
     EXPECT_TRUE(copies.syncs().empty()) << what << ": to_tensors waited for the device:" << joined(copies.syncs());
     EXPECT_TRUE(forward.syncs().empty()) << what << ": the forward waited for the device:" << joined(forward.syncs());
     EXPECT_TRUE(backward.syncs().empty()) << what << ": backward waited for the device:" << joined(backward.syncs());
@@ -348,9 +415,9 @@ TEST(LongAttention, GroupedQueryAttentionAt32kTokensTakesAFusedKernelInFp32AndBf
   if (device_under_test() != "cuda") GTEST_SKIP() << "measures CUDA's caching allocator";
 #if SEGTRAIN_WITH_CUDA
   using c10::CachingAllocator::StatType;
-  const auto stat = [](auto field) {
+  const auto allocated_peak_mb = [] {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-    return static_cast<double>((stats.*field)[static_cast<size_t>(StatType::AGGREGATE)].peak) / (1 << 20);
+    return static_cast<double>(stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].peak) / (1 << 20);
   };
   const int64_t t = 32768;
   const auto opts = at::TensorOptions().device(at::kCUDA);
@@ -359,13 +426,13 @@ TEST(LongAttention, GroupedQueryAttentionAt32kTokensTakesAFusedKernelInFp32AndBf
   for (bool bf16 : {false, true}) {
     torch::cuda::synchronize();
     c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-    const double before = stat(&c10::CachingAllocator::DeviceStats::allocated_bytes);
+    const double before = allocated_peak_mb();  // just reset: what is allocated now
     {
       trainer::Autocast autocast(bf16, at::kCUDA);
       auto y = models::causal_attention(q, k, v);
       torch::cuda::synchronize();
     }
-    const double added = stat(&c10::CachingAllocator::DeviceStats::allocated_bytes) - before;
+    const double added = allocated_peak_mb() - before;
     record(std::string("attention at 32,768 tokens, 9 query / 3 key-value heads, ") + (bf16 ? "bf16 autocast" : "fp32") +
            ": peak " + std::to_string(added) + " MiB over q, k and v");
     EXPECT_LT(added, 1024.0) << (bf16 ? "bf16" : "fp32");
