@@ -121,8 +121,10 @@ if [[ -n $TORCH_PYTHON ]]; then
       >"$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/segtrain-torch-python.pth"
     echo "$want" >"$VENV/.segtrain-stamp"
   fi
-elif [[ ! -x $VENV/bin/python ]]; then
+elif [[ ! -x $VENV/bin/python || ! -x $VENV/bin/pip ]]; then
+  # (no pip: a venv made over SEGTRAIN_TORCH_PYTHON before, which this one replaces)
   say "creating $VENV"
+  rm -rf "$VENV"
   "$PYTHON" -m venv "$VENV"
 fi
 if [[ "$(cat "$VENV/.segtrain-stamp" 2>/dev/null)" != "$want" ]]; then
