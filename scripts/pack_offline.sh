@@ -25,6 +25,11 @@ command -v apt-get >/dev/null || { echo "pack_offline: needs apt-get (Debian 12)
 # its headers, for c10d's ProcessGroupGloo.hpp; torch carries gloo compiled in).
 base='^(libc6|libc6-dev|libc-dev|libgcc-s1|libstdc\+\+6|libstdc\+\+-.*-dev|gcc-.*|libcrypt.*|libnsl.*|libtirpc.*|rpcsvc-proto|linux-libc-dev|catch2|googletest|icu-devtools|libgloo0|libhiredis.*|libibverbs.*|ibverbs-providers|libnl-.*)$'
 mapfile -t roots < <(grep -v '^\s*#' scripts/apt-packages.txt | awk 'NF' | grep -E -- '-dev$|^pkg-config$')
+# No package lists yet (a fresh image): read them once.
+if ! apt-cache show "${roots[0]}" >/dev/null 2>&1; then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+fi
 declare -A wanted=()
 queue=("${roots[@]}")
 while ((${#queue[@]})); do
