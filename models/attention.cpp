@@ -59,7 +59,7 @@ at::Tensor causal_mask_after_read(const at::Tensor& q_positions, const at::Tenso
 
 bool repeats_kv_heads(c10::DeviceType device, at::ScalarType compute_dtype, bool masked) {
   if (device != c10::DeviceType::CUDA) return false;
-  // Measured with LibTorch 2.11 on an H200 (bench/sdpa_backends_bench.py): CUDA's flash and cuDNN
+  // Measured with LibTorch 2.11 on an H200 (bench/gpu_sdpa_backends_bench.py): CUDA's flash and cuDNN
   // kernels take fewer key/value heads than query heads, but only in 16 bits and without a bias;
   // the memory-efficient kernel (fp32, or any additive bias) refuses them, which leaves the math
   // kernel and its B*H*T^2 scores: 85 GiB for 9 query heads at 32k in fp32, against 216 MB with
