@@ -409,7 +409,7 @@ INSTANTIATE_TEST_SUITE_P(EveryArchitecture, OneStep,
 // SmolLM2's attention shape (9 query heads, 3 key/value heads, head dim 64) at 32,768 tokens, a
 // forward without gradients, in fp32 and under bf16 autocast: the memory it adds over q, k and v
 // stays under 1 GiB. SDPA's math kernel, which fp32 grouped-query attention fell back to, holds
-// 9 x 32,768^2 fp32 scores and more (85 GiB measured on an H200, bench/sdpa_backends_bench.py).
+// 9 x 32,768^2 fp32 scores and more (85 GiB measured on an H200, bench/gpu_sdpa_backends_bench.py).
 TEST(LongAttention, GroupedQueryAttentionAt32kTokensTakesAFusedKernelInFp32AndBf16) {
   REQUIRE_DEVICE(1);
   if (device_under_test() != "cuda") GTEST_SKIP() << "measures CUDA's caching allocator";
