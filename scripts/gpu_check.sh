@@ -124,6 +124,7 @@ declare -A about=(
   [DeviceRun.TwoShardedRanksAccumulatingWithBf16ParametersStayNearOneRank]="ZeRO-2 with train.grad_accum 2 (bf16 parameters, NCCL) near 1 rank"
   [DeviceRun.TwoShardedRanksReducingInBf16StayNearOneRank]="ZeRO-2 with train.reduce_dtype bf16 near 1 rank"
   [DeviceRun.Bf16StepsWithActivationCheckpointingEqualStepsWithout]="8 bf16 steps with activation checkpointing (recomputed on autograd's device thread) = 8 without (1e-3)"
+  [DeviceRun.ASignalToOneOfTwoRanksStopsBothAtTheSameStep]="SIGTERM to rank 1 of 2 (NCCL): both save the same step, 143, no destroy_process_group warning, --resume ends as the uninterrupted run"
   [DeviceRun.ExportOfADeviceRunEqualsExportOfTheSameWeightsOnTheCpu]="the export of a device run = the export of the same weights on the CPU"
   [LongAttention.GroupedQueryAttentionAt32kTokensTakesAFusedKernelInFp32AndBf16]="SmolLM2's attention shape (9 query, 3 key/value heads) at 32,768 tokens adds under 1 GiB in fp32 and bf16 (a fused kernel, not math's 85 GiB)"
   [EveryArchitectureRun.TrainsResumesAndEvaluates]="a short run of each architecture on the device: trains, resumes after SIGTERM, finite losses, eval.json"

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -158,6 +159,22 @@ class SyntheticStoreSuite : public ::testing::Test {
 #endif
 #ifdef SEGTRAIN_LAUNCH_BIN
 inline const std::string kLaunch = SEGTRAIN_LAUNCH_BIN;
+
+// The pid of the worker whose environment has `rank_var` and whose command line
+// mentions `needle`, found through /proc (the launcher's children).
+inline pid_t find_worker(const std::string& needle, const std::string& rank_var) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = test::read_file(e.path() / "cmdline"), environ = test::read_file(e.path() / "environ");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(needle) != std::string::npos && cmdline.find(" train ") != std::string::npos &&
+        environ.find(std::string("\0", 1) + rank_var + std::string("\0", 1)) != std::string::npos &&
+        cmdline.find("segtrain-launch") == std::string::npos && cmdline.rfind("env ", 0) != 0)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
 #endif
 
 }  // namespace segtrain::test

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <thread>
 #if SEGTRAIN_WITH_CUDA
@@ -714,6 +715,60 @@ TEST_F(DeviceRun, Bf16StepsWithActivationCheckpointingEqualStepsWithout) {
   }
   record("8 bf16 steps with and without activation checkpointing on " + dev + ": largest loss difference " +
          std::to_string(most));
+}
+
+// SIGTERM to rank 1 of 2 on the devices (NCCL on CUDA: the path of c10d's shutdown): both ranks
+// save the same step and say so, the launcher ends 143 naming the stop (not a restart), neither
+// rank's stderr has PyTorch's destroy_process_group warning, and --resume finishes the run with the
+// losses of the uninterrupted one (1e-4: CUDA's fused attention backward sums in no fixed order).
+TEST_F(DeviceRun, ASignalToOneOfTwoRanksStopsBothAtTheSameStep) {
+  REQUIRE_DEVICE(2);
+  const std::string dev = device_under_test();
+  const std::vector<std::string> sets = {"--set", "train.budget.tokens=24000", "--set", "train.micro_batch_size=2",
+                                         "--set", "distributed.backend=" + std::string(dev == "cuda" ? "nccl" : "gloo"),
+                                         "--set", "run.log_all_ranks=true", "--set", "distributed.timeout_s=60"};
+  const int port = 24000 + getpid() % 16000;
+  auto args = [&](const std::string& name, int offset, bool resume) {
+    std::vector<std::string> a = {"--nproc-per-node", "2", "--master-port", std::to_string(port + offset), "--", kBin,
+                                  "train", config(name, dev)};
+    a.insert(a.end(), sets.begin(), sets.end());
+    if (resume) a.push_back("--resume");
+    return a;
+  };
+  auto whole = run(kLaunch, args("signal-whole", 0, false), 900);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+
+  test::RunResult launched;
+  std::thread launcher([&] { launched = run(kLaunch, args("signal-cut", 1, false), 900); });
+  const std::string log = run_dir("signal-cut") + "/logs/rank-1.log";
+  pid_t victim = -1;
+  for (int i = 0; i < 24000 && victim < 0; ++i) {
+    if (test::read_file(log).find("step 3/") != std::string::npos) victim = test::find_worker("signal-cut", "RANK=1");
+    if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (victim > 0) kill(victim, SIGTERM);
+  launcher.join();
+  ASSERT_GT(victim, 0) << "rank 1 never logged step 3\n" << launched.err;
+  EXPECT_EQ(launched.exit_code, 143) << launched.err;
+  EXPECT_NE(launched.err.find("stopped on signal 15; stopping the others"), std::string::npos) << launched.err;
+  EXPECT_EQ(launched.err.find("destroy_process_group"), std::string::npos) << launched.err;
+  std::vector<std::string> saved;
+  for (const std::string r : {"0", "1"}) {
+    const std::string text = test::read_file(run_dir("signal-cut") + "/logs/rank-" + r + ".log");
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(text, m, std::regex("signal 15.*: saved step (\\d+); continue with --resume")))
+        << "rank " << r << ":\n" << text;
+    saved.push_back(m.size() > 1 ? m[1].str() : "?");
+  }
+  EXPECT_EQ(saved[0], saved[1]);
+  ASSERT_FALSE(fs::exists(run_dir("signal-cut") + "/final"));
+  auto resumed = run(kLaunch, args("signal-cut", 2, true), 900);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto a = rows(run_dir("signal-whole")), b = rows(run_dir("signal-cut"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(b[i]["loss"].get<double>(), a[i]["loss"].get<double>(), 1e-4) << "step " << i + 1;
+  record("SIGTERM to rank 1 of 2 on " + dev + ": both saved step " + saved[0] + ", resumed to the end");
 }
 
 // A run trained on the device, exported; the same run continued on the CPU (its

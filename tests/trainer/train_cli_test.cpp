@@ -839,22 +839,6 @@ TEST_F(TrainCli, ARankWhosePeerIsKilledExitsWithAnError) {
   EXPECT_FALSE(fs::exists(run_dir("peer-death") + "/final"));
 }
 
-// The pid of the worker whose environment has `rank_var` and whose command line
-// mentions `needle`, found through /proc (the launcher's children).
-pid_t find_worker(const std::string& needle, const std::string& rank_var) {
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = test::read_file(e.path() / "cmdline"), environ = test::read_file(e.path() / "environ");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.find(needle) != std::string::npos && cmdline.find(" train ") != std::string::npos &&
-        environ.find(std::string("\0", 1) + rank_var + std::string("\0", 1)) != std::string::npos &&
-        cmdline.find("segtrain-launch") == std::string::npos && cmdline.rfind("env ", 0) != 0)
-      return static_cast<pid_t>(std::stol(name));
-  }
-  return -1;
-}
-
 TEST_F(TrainCli, LauncherRestartsAfterARankIsKilledAndTheRunFinishesFromItsCheckpoint) {
   const std::string launch = test::kLaunch;
   auto args = [&](const std::string& name, int port) {
@@ -875,7 +859,7 @@ TEST_F(TrainCli, LauncherRestartsAfterARankIsKilledAndTheRunFinishesFromItsCheck
   for (int i = 0; i < 3000; ++i) {
     const std::string text = test::read_file(metrics);
     if (std::count(text.begin(), text.end(), '\n') >= 25 && fs::exists(run_dir("launch-killed") + "/checkpoints")) {
-      victim = find_worker("launch-killed", "RANK=1");
+      victim = test::find_worker("launch-killed", "RANK=1");
       if (victim > 0) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -924,7 +908,7 @@ TEST_F(TrainCli, ASignalToOneRankStopsEveryRankAtTheSameStep) {
     const std::string log = run_dir(name) + "/logs/rank-1.log";
     pid_t victim = -1;
     for (int i = 0; i < 6000 && victim < 0; ++i) {
-      if (test::read_file(log).find(when) != std::string::npos) victim = find_worker(name, "RANK=1");
+      if (test::read_file(log).find(when) != std::string::npos) victim = test::find_worker(name, "RANK=1");
       if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     if (victim > 0) kill(victim, SIGTERM);
@@ -1016,7 +1000,7 @@ TEST_F(TrainCli, TorchrunElasticRestartResumesFromTheCheckpoint) {
   for (int i = 0; i < 6000 && victim < 0; ++i) {
     const std::string text = test::read_file(metrics);
     if (std::count(text.begin(), text.end(), '\n') >= 25 && fs::exists(run_dir("elastic-killed") + "/checkpoints"))
-      victim = find_worker("elastic-killed", "RANK=1");
+      victim = test::find_worker("elastic-killed", "RANK=1");
     if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (victim > 0) kill(victim, SIGKILL);
