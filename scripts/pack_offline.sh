@@ -4,7 +4,7 @@
 # module): the headers and libraries of every other dependency, as Debian 12 packages.
 #   DIR/debs/*.deb     every -dev package of scripts/apt-packages.txt, pkg-config, and the
 #                      libraries they depend on (not the C/C++ runtime every Linux has);
-#   DIR/manifest.txt   package, version and sha256, one a line.
+#   DIR/manifest.txt   package, version, sha256 and file, one a line (setup.sh checks them).
 # Nothing is installed system-wide on the target: scripts/setup.sh unpacks the packages into
 # DIR/prefix (dpkg-deb -x, no root) and builds against them:
 #   SEGTRAIN_OFFLINE=DIR SEGTRAIN_TORCH_PYTHON=/path/to/python3 make build
@@ -49,7 +49,8 @@ rm -f "$out"/debs/*.deb
 count=$(find "$out/debs" -name '*.deb' | wc -l)
 ((count == ${#wanted[@]})) || { echo "pack_offline: downloaded $count of ${#wanted[@]} packages into $out/debs" >&2; exit 1; }
 for deb in "$out"/debs/*.deb; do
-  printf '%s %s %s\n' "$(dpkg-deb -f "$deb" Package)" "$(dpkg-deb -f "$deb" Version)" "$(sha256sum "$deb" | cut -d' ' -f1)"
+  printf '%s %s %s %s\n' "$(dpkg-deb -f "$deb" Package)" "$(dpkg-deb -f "$deb" Version)" \
+    "$(sha256sum "$deb" | cut -d' ' -f1)" "$(basename "$deb")"
 done >"$out/manifest.txt"
 echo "pack_offline: $count packages ($(du -sh "$out/debs" | cut -f1)) in $out/debs; on the target:" >&2
 echo "  SEGTRAIN_OFFLINE=$out SEGTRAIN_TORCH_PYTHON=/path/to/python3 make build" >&2

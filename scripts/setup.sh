@@ -56,6 +56,12 @@ if [[ -n $OFFLINE ]]; then
   OFFLINE=$(cd "$OFFLINE" && pwd)
   prefix=$OFFLINE/prefix
   if [[ "$(cat "$prefix/.segtrain-stamp" 2>/dev/null)" != "$(sha256sum "$OFFLINE/manifest.txt")" ]]; then
+    # A package damaged or missing in the copy is named before anything is unpacked.
+    while read -r package _ sum file; do
+      [[ -f $OFFLINE/debs/$file ]] || missing "$OFFLINE/debs/$file ($package) is missing: copy the packed folder again"
+      [[ $(sha256sum "$OFFLINE/debs/$file" | cut -d' ' -f1) == "$sum" ]] ||
+        missing "$OFFLINE/debs/$file ($package) does not match its sha256 in $OFFLINE/manifest.txt: copy it again"
+    done <"$OFFLINE/manifest.txt"
     say "unpacking $(wc -l <"$OFFLINE/manifest.txt") packages of $OFFLINE/debs into $prefix"
     rm -rf "$prefix"
     mkdir -p "$prefix"

@@ -8,26 +8,38 @@ import sys
 import tarfile
 
 
+def refuse(message):
+    """Bad input: one line naming the file, exit 2 (nothing unpacked from it)."""
+    print(f"unpack_deb: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def data_member(path):
     with open(path, "rb") as f:
         if f.read(8) != b"!<arch>\n":
-            sys.exit(f"unpack_deb: {path}: not a Debian package (no ar header)")
+            refuse(f"{path}: not a Debian package (no ar header)")
         while header := f.read(60):
             name = header[:16].decode().strip().rstrip("/")
-            size = int(header[48:58].decode())
+            try:
+                size = int(header[48:58].decode())
+            except ValueError:
+                refuse(f"{path}: a damaged ar member header")
             body = f.read(size)
             if size % 2:
                 f.read(1)
             if name.startswith("data.tar"):
                 return body
-    sys.exit(f"unpack_deb: {path}: no data.tar member")
+    refuse(f"{path}: no data.tar member (a truncated package?)")
 
 
 def main():
     prefix, debs = sys.argv[1], sys.argv[2:]
     for deb in debs:
-        with tarfile.open(fileobj=io.BytesIO(data_member(deb))) as tar:
-            tar.extractall(prefix, filter="tar" if hasattr(tarfile, "data_filter") else None)
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data_member(deb))) as tar:
+                tar.extractall(prefix, filter="tar" if hasattr(tarfile, "data_filter") else None)
+        except (tarfile.TarError, EOFError, OSError) as e:
+            refuse(f"{deb}: its data.tar does not read ({e}; a truncated package?)")
 
 
 if __name__ == "__main__":

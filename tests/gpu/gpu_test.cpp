@@ -497,6 +497,14 @@ class DeviceRun : public test::SyntheticStoreSuite {
     double weights;  // ||w2 - w1|| / ||w1|| of the final (fp32 master) weights
   };
 
+  // bf16 compute and bf16 parameters on fp32 master weights, and `more`.
+  static std::vector<std::string> bf16_parameters(std::vector<std::string> more = {}) {
+    more.insert(more.begin(), {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16"});
+    return more;
+  }
+  // Where 2 sharded ranks with bf16 parameters stay from 1 rank (TwoShardedRanksWithBf16ParametersStayNearOneRank).
+  static constexpr ShardedBounds kBf16Bounds{.loss = 5e-3, .weights = 0.02};
+
   // 2 ranks with distributed.shard_optimizer (NCCL on CUDA, Gloo on the CPU) and
   // micro-batch 2 against 1 rank with micro-batch 4: the same global batches.
   // Both ranks end cleanly: no "destroy_process_group() was not called" warning
@@ -663,8 +671,7 @@ TEST_F(DeviceRun, TwoShardedRanksEqualOneRank) {
 // (which may also sum a micro-batch of 2 rows in another order than one of 4) 6-8x that.
 TEST_F(DeviceRun, TwoShardedRanksWithBf16ParametersStayNearOneRank) {
   REQUIRE_DEVICE(2);
-  expect_two_sharded_ranks_equal_one("zero-bf16", {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16"},
-                                     {.loss = 5e-3, .weights = 0.02}, 2);
+  expect_two_sharded_ranks_equal_one("zero-bf16", bf16_parameters(), kBf16Bounds, 2);
 }
 
 // ZeRO-2 accumulating: bf16 parameters, 2 micro-batches a step on both sides, each micro-batch's
@@ -672,20 +679,15 @@ TEST_F(DeviceRun, TwoShardedRanksWithBf16ParametersStayNearOneRank) {
 // test above: accumulating changes where the sums happen, not their precision.
 TEST_F(DeviceRun, TwoShardedRanksAccumulatingWithBf16ParametersStayNearOneRank) {
   REQUIRE_DEVICE(2);
-  expect_two_sharded_ranks_equal_one("zero2-accum",
-                                     {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16", "--set",
-                                      "train.grad_accum=2"},
-                                     {.loss = 5e-3, .weights = 0.02}, 3);
+  expect_two_sharded_ranks_equal_one("zero2-accum", bf16_parameters({"--set", "train.grad_accum=2"}), kBf16Bounds, 3);
 }
 
 // The same with the ranks' gradients summed in bf16 (train.reduce_dtype: bf16; 2 ranks sum two
 // bf16 values, one rounding more than fp32's sum): the same bounds.
 TEST_F(DeviceRun, TwoShardedRanksReducingInBf16StayNearOneRank) {
   REQUIRE_DEVICE(2);
-  expect_two_sharded_ranks_equal_one("zero2-reduce-bf16",
-                                     {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16", "--set",
-                                      "train.reduce_dtype=bf16"},
-                                     {.loss = 5e-3, .weights = 0.02}, 4);
+  expect_two_sharded_ranks_equal_one("zero2-reduce-bf16", bf16_parameters({"--set", "train.reduce_dtype=bf16"}),
+                                     kBf16Bounds, 4);
 }
 
 // Activation checkpointing recomputes each block in backward (on CUDA, on autograd's device

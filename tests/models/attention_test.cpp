@@ -153,6 +153,14 @@ ModelConfig tiny(Arch arch) {
   return c;
 }
 
+// tiny(arch) with a scaling that depends on the sequence's length (factor 2).
+ModelConfig tiny_dynamic(Arch arch, ExtensionMethod method) {
+  auto c = tiny(arch);
+  c.extension.method = method;
+  c.extension.factor = 2.0;
+  return c;
+}
+
 TEST(Model, RelativeSchemesDependOnlyOnPositionDifferences) {
   at::manual_seed(5);
   for (Arch arch : {Arch::gpt_neox, Arch::bloom}) {
@@ -239,12 +247,8 @@ TEST(Model, ForwardWithHostBoundsNeverWaitsForTheDevice) {
   auto shared = at::arange(12, at::kLong).repeat({2, 1});
   auto own = at::tensor({0, 1, 2, 3, 4, 5, 30, 31, 32, 33, 34, 35, 0, 1, 2, 3, 90, 91, 92, 93, 94, 95, 96, 97},
                         at::kLong).view({2, 12});
-  auto dynamic_ntk = tiny(Arch::gpt_neox);
-  dynamic_ntk.extension.method = ExtensionMethod::dynamic_ntk;
-  dynamic_ntk.extension.factor = 2.0;
-  auto dynamic_alibi = tiny(Arch::bloom);
-  dynamic_alibi.extension.method = ExtensionMethod::dynamic_interpolate;
-  dynamic_alibi.extension.factor = 2.0;
+  const auto dynamic_ntk = tiny_dynamic(Arch::gpt_neox, ExtensionMethod::dynamic_ntk);
+  const auto dynamic_alibi = tiny_dynamic(Arch::bloom, ExtensionMethod::dynamic_interpolate);
   const auto gpt2 = test::tiny_model_config(Arch::gpt2, 50, 128);  // a table past the ids of `own`
   const std::vector<std::pair<std::string, ModelConfig>> models = {
       {"gpt2", gpt2},               {"gpt_neox dynamic_ntk", dynamic_ntk},
@@ -272,12 +276,8 @@ TEST(Model, ForwardWithHostBoundsNeverWaitsForTheDevice) {
 // every forward: a static table once, a dynamic scaling's table again only when a longer sequence
 // changes it (dynamic NTK past the original context, dynamic ALiBi interpolation likewise).
 TEST(Model, PositionalTablesGoToTheDeviceOncePerLengthClass) {
-  auto dynamic_ntk = tiny(Arch::gpt_neox);
-  dynamic_ntk.extension.method = ExtensionMethod::dynamic_ntk;
-  dynamic_ntk.extension.factor = 2.0;
-  auto dynamic_alibi = tiny(Arch::bloom);
-  dynamic_alibi.extension.method = ExtensionMethod::dynamic_interpolate;
-  dynamic_alibi.extension.factor = 2.0;
+  const auto dynamic_ntk = tiny_dynamic(Arch::gpt_neox, ExtensionMethod::dynamic_ntk);
+  const auto dynamic_alibi = tiny_dynamic(Arch::bloom, ExtensionMethod::dynamic_interpolate);
   const int64_t original = original_length_of(dynamic_ntk);
   struct Case {
     std::string what;
