@@ -39,6 +39,15 @@ AtomicDir::AtomicDir(fs::path final_path) : final_(std::move(final_path)), temp_
   fs::create_directory(temp_);
 }
 
+AtomicDir AtomicDir::adopt(fs::path temp_path, fs::path final_path) {
+  return AtomicDir(std::move(final_path), std::move(temp_path));
+}
+
+AtomicDir::AtomicDir(AtomicDir&& other) noexcept
+    : final_(std::move(other.final_)), temp_(std::move(other.temp_)), committed_(other.committed_) {
+  other.committed_ = true;  // the moved-from object removes nothing
+}
+
 AtomicDir::~AtomicDir() {
   if (committed_) return;
   std::error_code ec;

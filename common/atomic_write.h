@@ -14,9 +14,14 @@ class AtomicDir {
  public:
   // Creates an empty "<final>.tmp-<pid>-<n>" sibling to write into.
   explicit AtomicDir(fs::path final_path);
+  // Takes over a temporary sibling that already exists (one that several
+  // processes wrote into: a run checkpoint's "<final>.tmp-ranks").
+  static AtomicDir adopt(fs::path temp_path, fs::path final_path);
+  AtomicDir(AtomicDir&& other) noexcept;
   ~AtomicDir();  // removes the temporary directory unless committed
   AtomicDir(const AtomicDir&) = delete;
   AtomicDir& operator=(const AtomicDir&) = delete;
+  AtomicDir& operator=(AtomicDir&&) = delete;
 
   const fs::path& path() const { return temp_; }
   const fs::path& final_path() const { return final_; }
@@ -25,6 +30,7 @@ class AtomicDir {
   void commit();
 
  private:
+  AtomicDir(fs::path final_path, fs::path temp_path) : final_(std::move(final_path)), temp_(std::move(temp_path)) {}
   fs::path final_;
   fs::path temp_;
   bool committed_ = false;

@@ -45,13 +45,11 @@ const char* dtype_name(at::ScalarType type) {
 
 }  // namespace
 
-namespace {
-
 // A read-only mapping of a whole file: weights are copied out tensor by tensor, so
 // a large checkpoint never sits in memory twice.
 struct MappedFile {
   explicit MappedFile(const std::string& path) {
-    fd = ::open(path.c_str(), O_RDONLY);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw InputError(path + ": cannot open safetensors file");
     struct stat st {};
     if (::fstat(fd, &st) != 0) throw InputError(path + ": cannot stat safetensors file");
@@ -73,32 +71,29 @@ struct MappedFile {
   uint64_t size = 0;
 };
 
-}  // namespace
-
-TensorMap read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  const MappedFile file(path);
-  const uint64_t file_size = file.size;
+MappedSafetensors::MappedSafetensors(const std::string& path) : file_(std::make_shared<MappedFile>(path)) {
+  const uint64_t file_size = file_->size;
   if (file_size < 8) throw InputError(path + ": too short for a safetensors file (needs an 8-byte header length)");
   uint64_t header_size = 0;
-  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(file.data[i]);
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(file_->data[i]);
   if (header_size > file_size - 8 || header_size > (uint64_t{100} << 20))
     throw InputError(path + ": safetensors header length " + std::to_string(header_size) +
                      " exceeds the file size " + std::to_string(file_size));
   json header;
   try {
-    header = json::parse(file.data + 8, file.data + 8 + header_size);
+    header = json::parse(file_->data + 8, file_->data + 8 + header_size);
   } catch (const json::exception& e) {
     throw InputError(path + ": safetensors header is not valid JSON (" + e.what() + ")");
   }
   if (!header.is_object()) throw InputError(path + ": safetensors header must be a JSON object");
   const uint64_t data_size = file_size - 8 - header_size;
-  const char* data = file.data + 8 + header_size;
+  // Read-only pages: the views below are copied out of, never written.
+  char* data = const_cast<char*>(file_->data) + 8 + header_size;
 
-  TensorMap out;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
-      if (metadata && info.is_object())
-        for (const auto& [k, v] : info.items()) (*metadata)[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      if (info.is_object())
+        for (const auto& [k, v] : info.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
       continue;
     }
     const std::string where = path + ": tensor " + name;
@@ -127,13 +122,22 @@ TensorMap read_safetensors(const std::string& path, std::map<std::string, std::s
       if (bytes != offsets[1] - offsets[0])
         throw InputError(where + ": " + std::to_string(offsets[1] - offsets[0]) + " bytes for shape of " +
                          std::to_string(bytes) + " bytes");
-      auto t = at::empty(shape, at::TensorOptions().dtype(type));
-      if (bytes) std::memcpy(t.data_ptr(), data + offsets[0], bytes);
-      out[name] = t;
+      // Each view keeps the mapping alive; an empty tensor gets memory of its own
+      // (a view at the end of the mapping would point past it).
+      tensors_[name] = bytes ? at::from_blob(data + offsets[0], shape, [keep = file_](void*) {},
+                                             at::TensorOptions().dtype(type))
+                             : at::empty(shape, at::TensorOptions().dtype(type));
     } catch (const json::exception& e) {
       throw InputError(where + ": malformed header entry (" + e.what() + ")");
     }
   }
+}
+
+TensorMap read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  const MappedSafetensors file(path);
+  if (metadata) metadata->insert(file.metadata().begin(), file.metadata().end());
+  TensorMap out;
+  for (const auto& [name, view] : file.tensors()) out[name] = view.clone();
   return out;
 }
 

@@ -7,11 +7,31 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 namespace segtrain::models {
 
 using TensorMap = std::map<std::string, at::Tensor>;
+
+struct MappedFile;
+
+// One file mapped read-only: its tensors are views of the mapping, each keeping the
+// mapping alive, and reading one copies only what is read (a rank resuming
+// from sharded optimizer state reads its own slices of every file). Throws
+// InputError naming the file when it is missing, truncated or its header is
+// not valid safetensors.
+class MappedSafetensors {
+ public:
+  explicit MappedSafetensors(const std::string& path);
+  const TensorMap& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  std::shared_ptr<MappedFile> file_;
+  TensorMap tensors_;
+  std::map<std::string, std::string> metadata_;
+};
 
 // Reads every tensor of one file onto the CPU. Throws InputError naming the file
 // when it is missing, truncated or its header is not valid safetensors.

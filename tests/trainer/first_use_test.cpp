@@ -205,8 +205,10 @@ TEST_F(FirstUse, ARunShowsProgressAtOnceEndsWithASummaryAndKeepsFinalSmall) {
   EXPECT_NE(r.err.find("next: segtrain export --model " + run_dir("summary")), std::string::npos) << r.err;
   const fs::path run_path = run_dir("summary");
   EXPECT_TRUE(fs::exists(run_path / "final/model.safetensors"));
-  EXPECT_FALSE(fs::exists(run_path / "final/optimizer.safetensors"));
-  EXPECT_TRUE(fs::exists(run_path / "checkpoints/step-2/optimizer.safetensors"));
+  EXPECT_FALSE(fs::exists(run_path / "final/optimizer.index.json"));
+  EXPECT_FALSE(fs::exists(run_path / "final/optimizer-00000-of-00001.safetensors"));
+  EXPECT_TRUE(fs::exists(run_path / "checkpoints/step-2/optimizer.index.json"));
+  EXPECT_TRUE(fs::exists(run_path / "checkpoints/step-2/optimizer-00000-of-00001.safetensors"));
 
   // A finished run resumed (a launcher restart after the last step) needs no optimizer state.
   auto again = run(kBin, {"train", config, "--resume"});
@@ -214,7 +216,7 @@ TEST_F(FirstUse, ARunShowsProgressAtOnceEndsWithASummaryAndKeepsFinalSmall) {
   EXPECT_EQ(json::parse(test::read_file(run_path / "final/trainer_state.json"))["step"], 4);
   // train.final_optimizer_state keeps it for those who train on from final/.
   const std::string kept = trained_run("kept_state", ", final_optimizer_state: true");
-  EXPECT_TRUE(fs::exists(fs::path(kept) / "final/optimizer.safetensors"));
+  EXPECT_TRUE(fs::exists(fs::path(kept) / "final/optimizer.index.json"));
 }
 
 }  // namespace

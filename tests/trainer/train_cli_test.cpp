@@ -612,10 +612,11 @@ TEST_F(TrainCli, TwoShardedRanksEqualOneRankWithCheckpointingAndAccumulation) {
                               "distributed.shard_optimizer=true"});
 }
 
-// A sharded run's checkpoint holds the whole optimizer state: from step 8 two
-// sharded ranks, and one rank with grad_accum 2 (the same global batch), both
-// continue to the uninterrupted run's losses and final weights. Another global
-// batch is refused, and export needs no optimizer state.
+// A sharded run's checkpoint holds each rank's own slices of the optimizer
+// state (no rank gathers it): from step 8 two sharded ranks, and one rank with
+// grad_accum 2 (the same global batch) that reads both files' slices, continue
+// to the uninterrupted run's losses and final weights. Another global batch is
+// refused, and export needs no optimizer state.
 TEST_F(TrainCli, AShardedCheckpointResumesOnTheSameAndAnotherWorldSize) {
   const std::vector<std::string> sets = {"--set", "train.budget.tokens=4000", "--set", "train.micro_batch_size=2",
                                          "--set", "train.checkpoint_every=8", "--set", "train.keep_last=0",
@@ -630,6 +631,15 @@ TEST_F(TrainCli, AShardedCheckpointResumesOnTheSameAndAnotherWorldSize) {
   auto [whole, whole1] = run_two_ranks("zero-whole", args("zero-whole", sharded));
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   ASSERT_EQ(whole1.exit_code, 0) << whole1.err;
+  const fs::path step8 = run_dir("zero-whole") + "/checkpoints/step-8";
+  const auto shard_bytes = [&](int rank) {
+    return fs::file_size(step8 / ("optimizer-0000" + std::to_string(rank) + "-of-00002.safetensors"));
+  };
+  // Each rank's file holds half the moments (8 bytes a parameter in all).
+  const auto model_bytes = fs::file_size(step8 / "model.safetensors");
+  EXPECT_NEAR(static_cast<double>(shard_bytes(0)) / static_cast<double>(model_bytes), 1.0, 0.1);
+  EXPECT_NEAR(static_cast<double>(shard_bytes(1)) / static_cast<double>(model_bytes), 1.0, 0.1);
+  EXPECT_FALSE(fs::exists(step8 / "optimizer.safetensors"));
   for (const std::string name : {"zero-same", "zero-other", "zero-refused"}) {
     fs::create_directories(run_dir(name) + "/checkpoints");
     fs::copy(run_dir("zero-whole") + "/checkpoints/step-8", run_dir(name) + "/checkpoints/step-8",
@@ -658,7 +668,8 @@ TEST_F(TrainCli, AShardedCheckpointResumesOnTheSameAndAnotherWorldSize) {
             std::string::npos)
       << refused.err;
 
-  fs::remove(run_dir("zero-whole") + "/final/optimizer.safetensors");
+  for (const auto& entry : fs::directory_iterator(run_dir("zero-whole") + "/final"))
+    if (entry.path().filename().string().rfind("optimizer", 0) == 0) fs::remove(entry.path());
   auto exported = run(kBin, {"export", "--model", run_dir("zero-whole") + "/final", "--out", *dir_ / "zero-hf"});
   EXPECT_EQ(exported.exit_code, 0) << exported.err;
 }

@@ -87,6 +87,9 @@ struct TrainConfig {
   int64_t checkpoint_every = 500;  // steps; 0: only the final checkpoint
   int64_t keep_last = 2;           // step checkpoints kept; 0: keep all
   bool final_optimizer_state = false;  // final/ keeps AdamW's state (2x the model in fp32) only when asked
+  // Step checkpoints are copied to host memory and written while training goes
+  // on (trainer/train/checkpoint_writer.h); false: the step waits for the write.
+  bool save_in_background = true;
   int64_t eval_every = 0;          // steps; 0: evaluate only at the end
   int64_t log_every = 10;
   int64_t max_bad_steps = 10;      // consecutive non-finite losses before aborting
@@ -126,6 +129,7 @@ inline bool evaluates_in_bf16(const EvalConfig& eval, Precision training) {
 struct DistributedConfig {
   Backend backend = Backend::auto_select;
   int64_t timeout_s = 300;
+  int64_t save_timeout_s = 1800;  // how long ranks wait for each other's checkpoint writes
   double bucket_mb = 4;  // gradient all-reduce bucket size: small enough that buckets overlap backward on small models
   bool shard_optimizer = false;  // ZeRO-1: each rank keeps AdamW's moments for its 1/N slice of every bucket
 };

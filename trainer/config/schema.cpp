@@ -140,6 +140,10 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       integer("train.keep_last", t.keep_last, 0, kMaxInt, "Step checkpoints kept; 0 keeps all."),
       flag("train.final_optimizer_state", t.final_optimizer_state,
            "Keep the optimizer's state in final/ (only needed to train the finished run further); step checkpoints always keep it."),
+      flag("train.save_in_background", t.save_in_background,
+           "Step checkpoints: each rank copies its part to host memory and writes it while training goes on (one "
+           "save in flight; it appears once every rank has written). false: training waits for the write and "
+           "holds no host copy."),
       integer("train.eval_every", t.eval_every, 0, kMaxInt, "Steps between evaluations; 0: at the end only."),
       integer("train.log_every", t.log_every, 1, kMaxInt, "Steps between metrics lines; the first step and the last are always shown."),
       integer("train.max_bad_steps", t.max_bad_steps, 1, kMaxInt,
@@ -172,11 +176,14 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       choice("distributed.backend", c.distributed.backend, kBackends, "auto: nccl on CUDA, gloo on CPU."),
       integer("distributed.timeout_s", c.distributed.timeout_s, 1, kMaxInt,
               "Seconds a collective may wait before the run fails."),
+      integer("distributed.save_timeout_s", c.distributed.save_timeout_s, 1, kMaxInt,
+              "Seconds the ranks wait for each other's checkpoint writes (at the next save, a stop or the end of "
+              "the run) before the run fails; slow shared storage needs more than distributed.timeout_s."),
       real("distributed.bucket_mb", c.distributed.bucket_mb, above(0), kNoHigh,
            "Gradient all-reduce bucket size in MB; each bucket is summed over ranks while backward still runs."),
       flag("distributed.shard_optimizer", c.distributed.shard_optimizer,
            "ZeRO-1: each rank keeps AdamW's moments for its 1/N slice of every bucket; gradients are "
-           "reduce-scattered and the updated slices all-gathered. Checkpoints hold the whole optimizer state."),
+           "reduce-scattered and the updated slices all-gathered. Each rank saves its own slices; any number of ranks resumes from them."),
   };
   for (auto& field : task_fields(c.eval)) table.push_back(std::move(field));
   return table;

@@ -97,15 +97,12 @@ int64_t FusedAdamW::state_bytes() const {
   return bytes;
 }
 
-std::map<std::string, at::Tensor> FusedAdamW::state_dict() {
-  std::map<std::string, at::Tensor> state;
+std::vector<StatePiece> FusedAdamW::state_pieces() {
+  std::vector<StatePiece> pieces;
   for (const auto& g : groups_)
-    for (size_t i = 0; i < g.names.size(); ++i) {
-      state["exp_avg." + g.names[i]] = g.exp_avg[i];
-      state["exp_avg_sq." + g.names[i]] = g.exp_avg_sq[i];
-      state["step." + g.names[i]] = g.steps[i];
-    }
-  return state;
+    for (size_t i = 0; i < g.names.size(); ++i)
+      pieces.push_back({g.names[i], 0, g.exp_avg[i].reshape(-1), g.exp_avg_sq[i].reshape(-1)});
+  return pieces;
 }
 
 const at::Tensor& state_entry(const std::map<std::string, at::Tensor>& state, const std::string& key,
@@ -116,17 +113,16 @@ const at::Tensor& state_entry(const std::map<std::string, at::Tensor>& state, co
   return it->second;
 }
 
-void FusedAdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
-  auto fetch = [&](const std::string& key, const at::Tensor& like) { return state_entry(state, key, like.sizes()); };
+void FusedAdamW::load_state(const SavedOptimizerState& saved) {
   at::NoGradGuard no_grad;
   for (auto& g : groups_)
     for (size_t i = 0; i < g.names.size(); ++i) {
-      g.exp_avg[i].copy_(fetch("exp_avg." + g.names[i], g.exp_avg[i]));
-      g.exp_avg_sq[i].copy_(fetch("exp_avg_sq." + g.names[i], g.exp_avg_sq[i]));
-      g.steps[i].copy_(fetch("step." + g.names[i], g.steps[i]));
+      const int64_t numel = g.params[i].numel();
+      g.exp_avg[i].copy_(saved.read("exp_avg", g.names[i], numel, 0, numel).view(g.params[i].sizes()));
+      g.exp_avg_sq[i].copy_(saved.read("exp_avg_sq", g.names[i], numel, 0, numel).view(g.params[i].sizes()));
+      g.steps[i].fill_(static_cast<double>(saved.steps()));
     }
-  if (!groups_.empty() && !groups_[0].steps.empty()) steps_taken_ = groups_[0].steps[0].item<int64_t>();
-  else if (groups_.size() > 1 && !groups_[1].steps.empty()) steps_taken_ = groups_[1].steps[0].item<int64_t>();
+  steps_taken_ = saved.steps();
 }
 
 }  // namespace segtrain::trainer

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "trainer/train/flat_buckets.h"
+#include "trainer/train/optimizer_state.h"
 
 namespace segtrain::trainer {
 
@@ -61,14 +62,13 @@ class Optimizer {
   virtual void step(double lr) = 0;
   virtual void zero_grad() = 0;
   virtual int64_t steps_taken() const = 0;
-  // The whole state, keyed "exp_avg.<param>", "exp_avg_sq.<param>" and
-  // "step.<param>" with each parameter's shape: the same for every world size
-  // and sharding. ShardedAdamW gathers it: every rank must call, and only rank
-  // 0 gets the entries (the others an empty map).
-  virtual std::map<std::string, at::Tensor> state_dict() = 0;
-  // Takes (this rank's part of) such a state. Throws InputError naming the
-  // first missing or mis-shaped entry.
-  virtual void load_state_dict(const std::map<std::string, at::Tensor>& state) = 0;
+  // This rank's moments as pieces: every parameter whole, or a sharded rank's
+  // slices. Live views of the state: a checkpoint copies them before the next
+  // step() changes them (run_checkpoint.h).
+  virtual std::vector<StatePiece> state_pieces() = 0;
+  // Takes the ranges this rank holds from a state saved with any slicing and
+  // number of ranks. Throws InputError naming the first parameter it lacks.
+  virtual void load_state(const SavedOptimizerState& saved) = 0;
   // Bytes of optimizer state this rank holds: moments and step counts, and
   // with master weights those and the fp32 gradient sums.
   virtual int64_t state_bytes() const = 0;
@@ -106,8 +106,8 @@ class FusedAdamW : public Optimizer {
   void step(double lr) override;
   void zero_grad() override;  // drops the gradients (.grad undefined), or zeroes the buckets
   int64_t steps_taken() const override { return steps_taken_; }
-  std::map<std::string, at::Tensor> state_dict() override;
-  void load_state_dict(const std::map<std::string, at::Tensor>& state) override;
+  std::vector<StatePiece> state_pieces() override;
+  void load_state(const SavedOptimizerState& saved) override;
   int64_t state_bytes() const override;
 
  private:

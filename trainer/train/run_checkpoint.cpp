@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
@@ -75,24 +76,72 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
   }
 }
 
-void save_checkpoint(const fs::path& dir, const models::TransformerLM& model,
-                     const std::map<std::string, at::Tensor>& weights,
-                     const std::map<std::string, at::Tensor>& optimizer_state, const TrainerState& state,
-                     const Config& config, const std::string& store_tokenizer) {
+namespace {
+
+constexpr const char* kOptimizerIndex = "optimizer.index.json";
+
+std::string optimizer_shard_name(int64_t rank, int64_t world_size) {
+  char name[96];  // room for two 19-digit counts
+  std::snprintf(name, sizeof(name), "optimizer-%05lld-of-%05lld.safetensors", static_cast<long long>(rank),
+                static_cast<long long>(world_size));
+  return name;
+}
+
+}  // namespace
+
+CheckpointContent copied_to_host(const CheckpointContent& live) {
+  CheckpointContent host = live;
+  auto copy = [](const at::Tensor& t) { return t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true); };
+  for (auto& [name, t] : host.weights) t = copy(t);
+  for (auto& piece : host.optimizer_pieces) {
+    piece.exp_avg = copy(piece.exp_avg);
+    piece.exp_avg_sq = copy(piece.exp_avg_sq);
+  }
+  return host;
+}
+
+fs::path shared_temp_dir(const fs::path& dir) { return dir.parent_path() / (dir.filename().string() + ".tmp-ranks"); }
+
+void write_checkpoint_part(const fs::path& temp_dir, const fs::path& dir, const CheckpointContent& content,
+                           int64_t rank, int64_t world_size) {
   try {
-    AtomicDir out(dir);
-    models::save_model_dir(model->config(), weights.empty() ? model->tensors() : weights, out.path().string());
-    if (!optimizer_state.empty())
-      models::write_safetensors((out.path() / "optimizer.safetensors").string(), optimizer_state);
-    write_file_atomic(out.path() / "trainer_state.json", state_to_json(state));
-    write_file_atomic(out.path() / "config.yaml", to_yaml(config));
-    if (!store_tokenizer.empty()) write_file_atomic(out.path() / "store_tokenizer.json", store_tokenizer);
-    out.commit();
+    if (content.with_optimizer_state) {
+      std::map<std::string, at::Tensor> tensors;
+      for (const auto& piece : content.optimizer_pieces) {
+        tensors[piece_key("exp_avg", piece.param, piece.offset)] = piece.exp_avg;
+        tensors[piece_key("exp_avg_sq", piece.param, piece.offset)] = piece.exp_avg_sq;
+      }
+      models::write_safetensors((temp_dir / optimizer_shard_name(rank, world_size)).string(), tensors,
+                                {{"rank", std::to_string(rank)}, {"world_size", std::to_string(world_size)}});
+    }
+    if (rank != 0) return;
+    models::save_model_dir(content.model_config, content.weights, temp_dir.string());
+    if (content.with_optimizer_state) {
+      json files = json::array();
+      for (int64_t r = 0; r < world_size; ++r) files.push_back(optimizer_shard_name(r, world_size));
+      const json index = {{"format", "segtrain AdamW state, one file a rank (trainer/train/optimizer_state.h)"},
+                          {"world_size", world_size},
+                          {"steps", content.optimizer_steps},
+                          {"files", files}};
+      write_file_atomic(temp_dir / kOptimizerIndex, index.dump(2) + "\n");
+    }
+    write_file_atomic(temp_dir / "trainer_state.json", state_to_json(content.state));
+    write_file_atomic(temp_dir / "config.yaml", content.config_yaml);
+    if (!content.store_tokenizer.empty()) write_file_atomic(temp_dir / "store_tokenizer.json", content.store_tokenizer);
   } catch (const InputError&) {
     throw;
   } catch (const Interrupted&) {
     throw;
   } catch (const std::runtime_error& e) {  // a full disk, a quota: say which checkpoint and that none is lost
+    throw std::runtime_error("checkpoint '" + dir.string() + "' not saved (earlier checkpoints are intact): " +
+                             e.what());
+  }
+}
+
+void commit_checkpoint(const fs::path& temp_dir, const fs::path& dir) {
+  try {
+    AtomicDir::adopt(temp_dir, dir).commit();
+  } catch (const std::runtime_error& e) {
     throw std::runtime_error("checkpoint '" + dir.string() + "' not saved (earlier checkpoints are intact): " +
                              e.what());
   }
@@ -163,14 +212,49 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
   }
 }
 
+std::optional<SavedOptimizerState> read_optimizer_state(const fs::path& dir) {
+  const fs::path index_path = dir / kOptimizerIndex;
+  if (fs::exists(index_path)) {
+    const std::string expected = index_path.string() +
+                                 ": expected {\"steps\": an integer >= 0, \"files\": [file names]}";
+    json index;
+    try {
+      index = json::parse(read_file(index_path, "optimizer index"));
+    } catch (const json::exception& e) {
+      throw InputError(expected + ", not valid JSON (" + e.what() + ")");
+    }
+    const bool valid = index.is_object() && index.contains("steps") && index["steps"].is_number_integer() &&
+                       index["steps"].get<int64_t>() >= 0 && index.contains("files") && index["files"].is_array() &&
+                       std::all_of(index["files"].begin(), index["files"].end(), [](const json& f) { return f.is_string(); });
+    if (!valid) throw InputError(expected);
+    SavedOptimizerState saved(index["steps"].get<int64_t>(), dir.string());
+    for (const auto& file : index["files"]) {
+      const fs::path shard = path_inside(dir, file.get<std::string>(), index_path.string(), "files");
+      saved.add(models::MappedSafetensors(shard.string()).tensors());
+    }
+    return saved;
+  }
+  const fs::path single = dir / "optimizer.safetensors";  // checkpoints saved before one file a rank
+  if (!fs::exists(single)) return std::nullopt;
+  const models::MappedSafetensors file(single.string());
+  int64_t steps = 0;
+  for (const auto& [key, t] : file.tensors())
+    if (key.rfind("step.", 0) == 0 && t.numel() == 1) {
+      steps = static_cast<int64_t>(t.to(at::kDouble).item<double>());
+      break;
+    }
+  SavedOptimizerState saved(steps, single.string());
+  saved.add(file.tensors());
+  return saved;
+}
+
 bool load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer) {
   const auto weights = models::read_safetensors((dir / "model.safetensors").string());
   model->load_tensors(weights, (dir / "model.safetensors").string());
-  const fs::path state = dir / "optimizer.safetensors";
-  const bool has_state = fs::exists(state);  // a final/ keeps it only when asked
-  if (has_state) optimizer.load_state_dict(models::read_safetensors(state.string()));
+  const auto saved = read_optimizer_state(dir);  // a final/ keeps it only when asked
+  if (saved) optimizer.load_state(*saved);
   optimizer.load_master_weights(weights);
-  return has_state;
+  return saved.has_value();
 }
 
 void prune_checkpoints(const fs::path& run_dir, int64_t keep_last) {

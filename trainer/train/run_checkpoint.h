@@ -1,11 +1,15 @@
 #pragma once
 // Run checkpoints (docs/architecture.md, "Run directory"); not to be confused
 // with activation checkpointing (models/activation_checkpoint.h):
-//   <run>/checkpoints/step-<N>/ and <run>/final/ each hold model.safetensors,
-//   model_config.json, optimizer.safetensors, trainer_state.json, config.yaml and
-//   store_tokenizer.json (which tokenizer the model learned).
-// A directory is written beside its final name and renamed in (common/atomic_write.h),
-// so one that exists is complete; leftovers of an interrupted write are ignored.
+//   <run>/checkpoints/step-<N>/ and <run>/final/ each hold model.safetensors (the
+//   fp32 weights), model_config.json, trainer_state.json, config.yaml,
+//   store_tokenizer.json (which tokenizer the model learned), and AdamW's state
+//   as optimizer.index.json plus one optimizer-<rank>-of-<ranks>.safetensors a
+//   rank, each with that rank's own pieces (optimizer_state.h): no rank gathers
+//   the state. Rank 0 writes the rest.
+// All ranks write into one "<dir>.tmp-ranks" sibling that rank 0 renames in once
+// every rank's part is written (checkpoint_writer.h), so a directory that exists
+// is complete; leftovers of an interrupted write are ignored and pruned.
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -17,6 +21,7 @@
 #include "models/transformer.h"
 #include "trainer/config/config.h"
 #include "trainer/train/optimizer.h"
+#include "trainer/train/optimizer_state.h"
 
 namespace segtrain::trainer {
 
@@ -36,19 +41,38 @@ struct TrainerState {
 std::string state_to_json(const TrainerState& state);
 TrainerState state_from_json(const std::string& text, const std::string& source);
 
-// Writes a complete checkpoint directory at `dir` (replacing one that is there).
-// `weights`: Optimizer::master_weights(), the fp32 master weights of bf16
-// parameters (model.safetensors then holds them, so a checkpoint is fp32
-// whatever the storage); empty: the model's own parameters.
-// `optimizer_state` is Optimizer::state_dict(): the whole state, also when it
-// was sharded over ranks, so any world size can resume from it; empty: none
-// is written (final/ without train.final_optimizer_state).
-// `store_tokenizer` is the store's tokenizer record (store_tokenizer.json,
-// data/tokenizer_identity.h), empty when the store records no tokenizer.
-void save_checkpoint(const fs::path& dir, const models::TransformerLM& model,
-                     const std::map<std::string, at::Tensor>& weights,
-                     const std::map<std::string, at::Tensor>& optimizer_state, const TrainerState& state,
-                     const Config& config, const std::string& store_tokenizer);
+// What one rank saves of a checkpoint: views of the live state, or the host
+// copies of them (copied_to_host) that the write reads while training goes on.
+struct CheckpointContent {
+  // Rank 0: the model's fp32 weights (its parameters, or the optimizer's master
+  // weights when the parameters are held in bf16) and what describes the run.
+  // Other ranks: empty.
+  std::map<std::string, at::Tensor> weights;
+  models::ModelConfig model_config;
+  TrainerState state;
+  std::string config_yaml;
+  std::string store_tokenizer;  // data/tokenizer_identity.h; empty: the store records none
+  // This rank's AdamW pieces; with_optimizer_state false (a final/ without
+  // train.final_optimizer_state): no optimizer files.
+  bool with_optimizer_state = true;
+  int64_t optimizer_steps = 0;
+  std::vector<StatePiece> optimizer_pieces;
+};
+
+// The same content with every tensor copied to the CPU (one tensor at a time).
+CheckpointContent copied_to_host(const CheckpointContent& live);
+
+// The sibling every rank writes its part of `dir` into.
+fs::path shared_temp_dir(const fs::path& dir);
+// Writes this rank's files of the checkpoint into `temp_dir` (each file
+// atomically): rank 0 the model, the run's files and optimizer.index.json, every
+// rank its optimizer shard. Errors say which checkpoint was not saved and that
+// the earlier ones are intact.
+void write_checkpoint_part(const fs::path& temp_dir, const fs::path& dir, const CheckpointContent& content,
+                           int64_t rank, int64_t world_size);
+// Rank 0, once every rank's part is written: fsyncs and renames the shared
+// directory into `dir` (replacing one that is there).
+void commit_checkpoint(const fs::path& temp_dir, const fs::path& dir);
 
 struct CheckpointRef {
   fs::path dir;
@@ -67,10 +91,14 @@ std::optional<CheckpointRef> newest_checkpoint(const fs::path& run_dir);
 void check_resume_compatible(const fs::path& checkpoint_dir, const Config& config, int64_t world_size,
                              const std::vector<std::string>& extra_keys = {});
 
-// Loads weights and optimizer state saved by save_checkpoint (the weights also
+// The optimizer state of a checkpoint, its shards kept mapped (nullopt: none,
+// a final/ without train.final_optimizer_state). Reads both this layout and
+// the single optimizer.safetensors of checkpoints saved before it.
+std::optional<SavedOptimizerState> read_optimizer_state(const fs::path& dir);
+
+// Loads the weights and optimizer state of a checkpoint (the weights also
 // into the optimizer's master weights, when it keeps them). Returns whether the
-// checkpoint had optimizer state (a final/ keeps it only with
-// train.final_optimizer_state).
+// checkpoint had optimizer state.
 bool load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer);
 
 // Keeps the newest `keep_last` step-* directories (0 keeps all) and removes any

@@ -137,26 +137,11 @@ at::Tensor ShardedAdamW::gather_whole(size_t b, at::Tensor Piece::*which) {
   return whole;
 }
 
-// Rank 0 keeps each parameter's whole value of `which`, on the host.
-std::map<std::string, at::Tensor> ShardedAdamW::state_dict() {
-  at::NoGradGuard no_grad;
-  std::map<std::string, at::Tensor> state;
-  const bool keeper = !group_ || group_->rank() == 0;
-  for (size_t b = 0; b < pieces_.size(); ++b) {
-    const FlatBucket& bucket = buckets_.buckets()[b];
-    for (const auto& [prefix, which] : {std::pair{"exp_avg.", &Piece::exp_avg}, {"exp_avg_sq.", &Piece::exp_avg_sq}}) {
-      const at::Tensor whole = gather_whole(b, which);
-      if (!keeper) continue;
-      for (size_t k = 0; k < bucket.members.size(); ++k) {
-        const at::Tensor& p = buckets_.params()[bucket.members[k]];
-        state[prefix + names_[bucket.members[k]]] =
-            whole.narrow(0, bucket.offsets[k], p.numel()).view(p.sizes()).to(at::kCPU, false, /*copy=*/true);
-      }
-    }
-  }
-  if (keeper)
-    for (const auto& name : names_) state["step." + name] = at::full({}, static_cast<double>(steps_taken_), at::kFloat);
-  return state;
+std::vector<StatePiece> ShardedAdamW::state_pieces() {
+  std::vector<StatePiece> out;
+  for (const auto& pieces : pieces_)
+    for (const auto& piece : pieces) out.push_back({names_[piece.param], piece.param_offset, piece.exp_avg, piece.exp_avg_sq});
+  return out;
 }
 
 std::map<std::string, at::Tensor> ShardedAdamW::master_weights() {
@@ -188,27 +173,17 @@ void ShardedAdamW::load_master_weights(const std::map<std::string, at::Tensor>& 
     }
 }
 
-void ShardedAdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
-  auto fetch = [&](const std::string& key, const at::Tensor& param) { return state_entry(state, key, param.sizes()); };
+void ShardedAdamW::load_state(const SavedOptimizerState& saved) {
   at::NoGradGuard no_grad;
-  int64_t steps = -1;
-  for (size_t i = 0; i < names_.size(); ++i) {  // every entry is checked, also those of other ranks' slices
-    const at::Tensor& p = buckets_.params()[i];
-    fetch("exp_avg." + names_[i], p), fetch("exp_avg_sq." + names_[i], p);
-    auto it = state.find("step." + names_[i]);
-    if (it == state.end() || it->second.numel() != 1)
-      throw InputError("optimizer state has no scalar entry 'step." + names_[i] + "'");
-    if (steps < 0) steps = static_cast<int64_t>(it->second.item<double>());
-  }
   for (auto& pieces : pieces_)
     for (auto& piece : pieces) {
-      const at::Tensor& p = buckets_.params()[piece.param];
       const std::string& name = names_[piece.param];
-      piece.exp_avg.copy_(fetch("exp_avg." + name, p).reshape(-1).narrow(0, piece.param_offset, piece.numel));
-      piece.exp_avg_sq.copy_(fetch("exp_avg_sq." + name, p).reshape(-1).narrow(0, piece.param_offset, piece.numel));
-      piece.step.fill_(static_cast<double>(steps));
+      const int64_t numel = buckets_.params()[piece.param].numel();
+      piece.exp_avg.copy_(saved.read("exp_avg", name, numel, piece.param_offset, piece.numel));
+      piece.exp_avg_sq.copy_(saved.read("exp_avg_sq", name, numel, piece.param_offset, piece.numel));
+      piece.step.fill_(static_cast<double>(saved.steps()));
     }
-  steps_taken_ = std::max<int64_t>(steps, 0);
+  steps_taken_ = saved.steps();
 }
 
 int64_t ShardedAdamW::state_bytes() const {

@@ -55,10 +55,8 @@ class ShardedAdamW : public Optimizer {
   // The flat gradient buffers (and the fp32 sums) to zero, in place.
   void zero_grad() override;
   int64_t steps_taken() const override { return steps_taken_; }
-  // Gathers each bucket's moments (one bucket at a time on the device) and
-  // copies them to host tensors on rank 0.
-  std::map<std::string, at::Tensor> state_dict() override;
-  void load_state_dict(const std::map<std::string, at::Tensor>& state) override;
+  std::vector<StatePiece> state_pieces() override;  // this rank's slices
+  void load_state(const SavedOptimizerState& saved) override;
   int64_t state_bytes() const override;
   std::map<std::string, at::Tensor> master_weights() override;
   void load_master_weights(const std::map<std::string, at::Tensor>& weights) override;

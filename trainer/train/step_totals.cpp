@@ -10,7 +10,9 @@ StepTotals reduce_step_totals(ProcessGroup* group, const StepShare& share, const
   // The host's values join the device's without a wait (to_device: a pinned,
   // non-blocking copy); the sum happens where the loss is.
   const at::Tensor host = at::tensor({share.signal == SIGTERM ? 1.0 : 0.0, share.signal == SIGINT ? 1.0 : 0.0,
-                                      static_cast<double>(share.loss_tokens)},
+                                      static_cast<double>(share.loss_tokens),
+                                      share.save == SavePart::written ? 1.0 : 0.0,
+                                      share.save == SavePart::failed ? 1.0 : 0.0},
                                      at::kDouble);
   at::Tensor totals = at::cat({to_device(host, device), share.loss_sum.reshape({1}).to(at::kDouble),
                                share.grad_square_sum.reshape({1}).to(at::kDouble)});
@@ -23,8 +25,10 @@ StepTotals reduce_step_totals(ProcessGroup* group, const StepShare& share, const
   StepTotals t;
   t.stop_signal = v[0] > 0 ? SIGTERM : v[1] > 0 ? SIGINT : 0;
   t.loss_tokens = static_cast<int64_t>(v[2]);
-  t.loss_sum = v[3];
-  t.grad_square_sum = v[4];
+  t.saves_written = static_cast<int64_t>(v[3]);
+  t.saves_failed = static_cast<int64_t>(v[4]);
+  t.loss_sum = v[5];
+  t.grad_square_sum = v[6];
   return t;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // What every rank must agree on once a step's backward is done: whether to
-// stop (a signal on any rank), how many loss tokens the step had, its summed
+// stop (a signal on any rank), whether a checkpoint in flight is written, how many loss tokens the step had, its summed
 // loss and its gradient's norm. All of it goes into ONE reduction over the
 // ranks and is read on the host ONCE: the step's only host round trip. On a
 // GPU that read is the only point of a step where the host waits for the
@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "trainer/train/checkpoint_writer.h"
 #include "trainer/train/distributed.h"
 
 namespace segtrain::trainer {
@@ -20,6 +21,7 @@ struct StepShare {
   int64_t loss_tokens = 0;           // counted on the host batch
   at::Tensor loss_sum;               // fp64 scalar on the device: summed cross-entropy
   at::Tensor grad_square_sum;        // fp64 scalar on the device, this rank's share of the whole
+  SavePart save = SavePart::none;    // this rank's part of a checkpoint save in flight
 };
 
 // The whole step, the same on every rank.
@@ -28,6 +30,8 @@ struct StepTotals {
   int64_t loss_tokens = 0;
   double loss_sum = 0;
   double grad_square_sum = 0;  // of the summed (not yet token-normalized) gradient
+  int64_t saves_written = 0;   // ranks whose part of the save in flight is written
+  int64_t saves_failed = 0;    // ranks whose part failed
 };
 
 // Sums the ranks' shares (`group` nullptr: this process is the whole run).

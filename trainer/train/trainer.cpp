@@ -42,6 +42,7 @@
 #include "trainer/train/metrics.h"
 #include "trainer/train/model_setup.h"
 #include "trainer/train/optimizer.h"
+#include "trainer/train/checkpoint_writer.h"
 #include "trainer/train/run_checkpoint.h"
 #include "trainer/train/sharded_optimizer.h"
 #include "trainer/train/step_loss.h"
@@ -141,8 +142,12 @@ class Trainer {
   void set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named);
   StepResult train_step();
   void log_step(const StepResult& step);
-  void save(const fs::path& dir, bool with_optimizer_state = true);
-  void save_step_checkpoint() { save(run_.dir / "checkpoints" / ("step-" + std::to_string(state_.step))); }
+  // Starts saving `dir` (in the background unless train.save_in_background is
+  // false or `wait`); a save in flight is finished first.
+  void save(const fs::path& dir, bool with_optimizer_state, bool wait);
+  void save_step_checkpoint(bool wait = false) {
+    save(run_.dir / "checkpoints" / ("step-" + std::to_string(state_.step)), true, wait);
+  }
   int agreed_stop_signal();
   [[noreturn]] void stop_after_step(int signal);
   PerplexityOptions eval_options();
@@ -174,6 +179,7 @@ class Trainer {
   TrainingPlan plan_;
   LrSchedule schedule_;
   std::unique_ptr<Cadence> cadence_;
+  std::unique_ptr<CheckpointWriter> checkpoints_;
   std::unique_ptr<Metrics> metrics_;
   // Throughput and host waits for collectives since the last logged step.
   Clock::time_point window_start_;
@@ -290,6 +296,9 @@ void Trainer::plan_steps() {
                      run_.resume_from->dir.string());
   schedule_ = LrSchedule{c_.train.schedule, c_.train.lr, min_lr_of(c_.train), c_.train.warmup_steps, plan_.total_steps};
   cadence_ = std::make_unique<Cadence>(c_.train, plan_.total_steps, state_.step);
+  checkpoints_ = std::make_unique<CheckpointWriter>(
+      dist_.rank, dist_.world_size, [this](std::vector<double> v) { return global_sum(std::move(v)); }, run_.dir,
+      c_.train.keep_last, std::chrono::seconds(c_.distributed.save_timeout_s));
 
   Config resolved = c_;
   resolved.model.spec = model_config_;
@@ -397,8 +406,9 @@ StepResult Trainer::train_step() {
   const StepTotals totals = reduce_step_totals(
       group_.get(),
       {stop_signal(), loss_tokens, loss_sum,
-       counts_norm ? optimizer_->grad_square_sum() : at::zeros({}, loss_sum.options())},
+       counts_norm ? optimizer_->grad_square_sum() : at::zeros({}, loss_sum.options()), checkpoints_->part()},
       device_);
+  checkpoints_->settle(totals.saves_written, totals.saves_failed);  // a save in flight
   result.stop_signal = totals.stop_signal;
   result.loss_tokens = totals.loss_tokens;
   const double denominator = static_cast<double>(std::max<int64_t>(totals.loss_tokens, 1));
@@ -423,6 +433,7 @@ StepResult Trainer::train_step() {
   } else {
     state_.consecutive_bad_steps = 0;
     if (result.loss_tokens > 0) {
+      checkpoints_->wait_for_copy();  // a save in flight has copied what step() changes
       optimizer_->scale_grads(clip_factor(grad_norm, c_.train.grad_clip) / denominator);
       optimizer_->step(result.lr);
     }
@@ -458,16 +469,26 @@ void Trainer::log_step(const StepResult& step) {
   window_tokens_ = window_steps_ = window_host_waits_ = 0;
 }
 
-// Rank 0 writes; the others wait so nobody runs ahead of a checkpoint. A
-// sharded optimizer state is gathered first, by every rank.
-void Trainer::save(const fs::path& dir, bool with_optimizer_state) {
-  const auto optimizer_state = with_optimizer_state ? optimizer_->state_dict() : std::map<std::string, at::Tensor>{};
-  const auto master_weights = optimizer_->master_weights();
+// Every rank saves its own part (run_checkpoint.h); master weights held in
+// bf16 are gathered to rank 0 first, by every rank, as the model file is fp32.
+void Trainer::save(const fs::path& dir, bool with_optimizer_state, bool wait) {
+  checkpoints_->finish();  // one save in flight at most
+  CheckpointContent content;
+  content.weights = optimizer_->master_weights();
+  content.with_optimizer_state = with_optimizer_state;
+  content.optimizer_steps = optimizer_->steps_taken();
+  if (with_optimizer_state) content.optimizer_pieces = optimizer_->state_pieces();
   if (writer_) {
-    save_checkpoint(dir, model_, master_weights, optimizer_state, state_, c_, store_tokenizer_);
-    prune_checkpoints(run_.dir, c_.train.keep_last);
+    if (content.weights.empty()) content.weights = model_->tensors();
+    content.model_config = model_->config();
+    content.state = state_;
+    content.config_yaml = to_yaml(c_);
+    content.store_tokenizer = store_tokenizer_;
+    checkpoints_->prepare(dir);
   }
-  if (group_) group_->barrier();
+  if (group_) group_->barrier();  // the shared directory exists before any rank writes into it
+  checkpoints_->start(dir, std::move(content));
+  if (wait || !c_.train.save_in_background) checkpoints_->finish();
 }
 
 // A stop requested on any rank, agreed by all with one small all-reduce (how
@@ -484,7 +505,7 @@ int Trainer::agreed_stop_signal() {
 // step's totals carried the signal).
 void Trainer::stop_after_step(int signal) {
   metrics_->newline();
-  save_step_checkpoint();
+  save_step_checkpoint(/*wait=*/true);
   log::warn("signal ", signal, ": saved step ", state_.step, "; continue with --resume");
   throw Interrupted(signal);
 }
@@ -509,7 +530,7 @@ void Trainer::evaluate_during_training() {
     metrics_->eval_scalars(results, state_.step);
     for (const auto& r : results) log::info("step ", state_.step, " eval L=", r.length, " ppl ", r.ppl);
   } catch (const Interrupted& stop) {
-    save_step_checkpoint();  // every rank was told during the evaluation: keep this step's state
+    save_step_checkpoint(/*wait=*/true);  // every rank was told during the evaluation: keep this step's state
     log::warn("signal ", stop.signal, " during evaluation: saved step ", state_.step, "; continue with --resume");
     throw;
   }
@@ -517,7 +538,7 @@ void Trainer::evaluate_during_training() {
 
 void Trainer::save_final() {
   // Evaluating and exporting need the model alone; AdamW's moments are twice its size.
-  save(run_.dir / "final", c_.train.final_optimizer_state);
+  save(run_.dir / "final", c_.train.final_optimizer_state, /*wait=*/true);
   if (dist_.world_size > 1 || c_.run.log_all_ranks) {
     double checksum = 0;
     for (const auto& p : params_) checksum += p.detach().to(at::kDouble).sum().item<double>();

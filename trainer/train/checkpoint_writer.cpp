@@ -1,0 +1,144 @@
+#include "trainer/train/checkpoint_writer.h"
+
+#include <stdexcept>
+
+#include "common/log.h"
+
+namespace segtrain::trainer {
+
+struct CheckpointWriter::Job {
+  fs::path dir, temp;
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool copied = false;
+  SavePart part = SavePart::writing;
+  std::string error;  // why this rank's part failed
+};
+
+CheckpointWriter::CheckpointWriter(int64_t rank, int64_t world_size,
+                                   std::function<std::vector<double>(std::vector<double>)> agree, fs::path run_dir,
+                                   int64_t keep_last, std::chrono::seconds save_timeout)
+    : rank_(rank),
+      world_size_(world_size),
+      agree_(std::move(agree)),
+      run_dir_(std::move(run_dir)),
+      keep_last_(keep_last),
+      save_timeout_(save_timeout) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (!thread_.joinable()) return;
+  bool done = false;
+  {
+    std::unique_lock lock(job_->mutex);
+    done = job_->changed.wait_for(lock, save_timeout_, [&] { return job_->part != SavePart::writing; });
+  }
+  // A write that hangs on its storage must not hang the exit: the thread owns
+  // what it writes, and the process ends it.
+  if (done) thread_.join();
+  else thread_.detach();
+}
+
+void CheckpointWriter::prepare(const fs::path& dir) const {
+  const fs::path temp = shared_temp_dir(dir);
+  fs::remove_all(temp);
+  fs::create_directories(temp);
+}
+
+void CheckpointWriter::start(const fs::path& dir, CheckpointContent live) {
+  if (thread_.joinable()) thread_.join();  // finished: settle() or finish() came first
+  job_ = std::make_shared<Job>();
+  job_->dir = dir;
+  job_->temp = shared_temp_dir(dir);
+  thread_ = std::thread([job = job_, live = std::move(live), rank = rank_, world = world_size_]() mutable {
+    SavePart part = SavePart::written;
+    std::string error;
+    try {
+      const CheckpointContent host = copied_to_host(live);
+      live = CheckpointContent{};  // drop the views of the live state
+      {
+        const std::lock_guard lock(job->mutex);
+        job->copied = true;
+      }
+      job->changed.notify_all();
+      write_checkpoint_part(job->temp, job->dir, host, rank, world);
+    } catch (const std::exception& e) {
+      part = SavePart::failed;
+      error = e.what();
+    }
+    {
+      const std::lock_guard lock(job->mutex);
+      job->copied = true;
+      job->part = part;
+      job->error = error;
+    }
+    job->changed.notify_all();
+  });
+}
+
+void CheckpointWriter::wait_for_copy() {
+  if (!job_) return;
+  std::unique_lock lock(job_->mutex);
+  job_->changed.wait(lock, [&] { return job_->copied; });
+}
+
+SavePart CheckpointWriter::part() {
+  if (!job_) return SavePart::none;
+  const std::lock_guard lock(job_->mutex);
+  return job_->part;
+}
+
+void CheckpointWriter::fail_with(const std::string& reason) {
+  const std::shared_ptr<Job> job = std::move(job_);
+  if (thread_.joinable()) thread_.detach();  // done, or hung on its storage
+  if (rank_ == 0) {
+    std::error_code ec;
+    fs::remove_all(job->temp, ec);  // the other ranks' parts with it
+  }
+  throw std::runtime_error(reason);
+}
+
+void CheckpointWriter::settle(int64_t written, int64_t failed) {
+  if (!job_) return;
+  if (failed > 0) {
+    std::string own;
+    {
+      const std::lock_guard lock(job_->mutex);
+      own = job_->error;
+    }
+    fail_with(!own.empty() ? own
+                           : "checkpoint '" + job_->dir.string() + "' not saved (earlier checkpoints are intact): " +
+                                 std::to_string(failed) + " rank(s) could not write their part; their logs say why");
+  }
+  if (written < world_size_) return;
+  thread_.join();
+  if (rank_ == 0) {
+    commit_checkpoint(job_->temp, job_->dir);
+    prune_checkpoints(run_dir_, keep_last_);
+  }
+  job_.reset();
+}
+
+void CheckpointWriter::finish() {
+  const auto started = std::chrono::steady_clock::now();
+  while (job_) {
+    // Each round waits at most a second here, so the agreement below (a
+    // collective under distributed.timeout_s) never waits long for a rank.
+    SavePart part = SavePart::writing;
+    {
+      std::unique_lock lock(job_->mutex);
+      job_->changed.wait_for(lock, std::chrono::seconds(1), [&] { return job_->part != SavePart::writing; });
+      part = job_->part;
+    }
+    const bool late = std::chrono::steady_clock::now() - started > save_timeout_;
+    const auto counts = agree_({part == SavePart::written ? 1.0 : 0.0, part == SavePart::failed ? 1.0 : 0.0,
+                                late ? 1.0 : 0.0});
+    settle(static_cast<int64_t>(counts[0]), static_cast<int64_t>(counts[1]));
+    if (job_ && counts[2] > 0)
+      fail_with("checkpoint '" + job_->dir.string() + "' not saved (earlier checkpoints are intact): " +
+                std::to_string(static_cast<int64_t>(counts[2])) + " rank(s) had not written their part after " +
+                "distributed.save_timeout_s (" + std::to_string(save_timeout_.count()) +
+                " s); the storage is slower than that allows");
+  }
+}
+
+}  // namespace segtrain::trainer
