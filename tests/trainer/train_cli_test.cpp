@@ -17,6 +17,7 @@
 #include "models/safetensors.h"
 #include "test_util.h"
 #include "tokenizer_folders.h"
+#include "trainer/train/run_checkpoint.h"
 
 namespace segtrain {
 namespace {
@@ -163,6 +164,51 @@ TEST_F(TrainCli, SigtermThenResumeReproducesTheUninterruptedRunExactly) {
   int64_t kept = 0;
   for (const auto& e : fs::directory_iterator(run_dir("cut") + "/checkpoints")) kept += e.is_directory();
   EXPECT_EQ(kept, 2);
+}
+
+// Checkpoints saved before each rank wrote its own optimizer file held the
+// whole state in one optimizer.safetensors ("exp_avg.<param>", "step.<param>"):
+// a run resumes from one exactly as from the new layout.
+TEST_F(TrainCli, ACheckpointWithTheWholeStateInOneFileStillResumesExactly) {
+  const std::vector<std::string> sets = {"--set", "train.budget.tokens=16000", "--set", "train.checkpoint_every=4",
+                                         "--set", "train.keep_last=0"};
+  auto args = [&](const std::string& name) {
+    std::vector<std::string> a = {"train", config(name, "llama", "chunk")};
+    a.insert(a.end(), sets.begin(), sets.end());
+    return a;
+  };
+  auto whole = run(kBin, args("legacy-whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const fs::path step4 = run_dir("legacy") + "/checkpoints/step-4";
+  fs::create_directories(step4.parent_path());
+  fs::copy(run_dir("legacy-whole") + "/checkpoints/step-4", step4, fs::copy_options::recursive);
+  {
+    const auto saved = trainer::read_optimizer_state(step4);
+    ASSERT_TRUE(saved.has_value());
+    std::map<std::string, at::Tensor> old;
+    for (const auto& [name, w] : models::read_safetensors((step4 / "model.safetensors").string())) {
+      old["exp_avg." + name] = saved->read("exp_avg", name, w.numel(), 0, w.numel()).view(w.sizes());
+      old["exp_avg_sq." + name] = saved->read("exp_avg_sq", name, w.numel(), 0, w.numel()).view(w.sizes());
+      old["step." + name] = at::full({}, static_cast<double>(saved->steps()), at::kFloat);
+    }
+    models::write_safetensors((step4 / "optimizer.safetensors").string(), old);
+  }
+  for (const auto& entry : fs::directory_iterator(step4))
+    if (entry.path().filename().string().rfind("optimizer.", 0) != 0 &&
+        entry.path().filename().string().rfind("optimizer", 0) == 0)
+      fs::remove(entry.path());
+  fs::remove(step4 / "optimizer.index.json");
+  auto resume = args("legacy");
+  resume.push_back("--resume");
+  auto resumed = run(kBin, resume);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto reference = losses(run_dir("legacy-whole"));
+  const auto after = losses(run_dir("legacy"));  // "step:loss" of the steps after 4
+  ASSERT_FALSE(after.empty());
+  for (const auto& line : after)
+    EXPECT_NE(std::find(reference.begin(), reference.end(), line), reference.end()) << line;
+  EXPECT_EQ(test::read_file(run_dir("legacy") + "/final/model.safetensors"),
+            test::read_file(run_dir("legacy-whole") + "/final/model.safetensors"));
 }
 
 // A small tmpfs mounted for one test (root only), unmounted when done.

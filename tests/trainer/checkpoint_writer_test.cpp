@@ -1,0 +1,114 @@
+// Run checkpoints saved in the background (checkpoint_writer.h): what a save
+// holds is its step's values whatever training does to them afterwards, and a
+// save that another rank failed or did not finish in time is reported and
+// leaves the earlier checkpoints as they were. The ranks' agreement is played
+// by a stand-in (the 2- and 3-rank runs of train_cli_test do it for real).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "models/safetensors.h"
+#include "test_util.h"
+#include "tiny_models.h"
+#include "trainer/train/checkpoint_writer.h"
+#include "trainer/train/run_checkpoint.h"
+
+namespace segtrain::trainer {
+namespace {
+
+CheckpointContent content_of(const at::Tensor& weight, const at::Tensor& moment, int64_t step) {
+  CheckpointContent c;
+  c.weights = {{"wte.weight", weight}};
+  c.model_config = test::tiny_model_config(models::Arch::gpt2, 32, 64);
+  c.state.step = step;
+  c.config_yaml = "run: {}\n";
+  c.optimizer_steps = step;
+  c.optimizer_pieces = {{"wte.weight", 0, moment.reshape(-1), moment.reshape(-1) * 2}};
+  return c;
+}
+
+TEST(CheckpointWriter, ASaveHoldsItsStepsValuesWhileTrainingChangesThem) {
+  test::TempDir tmp;
+  const fs::path run = tmp.path() / "run", dir = run / "checkpoints" / "step-3";
+  CheckpointWriter writer(0, 1, [](std::vector<double> v) { return v; }, run, 0, std::chrono::seconds(60));
+  at::Tensor weight = at::ones({4, 2}), moment = at::arange(8, at::kFloat);
+  writer.prepare(dir);
+  writer.start(dir, content_of(weight, moment, 3));
+  EXPECT_TRUE(writer.in_flight());
+  writer.wait_for_copy();
+  weight.fill_(7), moment.fill_(-1);  // the next step's update
+  while (writer.part() == SavePart::writing) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(writer.part(), SavePart::written);
+  EXPECT_FALSE(fs::exists(dir)) << "visible before the ranks agreed";
+  writer.settle(0, 0);  // the step's totals: not every rank has written yet
+  EXPECT_TRUE(writer.in_flight());
+  writer.settle(1, 0);
+  EXPECT_FALSE(writer.in_flight());
+  ASSERT_TRUE(fs::exists(dir / "trainer_state.json"));
+  EXPECT_FALSE(fs::exists(shared_temp_dir(dir)));
+
+  EXPECT_TRUE(torch::equal(models::read_safetensors((dir / "model.safetensors").string()).at("wte.weight"),
+                           at::ones({4, 2})));
+  const auto saved = read_optimizer_state(dir);
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_EQ(saved->steps(), 3);
+  EXPECT_TRUE(torch::equal(saved->read("exp_avg", "wte.weight", 8, 2, 4), at::arange(2, 6, at::kFloat)));
+  EXPECT_TRUE(torch::equal(saved->read("exp_avg_sq", "wte.weight", 8, 0, 8), at::arange(8, at::kFloat) * 2));
+  EXPECT_THROW(saved->read("exp_avg", "wte.weight", 9, 0, 9), InputError);  // another model's parameter
+}
+
+TEST(CheckpointWriter, AnotherRanksFailureOrLatenessFailsTheSaveAndKeepsTheEarlierOne) {
+  test::TempDir tmp;
+  const fs::path run = tmp.path() / "run";
+  std::vector<double> others;  // what the other rank adds to the agreement; empty: no other rank
+  auto agree = [&](std::vector<double> v) {
+    if (!others.empty()) v = {others[0], others[1], others[2]};
+    return v;
+  };
+  CheckpointWriter writer(0, 2, agree, run, 0, std::chrono::seconds(60));
+  auto save = [&](int64_t step) {
+    const fs::path dir = run / "checkpoints" / ("step-" + std::to_string(step));
+    writer.prepare(dir);
+    writer.start(dir, content_of(at::ones({4, 2}) * static_cast<double>(step), at::zeros({8}), step));
+    return dir;
+  };
+  others = {2, 0, 0};  // both ranks written
+  const fs::path first = save(1);
+  writer.finish();
+  ASSERT_TRUE(fs::exists(first / "trainer_state.json"));
+
+  others = {1, 1, 0};  // the other rank could not write its part
+  const fs::path second = save(2);
+  try {
+    writer.finish();
+    FAIL() << "a failed part went unnoticed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint '" + second.string() + "' not saved (earlier checkpoints are "
+                                         "intact): 1 rank(s) could not write their part"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(writer.in_flight());
+  EXPECT_FALSE(fs::exists(second));
+  EXPECT_FALSE(fs::exists(shared_temp_dir(second)));
+
+  others = {1, 0, 1};  // the other rank still writing after distributed.save_timeout_s
+  const fs::path third = save(3);
+  try {
+    writer.finish();
+    FAIL() << "a late part went unnoticed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("1 rank(s) had not written their part after distributed.save_timeout_s "
+                                         "(60 s)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(third));
+  EXPECT_TRUE(torch::equal(models::read_safetensors((first / "model.safetensors").string()).at("wte.weight"),
+                           at::ones({4, 2})));
+}
+
+}  // namespace
+}  // namespace segtrain::trainer
