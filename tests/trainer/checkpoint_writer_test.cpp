@@ -35,7 +35,7 @@ TEST(CheckpointWriter, ASaveHoldsItsStepsValuesWhileTrainingChangesThem) {
   CheckpointWriter writer(0, 1, [](std::vector<double> v) { return v; }, run, 0, std::chrono::seconds(60));
   at::Tensor weight = at::ones({4, 2}), moment = at::arange(8, at::kFloat);
   writer.prepare(dir);
-  writer.start(dir, content_of(weight, moment, 3));
+  writer.start(dir, content_of(weight, moment, 3), /*background=*/true);
   EXPECT_TRUE(writer.in_flight());
   writer.wait_for_copy();
   weight.fill_(7), moment.fill_(-1);  // the next step's update
@@ -71,7 +71,7 @@ TEST(CheckpointWriter, AnotherRanksFailureOrLatenessFailsTheSaveAndKeepsTheEarli
   auto save = [&](int64_t step) {
     const fs::path dir = run / "checkpoints" / ("step-" + std::to_string(step));
     writer.prepare(dir);
-    writer.start(dir, content_of(at::ones({4, 2}) * static_cast<double>(step), at::zeros({8}), step));
+    writer.start(dir, content_of(at::ones({4, 2}) * static_cast<double>(step), at::zeros({8}), step), step != 2);
     return dir;
   };
   others = {2, 0, 0};  // both ranks written

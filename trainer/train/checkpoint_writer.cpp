@@ -44,23 +44,25 @@ void CheckpointWriter::prepare(const fs::path& dir) const {
   fs::create_directories(temp);
 }
 
-void CheckpointWriter::start(const fs::path& dir, CheckpointContent live) {
+void CheckpointWriter::start(const fs::path& dir, CheckpointContent live, bool background) {
   if (thread_.joinable()) thread_.join();  // finished: settle() or finish() came first
   job_ = std::make_shared<Job>();
   job_->dir = dir;
   job_->temp = shared_temp_dir(dir);
-  thread_ = std::thread([job = job_, live = std::move(live), rank = rank_, world = world_size_]() mutable {
+  job_->copied = !background;
+  thread_ = std::thread([job = job_, live = std::move(live), rank = rank_, world = world_size_, background]() mutable {
     SavePart part = SavePart::written;
     std::string error;
     try {
-      const CheckpointContent host = copied_to_host(live);
-      live = CheckpointContent{};  // drop the views of the live state
-      {
-        const std::lock_guard lock(job->mutex);
-        job->copied = true;
+      if (background) {
+        live = copied_to_host(live);  // the views of the live state go with the assignment
+        {
+          const std::lock_guard lock(job->mutex);
+          job->copied = true;
+        }
+        job->changed.notify_all();
       }
-      job->changed.notify_all();
-      write_checkpoint_part(job->temp, job->dir, host, rank, world);
+      write_checkpoint_part(job->temp, job->dir, live, rank, world);
     } catch (const std::exception& e) {
       part = SavePart::failed;
       error = e.what();

@@ -43,8 +43,11 @@ class CheckpointWriter {
   // Rank 0, before the barrier that precedes start(): an empty shared
   // directory for `dir` (a leftover of an interrupted save is removed).
   void prepare(const fs::path& dir) const;
-  // Starts this rank's part of saving `live` as `dir`, in the background.
-  void start(const fs::path& dir, CheckpointContent live);
+  // Starts this rank's part of saving `live` as `dir` on the writer's thread:
+  // `background`, from a host copy (training may go on once wait_for_copy()
+  // returns); otherwise straight from `live`, tensor by tensor with no copy of
+  // the whole, and the caller finish()es before anything changes it.
+  void start(const fs::path& dir, CheckpointContent live, bool background);
   // Until this rank's copy of the save in flight is made.
   void wait_for_copy();
   SavePart part();

@@ -487,8 +487,9 @@ void Trainer::save(const fs::path& dir, bool with_optimizer_state, bool wait) {
     checkpoints_->prepare(dir);
   }
   if (group_) group_->barrier();  // the shared directory exists before any rank writes into it
-  checkpoints_->start(dir, std::move(content));
-  if (wait || !c_.train.save_in_background) checkpoints_->finish();
+  const bool background = c_.train.save_in_background && !wait;
+  checkpoints_->start(dir, std::move(content), background);
+  if (!background) checkpoints_->finish();
 }
 
 // A stop requested on any rank, agreed by all with one small all-reduce (how
