@@ -13,9 +13,12 @@
 #               (rank 0 gathers the whole optimizer state and writes it all while
 #               the others wait in a barrier); left out when unset.
 # Per run, from rank 0's metrics.jsonl: the seconds of each step (tokens a step /
-# tokens_per_s), "held_s": the step after each save minus the median step that
-# follows no save (the time a save adds to the step that waits for it), the run's
-# seconds over all its steps against as many plain steps, and rank 0's peak RSS.
+# tokens_per_s); "held_s": the seconds the loop waited for each save (rank 0's
+# checkpoint_wait_s of the step after it; the gathering baseline, which has no
+# such count, waits for all of it: its step minus the median step that follows no
+# save); "slower_s": the step after each save minus that median (the wait plus
+# what the write's threads take from the step's cores); the run's seconds over all
+# its steps against as many plain steps; rank 0's peak RSS.
 # The ~1B shape the issue names does not fit this machine's 24 GiB at 2 ranks
 # (fp32: 16 bytes a parameter a rank before any checkpoint). Prints JSON; run by
 # bench/run.sh (`make bench`).
@@ -74,9 +77,12 @@ def summary(run):
     after_save = [s for s in seconds if s > 1 and (s - 1) % 3 == 0]
     plain = statistics.median(t for s, t in seconds.items() if s > 1 and s not in after_save)
     steps = [s for s in seconds if s > 1]
+    waits = {r["step"]: r.get("checkpoint_wait_s") for r in rows}
+    slower = [round(seconds[s] - plain, 2) for s in after_save]
     return {"step_s": {str(s): round(t, 2) for s, t in seconds.items()},
             "plain_step_s": round(plain, 2),
-            "held_s": [round(seconds[s] - plain, 2) for s in after_save],
+            "held_s": [round(waits[s], 2) for s in after_save] if waits[after_save[0]] is not None else slower,
+            "slower_s": slower,
             "extra_s_over_the_run": round(sum(seconds[s] for s in steps) - plain * len(steps), 2),
             "rank0_peak_rss_mb": rows[-1]["peak_rss_mb"], "saves": len(after_save)}
 results = []

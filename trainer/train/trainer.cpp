@@ -184,6 +184,14 @@ class Trainer {
   // Throughput and host waits for collectives since the last logged step.
   Clock::time_point window_start_;
   int64_t window_tokens_ = 0, window_steps_ = 0, window_host_waits_ = 0;
+  double window_save_wait_s_ = 0;  // seconds the loop waited for checkpoint saving
+  // Runs `what`, counting its time as waiting for checkpoint saving.
+  template <class F>
+  void waiting_for_saves(F&& what) {
+    const auto start = Clock::now();
+    what();
+    window_save_wait_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+  }
 };
 
 Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
@@ -357,7 +365,7 @@ void Trainer::train() {
     if (cadence_->should_log(state_.step)) log_step(step);
     // A signal during the last step lets the run finish: final/ is saved, then it exits 128 + signal.
     if (step.stop_signal && !cadence_->finished(state_.step)) stop_after_step(step.stop_signal);
-    if (cadence_->should_checkpoint(state_.step)) save_step_checkpoint();
+    if (cadence_->should_checkpoint(state_.step)) waiting_for_saves([&] { save_step_checkpoint(); });
     if (cadence_->should_evaluate(state_.step)) evaluate_during_training();
   }
   metrics_->newline();
@@ -408,7 +416,7 @@ StepResult Trainer::train_step() {
       {stop_signal(), loss_tokens, loss_sum,
        counts_norm ? optimizer_->grad_square_sum() : at::zeros({}, loss_sum.options()), checkpoints_->part()},
       device_);
-  checkpoints_->settle(totals.saves_written, totals.saves_failed);  // a save in flight
+  waiting_for_saves([&] { checkpoints_->settle(totals.saves_written, totals.saves_failed); });  // a save in flight
   result.stop_signal = totals.stop_signal;
   result.loss_tokens = totals.loss_tokens;
   const double denominator = static_cast<double>(std::max<int64_t>(totals.loss_tokens, 1));
@@ -433,7 +441,7 @@ StepResult Trainer::train_step() {
   } else {
     state_.consecutive_bad_steps = 0;
     if (result.loss_tokens > 0) {
-      checkpoints_->wait_for_copy();  // a save in flight has copied what step() changes
+      waiting_for_saves([&] { checkpoints_->wait_for_copy(); });  // a save in flight has copied what step() changes
       optimizer_->scale_grads(clip_factor(grad_norm, c_.train.grad_clip) / denominator);
       optimizer_->step(result.lr);
     }
@@ -457,7 +465,10 @@ void Trainer::log_step(const StepResult& step) {
                        {"tokens_per_s", static_cast<double>(window_tokens_) / std::max(seconds, 1e-9)},
                        {"loss_tokens", step.loss_tokens},
                        {"skipped_steps", state_.skipped_steps},
-                       {"optimizer_state_mb", std::round(static_cast<double>(optimizer_->state_bytes()) / (1 << 20) * 1000) / 1000}};
+                       {"optimizer_state_mb", std::round(static_cast<double>(optimizer_->state_bytes()) / (1 << 20) * 1000) / 1000},
+                       // Seconds of these steps the loop waited for checkpoint saving (the part a
+                       // background save does not hide: its start, the host copy, the commit).
+                       {"checkpoint_wait_s", std::round(window_save_wait_s_ * 1000) / 1000}};
   // Blocking reductions of host values a step: 1 (its totals), whatever the world size
   // (on Gloo the gradient collectives block the host too; not counted here).
   if (group_)
@@ -467,6 +478,7 @@ void Trainer::log_step(const StepResult& step) {
   metrics_->record(row, seconds_per_step * static_cast<double>(plan_.total_steps - state_.step));
   window_start_ = Clock::now();
   window_tokens_ = window_steps_ = window_host_waits_ = 0;
+  window_save_wait_s_ = 0;
 }
 
 // Every rank saves its own part (run_checkpoint.h); master weights held in
