@@ -137,3 +137,16 @@ for name in ("gpt2", "llama3", "qwen2"):
     if name == "llama3":
         tok.post_processor = processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", 1)])
     tok.save(os.path.join(corpus, "hf_tokenizer", f"{name}.json"))
+
+# One rank's optimizer file: a parameter cut into two pieces (as a sharded rank's
+# slices cut it), and a whole tensor without "@offset" (before one file a rank).
+os.makedirs(os.path.join(corpus, "optimizer_state"), exist_ok=True)
+pieces = {}
+for moment in ("exp_avg", "exp_avg_sq"):
+    pieces[f"{moment}.blocks.0.fc.weight@0"] = torch.arange(16, dtype=torch.float32)
+    pieces[f"{moment}.blocks.0.fc.weight@16"] = torch.arange(16, 32, dtype=torch.float32)
+save_file(pieces, os.path.join(corpus, "optimizer_state", "two_pieces_of_one_parameter.safetensors"),
+          metadata={"rank": "0", "world_size": "2"})
+save_file({"exp_avg.blocks.0.fc.weight": torch.zeros(4, 8), "exp_avg_sq.blocks.0.fc.weight": torch.ones(4, 8),
+           "step.blocks.0.fc.weight": torch.tensor(3.0)},
+          os.path.join(corpus, "optimizer_state", "whole_tensors_before_shards.safetensors"))

@@ -16,7 +16,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=1
 
-for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer; do
+for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer optimizer_state; do
   rm -rf "${OUT:?}/$t"
   mkdir -p "$OUT/$t"
 done
@@ -43,7 +43,9 @@ for arch in gpt2 gpt_neox bloom; do
 done
 cp runs/gpt2/checkpoints/step-*/trainer_state.json "$OUT/trainer_state/step.json" 2>/dev/null || true
 cp runs/gpt_neox/final/model.safetensors "$OUT/safetensors/segtrain_gpt_neox.safetensors"
-cp runs/bloom/final/optimizer.safetensors "$OUT/safetensors/segtrain_optimizer_bloom.safetensors"
+last_step=$(ls -d runs/bloom/checkpoints/step-* | sort -t- -k2 -n | tail -1)
+cp "$last_step/optimizer-00000-of-00001.safetensors" "$OUT/safetensors/segtrain_optimizer_bloom.safetensors"
+cp "$last_step/optimizer-00000-of-00001.safetensors" "$OUT/optimizer_state/segtrain_bloom_rank0.safetensors"
 "$BIN" export --model runs/gpt2 --out export_gpt2 >/dev/null 2>&1
 "$BIN" export --model runs/bloom --out export_bloom --set model.extension.method=ntk_alibi --set model.extension.factor=2 >/dev/null 2>&1
 for ext in interpolate ntk dynamic_ntk yarn llama3; do
