@@ -11,6 +11,7 @@
 #include <torch/utils.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -689,6 +690,72 @@ TEST_F(DeviceRun, TwoShardedRanksReducingInBf16StayNearOneRank) {
   REQUIRE_DEVICE(2);
   expect_two_sharded_ranks_equal_one("zero2-reduce-bf16", bf16_parameters({"--set", "train.reduce_dtype=bf16"}),
                                      kBf16Bounds, 4);
+}
+
+// NCCL collectives started from activation checkpointing's nested backward (each block recomputed
+// in backward, on autograd's device thread on CUDA, while the buckets it fills are reduced): 2
+// sharded ranks with checkpointing train like 1 rank without it (fp32: the bounds of
+// TwoShardedRanksEqualOneRank).
+TEST_F(DeviceRun, TwoShardedRanksWithActivationCheckpointingEqualOneRank) {
+  REQUIRE_DEVICE(2);
+  expect_two_sharded_ranks_equal_one("zero-ckpt", {"--set", "model.activation_checkpointing=true"},
+                                     {.loss = 1e-4, .weights = 1e-5}, 7);
+}
+
+// The abort path: rank 1 is killed (SIGKILL, no signal handler runs) in the middle of a run; rank 0,
+// waiting in a collective for a peer that will never answer, ends within distributed.timeout_s (+30 s)
+// with exit 1 and one line naming the failed collective, not a hang, a crash or a signal (NCCL's
+// watchdog aborts the communicator; on the CPU, Gloo's timeout fires), and writes no final/.
+TEST_F(DeviceRun, ARankWhosePeerIsKilledEndsWithAnErrorNotAHang) {
+  REQUIRE_DEVICE(2);
+  const std::string dev = device_under_test();
+  const int timeout_s = 20;
+  const std::string port = std::to_string(20000 + (getpid() + 7919 * 8) % 20000);
+  auto rank_args = [&](int rank) {
+    return std::vector<std::string>{"RANK=" + std::to_string(rank), "LOCAL_RANK=" + std::to_string(rank),
+                                    "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                    "MASTER_PORT=" + port, kBin, "train", config("peer-killed", dev), "--set",
+                                    "train.budget.tokens=400000", "--set", "train.micro_batch_size=2", "--set",
+                                    "distributed.backend=" + std::string(dev == "cuda" ? "nccl" : "gloo"), "--set",
+                                    "distributed.timeout_s=" + std::to_string(timeout_s)};
+  };
+  std::vector<std::string> args1 = rank_args(1);
+  const pid_t victim = fork();  // `env` execs segtrain in the same process
+  if (victim == 0) {
+    std::vector<char*> argv = {const_cast<char*>("env")};
+    for (auto& a : args1) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (!freopen("/dev/null", "w", stderr)) _exit(126);
+    execvp("env", argv.data());
+    _exit(127);
+  }
+  test::RunResult survivor;
+  std::atomic<bool> done = false;
+  std::thread rank0([&] {
+    survivor = run("env", rank_args(0), 900);
+    done = true;
+  });
+  const std::string metrics = run_dir("peer-killed") + "/metrics.jsonl";
+  for (int i = 0; i < 30000 && !done; ++i) {
+    const std::string text = test::read_file(metrics);
+    if (std::count(text.begin(), text.end(), '\n') >= 5) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const bool ran = !done;
+  kill(victim, SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  int status = 0;
+  waitpid(victim, &status, 0);
+  rank0.join();
+  ASSERT_TRUE(ran) << "rank 0 ended before rank 1 was killed\n" << survivor.err;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_FALSE(survivor.signaled) << survivor.err;
+  EXPECT_EQ(survivor.exit_code, 1) << survivor.err;
+  EXPECT_LT(seconds, timeout_s + 30) << survivor.err;
+  EXPECT_NE(survivor.err.find("a peer rank died or did not answer"), std::string::npos) << survivor.err;
+  EXPECT_FALSE(fs::exists(run_dir("peer-killed") + "/final"));
+  record("rank 1 of 2 killed on " + dev + ": rank 0 exited " + std::to_string(survivor.exit_code) + " after " +
+         std::to_string(static_cast<int>(seconds)) + " s (distributed.timeout_s " + std::to_string(timeout_s) + ")");
 }
 
 // A sharded run's step checkpoint saved in the background on the device (each rank copies its own
