@@ -8,11 +8,18 @@
 #include <map>
 #include <regex>
 
+#include <csignal>
+#include <cstdlib>
+
 #include "common/error.h"
+#include "common/signals.h"
 #include "data/prompt_tokenizer.h"
+#include "data/token_store.h"
 #include "test_util.h"
+#include "tiny_models.h"
 #include "tokenizer_folders.h"
 #include "trainer/eval/ruler_prompts.h"
+#include "trainer/eval/suite.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -156,6 +163,33 @@ TEST(Ruler, PromptsFitTheLengthWithRulersTemplateAndAnswersInside) {
 
 // RULER's string_match_all, per output: sum(r.lower() in pred.lower() for r in refs) / len(refs),
 // after its postprocessing (control characters become newlines, ends stripped).
+// A stop requested (SIGTERM under stop_at_checkpoint, as `train` and `experiment`
+// install it) ends a prompt task before its next prompt: minutes of 16k prompts
+// on a CPU do not stand between a signal and the exit. In a child process, as
+// the stop cannot be taken back.
+TEST(Ruler, AStopEndsAPromptTaskBeforeItsNextPrompt) {
+  const std::string store_path = stores().by_name.at("bpe");
+  auto stopped_task = [&] {
+    const data::TokenStore store = data::TokenStore::open(store_path);
+    EvalConfig eval;
+    eval.tasks = {"niah_single"};
+    eval.task["niah_single"] = {{1024}, 3, "noise"};
+    const EvalSuite suite(eval, {1024}, {}, "train", 1);
+    const data::IndexedDataset& split = store.split(data::Split::train);
+    const auto prompts = suite.open_prompts(store_path, split, "test");
+    models::TransformerLM model(test::tiny_model_config(models::Arch::llama, store.vocab_size(), 2048));
+    install_signal_handlers(OnSignal::stop_at_checkpoint);
+    std::raise(SIGTERM);
+    try {
+      (void)suite.tasks().front()->run(model, {&split, &*prompts});
+    } catch (const Interrupted&) {
+      std::_Exit(43);
+    }
+    std::_Exit(0);
+  };
+  EXPECT_EXIT(stopped_task(), ::testing::ExitedWithCode(43), "");
+}
+
 TEST(Ruler, ScoringIsRulersStringMatchAll) {
   EXPECT_EQ(ruler_score(" 1234567.", {"1234567"}), 1.0);
   EXPECT_EQ(ruler_score("The number is 91234567", {"1234567"}), 1.0) << "a substring, as RULER's `in`";

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/signals.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -153,6 +154,7 @@ std::vector<TaskScore> passkey_accuracy(models::TransformerLM& model, const data
     TaskScore r;
     r.length = length;
     for (int64_t trial = 0; trial < trials; ++trial) {
+      throw_if_stopped();  // a stop waits for one prompt at most
       r.correct += passkey_correct(model, make_passkey_prompt(tokenizer, style, length, seed, trial));
       ++r.trials;
     }

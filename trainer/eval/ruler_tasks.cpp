@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "common/signals.h"
 #include "trainer/eval/generate.h"
 #include "trainer/eval/ruler_prompts.h"
 
@@ -64,6 +65,7 @@ class RulerEvalTask final : public EvalTask {
       TaskScore score;
       score.length = length;
       for (int64_t trial = 0; trial < options_.trials; ++trial) {
+        throw_if_stopped();  // a 16k prompt is minutes on a CPU: a stop waits for one at most
         const RulerPrompt prompt = make_ruler_prompt(task_, haystack_, *data.prompts, lines, length, seed_, trial);
         Decoding decoding;
         decoding.max_new_tokens = prompt.max_new_tokens;
