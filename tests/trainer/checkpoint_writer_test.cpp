@@ -44,9 +44,11 @@ TEST(CheckpointWriter, ASaveHoldsItsStepsValuesWhileTrainingChangesThem) {
   EXPECT_FALSE(fs::exists(dir)) << "visible before the ranks agreed";
   writer.settle(0, 0);  // the step's totals: not every rank has written yet
   EXPECT_TRUE(writer.in_flight());
+  writer.settle(1, 0);  // all written: rank 0 renames it in
+  ASSERT_TRUE(fs::exists(dir / "trainer_state.json"));
+  EXPECT_TRUE(writer.in_flight()) << "the ranks have not heard yet that the rename worked";
   writer.settle(1, 0);
   EXPECT_FALSE(writer.in_flight());
-  ASSERT_TRUE(fs::exists(dir / "trainer_state.json"));
   EXPECT_FALSE(fs::exists(shared_temp_dir(dir)));
 
   EXPECT_TRUE(torch::equal(models::read_safetensors((dir / "model.safetensors").string()).at("wte.weight"),
@@ -62,9 +64,10 @@ TEST(CheckpointWriter, ASaveHoldsItsStepsValuesWhileTrainingChangesThem) {
 TEST(CheckpointWriter, AnotherRanksFailureOrLatenessFailsTheSaveAndKeepsTheEarlierOne) {
   test::TempDir tmp;
   const fs::path run = tmp.path() / "run";
-  std::vector<double> others;  // what the other rank adds to the agreement; empty: no other rank
+  // The other rank's share of each agreement: {written, failed, late}.
+  std::vector<double> others = {0, 0, 0};
   auto agree = [&](std::vector<double> v) {
-    if (!others.empty()) v = {others[0], others[1], others[2]};
+    for (size_t i = 0; i < v.size(); ++i) v[i] += others[i];
     return v;
   };
   CheckpointWriter writer(0, 2, agree, run, 0, std::chrono::seconds(60));
@@ -74,19 +77,19 @@ TEST(CheckpointWriter, AnotherRanksFailureOrLatenessFailsTheSaveAndKeepsTheEarli
     writer.start(dir, content_of(at::ones({4, 2}) * static_cast<double>(step), at::zeros({8}), step), step != 2);
     return dir;
   };
-  others = {2, 0, 0};  // both ranks written
+  others = {1, 0, 0};  // the other rank has written its part
   const fs::path first = save(1);
   writer.finish();
   ASSERT_TRUE(fs::exists(first / "trainer_state.json"));
 
-  others = {1, 1, 0};  // the other rank could not write its part
+  others = {0, 1, 0};  // the other rank could not write its part
   const fs::path second = save(2);
   try {
     writer.finish();
     FAIL() << "a failed part went unnoticed";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("checkpoint '" + second.string() + "' not saved (earlier checkpoints are "
-                                         "intact): 1 rank(s) could not write their part"),
+                                         "intact): 1 rank(s) could not write or commit their part"),
               std::string::npos)
         << e.what();
   }
@@ -94,7 +97,7 @@ TEST(CheckpointWriter, AnotherRanksFailureOrLatenessFailsTheSaveAndKeepsTheEarli
   EXPECT_FALSE(fs::exists(second));
   EXPECT_FALSE(fs::exists(shared_temp_dir(second)));
 
-  others = {1, 0, 1};  // the other rank still writing after distributed.save_timeout_s
+  others = {0, 0, 1};  // the other rank still writing after distributed.save_timeout_s
   const fs::path third = save(3);
   try {
     writer.finish();
@@ -106,6 +109,23 @@ TEST(CheckpointWriter, AnotherRanksFailureOrLatenessFailsTheSaveAndKeepsTheEarli
         << e.what();
   }
   EXPECT_FALSE(fs::exists(third));
+
+  // This rank's own write fails (its directory is gone): its reason, and the same outcome.
+  others = {1, 0, 0};
+  const fs::path fourth = run / "checkpoints" / "step-4";
+  writer.prepare(fourth);
+  fs::remove_all(shared_temp_dir(fourth));
+  writer.start(fourth, content_of(at::ones({4, 2}), at::zeros({8}), 4), true);
+  try {
+    writer.finish();
+    FAIL() << "a failed write went unnoticed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint '" + fourth.string() + "' not saved (earlier checkpoints are "
+                                         "intact): cannot create"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(fourth));
   EXPECT_TRUE(torch::equal(models::read_safetensors((first / "model.safetensors").string()).at("wte.weight"),
                            at::ones({4, 2})));
 }

@@ -89,9 +89,21 @@ SavePart CheckpointWriter::part() {
   return job_->part;
 }
 
-void CheckpointWriter::fail_with(const std::string& reason) {
+void CheckpointWriter::fail_with(const std::string& reason, bool own_part_hung) {
   const std::shared_ptr<Job> job = std::move(job_);
-  if (thread_.joinable()) thread_.detach();  // done, or hung on its storage
+  committed_ = false;
+  if (thread_.joinable()) {
+    // Another rank failed or was late: this rank's thread finishes its write (the
+    // process must not exit while it is inside LibTorch or the file system);
+    // one that is itself hung on its storage is left to the exit.
+    bool done = false;
+    if (!own_part_hung) {
+      std::unique_lock lock(job->mutex);
+      done = job->changed.wait_for(lock, save_timeout_, [&] { return job->part != SavePart::writing; });
+    }
+    if (done) thread_.join();
+    else thread_.detach();
+  }
   if (rank_ == 0) {
     std::error_code ec;
     fs::remove_all(job->temp, ec);  // the other ranks' parts with it
@@ -99,6 +111,9 @@ void CheckpointWriter::fail_with(const std::string& reason) {
   throw std::runtime_error(reason);
 }
 
+// Two rounds once every part is written: in the first, rank 0 renames the
+// checkpoint in (and prunes); in the second, every rank hears whether that
+// worked (rank 0 reports its part failed if not), so all go on or all fail.
 void CheckpointWriter::settle(int64_t written, int64_t failed) {
   if (!job_) return;
   if (failed > 0) {
@@ -109,15 +124,26 @@ void CheckpointWriter::settle(int64_t written, int64_t failed) {
     }
     fail_with(!own.empty() ? own
                            : "checkpoint '" + job_->dir.string() + "' not saved (earlier checkpoints are intact): " +
-                                 std::to_string(failed) + " rank(s) could not write their part; their logs say why");
+                                 std::to_string(failed) + " rank(s) could not write or commit their part; their logs say why");
   }
   if (written < world_size_) return;
-  thread_.join();
-  if (rank_ == 0) {
-    commit_checkpoint(job_->temp, job_->dir);
-    prune_checkpoints(run_dir_, keep_last_);
+  if (committed_) {
+    committed_ = false;
+    job_.reset();
+    return;
   }
-  job_.reset();
+  thread_.join();
+  committed_ = true;
+  if (rank_ != 0) return;
+  try {
+    commit_checkpoint(job_->temp, job_->dir);
+  } catch (const std::exception& e) {
+    const std::lock_guard lock(job_->mutex);
+    job_->part = SavePart::failed;
+    job_->error = e.what();
+    return;
+  }
+  prune_checkpoints(run_dir_, keep_last_);
 }
 
 void CheckpointWriter::finish() {
@@ -131,7 +157,7 @@ void CheckpointWriter::finish() {
       job_->changed.wait_for(lock, std::chrono::seconds(1), [&] { return job_->part != SavePart::writing; });
       part = job_->part;
     }
-    const bool late = std::chrono::steady_clock::now() - started > save_timeout_;
+    const bool late = part == SavePart::writing && std::chrono::steady_clock::now() - started > save_timeout_;
     const auto counts = agree_({part == SavePart::written ? 1.0 : 0.0, part == SavePart::failed ? 1.0 : 0.0,
                                 late ? 1.0 : 0.0});
     settle(static_cast<int64_t>(counts[0]), static_cast<int64_t>(counts[1]));
@@ -139,7 +165,8 @@ void CheckpointWriter::finish() {
       fail_with("checkpoint '" + job_->dir.string() + "' not saved (earlier checkpoints are intact): " +
                 std::to_string(static_cast<int64_t>(counts[2])) + " rank(s) had not written their part after " +
                 "distributed.save_timeout_s (" + std::to_string(save_timeout_.count()) +
-                " s); the storage is slower than that allows");
+                " s); the storage is slower than that allows",
+                late);
   }
 }
 

@@ -53,8 +53,9 @@ class CheckpointWriter {
   SavePart part();
   bool in_flight() const { return job_ != nullptr; }
   // With the ranks' counts from a step's totals: rank 0 commits once all have
-  // written their part; every rank throws (runtime_error, the checkpoint
-  // named, earlier ones intact) once one has failed.
+  // written their part, and the next counts say whether that worked; every rank
+  // throws (runtime_error, the checkpoint named, earlier ones intact) once one
+  // has failed to write or to commit.
   void settle(int64_t written, int64_t failed);
   // Waits with the other ranks until the save in flight is committed or has
   // failed, at most distributed.save_timeout_s. Nothing in flight: returns.
@@ -62,7 +63,8 @@ class CheckpointWriter {
 
  private:
   struct Job;
-  void fail_with(const std::string& reason);
+  // Ends the save in flight on every rank alike: throws runtime_error(reason).
+  [[noreturn]] void fail_with(const std::string& reason, bool own_part_hung = false);
 
   int64_t rank_, world_size_;
   std::function<std::vector<double>(std::vector<double>)> agree_;
@@ -70,6 +72,7 @@ class CheckpointWriter {
   int64_t keep_last_;
   std::chrono::seconds save_timeout_;
   std::shared_ptr<Job> job_;  // the save in flight (shared with its thread)
+  bool committed_ = false;    // every part written and rank 0 has tried to rename it in
   std::thread thread_;
 };
 

@@ -1,6 +1,7 @@
 #include "trainer/train/optimizer_state.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "common/error.h"
 
@@ -12,6 +13,9 @@ std::string piece_key(const std::string& moment, const std::string& param, int64
 
 void SavedOptimizerState::add_range(const std::string& moment, const std::string& param, int64_t offset,
                                     const at::Tensor& values) {
+  if (offset > std::numeric_limits<int64_t>::max() - values.numel())
+    throw InputError(source_ + ": optimizer state piece '" + piece_key(moment, param, offset) +
+                     "' ends past any parameter's size");
   auto& ranges = ranges_[moment + "." + param];
   const Range range{offset, values.reshape(-1)};
   // Kept sorted by offset, so read() walks them in order.
@@ -52,18 +56,30 @@ void SavedOptimizerState::add(const std::map<std::string, at::Tensor>& tensors) 
   }
 }
 
+void SavedOptimizerState::check_covers(const std::string& param, int64_t param_numel) const {
+  for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+    auto it = ranges_.find(std::string(moment) + "." + param);
+    int64_t covered = 0, end = 0;  // the prefix the pieces cover without a gap; where the last one ends
+    if (it != ranges_.end())
+      for (const Range& r : it->second) {
+        if (r.offset <= covered) covered = std::max(covered, r.offset + r.values.numel());
+        end = std::max(end, r.offset + r.values.numel());
+      }
+    if (it != ranges_.end() && end != param_numel)
+      throw InputError(source_ + ": optimizer state of '" + param + "' has " + std::to_string(end) +
+                       " elements, this model's parameter " + std::to_string(param_numel) +
+                       " (the checkpoint does not match this model)");
+    if (covered < param_numel)
+      throw InputError(source_ + ": optimizer state has no " + moment + " for element " + std::to_string(covered) +
+                       " of '" + param + "' (the checkpoint does not match this model)");
+  }
+}
+
 at::Tensor SavedOptimizerState::read(const std::string& moment, const std::string& param, int64_t param_numel,
                                      int64_t offset, int64_t numel) const {
   at::Tensor out = at::empty({numel}, at::kFloat);
+  check_covers(param, param_numel);
   auto it = ranges_.find(moment + "." + param);
-  if (it != ranges_.end()) {
-    int64_t saved = 0;
-    for (const Range& r : it->second) saved = std::max(saved, r.offset + r.values.numel());
-    if (saved != param_numel)
-      throw InputError(source_ + ": optimizer state of '" + param + "' has " + std::to_string(saved) +
-                       " elements, this model's parameter " + std::to_string(param_numel) +
-                       " (the checkpoint does not match this model)");
-  }
   int64_t next = offset;  // the first element not yet copied
   if (it != ranges_.end())
     for (const Range& r : it->second) {

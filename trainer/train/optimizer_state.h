@@ -38,11 +38,17 @@ class SavedOptimizerState {
   void add(const std::map<std::string, at::Tensor>& tensors);
   void add(const StatePiece& piece);
 
+  // One step count for every parameter: they step together (FusedAdamW skips a
+  // parameter without a gradient, which no model here has in a step that updates).
   int64_t steps() const { return steps_; }
+  // InputError naming `param` unless both moments' pieces cover exactly its
+  // `param_numel` elements. Every rank checks every parameter before loading its
+  // own ranges, so all ranks refuse a checkpoint alike (none waits in a collective
+  // for one that refused).
+  void check_covers(const std::string& param, int64_t param_numel) const;
   // Elements [offset, offset + numel) of `moment` ("exp_avg" or "exp_avg_sq")
-  // of `param`, which has `param_numel` elements: an fp32 CPU tensor.
-  // InputError naming the parameter when its saved pieces end elsewhere than
-  // param_numel (another model) or leave an element of the range out.
+  // of `param`, which has `param_numel` elements: an fp32 CPU tensor, after
+  // check_covers.
   at::Tensor read(const std::string& moment, const std::string& param, int64_t param_numel, int64_t offset,
                   int64_t numel) const;
 

@@ -9,6 +9,7 @@
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/log.h"
 #include "models/model_io.h"
 #include "models/safetensors.h"
 #include "trainer/config/yaml_text.h"
@@ -258,26 +259,30 @@ bool load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimize
 }
 
 void prune_checkpoints(const fs::path& run_dir, int64_t keep_last) {
-  if (fs::is_directory(run_dir))
-    for (const auto& e : fs::directory_iterator(run_dir))
-      if (e.path().filename().string().rfind("final.tmp-", 0) == 0) {
+  try {
+    if (fs::is_directory(run_dir))
+      for (const auto& e : fs::directory_iterator(run_dir))
+        if (e.path().filename().string().rfind("final.tmp-", 0) == 0) {
+          std::error_code ec;
+          fs::remove_all(e.path(), ec);
+        }
+    const fs::path dir = run_dir / "checkpoints";
+    if (!fs::is_directory(dir)) return;
+    std::vector<std::pair<int64_t, fs::path>> steps;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (is_incomplete_write(e.path())) {
         std::error_code ec;
         fs::remove_all(e.path(), ec);
+      } else if (auto step = step_of(e.path())) {
+        steps.emplace_back(*step, e.path());
       }
-  const fs::path dir = run_dir / "checkpoints";
-  if (!fs::is_directory(dir)) return;
-  std::vector<std::pair<int64_t, fs::path>> steps;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (is_incomplete_write(e.path())) {
-      std::error_code ec;
-      fs::remove_all(e.path(), ec);
-    } else if (auto step = step_of(e.path())) {
-      steps.emplace_back(*step, e.path());
     }
+    if (keep_last <= 0 || static_cast<int64_t>(steps.size()) <= keep_last) return;
+    std::sort(steps.begin(), steps.end());
+    for (size_t i = 0; i + static_cast<size_t>(keep_last) < steps.size(); ++i) fs::remove_all(steps[i].second);
+  } catch (const std::exception& e) {  // the checkpoints are saved; an old one left behind costs disk only
+    log::warn("could not remove old checkpoints in ", run_dir.string(), ": ", e.what());
   }
-  if (keep_last <= 0 || static_cast<int64_t>(steps.size()) <= keep_last) return;
-  std::sort(steps.begin(), steps.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < steps.size(); ++i) fs::remove_all(steps[i].second);
 }
 
 }  // namespace segtrain::trainer

@@ -102,7 +102,8 @@ std::optional<SavedOptimizerState> read_optimizer_state(const fs::path& dir);
 bool load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer);
 
 // Keeps the newest `keep_last` step-* directories (0 keeps all) and removes any
-// leftovers of interrupted writes.
+// leftovers of interrupted writes. Never throws: what it cannot remove stays,
+// with a warning (a checkpoint the ranks agreed is saved stays saved).
 void prune_checkpoints(const fs::path& run_dir, int64_t keep_last);
 
 }  // namespace segtrain::trainer

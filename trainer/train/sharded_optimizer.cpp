@@ -175,6 +175,8 @@ void ShardedAdamW::load_master_weights(const std::map<std::string, at::Tensor>& 
 
 void ShardedAdamW::load_state(const SavedOptimizerState& saved) {
   at::NoGradGuard no_grad;
+  // Every parameter, also those of other ranks' slices: all ranks refuse a bad checkpoint alike.
+  for (size_t i = 0; i < names_.size(); ++i) saved.check_covers(names_[i], buckets_.params()[i].numel());
   for (auto& pieces : pieces_)
     for (auto& piece : pieces) {
       const std::string& name = names_[piece.param];

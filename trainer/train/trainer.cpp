@@ -484,7 +484,16 @@ void Trainer::log_step(const StepResult& step) {
 // Every rank saves its own part (run_checkpoint.h); master weights held in
 // bf16 are gathered to rank 0 first, by every rank, as the model file is fp32.
 void Trainer::save(const fs::path& dir, bool with_optimizer_state, bool wait) {
-  checkpoints_->finish();  // one save in flight at most
+  try {
+    checkpoints_->finish();  // one save in flight at most
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    // Agreed by every rank. A periodic save ends the run with it; a stop or the
+    // end of the run still saves the state it has, which the failed one is older than.
+    if (!wait) throw;
+    log::error(e.what());
+  }
   CheckpointContent content;
   content.weights = optimizer_->master_weights();
   content.with_optimizer_state = with_optimizer_state;
