@@ -121,10 +121,22 @@ class C10dGroup : public ProcessGroup {
       if (!one[0].is_same(t)) t.copy_(one[0]);
       ++host_waits_;
     }
+    check_healthy();
   }
   void all_reduce_sum(std::vector<at::Tensor>& tensors) override {
     for (auto& t : tensors) all_reduce_sum_async(t)->wait();
     ++host_waits_;
+    check_healthy();
+  }
+  void check_healthy() const override {
+    if (!device_) return;
+    const c10d::ErrorType error = backend_->getError();
+    if (error == c10d::ErrorType::SUCCESS) return;
+    throw std::runtime_error(std::string("distributed: a collective failed: a peer rank died or did not answer "
+                                         "within ") +
+                             std::to_string(timeout_.count() / 1000) + " s (distributed.timeout_s); NCCL reports " +
+                             (error == c10d::ErrorType::TIMEOUT ? "a timeout" : "a communication error") +
+                             " and has aborted the communicator");
   }
   std::unique_ptr<PendingCollective> all_reduce_sum_async(const at::Tensor& tensor) override {
     std::vector<at::Tensor> one{staged(tensor)};
@@ -175,6 +187,7 @@ class C10dGroup : public ProcessGroup {
     // A barrier is a host wait by definition: even NCCL's blocks until done.
     wait_for(backend_->barrier(), "barrier", timeout_, timeout_, *peers_);
     ++host_waits_;
+    check_healthy();
   }
 
  private:
@@ -260,6 +273,15 @@ std::unique_ptr<ProcessGroup> connect(const DistributedEnv& env, const Distribut
         local_address_towards(env.master_addr, static_cast<int>(env.master_port), "MASTER_ADDR=" + env.master_addr);
     const auto store = make_store(env, config, deadline);
     const auto peers = join(*store, env, address, 1, /*probe_port=*/0, deadline, config.timeout_s);
+    // A dead peer must end this rank with one line and exit 1 (check_healthy),
+    // not a SIGABRT from the watchdog thread (PyTorch's default, 3: rethrow
+    // there) nor a kill by its heartbeat monitor: 2 aborts the communicator
+    // and only records the error. Read by the constructor; a user's own
+    // setting is kept.
+    ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", 0);
+    ::setenv("TORCH_NCCL_ENABLE_MONITORING", "0", 0);
+    ::setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "0", 0);
+    ::setenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "250", 0);  // the watchdog's wait before it aborts: 4x this
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);

@@ -71,6 +71,13 @@ class ProcessGroup {
   virtual std::unique_ptr<PendingCollective> reduce_scatter_sum_async(const at::Tensor& whole) = 0;
   virtual std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& whole) = 0;
   virtual void barrier() = 0;
+  // Throws runtime_error (one line: which failure, distributed.timeout_s) when
+  // the backend has seen a collective fail. NCCL: its watchdog times out a
+  // collective whose peer died, aborts the communicator (so a host read waiting
+  // on it returns, with what the collective never wrote) and records the error;
+  // the blocking collectives and the step's host read check here before any
+  // value is used. Gloo fails in wait() itself.
+  virtual void check_healthy() const {}
   // How many collectives GradientSync may leave in flight before it waits for
   // the oldest, 0 for no limit. Gloo allocates buffers per collective (its
   // reduce-scatter's all-to-all) and its waits block the host, so a few at a

@@ -21,6 +21,7 @@ StepTotals reduce_step_totals(ProcessGroup* group, const StepShare& share, const
     group->all_reduce_sum(one);
   }
   const at::Tensor read = totals.to(at::kCPU);  // the host round trip
+  if (group) group->check_healthy();            // before any value is used
   const double* v = read.data_ptr<double>();
   StepTotals t;
   t.stop_signal = v[0] > 0 ? SIGTERM : v[1] > 0 ? SIGINT : 0;
