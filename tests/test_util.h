@@ -2,9 +2,13 @@
 // Helpers shared by the test suites: temporary directories, files, and running
 // the real `segtrain` binary the way a user does.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -12,6 +16,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -157,6 +162,46 @@ class SyntheticStoreSuite : public ::testing::Test {
   static inline TempDir* dir_ = nullptr;
 };
 #endif
+// Two ranks run as `env ARGS...` (each list starts with its environment): rank 1
+// is SIGKILLed (no handler runs) once rank 0's `metrics` has `lines` lines, or
+// after `wait_s`. Rank 0's result, and the seconds from the kill to its end.
+struct KilledPeerRun {
+  RunResult survivor;
+  bool killed_while_running = false;  // rank 0 had not ended when rank 1 was killed
+  double seconds_after_kill = 0;
+};
+inline KilledPeerRun run_and_kill_rank1(const std::vector<std::string>& rank0, std::vector<std::string> rank1,
+                                        const std::string& metrics, int lines, int wait_s) {
+  const pid_t victim = fork();  // `env` execs segtrain in the same process
+  if (victim == 0) {
+    std::vector<char*> argv = {const_cast<char*>("env")};
+    for (auto& a : rank1) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (!freopen("/dev/null", "w", stderr)) _exit(126);
+    execvp("env", argv.data());
+    _exit(127);
+  }
+  KilledPeerRun out;
+  std::atomic<bool> done = false;
+  std::thread first([&] {
+    out.survivor = run("env", rank0, 900);
+    done = true;
+  });
+  for (int i = 0; i < wait_s * 100 && !done; ++i) {
+    const std::string text = read_file(metrics);
+    if (std::count(text.begin(), text.end(), '\n') >= lines) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  out.killed_while_running = !done;
+  kill(victim, SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  int status = 0;
+  waitpid(victim, &status, 0);
+  first.join();
+  out.seconds_after_kill = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  return out;
+}
+
 #ifdef SEGTRAIN_LAUNCH_BIN
 inline const std::string kLaunch = SEGTRAIN_LAUNCH_BIN;
 

@@ -719,36 +719,9 @@ TEST_F(DeviceRun, ARankWhosePeerIsKilledEndsWithAnErrorNotAHang) {
                                     "distributed.backend=" + std::string(dev == "cuda" ? "nccl" : "gloo"), "--set",
                                     "distributed.timeout_s=" + std::to_string(timeout_s)};
   };
-  std::vector<std::string> args1 = rank_args(1);
-  const pid_t victim = fork();  // `env` execs segtrain in the same process
-  if (victim == 0) {
-    std::vector<char*> argv = {const_cast<char*>("env")};
-    for (auto& a : args1) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (!freopen("/dev/null", "w", stderr)) _exit(126);
-    execvp("env", argv.data());
-    _exit(127);
-  }
-  test::RunResult survivor;
-  std::atomic<bool> done = false;
-  std::thread rank0([&] {
-    survivor = run("env", rank_args(0), 900);
-    done = true;
-  });
-  const std::string metrics = run_dir("peer-killed") + "/metrics.jsonl";
-  for (int i = 0; i < 30000 && !done; ++i) {
-    const std::string text = test::read_file(metrics);
-    if (std::count(text.begin(), text.end(), '\n') >= 5) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  const bool ran = !done;
-  kill(victim, SIGKILL);
-  const auto killed_at = std::chrono::steady_clock::now();
-  int status = 0;
-  waitpid(victim, &status, 0);
-  rank0.join();
-  ASSERT_TRUE(ran) << "rank 0 ended before rank 1 was killed\n" << survivor.err;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const auto [survivor, killed_while_running, seconds] =
+      test::run_and_kill_rank1(rank_args(0), rank_args(1), run_dir("peer-killed") + "/metrics.jsonl", 5, 300);
+  ASSERT_TRUE(killed_while_running) << "rank 0 ended before rank 1 was killed\n" << survivor.err;
   EXPECT_FALSE(survivor.signaled) << survivor.err;
   EXPECT_EQ(survivor.exit_code, 1) << survivor.err;
   EXPECT_LT(seconds, timeout_s + 30) << survivor.err;
