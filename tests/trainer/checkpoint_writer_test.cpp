@@ -4,11 +4,13 @@
 // leaves the earlier checkpoints as they were. The ranks' agreement is played
 // by a stand-in (the 2- and 3-rank runs of train_cli_test do it for real).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <stdexcept>
 #include <string>
 
+#include "common/error.h"
 #include "models/safetensors.h"
 #include "test_util.h"
 #include "tiny_models.h"
@@ -27,6 +29,28 @@ CheckpointContent content_of(const at::Tensor& weight, const at::Tensor& moment,
   c.optimizer_steps = step;
   c.optimizer_pieces = {{"wte.weight", 0, moment.reshape(-1), moment.reshape(-1) * 2}};
   return c;
+}
+
+// trainer_state.json: what training cost so far travels with the step; a state
+// written before it existed reads as 0, and a bad value is refused naming the key.
+TEST(TrainerStateJson, TrainSecondsRoundTripsAndABadValueIsRefusedNamingIt) {
+  TrainerState state;
+  state.step = 3;
+  state.train_seconds = 12.25;
+  EXPECT_DOUBLE_EQ(state_from_json(state_to_json(state), "s.json").train_seconds, 12.25);
+  nlohmann::json j = nlohmann::json::parse(state_to_json(state));
+  j.erase("train_seconds");
+  EXPECT_EQ(state_from_json(j.dump(), "old.json").train_seconds, 0);
+  for (const char* bad : {"-1", "\"12\"", "null"}) {
+    j["train_seconds"] = nlohmann::json::parse(bad);
+    try {
+      state_from_json(j.dump(), "bad.json");
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.json: not a valid trainer state: \"train_seconds\" must be a number >= 0"),
+                std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(CheckpointWriter, ASaveHoldsItsStepsValuesWhileTrainingChangesThem) {

@@ -100,6 +100,13 @@ TEST(Experiment, TinyRopeGridEndToEnd) {
   EXPECT_GT(tokens, 0);
   for (const char* key : {"da", "full", "prefix-0.5", "randompos"})
     EXPECT_LE(std::abs(row(c, key)["train_tokens"].get<int64_t>() - tokens), 8 * 64) << key;
+  // What each trained row's training took, from its run's trainer_state.json.
+  for (const char* key : {"da", "full", "chunk-0.5", "prefix-0.5", "randompos"}) {
+    const double seconds = row(c, key)["train_seconds"];
+    const json state = json::parse(test::read_file(fs::path(out) / "synthetic/x2" / key / "final/trainer_state.json"));
+    EXPECT_GT(seconds, 0) << key;
+    EXPECT_DOUBLE_EQ(seconds, state["train_seconds"].get<double>()) << key;
+  }
   // The grid's numbers are `segtrain eval`'s numbers for the same model.
   auto eval = run(kBin, {"eval", "--model", out + "/synthetic/x2/chunk-0.5", "--data", out + "/synthetic/store",
                          "--lengths", "32,64", "--max-sequences", "6", "--out", dir / "eval.json"});
@@ -120,6 +127,7 @@ TEST(Experiment, TinyRopeGridEndToEnd) {
   EXPECT_NE(md.find("| chunk-0.5 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| OOTB ntk |"), std::string::npos) << md;
   EXPECT_NE(md.find("| DA |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| row | training | perplexity | total |"), std::string::npos) << md;
   const std::string svg = test::read_file(fs::path(out) / "plots/synthetic-x2.svg");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("randompos"), std::string::npos);
@@ -864,6 +872,40 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
   EXPECT_NE(test::read_file(dir / "out/plots/code-x4.svg").find("<polygon"), std::string::npos);  // the band over windows
 }
 
+// What each row cost: its training and each evaluation task, summed per row and
+// for the corpus; a trained row that recorded no training time says so.
+TEST(ExperimentReport, TheCostTableAddsEachRowsTrainingAndEvaluation) {
+  test::TempDir dir;
+  trainer::ExperimentConfig x = report_config(dir / "out");
+  trainer::CorpusResults c;
+  c.name = "code";
+  c.arch = "llama";
+  c.train_length = 2048;
+  c.factors = {4};
+  auto make_row = [](const std::string& label, const std::string& kind, double train, double eval) {
+    trainer::RowResult row;
+    row.key = row.label = label;
+    row.kind = kind;
+    row.factor = 4;
+    row.lengths = {2048, 8192};
+    row.train_seconds = train;
+    row.eval_seconds = eval;
+    return row;
+  };
+  c.rows = {make_row("OOTB", "ootb", 0, 100), make_row("DA", "trained", 320, 1300),
+            make_row("old", "trained", 0, 60)};
+  c.rows[0].tasks["passkey"] = {{}, "{}", 30};
+  trainer::write_reports(x, {c});
+  const std::string md = test::read_file(dir / "out/results.md");
+  EXPECT_NE(md.find("| row | training | perplexity | passkey | total |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| OOTB |  | 1 min 40 s | 30 s | 2 min 10 s |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| DA | 5 min 20 s | 21 min 40 s |  | 27 min 0 s |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| old | - | 1 min 0 s |  | 1 min 0 s |"), std::string::npos) << md;
+  // 130 + 1620 + 60 seconds.
+  EXPECT_NE(md.find("Together: 30 min 10 s, without the training of 1 row."), std::string::npos) << md;
+  EXPECT_EQ(json::parse(test::read_file(dir / "out/results.json"))["corpora"][0]["rows"][1]["train_seconds"], 320.0);
+}
+
 TEST(ExperimentReport, RowRecordsRoundTripAndMissingLengthsStayMissing) {
   trainer::RowResult row;
   row.key = "chunk-0.25";
@@ -876,9 +918,11 @@ TEST(ExperimentReport, RowRecordsRoundTripAndMissingLengthsStayMissing) {
   trainer::LengthResult at_le{512, NAN, NAN, 0, 0, {2.0, NAN, 1.0}, {}};  // no validation document is 512 long
   at_lt.windows = {{2, 64, {100.25, 27.5}}};
   row.budget = 262144;
+  row.train_seconds = 321.5;
   row.results = {at_lt, at_le};
   const auto back = trainer::row_from_json(trainer::row_to_json(row), "row.json");
   EXPECT_EQ(back.budget, 262144);
+  EXPECT_DOUBLE_EQ(back.train_seconds, 321.5);
   ASSERT_EQ(back.results[0].windows.size(), 1u);
   EXPECT_EQ(back.results[0].windows[0].doc, 2);
   EXPECT_EQ(back.results[0].windows[0].start, 64);

@@ -138,6 +138,13 @@ TEST_F(TrainCli, SigtermThenResumeReproducesTheUninterruptedRunExactly) {
   ASSERT_EQ(WEXITSTATUS(status), 143) << "the run ended before SIGTERM or failed";
   ASSERT_FALSE(fs::exists(run_dir("cut") + "/final"));
 
+  // What the steps before the stop cost is kept with them (the grid's cost table reads it).
+  double cut_seconds = 0;
+  for (const auto& e : fs::directory_iterator(run_dir("cut") + "/checkpoints"))
+    if (e.path().filename().string().find(".tmp") == std::string::npos)
+      cut_seconds = std::max(cut_seconds, state_of(e.path().string())["train_seconds"].get<double>());
+  EXPECT_GT(cut_seconds, 0);
+
   // A checkpoint whose write was interrupted must be ignored, however new it claims to be.
   const fs::path torn = run_dir("cut") + "/checkpoints/step-99999.tmp-1-0";
   test::write_file(torn / "trainer_state.json", "{\"step\": 99999}");
@@ -160,6 +167,7 @@ TEST_F(TrainCli, SigtermThenResumeReproducesTheUninterruptedRunExactly) {
   EXPECT_EQ(test::read_file(run_dir("cut") + "/final/model.safetensors"),
             test::read_file(run_dir("whole") + "/final/model.safetensors"));
   EXPECT_EQ(state_of(run_dir("cut") + "/final")["data_cursor"], state_of(run_dir("whole") + "/final")["data_cursor"]);
+  EXPECT_GT(state_of(run_dir("cut") + "/final")["train_seconds"].get<double>(), cut_seconds) << "summed over resumes";
   // keep_last = 2 step checkpoints survive.
   int64_t kept = 0;
   for (const auto& e : fs::directory_iterator(run_dir("cut") + "/checkpoints")) kept += e.is_directory();

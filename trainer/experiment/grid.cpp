@@ -416,7 +416,9 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus,
       if (run.method->domain_adaptation && ootb_extension != models::ExtensionMethod::none)
         overrides = {extension_override(ootb_extension), factor_set};
       const fs::path run_dir = run.config.config.run.output_dir;
-      row.train_tokens = newest_checkpoint(run_dir)->state.tokens;
+      const TrainerState trained = newest_checkpoint(run_dir)->state;
+      row.train_tokens = trained.tokens;
+      row.train_seconds = trained.train_seconds;
       out.rows.push_back(evaluate_row(row, run_dir, (run_dir / "final").string(), overrides, x, store_dir(x, corpus), store));
       row_done(out);
     }

@@ -48,7 +48,8 @@ json row_json(const RowResult& row) {
   }
   json out = {{"key", row.key},       {"label", row.label},   {"kind", row.kind},
               {"factor", row.factor}, {"lengths", row.lengths}, {"model", row.model},
-              {"train_tokens", row.train_tokens}, {"eval_seconds", row.eval_seconds}, {"results", results}};
+              {"train_tokens", row.train_tokens}, {"train_seconds", row.train_seconds},
+              {"eval_seconds", row.eval_seconds}, {"results", results}};
   if (row.budget) out["budget"] = row.budget;
   // The curve at the longest length is the one the plots show.
   if (!row.results.empty()) {
@@ -213,6 +214,69 @@ std::string duration(double seconds) {
   const auto s = static_cast<int64_t>(seconds);
   out << s / 3600 << " h " << std::setw(2) << std::setfill('0') << (s % 3600) / 60 << " min";
   return out.str();
+}
+
+// "42 s", "5 min 20 s", "1 h 02 min": a row's cost.
+std::string short_duration(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(seconds));
+  std::ostringstream out;
+  if (s < 60) out << s << " s";
+  else if (s < 3600) out << s / 60 << " min " << s % 60 << " s";
+  else out << s / 3600 << " h " << std::setw(2) << std::setfill('0') << (s % 3600) / 60 << " min";
+  return out.str();
+}
+
+// What each row cost on this machine: its training (summed over resumes) and each
+// of its evaluation tasks, as they ran; the sum is the corpus's compute, without
+// the grid's pauses and restarts (the wall time above has them).
+void cost_section(std::ostringstream& md, const CorpusResults& c) {
+  std::vector<std::string> tasks;
+  for (const auto& task : eval_task_catalog())
+    if (task.writes_prompts)
+      for (const auto& row : c.rows)
+        if (row.tasks.count(task.name)) {
+          tasks.push_back(task.name);
+          break;
+        }
+  md << "\nWhat each row cost, wall time on this machine (training summed over resumes, from its "
+     << "trainer_state.json; each evaluation as it ran; - : not recorded, trained before segtrain recorded it):\n\n"
+     << "| row | training | perplexity |";
+  for (const auto& t : tasks) md << " " << t << " |";
+  md << " total |\n|---|---:|---:|";
+  for (size_t i = 0; i < tasks.size(); ++i) md << "---:|";
+  md << "---:|\n";
+  double sum = 0;
+  int64_t unrecorded = 0;
+  std::vector<const RowResult*> rows;
+  if (!c.base.results.empty()) rows.push_back(&c.base);
+  for (const auto& row : c.rows) rows.push_back(&row);
+  for (const RowResult* row : rows) {
+    auto cell = [&](const std::string& text) { md << " " << text << " |"; };
+    double total = row->eval_seconds;
+    md << "|";
+    cell(row == &c.base ? "the base at L_t" : row->label);
+    if (row->kind != "trained") {
+      cell("");
+    } else if (row->train_seconds > 0) {
+      cell(short_duration(row->train_seconds));
+      total += row->train_seconds;
+    } else {
+      cell("-");
+      ++unrecorded;
+    }
+    cell(short_duration(row->eval_seconds));
+    for (const auto& t : tasks) {
+      const auto it = row->tasks.find(t);
+      cell(it == row->tasks.end() ? "" : short_duration(it->second.seconds));
+      if (it != row->tasks.end()) total += it->second.seconds;
+    }
+    cell(short_duration(total));
+    md << "\n";
+    sum += total;
+  }
+  md << "\nTogether: " << short_duration(sum);
+  if (unrecorded) md << ", without the training of " << unrecorded << " row" << (unrecorded > 1 ? "s" : "");
+  md << ".\n";
 }
 
 std::string percent(double ratio) {
@@ -609,6 +673,7 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     row.model = j.at("model");
     row.train_tokens = j.at("train_tokens");
     row.budget = j.value("budget", int64_t{0});
+    row.train_seconds = j.value("train_seconds", 0.0);
     row.eval_seconds = j.value("eval_seconds", 0.0);
     auto scores = [](const json& list) {
       std::vector<TaskScore> out;
@@ -705,6 +770,7 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
       budget_section(md, c, f);
     }
     ring_section(md, c);
+    cost_section(md, c);
     for (int64_t f : c.factors) {
       md << "![loss by position at " << f << "·L_t](plots/" << plot_name(c, f) << ")\n";
       if (!budget_curves(c, f).empty())

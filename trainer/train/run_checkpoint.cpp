@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "common/atomic_write.h"
@@ -41,6 +42,7 @@ std::string state_to_json(const TrainerState& s) {
             {"world_size", s.world_size},
             {"skipped_steps", s.skipped_steps},
             {"consecutive_bad_steps", s.consecutive_bad_steps},
+            {"train_seconds", s.train_seconds},
             {"data_cursor", {{"epoch", s.cursor.epoch}, {"index", s.cursor.index}}},
             // The data stream is a pure function of (seed, epoch, index) and the
             // model has no dropout, so the cursor is the whole RNG state to keep.
@@ -69,6 +71,13 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
     s.world_size = count(j, "world_size", 1, 1);
     s.skipped_steps = count(j, "skipped_steps", 0, 0);
     s.consecutive_bad_steps = count(j, "consecutive_bad_steps", 0, 0);
+    if (j.contains("train_seconds")) {  // absent in checkpoints written before it existed
+      const json& seconds = j.at("train_seconds");
+      if (!seconds.is_number() || !std::isfinite(seconds.get<double>()) || seconds.get<double>() < 0)
+        throw InputError(source + ": not a valid trainer state: \"train_seconds\" must be a number >= 0, got " +
+                         seconds.dump());
+      s.train_seconds = seconds.get<double>();
+    }
     s.cursor.epoch = count(j.at("data_cursor"), "epoch", std::nullopt, 0);
     s.cursor.index = count(j.at("data_cursor"), "index", std::nullopt, 0);
     return s;

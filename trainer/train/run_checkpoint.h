@@ -35,6 +35,10 @@ struct TrainerState {
   int64_t world_size = 1;
   int64_t skipped_steps = 0;  // non-finite losses skipped so far
   int64_t consecutive_bad_steps = 0;  // of those, in a row up to now (the NaN guard's count)
+  // Wall seconds of the training loop up to this step, summed over resumes (what
+  // the saved steps cost; time lost after the last checkpoint of a stopped run is
+  // not in it). The experiment grid's cost table reads it.
+  double train_seconds = 0;
   data::Cursor cursor;        // where the data stream continues
 };
 

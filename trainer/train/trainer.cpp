@@ -360,8 +360,13 @@ void Trainer::set_up_optimizer(const std::vector<std::pair<std::string, at::Tens
 
 void Trainer::train() {
   window_start_ = Clock::now();
+  Clock::time_point counted_until = window_start_;
   while (!cadence_->finished(state_.step)) {
     const StepResult step = train_step();
+    // A step's cost includes the saving and evaluating after the one before it.
+    const Clock::time_point now = Clock::now();
+    state_.train_seconds += std::chrono::duration<double>(now - counted_until).count();
+    counted_until = now;
     if (cadence_->should_log(state_.step)) log_step(step);
     // A signal during the last step lets the run finish: final/ is saved, then it exits 128 + signal.
     if (step.stop_signal && !cadence_->finished(state_.step)) stop_after_step(step.stop_signal);
