@@ -390,6 +390,28 @@ def run(args, work):
     say(f"wall time: {wall['seconds']:.3f} s after the first run, {wall2['seconds']:.3f} s over "
         f"{wall2['invocations']} runs; {len(rows)} row.json files untouched by the second")
 
+    # 6. scripts/publish_results.py: the block into a docs folder (results.json without the
+    # per-position curves the plots draw), then a rerun's figures checked against that copy.
+    docs = os.path.join(work, "docs")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "publish_results.py")
+    subprocess.run([sys.executable, script, "publish", out, docs], check=True, capture_output=True)
+    published = json.load(open(os.path.join(docs, "results.json")))
+    check("position_loss" in json.dumps(results) and "position_loss" not in json.dumps(published)
+          and published["corpora"][0]["rows"][-1]["results"] == results["corpora"][0]["rows"][-1]["results"],
+          "publish: results.json is not the grid's without position_loss")
+    check(open(os.path.join(docs, "results.md")).read() == md and os.listdir(os.path.join(docs, "plots")),
+          "publish: results.md or the plots not copied")
+    same = subprocess.run([sys.executable, script, "compare", out, docs], capture_output=True, text=True)
+    check(same.returncode == 0 and f"{len(rows)} rows compared, 0 difference(s)" in same.stdout,
+          f"compare with its own copy: exit {same.returncode}: {same.stdout[-500:]}")
+    changed = published["corpora"][0]["rows"][-1]
+    changed["results"][-1]["ppl"] *= 1.001
+    json.dump(published, open(os.path.join(docs, "results.json"), "w"))
+    differs = subprocess.run([sys.executable, script, "compare", out, docs], capture_output=True, text=True)
+    check(differs.returncode == 1 and
+          f"linux-doc / {changed['label']} / ppl at {changed['results'][-1]['length']}:" in differs.stdout,
+          f"compare after a perplexity moved 0.1%: exit {differs.returncode}: {differs.stdout[-500:]}")
+
     # 7. Passkey added to the finished grid: perplexity is kept (no row scored again), every
     # OOTB and trained row gains passkey figures that are `segtrain eval --tasks passkey`'s
     # for the same model, and the base row at L_t none (it is the OOTB row without scaling).
