@@ -12,6 +12,7 @@ and wall times are the machine's, not compared.
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -30,7 +31,7 @@ def publish(run_dir, docs_dir):
     for name in ("results.md", "wall_time.json"):
         shutil.copyfile(os.path.join(run_dir, name), os.path.join(docs_dir, name))
     plots = os.path.join(run_dir, "plots")
-    for name in sorted(os.listdir(plots)):
+    for name in sorted(os.listdir(plots)) if os.path.isdir(plots) else []:
         if name.endswith(".svg"):
             shutil.copyfile(os.path.join(plots, name), os.path.join(docs_dir, "plots", name))
     with open(os.path.join(run_dir, "results.json")) as f:
@@ -42,35 +43,38 @@ def publish(run_dir, docs_dir):
 
 
 def figures(results_json):
-    """{(corpus, row label): {("ppl", L): value, (task, L): correct/trials}}"""
+    """{"corpus / label (factor)": {("ppl", L): value, (task, L): "correct/trials"}}"""
     with open(results_json) as f:
         results = json.load(f)
     out = {}
     for corpus in results["corpora"]:
         for row in [corpus["base"]] + corpus["rows"]:
-            label = "the base at L_t" if row is corpus["base"] else row["label"]
             got = {("ppl", r["length"]): r["ppl"] for r in row.get("results", [])}
             for task, recorded in row.get("tasks", {}).items():
                 for s in recorded["by_length"]:
                     got[(task, s["length"])] = f'{s["correct"]:g}/{s["trials"]}'
-            out[(corpus["name"], label)] = got
+            # A label names a row at each factor: the factor tells them apart.
+            out[f'{corpus["name"]} / {row["label"]} (x{row.get("factor", 1)})'] = got
     return out
+
+
+def same(a, b, tolerance):
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return math.isclose(a, b, rel_tol=tolerance) if numbers else a == b
 
 
 def compare(run_dir, docs_dir, tolerance):
     mine = figures(os.path.join(run_dir, "results.json"))
     committed = figures(os.path.join(docs_dir, "results.json"))
     differences = []
-    for key in sorted(set(mine) | set(committed)):
-        if key not in mine or key not in committed:
-            differences.append(f"{key[0]} / {key[1]}: only in {'the committed' if key in committed else 'this'} results")
+    for row in sorted(set(mine) | set(committed)):
+        if row not in mine or row not in committed:
+            differences.append(f"{row}: only in {'the committed' if row in committed else 'these'} results")
             continue
-        for what in sorted(set(mine[key]) | set(committed[key]), key=str):
-            a, b = mine[key].get(what), committed[key].get(what)
-            same = (a == b) if not isinstance(a, float) or not isinstance(b, float) else \
-                abs(a - b) <= tolerance * max(abs(a), abs(b))
-            if not same:
-                differences.append(f"{key[0]} / {key[1]} / {what[0]} at {what[1]}: {a} here, {b} committed")
+        for what in sorted(set(mine[row]) | set(committed[row]), key=str):
+            a, b = mine[row].get(what), committed[row].get(what)
+            if not same(a, b, tolerance):
+                differences.append(f"{row} / {what[0]} at {what[1]}: {a} here, {b} committed")
     for d in differences:
         print(d)
     rows = len(set(mine) & set(committed))

@@ -32,19 +32,28 @@ CheckpointContent content_of(const at::Tensor& weight, const at::Tensor& moment,
 }
 
 // trainer_state.json: what training cost so far travels with the step; a state
-// written before it existed reads as 0, and a bad value is refused naming the key.
+// written before it existed reads as unknown (and is written so again), and a bad
+// value is refused naming the key.
 TEST(TrainerStateJson, TrainSecondsRoundTripsAndABadValueIsRefusedNamingIt) {
   TrainerState state;
   state.step = 3;
   state.train_seconds = 12.25;
-  EXPECT_DOUBLE_EQ(state_from_json(state_to_json(state), "s.json").train_seconds, 12.25);
+  EXPECT_EQ(state_from_json(state_to_json(state), "s.json").train_seconds, 12.25);
   nlohmann::json j = nlohmann::json::parse(state_to_json(state));
+  j["train_seconds"] = 12;  // an integer is a number of seconds too
+  EXPECT_EQ(state_from_json(j.dump(), "s.json").train_seconds, 12.0);
   j.erase("train_seconds");
-  EXPECT_EQ(state_from_json(j.dump(), "old.json").train_seconds, 0);
+  const TrainerState old = state_from_json(j.dump(), "old.json");
+  EXPECT_FALSE(old.train_seconds.has_value());
+  EXPECT_FALSE(nlohmann::json::parse(state_to_json(old)).contains("train_seconds"));
+  auto with_seconds = [&](const std::string& value) {
+    return j.dump().substr(0, j.dump().size() - 1) + ", \"train_seconds\": " + value + "}";
+  };
+  EXPECT_THROW(state_from_json(with_seconds("1e400"), "bad.json"), InputError);  // the parser's overflow
   for (const char* bad : {"-1", "\"12\"", "null"}) {
-    j["train_seconds"] = nlohmann::json::parse(bad);
+    const std::string text = with_seconds(bad);
     try {
-      state_from_json(j.dump(), "bad.json");
+      state_from_json(text, "bad.json");
       ADD_FAILURE() << bad << " was taken";
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("bad.json: not a valid trainer state: \"train_seconds\" must be a number >= 0"),

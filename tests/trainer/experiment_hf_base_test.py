@@ -409,7 +409,8 @@ def run(args, work):
     json.dump(published, open(os.path.join(docs, "results.json"), "w"))
     differs = subprocess.run([sys.executable, script, "compare", out, docs], capture_output=True, text=True)
     check(differs.returncode == 1 and
-          f"linux-doc / {changed['label']} / ppl at {changed['results'][-1]['length']}:" in differs.stdout,
+          f"linux-doc / {changed['label']} (x{changed['factor']}) / ppl at {changed['results'][-1]['length']}:"
+          in differs.stdout,
           f"compare after a perplexity moved 0.1%: exit {differs.returncode}: {differs.stdout[-500:]}")
 
     # 7. Passkey added to the finished grid: perplexity is kept (no row scored again), every

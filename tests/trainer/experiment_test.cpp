@@ -902,8 +902,16 @@ TEST(ExperimentReport, TheCostTableAddsEachRowsTrainingAndEvaluation) {
   EXPECT_NE(md.find("| DA | 5 min 20 s | 21 min 40 s |  | 27 min 0 s |"), std::string::npos) << md;
   EXPECT_NE(md.find("| old | - | 1 min 0 s |  | 1 min 0 s |"), std::string::npos) << md;
   // 130 + 1620 + 60 seconds.
-  EXPECT_NE(md.find("Together: 30 min 10 s, without the training of 1 row."), std::string::npos) << md;
+  EXPECT_NE(md.find("Together: 30 min 10 s, without the 1 figure marked -.\n\n"), std::string::npos) << md;
   EXPECT_EQ(json::parse(test::read_file(dir / "out/results.json"))["corpora"][0]["rows"][1]["train_seconds"], 320.0);
+  // With several factors each label is a row at each: the factor tells them apart.
+  c.factors = {4, 8};
+  c.rows.push_back(make_row("DA", "trained", 0, 60));
+  c.rows.back().factor = 8;
+  trainer::write_reports(x, {c});
+  const std::string two = test::read_file(dir / "out/results.md");
+  EXPECT_NE(two.find("| DA (4·L_t) | 5 min 20 s | 21 min 40 s |"), std::string::npos) << two;
+  EXPECT_NE(two.find("| DA (8·L_t) | - | 1 min 0 s |"), std::string::npos) << two;
 }
 
 TEST(ExperimentReport, RowRecordsRoundTripAndMissingLengthsStayMissing) {

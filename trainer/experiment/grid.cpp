@@ -418,7 +418,7 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus,
       const fs::path run_dir = run.config.config.run.output_dir;
       const TrainerState trained = newest_checkpoint(run_dir)->state;
       row.train_tokens = trained.tokens;
-      row.train_seconds = trained.train_seconds;
+      row.train_seconds = trained.train_seconds.value_or(0.0);
       out.rows.push_back(evaluate_row(row, run_dir, (run_dir / "final").string(), overrides, x, store_dir(x, corpus), store));
       row_done(out);
     }

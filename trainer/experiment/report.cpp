@@ -239,7 +239,7 @@ void cost_section(std::ostringstream& md, const CorpusResults& c) {
           break;
         }
   md << "\nWhat each row cost, wall time on this machine (training summed over resumes, from its "
-     << "trainer_state.json; each evaluation as it ran; - : not recorded, trained before segtrain recorded it):\n\n"
+     << "trainer_state.json; each evaluation as it ran; - : not recorded, by a segtrain from before it was):\n\n"
      << "| row | training | perplexity |";
   for (const auto& t : tasks) md << " " << t << " |";
   md << " total |\n|---|---:|---:|";
@@ -251,32 +251,35 @@ void cost_section(std::ostringstream& md, const CorpusResults& c) {
   if (!c.base.results.empty()) rows.push_back(&c.base);
   for (const auto& row : c.rows) rows.push_back(&row);
   for (const RowResult* row : rows) {
+    double total = 0;
     auto cell = [&](const std::string& text) { md << " " << text << " |"; };
-    double total = row->eval_seconds;
+    auto seconds_cell = [&](double seconds) {
+      if (seconds > 0) {
+        cell(short_duration(seconds));
+        total += seconds;
+      } else {
+        cell("-");
+        ++unrecorded;
+      }
+    };
     md << "|";
-    cell(row == &c.base ? "the base at L_t" : row->label);
-    if (row->kind != "trained") {
-      cell("");
-    } else if (row->train_seconds > 0) {
-      cell(short_duration(row->train_seconds));
-      total += row->train_seconds;
-    } else {
-      cell("-");
-      ++unrecorded;
-    }
-    cell(short_duration(row->eval_seconds));
+    // A grid of several factors has a row of each label at each factor.
+    cell(row->label + (c.factors.size() > 1 && row != &c.base ? " (" + std::to_string(row->factor) + "·L_t)" : ""));
+    if (row->kind == "trained") seconds_cell(row->train_seconds);
+    else cell("");
+    seconds_cell(row->eval_seconds);
     for (const auto& t : tasks) {
       const auto it = row->tasks.find(t);
-      cell(it == row->tasks.end() ? "" : short_duration(it->second.seconds));
-      if (it != row->tasks.end()) total += it->second.seconds;
+      if (it == row->tasks.end()) cell("");
+      else seconds_cell(it->second.seconds);
     }
     cell(short_duration(total));
     md << "\n";
     sum += total;
   }
   md << "\nTogether: " << short_duration(sum);
-  if (unrecorded) md << ", without the training of " << unrecorded << " row" << (unrecorded > 1 ? "s" : "");
-  md << ".\n";
+  if (unrecorded) md << ", without the " << unrecorded << " figure" << (unrecorded > 1 ? "s" : "") << " marked -";
+  md << ".\n\n";
 }
 
 std::string percent(double ratio) {

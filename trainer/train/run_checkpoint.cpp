@@ -42,11 +42,11 @@ std::string state_to_json(const TrainerState& s) {
             {"world_size", s.world_size},
             {"skipped_steps", s.skipped_steps},
             {"consecutive_bad_steps", s.consecutive_bad_steps},
-            {"train_seconds", s.train_seconds},
             {"data_cursor", {{"epoch", s.cursor.epoch}, {"index", s.cursor.index}}},
             // The data stream is a pure function of (seed, epoch, index) and the
             // model has no dropout, so the cursor is the whole RNG state to keep.
             {"rng", "stateless: data keyed by (run.seed, epoch, index)"}};
+  if (s.train_seconds) j["train_seconds"] = *s.train_seconds;
   return j.dump(2) + "\n";
 }
 
@@ -71,7 +71,8 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
     s.world_size = count(j, "world_size", 1, 1);
     s.skipped_steps = count(j, "skipped_steps", 0, 0);
     s.consecutive_bad_steps = count(j, "consecutive_bad_steps", 0, 0);
-    if (j.contains("train_seconds")) {  // absent in checkpoints written before it existed
+    s.train_seconds = std::nullopt;  // absent in checkpoints written before it existed
+    if (j.contains("train_seconds")) {
       const json& seconds = j.at("train_seconds");
       if (!seconds.is_number() || !std::isfinite(seconds.get<double>()) || seconds.get<double>() < 0)
         throw InputError(source + ": not a valid trainer state: \"train_seconds\" must be a number >= 0, got " +

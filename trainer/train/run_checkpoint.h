@@ -37,8 +37,9 @@ struct TrainerState {
   int64_t consecutive_bad_steps = 0;  // of those, in a row up to now (the NaN guard's count)
   // Wall seconds of the training loop up to this step, summed over resumes (what
   // the saved steps cost; time lost after the last checkpoint of a stopped run is
-  // not in it). The experiment grid's cost table reads it.
-  double train_seconds = 0;
+  // not in it). The experiment grid's cost table reads it. nullopt: unknown, a run
+  // begun before segtrain recorded it (a resumed part alone would pass for the whole).
+  std::optional<double> train_seconds = 0.0;
   data::Cursor cursor;        // where the data stream continues
 };
 

@@ -363,9 +363,10 @@ void Trainer::train() {
   Clock::time_point counted_until = window_start_;
   while (!cadence_->finished(state_.step)) {
     const StepResult step = train_step();
-    // A step's cost includes the saving and evaluating after the one before it.
+    // Counted before this step's checkpoint is taken, so that the checkpoint's figure
+    // covers everything up to it; the saving and evaluating after a step count in the next.
     const Clock::time_point now = Clock::now();
-    state_.train_seconds += std::chrono::duration<double>(now - counted_until).count();
+    if (state_.train_seconds) *state_.train_seconds += std::chrono::duration<double>(now - counted_until).count();
     counted_until = now;
     if (cadence_->should_log(state_.step)) log_step(step);
     // A signal during the last step lets the run finish: final/ is saved, then it exits 128 + signal.
