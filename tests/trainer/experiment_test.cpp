@@ -704,6 +704,16 @@ TEST(ExperimentReport, ALongRawCurveIsDrawnAsItsColumnsExtremes) {
   EXPECT_GT(highest - lowest, 200.0) << "pixels between the envelope's lowest and highest point";
 }
 
+// The corpus a report test fills with rows: one factor, 4.
+trainer::CorpusResults report_corpus(const std::string& name, const std::string& arch, int64_t train_length) {
+  trainer::CorpusResults c;
+  c.name = name;
+  c.arch = arch;
+  c.train_length = train_length;
+  c.factors = {4};
+  return c;
+}
+
 // The experiment a report test writes into `out` (name t, file t.yaml).
 trainer::ExperimentConfig report_config(const fs::path& out) {
   trainer::ExperimentConfig x;
@@ -716,11 +726,7 @@ trainer::ExperimentConfig report_config(const fs::path& out) {
 TEST(ExperimentReport, RingSectionComparesEndsAndPlotsReadAtAGlance) {
   test::TempDir dir;
   trainer::ExperimentConfig x = report_config(dir / "out");
-  trainer::CorpusResults c;
-  c.name = "synthetic";
-  c.arch = "gpt2";
-  c.train_length = 32;
-  c.factors = {4};
+  trainer::CorpusResults c = report_corpus("synthetic", "gpt2", 32);
   const int64_t le = 128;
   auto make_row = [&](const std::string& label, double level, double tail) {
     trainer::RowResult row;
@@ -787,11 +793,7 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
   test::TempDir dir;
   trainer::ExperimentConfig x = report_config(dir / "out");
   x.eval_lengths = {2048, 8192};
-  trainer::CorpusResults c;
-  c.name = "code";
-  c.arch = "llama";
-  c.train_length = 2048;
-  c.factors = {4};
+  trainer::CorpusResults c = report_corpus("code", "llama", 2048);
   // Each block's loss per token: the window's difficulty, a wobble by block, and the row's shift at L.
   auto length_result = [](int64_t length, double level, double shift_at_8192) {
     trainer::LengthResult r;
@@ -877,11 +879,7 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
 TEST(ExperimentReport, TheCostTableAddsEachRowsTrainingAndEvaluation) {
   test::TempDir dir;
   trainer::ExperimentConfig x = report_config(dir / "out");
-  trainer::CorpusResults c;
-  c.name = "code";
-  c.arch = "llama";
-  c.train_length = 2048;
-  c.factors = {4};
+  trainer::CorpusResults c = report_corpus("code", "llama", 2048);
   auto make_row = [](const std::string& label, const std::string& kind, double train, double eval) {
     trainer::RowResult row;
     row.key = row.label = label;
