@@ -2,7 +2,9 @@
 // Helpers shared by the test suites: temporary directories, files, and running
 // the real `segtrain` binary the way a user does.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <random>
 #include <regex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +59,36 @@ inline std::string read_file(const fs::path& path) {
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
+}
+
+// The first of `count` consecutive TCP ports that nothing holds now, for a test's
+// rendezvous (MASTER_PORT, --master-port, --rdzv-endpoint). Drawn at random below the
+// kernel's ephemeral range (32768 and up on Linux), where outgoing connections (other
+// tests' Gloo pairs) take their local ports, and checked by binding each one: a
+// port derived from the pid alone once collided with such a connection in CI.
+inline int unused_port(int count = 1) {
+  auto bindable = [](int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return false;
+    const int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_ANY);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+    ::close(fd);
+    return ok;
+  };
+  static std::mt19937 draw{std::random_device{}()};
+  std::uniform_int_distribution<int> base(20000, 32767 - count);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int first = base(draw);
+    bool all = true;
+    for (int p = first; all && p < first + count; ++p) all = bindable(p);
+    if (all) return first;
+  }
+  throw std::runtime_error("no " + std::to_string(count) + " consecutive free TCP ports in 20000-32767");
 }
 
 struct RunResult {

@@ -463,8 +463,8 @@ class DeviceRun : public test::SyntheticStoreSuite {
   // Runs `segtrain args...` as ranks 0 and 1 of 2 on this host without a launcher
   // (RANK, WORLD_SIZE, LOCAL_RANK: rank r computes on cuda:r), so each rank's
   // stderr is its own; returns both.
-  static std::pair<test::RunResult, test::RunResult> run_two_ranks(const std::vector<std::string>& args, int salt) {
-    const std::string port = std::to_string(20000 + (getpid() + 7919 * salt) % 20000);
+  static std::pair<test::RunResult, test::RunResult> run_two_ranks(const std::vector<std::string>& args) {
+    const std::string port = std::to_string(test::unused_port());
     auto rank_args = [&](int rank) {
       std::vector<std::string> a = {"RANK=" + std::to_string(rank), "LOCAL_RANK=" + std::to_string(rank),
                                     "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
@@ -513,7 +513,7 @@ class DeviceRun : public test::SyntheticStoreSuite {
   // on either stderr (the group shuts itself down); every logged step of the 2
   // ranks waited on the host once (host_waits_per_step 1: the step's totals).
   static void expect_two_sharded_ranks_equal_one(const std::string& name, const std::vector<std::string>& sets,
-                                                 ShardedBounds bounds, int salt) {
+                                                 ShardedBounds bounds) {
     const std::string dev = device_under_test();
     const std::string backend = dev == "cuda" ? "nccl" : "gloo";
     std::vector<std::string> one_args = {"train", config(name + "-1", dev), "--set", "train.budget.tokens=8000"};
@@ -525,7 +525,7 @@ class DeviceRun : public test::SyntheticStoreSuite {
                                          "--set", "distributed.shard_optimizer=true", "--set",
                                          "distributed.bucket_mb=0.005"};
     two_args.insert(two_args.end(), sets.begin(), sets.end());
-    auto [rank0, rank1] = run_two_ranks(two_args, salt);
+    auto [rank0, rank1] = run_two_ranks(two_args);
     ASSERT_EQ(rank0.exit_code, 0) << rank0.err;
     ASSERT_EQ(rank1.exit_code, 0) << rank1.err;
     EXPECT_EQ(rank0.err.find("destroy_process_group"), std::string::npos) << "rank 0:\n" << rank0.err;
@@ -634,7 +634,7 @@ TEST_F(DeviceRun, TwoRanksEqualOneRank) {
   const std::string backend = dev == "cuda" ? "nccl" : "gloo";
   auto single = run(kBin, {"train", config("one-rank", dev), "--set", "train.budget.tokens=8000"}, 900);
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  const std::string port = std::to_string(20000 + (getpid() + 611) % 20000);
+  const std::string port = std::to_string(test::unused_port());
   auto two = run(kLaunch, {"--nproc-per-node", "2", "--master-port", port, kBin, "train", config("two-ranks", dev),
                            "--set", "train.budget.tokens=8000", "--set", "train.micro_batch_size=2", "--set",
                            "distributed.backend=" + backend, "--set", "distributed.bucket_mb=0.005"},
@@ -657,7 +657,7 @@ TEST_F(DeviceRun, TwoRanksEqualOneRank) {
 // within 1e-5 relative.
 TEST_F(DeviceRun, TwoShardedRanksEqualOneRank) {
   REQUIRE_DEVICE(2);
-  expect_two_sharded_ranks_equal_one("zero", {}, {.loss = 1e-4, .weights = 1e-5}, 1);
+  expect_two_sharded_ranks_equal_one("zero", {}, {.loss = 1e-4, .weights = 1e-5});
 }
 
 // The same with bf16 parameters (train.param_dtype: bf16; fp32 master weights,
@@ -673,7 +673,7 @@ TEST_F(DeviceRun, TwoShardedRanksEqualOneRank) {
 // (which may also sum a micro-batch of 2 rows in another order than one of 4) 6-8x that.
 TEST_F(DeviceRun, TwoShardedRanksWithBf16ParametersStayNearOneRank) {
   REQUIRE_DEVICE(2);
-  expect_two_sharded_ranks_equal_one("zero-bf16", bf16_parameters(), kBf16Bounds, 2);
+  expect_two_sharded_ranks_equal_one("zero-bf16", bf16_parameters(), kBf16Bounds);
 }
 
 // ZeRO-2 accumulating: bf16 parameters, 2 micro-batches a step on both sides, each micro-batch's
@@ -681,7 +681,7 @@ TEST_F(DeviceRun, TwoShardedRanksWithBf16ParametersStayNearOneRank) {
 // test above: accumulating changes where the sums happen, not their precision.
 TEST_F(DeviceRun, TwoShardedRanksAccumulatingWithBf16ParametersStayNearOneRank) {
   REQUIRE_DEVICE(2);
-  expect_two_sharded_ranks_equal_one("zero2-accum", bf16_parameters({"--set", "train.grad_accum=2"}), kBf16Bounds, 3);
+  expect_two_sharded_ranks_equal_one("zero2-accum", bf16_parameters({"--set", "train.grad_accum=2"}), kBf16Bounds);
 }
 
 // The same with the ranks' gradients summed in bf16 (train.reduce_dtype: bf16; 2 ranks sum two
@@ -689,7 +689,7 @@ TEST_F(DeviceRun, TwoShardedRanksAccumulatingWithBf16ParametersStayNearOneRank) 
 TEST_F(DeviceRun, TwoShardedRanksReducingInBf16StayNearOneRank) {
   REQUIRE_DEVICE(2);
   expect_two_sharded_ranks_equal_one("zero2-reduce-bf16", bf16_parameters({"--set", "train.reduce_dtype=bf16"}),
-                                     kBf16Bounds, 4);
+                                     kBf16Bounds);
 }
 
 // NCCL collectives started from activation checkpointing's nested backward (each block recomputed
@@ -699,7 +699,7 @@ TEST_F(DeviceRun, TwoShardedRanksReducingInBf16StayNearOneRank) {
 TEST_F(DeviceRun, TwoShardedRanksWithActivationCheckpointingEqualOneRank) {
   REQUIRE_DEVICE(2);
   expect_two_sharded_ranks_equal_one("zero-ckpt", {"--set", "model.activation_checkpointing=true"},
-                                     {.loss = 1e-4, .weights = 1e-5}, 7);
+                                     {.loss = 1e-4, .weights = 1e-5});
 }
 
 // The abort path: rank 1 is killed (SIGKILL, no signal handler runs) in the middle of a run; rank 0,
@@ -710,7 +710,7 @@ TEST_F(DeviceRun, ARankWhosePeerIsKilledEndsWithAnErrorNotAHang) {
   REQUIRE_DEVICE(2);
   const std::string dev = device_under_test();
   const int timeout_s = 20;
-  const std::string port = std::to_string(20000 + (getpid() + 7919 * 8) % 20000);
+  const std::string port = std::to_string(test::unused_port());
   auto rank_args = [&](int rank) {
     return std::vector<std::string>{"RANK=" + std::to_string(rank), "LOCAL_RANK=" + std::to_string(rank),
                                     "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
@@ -746,7 +746,7 @@ TEST_F(DeviceRun, ABackgroundSaveOfTwoShardedRanksResumesOnOneRank) {
                                        "--set", "distributed.backend=" + backend, "--set",
                                        "distributed.shard_optimizer=true", "--set", "distributed.bucket_mb=0.005"};
   two_args.insert(two_args.end(), common.begin(), common.end());
-  auto [rank0, rank1] = run_two_ranks(two_args, 6);
+  auto [rank0, rank1] = run_two_ranks(two_args);
   ASSERT_EQ(rank0.exit_code, 0) << rank0.err;
   ASSERT_EQ(rank1.exit_code, 0) << rank1.err;
   const fs::path step4 = fs::path(run_dir("bg-save-2")) / "checkpoints" / "step-4";
@@ -819,7 +819,7 @@ TEST_F(DeviceRun, ASignalToOneOfTwoRanksStopsBothAtTheSameStep) {
   const std::vector<std::string> sets = {"--set", "train.budget.tokens=24000", "--set", "train.micro_batch_size=2",
                                          "--set", "distributed.backend=" + std::string(dev == "cuda" ? "nccl" : "gloo"),
                                          "--set", "run.log_all_ranks=true", "--set", "distributed.timeout_s=60"};
-  const int port = 24000 + getpid() % 16000;
+  const int port = test::unused_port(3);
   auto args = [&](const std::string& name, int offset, bool resume) {
     std::vector<std::string> a = {"--nproc-per-node", "2", "--master-port", std::to_string(port + offset), "--", kBin,
                                   "train", config(name, dev)};

@@ -348,7 +348,7 @@ TEST(GlooSocketIfname, AMissingInterfaceExitsTwoNamingIt) {
                         "model: {arch: gpt_neox, d_model: 32, n_layers: 2, n_heads: 4}\n"
                         "data: {store: " + (dir / "store") + ", train_length: 32, extended_length: 128}\n"
                         "eval: {lengths: [32]}\n");
-  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  const std::string port = std::to_string(test::unused_port());
   auto r = run("env", {"GLOO_SOCKET_IFNAME=nosuch0", "WORLD_SIZE=2", "RANK=0", "MASTER_ADDR=127.0.0.1",
                        "MASTER_PORT=" + port, kBin, "train", cfg, "--set", "distributed.timeout_s=5"},
                60);

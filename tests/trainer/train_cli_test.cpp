@@ -1,7 +1,9 @@
 // `segtrain train` and `segtrain eval` as a user runs them, on a small generated
 // corpus: budgets, exact resume after SIGTERM, refusals, the NaN guard.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -56,10 +58,9 @@ class TrainCli : public test::SyntheticStoreSuite {
   }
   void expect_two_ranks_equal_one(const std::string& name, const std::vector<std::string>& sets,
                                   const std::vector<std::string>& rank_sets, TrainCliAgreement agree = {});
-  // `segtrain ARGS...` as ranks 0 and 1 of a Gloo group on a port of its own (by `key`).
-  static std::pair<test::RunResult, test::RunResult> run_two_ranks(const std::string& key,
-                                                                   const std::vector<std::string>& args) {
-    const std::string port = std::to_string(20000 + (getpid() + 7919 * std::hash<std::string>{}(key)) % 20000);
+  // `segtrain ARGS...` as ranks 0 and 1 of a Gloo group on a port of its own.
+  static std::pair<test::RunResult, test::RunResult> run_two_ranks(const std::vector<std::string>& args) {
+    const std::string port = std::to_string(test::unused_port());
     auto rank_args = [&](int rank) {
       std::vector<std::string> a = {"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
                                     "MASTER_PORT=" + port, kBin};
@@ -616,7 +617,7 @@ void TrainCli::expect_two_ranks_equal_one(const std::string& name, const std::ve
                                         "--set", "distributed.bucket_mb=0.005"};
   rank_args.insert(rank_args.end(), sets.begin(), sets.end());
   rank_args.insert(rank_args.end(), rank_sets.begin(), rank_sets.end());
-  auto [first, other] = run_two_ranks(name, rank_args);
+  auto [first, other] = run_two_ranks(rank_args);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   ASSERT_EQ(other.exit_code, 0) << other.err;
   auto a = values(run_dir(name + "-1"), "loss"), b = values(run_dir(name + "-2"), "loss");
@@ -689,7 +690,7 @@ TEST_F(TrainCli, AShardedCheckpointResumesOnTheSameAndAnotherWorldSize) {
     return a;
   };
   const std::vector<std::string> sharded = {"--set", "distributed.shard_optimizer=true"};
-  auto [whole, whole1] = run_two_ranks("zero-whole", args("zero-whole", sharded));
+  auto [whole, whole1] = run_two_ranks(args("zero-whole", sharded));
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   ASSERT_EQ(whole1.exit_code, 0) << whole1.err;
   const fs::path step8 = run_dir("zero-whole") + "/checkpoints/step-8";
@@ -708,7 +709,7 @@ TEST_F(TrainCli, AShardedCheckpointResumesOnTheSameAndAnotherWorldSize) {
   }
   auto resume = args("zero-same", sharded);
   resume.push_back("--resume");
-  auto [same, same1] = run_two_ranks("zero-same", resume);
+  auto [same, same1] = run_two_ranks(resume);
   ASSERT_EQ(same.exit_code, 0) << same.err;
   ASSERT_EQ(same1.exit_code, 0) << same1.err;
   auto other = run(kBin, args("zero-other", {"--set", "train.grad_accum=2", "--resume"}));
@@ -763,7 +764,7 @@ TEST_F(TrainCli, Bf16StorageOnTwoAndThreeShardedRanksEqualsOneRankAccumulating) 
   auto single = run(kBin, with({"train", config("bf16-three-1", "llama", "chunk"), "--set", "train.budget.tokens=3000",
                                 "--set", "train.grad_accum=3"}));
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  const int port = 21000 + (getpid() + 777) % 19000;
+  const int port = test::unused_port();
   for (const std::string reduce : {"fp32", "bf16"}) {
     const std::string name = "bf16-three-3-" + reduce;
     std::vector<std::string> args = {"--nproc-per-node", "3", "--master-port", std::to_string(port), "--", kBin};
@@ -827,7 +828,7 @@ TEST_F(TrainCli, Bf16StorageCheckpointsTheMasterAndResumesExactlyOrInTheOtherSto
   fs::create_directories(run_dir("b16-two-ranks") + "/checkpoints");
   fs::copy(run_dir("store-bf16") + "/checkpoints/step-8", run_dir("b16-two-ranks") + "/checkpoints/step-8",
            fs::copy_options::recursive);
-  auto [first, second] = run_two_ranks("b16-two-ranks", args("b16-two-ranks", "bf16",
+  auto [first, second] = run_two_ranks(args("b16-two-ranks", "bf16",
                                                              {"--resume", "--set", "train.micro_batch_size=2", "--set",
                                                               "distributed.shard_optimizer=true"}));
   ASSERT_EQ(first.exit_code, 0) << first.err;
@@ -867,7 +868,7 @@ TEST_F(TrainCli, Bf16StorageCheckpointsTheMasterAndResumesExactlyOrInTheOtherSto
 // runs out) and exits 1 with a message saying so, instead of hanging.
 TEST_F(TrainCli, ARankWhosePeerIsKilledExitsWithAnError) {
   const int timeout_s = 15;
-  const std::string port = std::to_string(20000 + (getpid() + 4001) % 20000);
+  const std::string port = std::to_string(test::unused_port());
   const std::string cfg = config("peer-death", "gpt_neox", "chunk");
   auto rank_args = [&](int rank) {
     return std::vector<std::string>{"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
@@ -893,7 +894,7 @@ TEST_F(TrainCli, LauncherRestartsAfterARankIsKilledAndTheRunFinishesFromItsCheck
                                     "train.budget.tokens=60000", "--set", "train.micro_batch_size=2", "--set",
                                     "train.checkpoint_every=10", "--set", "distributed.timeout_s=20"};
   };
-  const int port = 21000 + getpid() % 19000;
+  const int port = test::unused_port(2);
   auto whole = run(launch, args("launch-whole", port));
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   EXPECT_NE(whole.err.find("[0]: "), std::string::npos) << "output is prefixed with the rank";
@@ -934,7 +935,7 @@ TEST_F(TrainCli, ASignalToOneRankStopsEveryRankAtTheSameStep) {
                                          "--set", "train.eval_every=12", "--set", "eval.split=train", "--set",
                                          "eval.lengths=[128]", "--set", "eval.max_sequences=0", "--set",
                                          "eval.batch_size=1", "--set", "distributed.timeout_s=30"};
-  const int port = 23000 + getpid() % 17000;
+  const int port = test::unused_port(22);  // offsets 0, 10, 11, 20, 21
   auto args = [&](const std::string& name, int port_offset, std::vector<std::string> more) {
     std::vector<std::string> a = {"--nproc-per-node", "2", "--max-restarts", "1", "--master-port",
                                   std::to_string(port + port_offset), "--", kBin, "train",
@@ -1027,7 +1028,7 @@ TEST_F(TrainCli, TorchrunNoPythonLaunchesTheSameRun) {
 TEST_F(TrainCli, TorchrunElasticRestartResumesFromTheCheckpoint) {
   const std::string torchrun = (fs::path(SEGTRAIN_PYTHON).parent_path() / "torchrun").string();
   ASSERT_TRUE(fs::exists(torchrun)) << torchrun;
-  const int port = 25000 + getpid() % 15000;
+  const int port = test::unused_port(2);
   auto args = [&](const std::string& name, int port_offset) {
     return std::vector<std::string>{"--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
                                     "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port + port_offset),
@@ -1066,7 +1067,7 @@ TEST_F(TrainCli, BadDistributedEnvironmentExitsTwo) {
       {{"WORLD_SIZE=0"}, "WORLD_SIZE=0: expected an integer >= 1"},
       {{"WORLD_SIZE=2", "RANK=2"}, "RANK=2 is not below WORLD_SIZE=2"},
       {{"WORLD_SIZE=2", "RANK=1", "MASTER_PORT=http"}, "MASTER_PORT=http: expected an integer >= 1"},
-      {{"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(40000 + getpid() % 20000)},
+      {{"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(test::unused_port())},
        "cannot reach the rendezvous store at 127.0.0.1"},
   };
   for (const auto& [vars, expected] : cases) {
@@ -1077,6 +1078,27 @@ TEST_F(TrainCli, BadDistributedEnvironmentExitsTwo) {
     EXPECT_EQ(r.exit_code, 2) << vars.back() << "\n" << r.err;
     EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
   }
+  // Rank 0 on a port something else listens on: named as the port it cannot
+  // host the store on, at once (not as a store it cannot reach after the timeout).
+  const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(::bind(held, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(held, 1), 0);
+  socklen_t size = sizeof address;
+  ASSERT_EQ(::getsockname(held, reinterpret_cast<sockaddr*>(&address), &size), 0);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  auto r = run("env", {"WORLD_SIZE=2", "RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, kBin, "train", cfg,
+                       "--set", "distributed.timeout_s=60"},
+               50);
+  ::close(held);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("MASTER_PORT=" + port + ": rank 0 cannot host the rendezvous store on this port"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("address already in use"), std::string::npos) << r.err;
 }
 
 // Accumulating 2 micro-batches of 2 covers the same samples per step as one of
