@@ -760,14 +760,14 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
     for (const auto& task : eval_task_catalog())
       if (task.writes_prompts)
         for (int64_t f : c.factors) task_table(md, c, f, task.name);
-    md << "\nTraining tokens per trained row:";
+    std::vector<std::string> tokens;
     for (int64_t f : c.factors)
       for (const auto& row : c.rows)
-        if (row.factor == f && row.kind == "trained") {
-          md << " " << f << "·L_t: " << row.train_tokens << ";";
+        if (row.factor == f && row.kind == "trained" && row.budget == 0) {
+          tokens.push_back(thousands(row.train_tokens) + " at " + std::to_string(f) + "·L_t");
           break;
         }
-    md << "\n\n";
+    if (!tokens.empty()) md << "\nTraining tokens per trained row (the budget curve's apart): " << join(tokens, "; ") << ".\n\n";
     for (int64_t f : c.factors) {
       comparison_section(md, c, f);
       budget_section(md, c, f);
