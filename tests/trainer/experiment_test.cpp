@@ -128,7 +128,7 @@ TEST(Experiment, TinyRopeGridEndToEnd) {
   EXPECT_NE(md.find("| OOTB ntk |"), std::string::npos) << md;
   EXPECT_NE(md.find("| DA |"), std::string::npos) << md;
   EXPECT_NE(md.find("| row | training | perplexity | total |"), std::string::npos) << md;
-  EXPECT_TRUE(std::regex_search(md, std::regex("Training tokens per trained row \\(the budget curve's apart\\): "
+  EXPECT_TRUE(std::regex_search(md, std::regex("Training tokens per trained row \\(budget-curve rows aside\\): "
                                                "[0-9]+(,[0-9]{3})* at 2·L_t\\.\n")))
       << md;
   const std::string svg = test::read_file(fs::path(out) / "plots/synthetic-x2.svg");

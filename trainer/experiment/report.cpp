@@ -767,7 +767,7 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
           tokens.push_back(thousands(row.train_tokens) + " at " + std::to_string(f) + "·L_t");
           break;
         }
-    if (!tokens.empty()) md << "\nTraining tokens per trained row (the budget curve's apart): " << join(tokens, "; ") << ".\n\n";
+    if (!tokens.empty()) md << "\nTraining tokens per trained row (budget-curve rows aside): " << join(tokens, "; ") << ".\n\n";
     for (int64_t f : c.factors) {
       comparison_section(md, c, f);
       budget_section(md, c, f);

@@ -105,10 +105,14 @@ c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& e, const Distri
     try {
       store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, options);
     } catch (const std::exception& err) {
-      if (options.isServer)  // rank 0 hosts the store: the port is taken (or not ours), not a peer missing
+      // Rank 0 hosts the store: a port something else holds is the likely cause, not a missing peer.
+      if (options.isServer && message_of(err).find("EADDRINUSE") != std::string::npos)
         throw InputError("MASTER_PORT=" + std::to_string(e.master_port) +
-                         ": rank 0 cannot host the rendezvous store on this port (held by another job, or an old rank "
-                         "0 still running?): " + message_of(err) + debug_detail(err));
+                         ": rank 0 cannot host the rendezvous store on this port: it is in use (another job, or an "
+                         "old rank 0 still running?): " + message_of(err) + debug_detail(err));
+      if (options.isServer)
+        throw InputError("MASTER_ADDR/MASTER_PORT: rank 0 cannot host the rendezvous store at " + master_text(e) +
+                         ": " + message_of(err) + debug_detail(err));
       throw InputError("MASTER_ADDR/MASTER_PORT: cannot reach the rendezvous store at " + master_text(e) + " within " +
                        std::to_string(config.timeout_s) + " s (distributed.timeout_s): " + message_of(err) +
                        debug_detail(err));
