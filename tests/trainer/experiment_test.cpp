@@ -226,6 +226,87 @@ TEST(Experiment, InterruptedGridResumesToTheSameResults) {
   EXPECT_EQ(a["rows"][0]["label"], "OOTB");
 }
 
+// A grid split in two (another machine's rows, or a published results.json whose run
+// folders are gone): `--import-rows` reports the recorded rows as they were, trains
+// and evaluates only the rest, and gives the tables a grid run whole gives.
+TEST(Experiment, ImportedRowsAreReportedAsRecordedAndOnlyTheRestRuns) {
+  test::TempDir dir;
+  const std::string lengths = "  eval_lengths: [32, 64]\n";  // the table by length, with intervals
+  test::write_file(dir / "a.yaml", tiny_experiment(dir / "a", "gpt2", lengths));
+  test::write_file(dir / "b.yaml", tiny_experiment(dir / "b", "gpt2", lengths));
+  auto whole = run(kBin, {"experiment", dir / "a.yaml"}, 600);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  // Published as scripts/publish_results.py does (no per-position curves), and
+  // without the full row: that one the second grid must train and evaluate.
+  json published = results_of(dir / "a");
+  json kept = json::array();
+  for (auto r : published["corpora"][0]["rows"]) {
+    r.erase("position_loss");
+    if (r["key"] != "full") kept.push_back(r);
+  }
+  published["corpora"][0]["rows"] = kept;
+  published["corpora"][0]["base"].erase("position_loss");
+  const std::string file = dir / "published.json";
+  test::write_file(file, published.dump(2));
+
+  auto split = run(kBin, {"experiment", dir / "b.yaml", "--import-rows", file}, 600);
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  for (const char* key : {"da", "chunk-0.5", "prefix-0.5", "randompos"})
+    EXPECT_FALSE(fs::exists(fs::path(dir / "b/synthetic/x2") / key)) << key << " was trained again";
+  EXPECT_FALSE(fs::exists(dir / "b/synthetic/x2/ootb-interpolate")) << "the OOTB row was evaluated again";
+  EXPECT_TRUE(fs::exists(dir / "b/synthetic/x2/full/final/model_config.json"));
+
+  const json a = results_of(dir / "a")["corpora"][0], b = results_of(dir / "b")["corpora"][0];
+  ASSERT_EQ(a["rows"].size(), b["rows"].size());
+  for (size_t i = 0; i < a["rows"].size(); ++i) {
+    const json &want = a["rows"][i], &got = b["rows"][i];
+    EXPECT_EQ(got["key"], want["key"]);
+    EXPECT_EQ(got["results"], want["results"]) << want["key"];
+    EXPECT_EQ(got["train_tokens"], want["train_tokens"]) << want["key"];
+    EXPECT_EQ(got.value("imported_from", ""), want["key"] == "full" ? "" : file) << want["key"];
+  }
+  EXPECT_EQ(b["base"]["results"], a["base"]["results"]);
+  // The wall time counts the imported grid's invocations and this one.
+  EXPECT_EQ(results_of(dir / "b")["invocations"], results_of(dir / "a")["invocations"].get<int64_t>() + 1);
+
+  // Every figure with an interval (the table by length, the paired comparisons) is the whole grid's.
+  const std::string md_a = test::read_file(dir / "a/results.md"), md_b = test::read_file(dir / "b/results.md");
+  std::istringstream lines(md_a);
+  int compared = 0;
+  for (std::string line; std::getline(lines, line);)
+    if (line.find(" [") != std::string::npos) {
+      ++compared;
+      EXPECT_NE(md_b.find(line + "\n"), std::string::npos) << line << "\n----\n" << md_b;
+    }
+  EXPECT_GT(compared, 5);
+  EXPECT_NE(md_b.find("Imported from `" + file + "`"), std::string::npos) << md_b;
+  EXPECT_NE(md_b.find("chunk-0.5 (2·L_t)"), std::string::npos) << md_b;
+  // The plot draws the imported rows too (their mean curves from the windows' block losses).
+  const std::string svg = test::read_file(dir / "b/plots/synthetic-x2.svg");
+  for (const char* label : {"OOTB", "DA", "full", "chunk-0.5", "prefix-0.5", "randompos"})
+    EXPECT_NE(svg.find(std::string(">") + label + "<"), std::string::npos) << label;
+
+  // Rows measured with other evaluation settings are refused, naming the row and the setting.
+  test::write_file(dir / "c.yaml", tiny_experiment(dir / "c", "gpt2", lengths));
+  auto other = run(kBin, {"experiment", dir / "c.yaml", "--import-rows", file, "--set", "eval.max_sequences=5"}, 600);
+  EXPECT_EQ(other.exit_code, 2) << other.err;
+  EXPECT_NE(other.err.find("--import-rows " + file + ": row 'base at L_t'"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("max_sequences is 6 there, 5 here"), std::string::npos) << other.err;
+  // A file that is not this experiment's results is refused before anything is written.
+  published["experiment"] = "another";
+  test::write_file(dir / "another.json", published.dump());
+  test::write_file(dir / "not.json", "{\"rows\": ");
+  for (const auto& [bad, expected] : {std::pair<std::string, std::string>{dir / "another.json", "records experiment \"another\", not \"tiny\""},
+                                      {dir / "not.json", "not JSON"},
+                                      {dir / "missing.json", "missing.json"}}) {
+    auto r = run(kBin, {"experiment", dir / "c.yaml", "--import-rows", bad}, 60);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("--import-rows " + bad), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  }
+}
+
 struct BadExperiment {
   std::string name;
   std::string experiment;  // the experiment: section's body lines

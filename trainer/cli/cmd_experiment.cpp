@@ -9,13 +9,18 @@ void add_experiment(CLI::App& app, Chosen& chosen) {
   struct Options {
     std::string file;
     std::vector<std::string> overrides;
+    std::vector<std::string> import_rows;
   };
   auto o = std::make_shared<Options>();
   auto* x = app.add_subcommand("experiment", "Run a grid of runs and write one comparison table");
   x->add_option("file", o->file, "Experiment YAML")->required();
   add_overrides(x, o->overrides);
+  x->add_option("--import-rows", o->import_rows,
+                "results.json of an earlier run of this experiment (another machine's, or a published one): its rows "
+                "are reported as recorded there, not trained or evaluated again (repeatable)");
   choose_on(x, chosen, "experiment", OnSignal::stop_at_checkpoint, [o] {
-    const ExperimentConfig experiment = load_experiment(o->file, o->overrides);
+    ExperimentConfig experiment = load_experiment(o->file, o->overrides);
+    experiment.import_rows = o->import_rows;
     log::Options logging;  // the console; the grid and each run add their own log files
     logging.level = experiment.base_template.config.run.log_level;
     log::init(logging);

@@ -91,6 +91,9 @@ struct ExperimentConfig {
   bool eval_from_longest = false;
   std::vector<CorpusSpec> corpora;
   std::vector<Assignment> base_set, extend_set;
+  // results.json files of earlier runs of this experiment whose rows count as done
+  // (the command line's --import-rows; imported_rows.h).
+  std::vector<std::string> import_rows;
   LoadedConfig base_template;  // the file's run sections with the command line's --set applied
 };
 

@@ -32,6 +32,7 @@
 #include "trainer/eval/perplexity.h"
 #include "trainer/eval/stored_model.h"
 #include "trainer/eval/suite.h"
+#include "trainer/experiment/imported_rows.h"
 #include "trainer/experiment/plan.h"
 #include "trainer/experiment/report.h"
 #include "trainer/runtime/device.h"
@@ -206,6 +207,26 @@ EvalSuite row_suite(const ExperimentConfig& x, const RowResult& row) {
   return EvalSuite(tasks, row.lengths, eval, templ.eval.split, kEvalPromptSeed);
 }
 
+// Each task of `row`'s suite with the settings its figures are recorded with (the
+// model folder's files aside: evaluate_row adds their identity).
+std::map<std::string, nlohmann::json> task_settings(const ExperimentConfig& x, const RowResult& row,
+                                                    const std::string& model_dir,
+                                                    const std::vector<std::string>& overrides) {
+  const Config& templ = x.base_template.config;
+  // fp32 rows keep the settings they were recorded with before eval.precision existed.
+  const bool bf16 = evaluates_in_bf16(templ.eval, templ.train.precision);
+  std::map<std::string, nlohmann::json> out;
+  const EvalSuite suite = row_suite(x, row);
+  for (const auto& task : suite.tasks()) {
+    nlohmann::json settings = task->settings();
+    settings["model"] = model_dir;
+    settings["overrides"] = overrides;
+    if (bf16) settings["precision"] = "bf16";
+    out[task->name()] = settings;
+  }
+  return out;
+}
+
 // Takes into `row` each task's figures that its record holds with the same settings
 // (`with`: each task's settings as JSON); returns the tasks still to run.
 std::vector<const EvalTask*> tasks_to_run(RowResult& row, const fs::path& record, const EvalSuite& suite,
@@ -237,17 +258,12 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
                        const std::string& store_path, const data::TokenStore& store) {
   const Config& templ = x.base_template.config;
   const EvalSuite suite = row_suite(x, row);
-  const std::string files = model_identity(model_dir);
-  // fp32 rows keep the settings they were recorded with before eval.precision existed.
   const bool bf16 = evaluates_in_bf16(templ.eval, templ.train.precision);
+  const std::string files = model_identity(model_dir);
   std::map<std::string, std::string> with;
-  for (const auto& task : suite.tasks()) {
-    nlohmann::json settings = task->settings();
-    settings["model"] = model_dir;
+  for (auto& [name, settings] : task_settings(x, row, model_dir, overrides)) {
     settings["model_files"] = files;
-    settings["overrides"] = overrides;
-    if (bf16) settings["precision"] = "bf16";
-    with[task->name()] = settings.dump();
+    with[name] = settings.dump();
   }
   const StoredModel stored = open_stored_model(model_dir, overrides, suite.longest());
   const fs::path record = row_dir / "row.json";
@@ -328,7 +344,10 @@ std::string ootb_label(const ExperimentConfig& x, const CorpusSpec& corpus, mode
 // what this invocation has spent so far plus what earlier ones recorded.
 class GridClock {
  public:
-  explicit GridClock(const fs::path& file) : file_(file), started_(std::chrono::steady_clock::now()) {
+  // `imported`: the time of the grids whose rows this one imports, where it starts
+  // when `file` is not there yet.
+  GridClock(const fs::path& file, GridTime imported)
+      : file_(file), started_(std::chrono::steady_clock::now()), before_(imported) {
     if (!fs::exists(file_)) return;
     try {
       const auto j = nlohmann::json::parse(read_file(file_, "grid wall time"));
@@ -360,7 +379,7 @@ class GridClock {
 
 // The corpus's rows, calling `row_done` with what is finished after every row (the
 // reports are rewritten then: a study of hours shows its rows as they come).
-CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus,
+CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, const ImportedRows& imports,
                          const std::function<void(const CorpusResults&)>& row_done) {
   const Config& templ = x.base_template.config;
   const int64_t lt = templ.data.train_length;
@@ -376,6 +395,13 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus,
                                      x.file + ": eval.tasks: corpus '" + corpus.name + "'");
   }
   const auto runs = plan_training_runs(x, corpus);
+  // `row` as an imported results.json recorded it (checked against this grid's settings), or nullptr.
+  auto imported = [&](const RowResult& row, const std::string& model_dir, const std::vector<std::string>& overrides) {
+    const RowResult* found =
+        imports.find(corpus.name, row.factor, row.key, task_settings(x, row, model_dir, overrides));
+    if (found) log::info("experiment: ", row.label, " at x", row.factor, " imported from ", found->imported_from);
+    return found;
+  };
   if (corpus.base.empty()) ensure_trained(runs.front());
   throw_if_stopped();
 
@@ -387,8 +413,10 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus,
   out.factors = x.factors;
   out.arch = enum_name(models::kArchs, base_arch(x, corpus));
   const RowResult base_row = new_row("base", "base at L_t", "base", 1, {lt});
-  out.base = evaluate_row(base_row, corpus_dir(x, corpus) / "base-eval", base_model_dir(x, corpus), {}, x,
-                          store_dir(x, corpus), store);
+  const RowResult* base_import = imported(base_row, base_model_dir(x, corpus), {});
+  out.base = base_import ? *base_import
+                         : evaluate_row(base_row, corpus_dir(x, corpus) / "base-eval", base_model_dir(x, corpus), {},
+                                        x, store_dir(x, corpus), store);
 
   for (int64_t factor : x.factors) {
     const fs::path fdir = factor_dir(x, corpus, factor);
@@ -399,13 +427,14 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus,
                                     ootb_label(x, corpus, method), "ootb", factor, row_lengths(x, factor));
       std::vector<std::string> overrides;
       if (method != models::ExtensionMethod::none) overrides = {extension_override(method), factor_set};
-      out.rows.push_back(evaluate_row(row, fdir / row.key, base_model_dir(x, corpus), overrides, x, store_dir(x, corpus), store));
+      const RowResult* done = imported(row, base_model_dir(x, corpus), overrides);
+      out.rows.push_back(done ? *done
+                              : evaluate_row(row, fdir / row.key, base_model_dir(x, corpus), overrides, x,
+                                             store_dir(x, corpus), store));
       row_done(out);
     }
     for (const auto& run : runs) {
       if (run.factor != factor || !run.method) continue;
-      throw_if_stopped();
-      ensure_trained(run);
       throw_if_stopped();
       const TrainedMethod& m = *run.method;
       const std::string label = m.domain_adaptation ? "DA" + m.name.substr(2) : m.name;  // "DA", "DA@262144"
@@ -416,6 +445,13 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus,
       if (run.method->domain_adaptation && ootb_extension != models::ExtensionMethod::none)
         overrides = {extension_override(ootb_extension), factor_set};
       const fs::path run_dir = run.config.config.run.output_dir;
+      if (const RowResult* done = imported(row, (run_dir / "final").string(), overrides)) {
+        out.rows.push_back(*done);
+        row_done(out);
+        continue;
+      }
+      ensure_trained(run);
+      throw_if_stopped();
       const TrainerState trained = newest_checkpoint(run_dir)->state;
       row.train_tokens = trained.tokens;
       row.train_seconds = trained.train_seconds.value_or(0.0);
@@ -432,6 +468,8 @@ void run_experiment(const ExperimentConfig& x) {
   if (const char* world = std::getenv("WORLD_SIZE"); world && std::string(world) != "1")
     throw InputError("WORLD_SIZE=" + std::string(world) +
                      ": `segtrain experiment` runs its grid in one process; launch single runs with segtrain-launch");
+  // Refused before anything is written.
+  const ImportedRows imports = ImportedRows::read(x.import_rows, x.name);
   const bool is_grid = fs::exists(fs::path(x.output_dir) / DirectoryLock::kFileName);
   check_output_folder(x.output_dir, "experiment.output_dir", "an experiment", [is_grid](const fs::path&) { return is_grid; });
   const DirectoryLock lock = DirectoryLock::hold(x.output_dir, "experiment.output_dir", "segtrain experiment");
@@ -439,7 +477,7 @@ void run_experiment(const ExperimentConfig& x) {
   const log::ScopedFile experiment_log((fs::path(x.output_dir) / "experiment.log").string());
   log::info("experiment ", x.name, ": ", x.corpora.size(), " corpora x ", x.factors.size(), " factors; writing ",
             x.output_dir);
-  const GridClock clock(fs::path(x.output_dir) / "wall_time.json");
+  const GridClock clock(fs::path(x.output_dir) / "wall_time.json", imports.time());
   std::vector<CorpusResults> corpora;
   // A grid killed later keeps the time and the tables of every row it finished.
   auto row_done = [&](const CorpusResults& partial) {
@@ -449,7 +487,7 @@ void run_experiment(const ExperimentConfig& x) {
     write_reports(x, so_far, clock.now());
   };
   for (const auto& corpus : x.corpora) {
-    corpora.push_back(run_corpus(x, corpus, row_done));
+    corpora.push_back(run_corpus(x, corpus, imports, row_done));
     // Tables so far are worth having even if a later corpus fails.
     write_reports(x, corpora, clock.now());
   }

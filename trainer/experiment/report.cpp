@@ -51,6 +51,7 @@ json row_json(const RowResult& row) {
               {"train_tokens", row.train_tokens}, {"train_seconds", row.train_seconds},
               {"eval_seconds", row.eval_seconds}, {"results", results}};
   if (row.budget) out["budget"] = row.budget;
+  if (!row.imported_from.empty()) out["imported_from"] = row.imported_from;
   // The curve at the longest length is the one the plots show.
   if (!row.results.empty()) {
     json curve = json::array();
@@ -493,6 +494,19 @@ void budget_section(std::ostringstream& md, const CorpusResults& c, int64_t fact
   md << "\n";  // the plots that follow are paragraphs of their own
 }
 
+// Which rows this grid took as another invocation recorded them (--import-rows).
+std::string imported_sentence(const CorpusResults& c) {
+  std::map<std::string, std::vector<std::string>> by_file;
+  if (!c.base.imported_from.empty()) by_file[c.base.imported_from].push_back(c.base.label);
+  for (const auto& row : c.rows)
+    if (!row.imported_from.empty()) by_file[row.imported_from].push_back(row.label + " (" + std::to_string(row.factor) + "·L_t)");
+  std::ostringstream out;
+  for (const auto& [file, labels] : by_file)
+    out << "Imported from `" << file << "` (`--import-rows`: trained and evaluated by an earlier run of this "
+        << "experiment, reported as recorded there): " << join(labels, ", ") << ".\n\n";
+  return out.str();
+}
+
 // Which windows every row was scored on: "4 windows of 32768 tokens, each from another
 // held-out document (documents 0, 1, 2, 3 of the split)".
 std::string windows_sentence(const CorpusResults& c) {
@@ -627,6 +641,22 @@ std::vector<std::tuple<double, double, double>> window_band(const LengthResult& 
   return band;
 }
 
+// The mean curve of a row whose per-position losses were not kept (a published
+// results.json, imported): the same bucket means, from its windows' block losses.
+PlotSeries block_curve(const std::string& label, const LengthResult& r, int64_t bucket) {
+  const int64_t predictions = r.length - 1;
+  std::vector<double> per_position(static_cast<size_t>(std::max<int64_t>(0, predictions)), 0.0);
+  for (int64_t p = 0; p < predictions && !r.windows.empty(); ++p) {
+    const auto b = static_cast<size_t>(p / kLossBlock);
+    const double block_size = static_cast<double>(std::min(kLossBlock, predictions - p / kLossBlock * kLossBlock));
+    double sum = 0;
+    for (const auto& w : r.windows) sum += b < w.block_nll.size() ? w.block_nll[b] / block_size : NAN;
+    per_position[static_cast<size_t>(p)] = sum / static_cast<double>(r.windows.size());
+  }
+  const auto size = static_cast<size_t>(std::max<int64_t>(1, bucket));
+  return bucketed(label, per_position, static_cast<int>((per_position.size() + size - 1) / size));
+}
+
 // Perplexity by training budget: one line per method and length, its 95% interval as a
 // band; x is log2 of the budget over the smallest (equal steps for 4x budgets), marked.
 std::string budget_plot(const ExperimentConfig& x, const CorpusResults& c, int64_t factor) {
@@ -678,6 +708,7 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     row.budget = j.value("budget", int64_t{0});
     row.train_seconds = j.value("train_seconds", 0.0);
     row.eval_seconds = j.value("eval_seconds", 0.0);
+    row.imported_from = j.value("imported_from", std::string());
     auto scores = [](const json& list) {
       std::vector<TaskScore> out;
       for (const auto& p : list) {
@@ -741,7 +772,7 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
     if (!c.base.results.empty())
       md << "The base model at L_t = " << c.train_length << ": perplexity " << cell(c.base.results.front().ppl)
          << ".\n\n";
-    md << windows_sentence(c);
+    md << windows_sentence(c) << imported_sentence(c);
     if (x.eval_lengths.empty()) {  // else the table by length below holds L_t and L_e, with intervals
       md << "Perplexity at L_e, for models extended to L_e:\n\n";
       table(md, c, true);
@@ -811,7 +842,9 @@ void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& 
       std::vector<PlotSeries> series;
       for (const auto& row : c.rows)
         if (row.factor == f && row.budget == 0 && !row.results.empty()) {
-          series.push_back(position_curve(row.label, row.results.back().position_loss, bucket));
+          const auto& curve = row.results.back().position_loss;
+          series.push_back(curve.empty() ? block_curve(row.label, row.results.back(), bucket)
+                                         : position_curve(row.label, curve, bucket));
           series.back().band = window_band(row.results.back(), bucket);
         }
       write_file_atomic(out / "plots" / plot_name(c, f), line_plot_svg(options, series));

@@ -37,6 +37,8 @@ struct RowResult {
   double eval_seconds = 0;     // wall time of the perplexity evaluation
   // Every prompt task measured, by name ("passkey", "niah_single", ...).
   std::map<std::string, RecordedTask> tasks;
+  // The results.json this row was imported from (--import-rows); empty: this grid's own.
+  std::string imported_from;
 };
 
 // The grid's wall time over every invocation (a resumed grid adds to it).

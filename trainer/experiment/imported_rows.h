@@ -1,0 +1,42 @@
+#pragma once
+// Rows that another invocation of the same experiment recorded, taken into this one
+// (`segtrain experiment FILE --import-rows RESULTS.json`): a grid split across
+// machines, or one whose run folders are gone but whose results.json was kept
+// (docs/results/), reports them beside its own rows without training or evaluating
+// them again. Only their evaluation settings are checked: how they were trained is
+// taken as recorded.
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "trainer/experiment/report.h"
+
+namespace segtrain::trainer {
+
+class ImportedRows {
+ public:
+  // Reads each results.json (a later file's row replaces an earlier one's); exit 2
+  // naming the file when it is not a results.json of experiment `experiment`.
+  static ImportedRows read(const std::vector<std::string>& files, const std::string& experiment);
+
+  // The record of row `key` at `factor` of corpus `corpus`, or nullptr. `settings`
+  // holds each eval task's settings as this grid records them; the model's folder and
+  // files aside (another machine's, or another output folder's), a record measured with
+  // other settings, or without one of the tasks, is refused (exit 2) naming the difference.
+  const RowResult* find(const std::string& corpus, int64_t factor, const std::string& key,
+                        const std::map<std::string, nlohmann::json>& settings) const;
+
+  // The wall time the imported grids recorded, summed: where this grid's clock starts
+  // when its output folder has none yet.
+  GridTime time() const { return time_; }
+
+ private:
+  std::map<std::tuple<std::string, int64_t, std::string>, RowResult> rows_;
+  GridTime time_;
+};
+
+}  // namespace segtrain::trainer
