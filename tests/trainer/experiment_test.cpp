@@ -265,7 +265,10 @@ TEST(Experiment, ImportedRowsAreReportedAsRecordedAndOnlyTheRestRuns) {
     EXPECT_EQ(got["train_tokens"], want["train_tokens"]) << want["key"];
     EXPECT_EQ(got.value("imported_from", ""), want["key"] == "full" ? "" : file) << want["key"];
   }
+  // The base row is scored here too (it checks the base and store) and reported as imported.
+  EXPECT_TRUE(fs::exists(dir / "b/synthetic/base-eval/row.json"));
   EXPECT_EQ(b["base"]["results"], a["base"]["results"]);
+  EXPECT_EQ(b["base"].value("imported_from", ""), file);
   // The wall time counts the imported grid's invocations and this one.
   EXPECT_EQ(results_of(dir / "b")["invocations"], results_of(dir / "a")["invocations"].get<int64_t>() + 1);
 
@@ -281,10 +284,13 @@ TEST(Experiment, ImportedRowsAreReportedAsRecordedAndOnlyTheRestRuns) {
   EXPECT_GT(compared, 5);
   EXPECT_NE(md_b.find("Imported from `" + file + "`"), std::string::npos) << md_b;
   EXPECT_NE(md_b.find("chunk-0.5 (2·L_t)"), std::string::npos) << md_b;
-  // The plot draws the imported rows too (their mean curves from the windows' block losses).
-  const std::string svg = test::read_file(dir / "b/plots/synthetic-x2.svg");
-  for (const char* label : {"OOTB", "DA", "full", "chunk-0.5", "prefix-0.5", "randompos"})
-    EXPECT_NE(svg.find(std::string(">") + label + "<"), std::string::npos) << label;
+  // The plot draws a solid curve for every row, the imported ones from their windows' block losses.
+  auto solid_curves = [](const std::string& svg) {
+    int n = 0;
+    for (size_t at = svg.find("stroke-width='2'"); at != std::string::npos; at = svg.find("stroke-width='2'", at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(solid_curves(test::read_file(dir / "b/plots/synthetic-x2.svg")), static_cast<int>(a["rows"].size()));
 
   // Rows measured with other evaluation settings are refused, naming the row and the setting.
   test::write_file(dir / "c.yaml", tiny_experiment(dir / "c", "gpt2", lengths));
@@ -292,18 +298,30 @@ TEST(Experiment, ImportedRowsAreReportedAsRecordedAndOnlyTheRestRuns) {
   EXPECT_EQ(other.exit_code, 2) << other.err;
   EXPECT_NE(other.err.find("--import-rows " + file + ": row 'base at L_t'"), std::string::npos) << other.err;
   EXPECT_NE(other.err.find("max_sequences is 6 there, 5 here"), std::string::npos) << other.err;
+  EXPECT_FALSE(fs::exists(dir / "c")) << "refused before anything is written";
+  // So are rows scored on another base or store: the base row scored here differs.
+  test::write_file(dir / "seed.yaml", tiny_experiment(dir / "seed", "gpt2", lengths));
+  std::string reseeded = test::read_file(dir / "seed.yaml");
+  reseeded.replace(reseeded.find("seed: 3}"), 8, "seed: 4}");
+  test::write_file(dir / "seed.yaml", reseeded);
+  auto other_base = run(kBin, {"experiment", dir / "seed.yaml", "--import-rows", file}, 600);
+  EXPECT_EQ(other_base.exit_code, 2) << other_base.err;
+  EXPECT_NE(other_base.err.find("--import-rows " + file + ": its base row scores"), std::string::npos) << other_base.err;
+  EXPECT_FALSE(fs::exists(dir / "seed/synthetic/x2/full")) << "nothing is trained on a base that differs";
   // A file that is not this experiment's results is refused before anything is written.
+  test::write_file(dir / "d.yaml", tiny_experiment(dir / "d", "gpt2", lengths));
   published["experiment"] = "another";
   test::write_file(dir / "another.json", published.dump());
   test::write_file(dir / "not.json", "{\"rows\": ");
   for (const auto& [bad, expected] : {std::pair<std::string, std::string>{dir / "another.json", "records experiment \"another\", not \"tiny\""},
                                       {dir / "not.json", "not JSON"},
                                       {dir / "missing.json", "missing.json"}}) {
-    auto r = run(kBin, {"experiment", dir / "c.yaml", "--import-rows", bad}, 60);
+    auto r = run(kBin, {"experiment", dir / "d.yaml", "--import-rows", bad}, 60);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_NE(r.err.find("--import-rows " + bad), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "d")) << bad;
   }
 }
 

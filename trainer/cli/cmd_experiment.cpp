@@ -17,7 +17,9 @@ void add_experiment(CLI::App& app, Chosen& chosen) {
   add_overrides(x, o->overrides);
   x->add_option("--import-rows", o->import_rows,
                 "results.json of an earlier run of this experiment (another machine's, or a published one): its rows "
-                "are reported as recorded there, not trained or evaluated again (repeatable)");
+                "are reported as recorded there, not trained or evaluated again (repeatable)")
+      ->type_name("RESULTS.json")
+      ->allow_extra_args(false);  // one file per --import-rows: FILE.yaml after it stays the experiment
   choose_on(x, chosen, "experiment", OnSignal::stop_at_checkpoint, [o] {
     ExperimentConfig experiment = load_experiment(o->file, o->overrides);
     experiment.import_rows = o->import_rows;

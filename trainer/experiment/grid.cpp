@@ -11,6 +11,7 @@
 #include <iomanip>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "common/atomic_write.h"
@@ -377,12 +378,93 @@ class GridClock {
   GridTime before_;
 };
 
+// One row of a corpus's report as the grid plans it: what it scores, with which
+// overrides, where its record goes, and the training run behind a trained row.
+struct PlannedRow {
+  RowResult row;  // key, label, kind, factor, lengths, budget
+  std::string model_dir;
+  std::vector<std::string> overrides;
+  fs::path record_dir;
+  const PlannedRun* run = nullptr;
+};
+
+// The base row at L_t (the OOTB row without a scaling), then per factor the OOTB rows
+// and the trained rows, in the order the grid runs them.
+std::vector<PlannedRow> plan_rows(const ExperimentConfig& x, const CorpusSpec& corpus,
+                                  const std::vector<PlannedRun>& runs) {
+  const int64_t lt = x.base_template.config.data.train_length;
+  const std::string base = base_model_dir(x, corpus);
+  std::vector<PlannedRow> rows;
+  rows.push_back({new_row("base", "base at L_t", "base", 1, {lt}), base, {}, corpus_dir(x, corpus) / "base-eval"});
+  for (int64_t factor : x.factors) {
+    const std::string factor_set = "model.extension.factor=" + format_factor(extension_factor(x, corpus, factor));
+    for (auto method : ootb_rows(x, corpus)) {
+      PlannedRow p{new_row("ootb-" + std::string(enum_name(models::kExtensionMethods, method)),
+                           ootb_label(x, corpus, method), "ootb", factor, row_lengths(x, factor)),
+                   base, {}, {}};
+      if (method != models::ExtensionMethod::none) p.overrides = {extension_override(method), factor_set};
+      p.record_dir = factor_dir(x, corpus, factor) / p.row.key;
+      rows.push_back(std::move(p));
+    }
+    for (const auto& run : runs) {
+      if (run.factor != factor || !run.method) continue;
+      const TrainedMethod& m = *run.method;
+      const std::string label = m.domain_adaptation ? "DA" + m.name.substr(2) : m.name;  // "DA", "DA@262144"
+      const fs::path run_dir = run.config.config.run.output_dir;
+      PlannedRow p{new_row(m.name, label, "trained", factor, row_lengths(x, factor)), (run_dir / "final").string(),
+                   {}, run_dir, &run};
+      p.row.budget = m.budget.value_or(0);
+      const auto ootb_extension = default_train_extension(base_arch(x, corpus));
+      if (m.domain_adaptation && ootb_extension != models::ExtensionMethod::none)
+        p.overrides = {extension_override(ootb_extension), factor_set};
+      rows.push_back(std::move(p));
+    }
+  }
+  return rows;
+}
+
+// Each row `imports` holds for `corpus`, checked against this grid's settings
+// (exit 2 naming the first that differs): by the row's position in plan_rows.
+std::map<size_t, const RowResult*> imported_rows(const ExperimentConfig& x, const CorpusSpec& corpus,
+                                                 const std::vector<PlannedRow>& rows, const ImportedRows& imports) {
+  std::map<size_t, const RowResult*> out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const PlannedRow& p = rows[i];
+    if (const RowResult* found =
+            imports.find(corpus.name, p.row.factor, p.row.key, task_settings(x, p.row, p.model_dir, p.overrides)))
+      out[i] = found;
+  }
+  return out;
+}
+
+// The base row imported must be the base row scored here: the same base, store and
+// windows, which the imported rows' settings alone do not show.
+void check_same_base(const RowResult& here, const RowResult& imported) {
+  const double a = here.results.front().ppl, b = imported.results.front().ppl;
+  if (std::abs(a - b) > 1e-4 * std::abs(b))
+    throw InputError("--import-rows " + imported.imported_from + ": its base row scores " + format_factor(b) +
+                     " at L_t, the base and store here " + format_factor(a) +
+                     ": its rows were scored on another base, store or held-out split");
+}
+
+// Every imported row checked against this grid's settings before anything is written
+// (run_corpus takes them again); a row that is no row of this grid is named, unused.
+void check_imports(const ExperimentConfig& x, const ImportedRows& imports) {
+  std::set<ImportedRows::Key> used;
+  for (const auto& corpus : x.corpora) {
+    const auto rows = plan_rows(x, corpus, plan_training_runs(x, corpus));
+    for (const auto& [index, row] : imported_rows(x, corpus, rows, imports))
+      used.insert({corpus.name, row->factor, row->key});
+  }
+  for (const auto& [key, file] : imports.unused(used))
+    log::warn("--import-rows ", file, ": row '", std::get<2>(key), "' (corpus '", std::get<0>(key), "', x",
+              std::get<1>(key), ") is no row of ", x.file, ": not used");
+}
+
 // The corpus's rows, calling `row_done` with what is finished after every row (the
 // reports are rewritten then: a study of hours shows its rows as they come).
 CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, const ImportedRows& imports,
                          const std::function<void(const CorpusResults&)>& row_done) {
-  const Config& templ = x.base_template.config;
-  const int64_t lt = templ.data.train_length;
   ensure_store(x, corpus, x.base_template);
   throw_if_stopped();
   // The store's tokenizer writes the tasks' prompts: refused now (exit 2), not after hours of training.
@@ -395,13 +477,8 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
                                      x.file + ": eval.tasks: corpus '" + corpus.name + "'");
   }
   const auto runs = plan_training_runs(x, corpus);
-  // `row` as an imported results.json recorded it (checked against this grid's settings), or nullptr.
-  auto imported = [&](const RowResult& row, const std::string& model_dir, const std::vector<std::string>& overrides) {
-    const RowResult* found =
-        imports.find(corpus.name, row.factor, row.key, task_settings(x, row, model_dir, overrides));
-    if (found) log::info("experiment: ", row.label, " at x", row.factor, " imported from ", found->imported_from);
-    return found;
-  };
+  const auto rows = plan_rows(x, corpus, runs);
+  const auto imported = imported_rows(x, corpus, rows, imports);
   if (corpus.base.empty()) ensure_trained(runs.front());
   throw_if_stopped();
 
@@ -409,55 +486,37 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
   CorpusResults out;
   out.name = corpus.name;
   out.store = store_dir(x, corpus);
-  out.train_length = lt;
+  out.train_length = x.base_template.config.data.train_length;
   out.factors = x.factors;
   out.arch = enum_name(models::kArchs, base_arch(x, corpus));
-  const RowResult base_row = new_row("base", "base at L_t", "base", 1, {lt});
-  const RowResult* base_import = imported(base_row, base_model_dir(x, corpus), {});
-  out.base = base_import ? *base_import
-                         : evaluate_row(base_row, corpus_dir(x, corpus) / "base-eval", base_model_dir(x, corpus), {},
-                                        x, store_dir(x, corpus), store);
-
-  for (int64_t factor : x.factors) {
-    const fs::path fdir = factor_dir(x, corpus, factor);
-    const std::string factor_set = "model.extension.factor=" + format_factor(extension_factor(x, corpus, factor));
-    for (auto method : ootb_rows(x, corpus)) {
-      throw_if_stopped();
-      const RowResult row = new_row("ootb-" + std::string(enum_name(models::kExtensionMethods, method)),
-                                    ootb_label(x, corpus, method), "ootb", factor, row_lengths(x, factor));
-      std::vector<std::string> overrides;
-      if (method != models::ExtensionMethod::none) overrides = {extension_override(method), factor_set};
-      const RowResult* done = imported(row, base_model_dir(x, corpus), overrides);
-      out.rows.push_back(done ? *done
-                              : evaluate_row(row, fdir / row.key, base_model_dir(x, corpus), overrides, x,
-                                             store_dir(x, corpus), store));
-      row_done(out);
-    }
-    for (const auto& run : runs) {
-      if (run.factor != factor || !run.method) continue;
-      throw_if_stopped();
-      const TrainedMethod& m = *run.method;
-      const std::string label = m.domain_adaptation ? "DA" + m.name.substr(2) : m.name;  // "DA", "DA@262144"
-      RowResult row = new_row(m.name, label, "trained", factor, row_lengths(x, factor));
-      row.budget = m.budget.value_or(0);
-      std::vector<std::string> overrides;
-      const auto ootb_extension = default_train_extension(base_arch(x, corpus));
-      if (run.method->domain_adaptation && ootb_extension != models::ExtensionMethod::none)
-        overrides = {extension_override(ootb_extension), factor_set};
-      const fs::path run_dir = run.config.config.run.output_dir;
-      if (const RowResult* done = imported(row, (run_dir / "final").string(), overrides)) {
-        out.rows.push_back(*done);
-        row_done(out);
-        continue;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    throw_if_stopped();
+    const PlannedRow& p = rows[i];
+    const auto import = imported.find(i);
+    if (p.row.kind == "base") {
+      // Scored here even when imported (seconds): it checks the imported rows' base and store.
+      out.base = evaluate_row(p.row, p.record_dir, p.model_dir, p.overrides, x, store_dir(x, corpus), store);
+      if (import != imported.end()) {
+        check_same_base(out.base, *import->second);
+        out.base = *import->second;
       }
-      ensure_trained(run);
-      throw_if_stopped();
-      const TrainerState trained = newest_checkpoint(run_dir)->state;
-      row.train_tokens = trained.tokens;
-      row.train_seconds = trained.train_seconds.value_or(0.0);
-      out.rows.push_back(evaluate_row(row, run_dir, (run_dir / "final").string(), overrides, x, store_dir(x, corpus), store));
-      row_done(out);
+      continue;
     }
+    if (import != imported.end()) {
+      log::info("experiment: ", p.row.label, " at x", p.row.factor, " imported from ", import->second->imported_from);
+      out.rows.push_back(*import->second);
+    } else {
+      RowResult row = p.row;
+      if (p.run) {
+        ensure_trained(*p.run);
+        throw_if_stopped();
+        const TrainerState trained = newest_checkpoint(p.run->config.config.run.output_dir)->state;
+        row.train_tokens = trained.tokens;
+        row.train_seconds = trained.train_seconds.value_or(0.0);
+      }
+      out.rows.push_back(evaluate_row(row, p.record_dir, p.model_dir, p.overrides, x, store_dir(x, corpus), store));
+    }
+    row_done(out);
   }
   return out;
 }
@@ -470,6 +529,7 @@ void run_experiment(const ExperimentConfig& x) {
                      ": `segtrain experiment` runs its grid in one process; launch single runs with segtrain-launch");
   // Refused before anything is written.
   const ImportedRows imports = ImportedRows::read(x.import_rows, x.name);
+  check_imports(x, imports);
   const bool is_grid = fs::exists(fs::path(x.output_dir) / DirectoryLock::kFileName);
   check_output_folder(x.output_dir, "experiment.output_dir", "an experiment", [is_grid](const fs::path&) { return is_grid; });
   const DirectoryLock lock = DirectoryLock::hold(x.output_dir, "experiment.output_dir", "segtrain experiment");

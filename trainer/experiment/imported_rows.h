@@ -3,14 +3,16 @@
 // (`segtrain experiment FILE --import-rows RESULTS.json`): a grid split across
 // machines, or one whose run folders are gone but whose results.json was kept
 // (docs/results/), reports them beside its own rows without training or evaluating
-// them again. Only their evaluation settings are checked: how they were trained is
-// taken as recorded.
+// them again. Their evaluation settings are checked, and the grid scores the base row
+// itself to check the base and store; how they were trained is taken as recorded.
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "trainer/experiment/report.h"
@@ -19,8 +21,11 @@ namespace segtrain::trainer {
 
 class ImportedRows {
  public:
-  // Reads each results.json (a later file's row replaces an earlier one's); exit 2
-  // naming the file when it is not a results.json of experiment `experiment`.
+  using Key = std::tuple<std::string, int64_t, std::string>;  // corpus, factor, row key
+
+  // Reads each results.json (a later file's row replaces an earlier one's; a file
+  // named twice counts once); exit 2 naming the file when it is not a results.json of
+  // experiment `experiment` or a row's windows do not fit its lengths.
   static ImportedRows read(const std::vector<std::string>& files, const std::string& experiment);
 
   // The record of row `key` at `factor` of corpus `corpus`, or nullptr. `settings`
@@ -30,12 +35,19 @@ class ImportedRows {
   const RowResult* find(const std::string& corpus, int64_t factor, const std::string& key,
                         const std::map<std::string, nlohmann::json>& settings) const;
 
+  // The rows not in `used`, each with the file it came from.
+  std::vector<std::pair<Key, std::string>> unused(const std::set<Key>& used) const;
+
   // The wall time the imported grids recorded, summed: where this grid's clock starts
   // when its output folder has none yet.
   GridTime time() const { return time_; }
 
  private:
-  std::map<std::tuple<std::string, int64_t, std::string>, RowResult> rows_;
+  struct Entry {
+    RowResult row;
+    std::string file;  // as given on the command line (row.imported_from keeps the first file that recorded it)
+  };
+  std::map<Key, Entry> rows_;
   GridTime time_;
 };
 

@@ -239,8 +239,11 @@ void cost_section(std::ostringstream& md, const CorpusResults& c) {
           tasks.push_back(task.name);
           break;
         }
+  bool imported = !c.base.imported_from.empty();
+  for (const auto& row : c.rows) imported = imported || !row.imported_from.empty();
   md << "\nWhat each row cost, wall time on this machine (training summed over resumes, from its "
-     << "trainer_state.json; each evaluation as it ran; - : not recorded, by a segtrain from before it was):\n\n"
+     << "trainer_state.json; each evaluation as it ran; - : not recorded, by a segtrain from before it was"
+     << (imported ? "; imported rows: as recorded where they ran" : "") << "):\n\n"
      << "| row | training | perplexity |";
   for (const auto& t : tasks) md << " " << t << " |";
   md << " total |\n|---|---:|---:|";
@@ -556,6 +559,23 @@ std::vector<std::pair<std::string, std::string>> ring_pairs(const CorpusResults&
   return pairs;
 }
 
+// A row's per-position losses at its longest length. A row whose curve was not kept
+// (imported from a published results.json) has each position at its block's mean over
+// windows: bucket means over whole blocks are then the same as the kept curve's.
+std::vector<double> position_losses(const LengthResult& r) {
+  if (!r.position_loss.empty() || r.windows.empty()) return r.position_loss;
+  const int64_t predictions = r.length - 1;
+  std::vector<double> out(static_cast<size_t>(std::max<int64_t>(0, predictions)), 0.0);
+  for (int64_t p = 0; p < predictions; ++p) {
+    const auto b = static_cast<size_t>(p / kLossBlock);
+    const double block_size = static_cast<double>(std::min(kLossBlock, predictions - p / kLossBlock * kLossBlock));
+    double sum = 0;
+    for (const auto& w : r.windows) sum += b < w.block_nll.size() ? w.block_nll[b] / block_size : NAN;
+    out[static_cast<size_t>(p)] = sum / static_cast<double>(r.windows.size());
+  }
+  return out;
+}
+
 // Mean of the finite per-position losses at L_e over positions [first, last) of
 // the curve (index p - 1 holds position p).
 double mean_loss(const std::vector<double>& curve, size_t first, size_t last) {
@@ -591,7 +611,7 @@ void ring_section(std::ostringstream& md, const CorpusResults& c) {
       struct Figures { double ppl, first, last, all; };
       auto figures = [&](const std::string& label) {
         const RowResult* row = row_at(c, label, f);
-        const auto& curve = row->results.back().position_loss;
+        const auto curve = position_losses(row->results.back());
         const size_t n = curve.size(), tenth = std::max<size_t>(1, (n + 5) / 10);
         return Figures{ppl_at(c, label, f, le), mean_loss(curve, 0, tenth), mean_loss(curve, n - std::min(n, tenth), n),
                        mean_loss(curve, 0, n)};
@@ -641,20 +661,13 @@ std::vector<std::tuple<double, double, double>> window_band(const LengthResult& 
   return band;
 }
 
-// The mean curve of a row whose per-position losses were not kept (a published
-// results.json, imported): the same bucket means, from its windows' block losses.
+// The mean curve of a row whose per-position losses were not kept (imported): its
+// blocks' means (position_losses), without the faint per-position line. The same as
+// the kept curve's where a bucket holds whole blocks (L_e a multiple of 4,096).
 PlotSeries block_curve(const std::string& label, const LengthResult& r, int64_t bucket) {
-  const int64_t predictions = r.length - 1;
-  std::vector<double> per_position(static_cast<size_t>(std::max<int64_t>(0, predictions)), 0.0);
-  for (int64_t p = 0; p < predictions && !r.windows.empty(); ++p) {
-    const auto b = static_cast<size_t>(p / kLossBlock);
-    const double block_size = static_cast<double>(std::min(kLossBlock, predictions - p / kLossBlock * kLossBlock));
-    double sum = 0;
-    for (const auto& w : r.windows) sum += b < w.block_nll.size() ? w.block_nll[b] / block_size : NAN;
-    per_position[static_cast<size_t>(p)] = sum / static_cast<double>(r.windows.size());
-  }
+  const std::vector<double> curve = position_losses(r);
   const auto size = static_cast<size_t>(std::max<int64_t>(1, bucket));
-  return bucketed(label, per_position, static_cast<int>((per_position.size() + size - 1) / size));
+  return bucketed(label, curve, static_cast<int>((curve.size() + size - 1) / size));
 }
 
 // Perplexity by training budget: one line per method and length, its 95% interval as a
@@ -855,7 +868,7 @@ void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& 
       series.clear();
       for (const auto& [uniform, ring] : pairs)
         for (const auto& label : {uniform, ring})
-          series.push_back(position_curve(label, row_at(c, label, f)->results.back().position_loss, bucket));
+          series.push_back(position_curve(label, position_losses(row_at(c, label, f)->results.back()), bucket));
       options.title = x.name + " / " + c.name + ": chunk vs chunk-ring, loss by position at L_e = " +
                       std::to_string(f * c.train_length);
       write_file_atomic(out / "plots" / ring_plot_name(c, f), line_plot_svg(options, series));
