@@ -244,13 +244,20 @@ TEST(Experiment, ImportedRowsAreReportedAsRecordedAndOnlyTheRestRuns) {
     r.erase("position_loss");
     if (r["key"] != "full") kept.push_back(r);
   }
-  published["corpora"][0]["rows"] = kept;
   published["corpora"][0]["base"].erase("position_loss");
+  json stray = kept[0];  // a row this grid does not have: named, not used
+  stray["key"] = "ootb-nope";
+  kept.push_back(stray);
+  published["corpora"][0]["rows"] = kept;
   const std::string file = dir / "published.json";
   test::write_file(file, published.dump(2));
 
-  auto split = run(kBin, {"experiment", dir / "b.yaml", "--import-rows", file}, 600);
+  // The file named twice counts once (the wall time below).
+  auto split = run(kBin, {"experiment", dir / "b.yaml", "--import-rows", file, "--import-rows", file}, 600);
   ASSERT_EQ(split.exit_code, 0) << split.err;
+  EXPECT_NE(split.err.find("--import-rows " + file + ": row 'ootb-nope' (corpus 'synthetic', x2) is no row of"),
+            std::string::npos)
+      << split.err;
   for (const char* key : {"da", "chunk-0.5", "prefix-0.5", "randompos"})
     EXPECT_FALSE(fs::exists(fs::path(dir / "b/synthetic/x2") / key)) << key << " was trained again";
   EXPECT_FALSE(fs::exists(dir / "b/synthetic/x2/ootb-interpolate")) << "the OOTB row was evaluated again";
@@ -285,9 +292,12 @@ TEST(Experiment, ImportedRowsAreReportedAsRecordedAndOnlyTheRestRuns) {
   EXPECT_NE(md_b.find("Imported from `" + file + "`"), std::string::npos) << md_b;
   EXPECT_NE(md_b.find("chunk-0.5 (2·L_t)"), std::string::npos) << md_b;
   // The plot draws a solid curve for every row, the imported ones from their windows' block losses.
-  auto solid_curves = [](const std::string& svg) {
+  auto solid_curves = [](const std::string& svg) {  // polylines of width 2 with points
     int n = 0;
-    for (size_t at = svg.find("stroke-width='2'"); at != std::string::npos; at = svg.find("stroke-width='2'", at + 1)) ++n;
+    for (size_t at = svg.find("stroke-width='2'"); at != std::string::npos; at = svg.find("stroke-width='2'", at + 1)) {
+      const size_t points = svg.find("points='", at);
+      if (points != std::string::npos && std::isdigit(static_cast<unsigned char>(svg[points + 8]))) ++n;
+    }
     return n;
   };
   EXPECT_EQ(solid_curves(test::read_file(dir / "b/plots/synthetic-x2.svg")), static_cast<int>(a["rows"].size()));
@@ -313,8 +323,13 @@ TEST(Experiment, ImportedRowsAreReportedAsRecordedAndOnlyTheRestRuns) {
   published["experiment"] = "another";
   test::write_file(dir / "another.json", published.dump());
   test::write_file(dir / "not.json", "{\"rows\": ");
+  json cut = results_of(dir / "a");  // a window short of its block losses
+  cut["experiment"] = "tiny";
+  cut["corpora"][0]["rows"][1]["results"][1]["windows"][0]["block_nll"].erase(0);
+  test::write_file(dir / "cut.json", cut.dump());
   for (const auto& [bad, expected] : {std::pair<std::string, std::string>{dir / "another.json", "records experiment \"another\", not \"tiny\""},
                                       {dir / "not.json", "not JSON"},
+                                      {dir / "cut.json", "block losses, expected"},
                                       {dir / "missing.json", "missing.json"}}) {
     auto r = run(kBin, {"experiment", dir / "d.yaml", "--import-rows", bad}, 60);
     EXPECT_EQ(r.exit_code, 2) << r.err;

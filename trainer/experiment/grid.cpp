@@ -439,12 +439,23 @@ std::map<size_t, const RowResult*> imported_rows(const ExperimentConfig& x, cons
 
 // The base row imported must be the base row scored here: the same base, store and
 // windows, which the imported rows' settings alone do not show.
-void check_same_base(const RowResult& here, const RowResult& imported) {
+// `file`: the --import-rows file it came from.
+void check_same_base(const RowResult& here, const RowResult& imported, const std::string& file) {
+  const std::string where = "--import-rows " + file + ": its base row ";
+  if (imported.results.size() != 1 || imported.results.front().length != here.results.front().length)
+    throw InputError(where + "is not scored at L_t = " + std::to_string(here.results.front().length) + " alone");
+  auto windows = [](const LengthResult& r) {
+    std::vector<std::pair<int64_t, int64_t>> at;
+    for (const auto& w : r.windows) at.emplace_back(w.doc, w.start);
+    return at;
+  };
+  if (windows(imported.results.front()) != windows(here.results.front()))
+    throw InputError(where + "was scored on other held-out windows: its rows come from another store or split");
+  // A tolerance, not equality: the same base scores alike to about 1e-6 on another device or kernel.
   const double a = here.results.front().ppl, b = imported.results.front().ppl;
-  if (std::abs(a - b) > 1e-4 * std::abs(b))
-    throw InputError("--import-rows " + imported.imported_from + ": its base row scores " + format_factor(b) +
-                     " at L_t, the base and store here " + format_factor(a) +
-                     ": its rows were scored on another base, store or held-out split");
+  if (!(std::abs(a - b) <= 1e-4 * std::abs(b)))
+    throw InputError(where + "scores " + format_factor(b) + " at L_t, the base and store here " + format_factor(a) +
+                     " (more than 1e-4 apart): its rows were scored on another base or store");
 }
 
 // Every imported row checked against this grid's settings before anything is written
@@ -452,7 +463,8 @@ void check_same_base(const RowResult& here, const RowResult& imported) {
 void check_imports(const ExperimentConfig& x, const ImportedRows& imports) {
   std::set<ImportedRows::Key> used;
   for (const auto& corpus : x.corpora) {
-    const auto rows = plan_rows(x, corpus, plan_training_runs(x, corpus));
+    const auto runs = plan_training_runs(x, corpus);  // rows point into it
+    const auto rows = plan_rows(x, corpus, runs);
     for (const auto& [index, row] : imported_rows(x, corpus, rows, imports))
       used.insert({corpus.name, row->factor, row->key});
   }
@@ -497,7 +509,7 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
       // Scored here even when imported (seconds): it checks the imported rows' base and store.
       out.base = evaluate_row(p.row, p.record_dir, p.model_dir, p.overrides, x, store_dir(x, corpus), store);
       if (import != imported.end()) {
-        check_same_base(out.base, *import->second);
+        check_same_base(out.base, *import->second, imports.file(corpus.name, 1, "base"));
         out.base = *import->second;
       }
       continue;

@@ -35,6 +35,11 @@ class ImportedRows {
   const RowResult* find(const std::string& corpus, int64_t factor, const std::string& key,
                         const std::map<std::string, nlohmann::json>& settings) const;
 
+  // The --import-rows file that gave the row find() returns.
+  const std::string& file(const std::string& corpus, int64_t factor, const std::string& key) const {
+    return rows_.at({corpus, factor, key}).file;
+  }
+
   // The rows not in `used`, each with the file it came from.
   std::vector<std::pair<Key, std::string>> unused(const std::set<Key>& used) const;
 

@@ -867,8 +867,11 @@ void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& 
       if (pairs.empty()) continue;
       series.clear();
       for (const auto& [uniform, ring] : pairs)
-        for (const auto& label : {uniform, ring})
-          series.push_back(position_curve(label, position_losses(row_at(c, label, f)->results.back()), bucket));
+        for (const auto& label : {uniform, ring}) {
+          const LengthResult& r = row_at(c, label, f)->results.back();
+          series.push_back(r.position_loss.empty() ? block_curve(label, r, bucket)
+                                                   : position_curve(label, r.position_loss, bucket));
+        }
       options.title = x.name + " / " + c.name + ": chunk vs chunk-ring, loss by position at L_e = " +
                       std::to_string(f * c.train_length);
       write_file_atomic(out / "plots" / ring_plot_name(c, f), line_plot_svg(options, series));
