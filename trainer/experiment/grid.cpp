@@ -451,7 +451,7 @@ void check_same_base(const RowResult& here, const RowResult& imported, const std
   };
   if (windows(imported.results.front()) != windows(here.results.front()))
     throw InputError(where + "was scored on other held-out windows: its rows come from another store or split");
-  // A tolerance, not equality: the same base scores alike to about 1e-6 on another device or kernel.
+  // A margin, not equality, for another device's or kernel's rounding (not yet measured on a GPU).
   const double a = here.results.front().ppl, b = imported.results.front().ppl;
   if (!(std::abs(a - b) <= 1e-4 * std::abs(b)))
     throw InputError(where + "scores " + format_factor(b) + " at L_t, the base and store here " + format_factor(a) +
