@@ -670,6 +670,11 @@ PlotSeries block_curve(const std::string& label, const LengthResult& r, int64_t 
   return bucketed(label, curve, static_cast<int>((curve.size() + size - 1) / size));
 }
 
+// A row's mean curve at its longest length: the kept per-position curve, or its blocks'.
+PlotSeries row_curve(const std::string& label, const LengthResult& r, int64_t bucket) {
+  return r.position_loss.empty() ? block_curve(label, r, bucket) : position_curve(label, r.position_loss, bucket);
+}
+
 // Perplexity by training budget: one line per method and length, its 95% interval as a
 // band; x is log2 of the budget over the smallest (equal steps for 4x budgets), marked.
 std::string budget_plot(const ExperimentConfig& x, const CorpusResults& c, int64_t factor) {
@@ -855,9 +860,7 @@ void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& 
       std::vector<PlotSeries> series;
       for (const auto& row : c.rows)
         if (row.factor == f && row.budget == 0 && !row.results.empty()) {
-          const auto& curve = row.results.back().position_loss;
-          series.push_back(curve.empty() ? block_curve(row.label, row.results.back(), bucket)
-                                         : position_curve(row.label, curve, bucket));
+          series.push_back(row_curve(row.label, row.results.back(), bucket));
           series.back().band = window_band(row.results.back(), bucket);
         }
       write_file_atomic(out / "plots" / plot_name(c, f), line_plot_svg(options, series));
@@ -867,11 +870,8 @@ void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& 
       if (pairs.empty()) continue;
       series.clear();
       for (const auto& [uniform, ring] : pairs)
-        for (const auto& label : {uniform, ring}) {
-          const LengthResult& r = row_at(c, label, f)->results.back();
-          series.push_back(r.position_loss.empty() ? block_curve(label, r, bucket)
-                                                   : position_curve(label, r.position_loss, bucket));
-        }
+        for (const auto& label : {uniform, ring})
+          series.push_back(row_curve(label, row_at(c, label, f)->results.back(), bucket));
       options.title = x.name + " / " + c.name + ": chunk vs chunk-ring, loss by position at L_e = " +
                       std::to_string(f * c.train_length);
       write_file_atomic(out / "plots" / ring_plot_name(c, f), line_plot_svg(options, series));
