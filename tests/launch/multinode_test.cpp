@@ -89,8 +89,8 @@ TEST(Network, AListenerIsReachedAndAClosedPortIsRefused) {
 class TwoNodes : public test::SyntheticStoreSuite {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root (ip netns add); not root here";
-    if (run("ip", {"-V"}).exit_code != 0) GTEST_SKIP() << "no `ip` command (Debian package iproute2)";
+    if (::geteuid() != 0) SKIP_NOT_APPLICABLE("network namespaces need root (ip netns add); not root here");
+    if (run("ip", {"-V"}).exit_code != 0) SKIP_NOT_APPLICABLE("no `ip` command (Debian package iproute2)");
     std::random_device rd;
     const unsigned tag = rd();
     subnet_ = "10.231." + std::to_string(tag % 256);
@@ -100,7 +100,7 @@ class TwoNodes : public test::SyntheticStoreSuite {
       auto add = run("ip", {"netns", "add", ns});
       if (add.exit_code != 0) {
         TearDown();
-        GTEST_SKIP() << "cannot create a network namespace (ip netns add " << ns << "): " << add.err;
+        SKIP_NOT_APPLICABLE("cannot create a network namespace (ip netns add " << ns << "): " << add.err);
       }
       created_.push_back(ns);
     }

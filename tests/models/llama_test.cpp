@@ -308,7 +308,7 @@ TEST(LlamaExport, TransformersLoadsExportsWithTheSameLogitsAndSegtrainReloadsThe
 // exports with the same logits: it reads rope_scaling, not 5.x's rope_parameters.
 TEST(LlamaExport, Transformers4LoadsTheExportsWithTheSameLogits) {
   if (!fs::is_directory(SEGTRAIN_TRANSFORMERS4))
-    GTEST_SKIP() << "transformers 4.x is not installed at " << SEGTRAIN_TRANSFORMERS4 << " (make setup installs it)";
+    SKIP_NOT_APPLICABLE("transformers 4.x is not installed at " << SEGTRAIN_TRANSFORMERS4 << " (make setup installs it)");
   test::TempDir out;
   const auto e = make_exports(out.path());
   test::hf_logits(e.dirs, SEGTRAIN_TRANSFORMERS4);

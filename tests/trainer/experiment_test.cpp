@@ -393,7 +393,7 @@ TEST(Experiment, AnEditedInputFileMakesTheStoreStale) {
 // only) exits 1 with the OS's reason; with space freed, running it again
 // finishes with exactly the rows of a grid that never ran out of space.
 TEST(Experiment, AFullDiskLosesNoRowAndTheGridFinishesAfterwards) {
-  if (::geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  if (::geteuid() != 0) SKIP_NOT_APPLICABLE("mounting a small tmpfs needs root");
   test::TempDir dir;
   const std::string whole = dir / "whole", small = dir / "small";
   test::write_file(dir / "whole.yaml", tiny_experiment(whole, "gpt_neox"));
@@ -406,7 +406,7 @@ TEST(Experiment, AFullDiskLosesNoRowAndTheGridFinishesAfterwards) {
   fs::create_directories(small);
   const std::string mount = "mount -t tmpfs -o size=" + std::to_string(bytes * 6 / 10) + " segtrain-test " +
                             test::shell_quote(small);
-  if (std::system((mount + " 2>/dev/null").c_str()) != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  if (std::system((mount + " 2>/dev/null").c_str()) != 0) SKIP_NOT_APPLICABLE("cannot mount a tmpfs here");
   struct Unmount {
     std::string dir;
     ~Unmount() { std::system(("umount " + test::shell_quote(dir)).c_str()); }
