@@ -8,7 +8,7 @@ BUILD_DIR ?= build
 endif
 export BUILD_DIR
 
-.PHONY: all setup build build-cuda demo test bench fuzz lint gpu-check experiments real-base kernel-corpus clean experiment-smollm2
+.PHONY: all setup build build-cuda demo test bench fuzz lint gpu-check gpu-session gpu-pack experiments real-base kernel-corpus clean experiment-smollm2
 all: build
 
 setup build:
@@ -37,10 +37,25 @@ fuzz:
 lint:
 	@bash scripts/lint.sh
 
-# On a GPU machine: builds the CUDA configuration, runs the `gpu` tests and the GPU
-# benchmarks, prints a report (scripts/gpu_check.sh). Exit 2 when no GPU is visible.
+# On a GPU machine: builds the CUDA configuration, runs the `gpu` tests and the GPU benchmarks,
+# writes a report as it goes (scripts/gpu_check.sh; GPU_OUT, default bench/results/gpu-check).
+# Exit 2 when no GPU is visible.
+GPU_OUT ?= bench/results/gpu-check
 gpu-check:
-	@bash scripts/gpu_check.sh
+	@bash scripts/gpu_check.sh --out $(GPU_OUT)
+
+# The same within a short allocation (15 minutes with the machine's start): every phase under a
+# deadline, the whole command done in GPU_SESSION_SECONDS (540); a killed command still leaves its
+# report in GPU_OUT. Without a registry, from the folder `make gpu-pack` fills (docs/gpus.md):
+#   SEGTRAIN_OFFLINE=.offline SEGTRAIN_TORCH_PYTHON=python3 make gpu-session GPU_OUT=DIR
+GPU_SESSION_SECONDS ?= 540
+gpu-session:
+	@$(if $(SEGTRAIN_OFFLINE),SEGTRAIN_OFFLINE_PREFIX=$${SEGTRAIN_OFFLINE_PREFIX:-$${TMPDIR:-/tmp}/segtrain-offline-prefix}) \
+	  bash scripts/gpu_check.sh --deadline $(GPU_SESSION_SECONDS) --out $(GPU_OUT)
+
+# The Debian packages a machine without a registry builds against, into .offline/ (ignored by git).
+gpu-pack:
+	@bash scripts/pack_offline.sh .offline
 
 # Seed 004's comparison per position scheme: `make experiment-rope` (or -ape, -alibi);
 # `make experiments` runs all three. Results: runs/experiments/<scheme>/results.md.

@@ -42,8 +42,8 @@ no tool beyond Python is needed. Token stores are random tokens written here in 
 Megatron indexed-dataset format segtrain reads (the content does not change speed).
 Environment: BENCH_DEVICE (cpu or cuda; default cpu), BUILD_DIR (default build, or
 build-cuda with BENCH_DEVICE=cuda), BENCH_THREADS (default 1), BENCH_ROUNDS
-(default 5), BENCH_SHAPES (speed shapes to run, e.g. quickstart; default all of
-the device's).
+(default 5), BENCH_SHAPES (the speed or memory shapes to run, e.g. quickstart;
+default all of the device's).
 
 One thread per process by default: on the 2-core machine these figures come from,
 2 OpenMP threads slow down 4-8x (in both programs, unevenly) as soon as anything
@@ -451,12 +451,13 @@ def param_count(shape):
     return V * d + T * d + layers * (12 * d * d + 13 * d) + 2 * d
 
 
-def selected_shapes():
+def selected_shapes(table):
+    """The shapes of `table` (SHAPES or MEMORY_SHAPES) that BENCH_SHAPES names, or all of them."""
     names = [n for n in os.environ.get("BENCH_SHAPES", "").split(",") if n]
     for n in names:
-        if n not in SHAPES:
-            raise SystemExit(f"train_bench: BENCH_SHAPES: no {DEVICE} shape '{n}'; expected some of {', '.join(SHAPES)}")
-    return {n: s for n, s in SHAPES.items() if not names or n in names}
+        if n not in table:
+            raise SystemExit(f"train_bench: BENCH_SHAPES: no {DEVICE} shape '{n}'; expected some of {', '.join(table)}")
+    return {n: s for n, s in table.items() if not names or n in names}
 
 
 def speed():
@@ -466,7 +467,7 @@ def speed():
     peaks = [run_json(["peak"])]
     results = []
     with tempfile.TemporaryDirectory(prefix="segtrain-train-bench-") as work:
-        for name, shape in selected_shapes().items():
+        for name, shape in selected_shapes(SHAPES).items():
             store = os.path.join(work, f"store-{name}")
             write_store(store, shape["vocab"], docs=64, doc_tokens=4 * shape["length"] * 4)
             runs = {"segtrain": [], "pytorch": []}
@@ -560,7 +561,7 @@ def memory():
     check_segtrain()
     rows = []
     with tempfile.TemporaryDirectory(prefix="segtrain-memory-bench-") as work:
-        for name, shape in MEMORY_SHAPES.items():
+        for name, shape in selected_shapes(MEMORY_SHAPES).items():
             L = shape["length"]
             store = os.path.join(work, f"store-{name}")
             write_store(store, shape["vocab"], docs=16, doc_tokens=4 * L * 4)

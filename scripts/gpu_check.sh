@@ -1,198 +1,271 @@
 #!/usr/bin/env bash
-# `make gpu-check`: everything a user checks on a GPU machine, in one command.
-#   1. builds the CUDA configuration (SEGTRAIN_CUDA=1 BUILD_DIR=build-cuda scripts/setup.sh,
-#      as `make build-cuda` does);
-#   2. runs the tests labelled `gpu` (ctest -L gpu in build-cuda; they skip themselves,
-#      visibly, when no CUDA device is visible);
-#   3. with a GPU: the GPU benchmarks (bench/gpu_speed_bench.sh, bench/gpu_memory_bench.sh,
-#      bench/gpu_param_dtype_memory_bench.sh: train.param_dtype fp32/bf16 x shard_optimizer at 1, 2
-#      and every visible GPU's rank, through bench/run.sh; JSON in bench/results/), then a short report: the GPUs, the
-#      test counts, every gpu test with its result and what it checks (the device against
-#      the CPU per architecture, the trainer's loss path, no host sync in a micro-batch,
-#      2 sharded NCCL ranks against 1, a run of each architecture), the figures the tests
-#      measured (bench/results/gpu-check-measured.txt), the benchmark figures against their
-#      targets, how to run the GPU experiment grid.
-# Exit: 0 the tests passed and the benchmarks ran (a target not met shows as ✗ in the
-# report, not in the exit code); 1 a gpu test or a benchmark failed; 2 no CUDA device is
-# visible (the tests skipped, no benchmark ran) or the CUDA configuration cannot be built.
-# Everything on stdout is also written to bench/results/gpu-check-report.md (the machine, the
-# compiler and versions, each test, what was not run and why, the first lines of each failure, the
-# benchmark figures): the one file to send back.
-# Environment: GPU_CHECK_SKIP_BUILD=1 uses the build directory as it is (no setup.sh);
-# GPU_CHECK_BUILD_DIR (default build-cuda); bench/run.sh's BENCH_* variables.
+# `make gpu-check` and `make gpu-session`: everything a user checks on a GPU machine, in one
+# command, in this order (what a short allocation must not lose comes first):
+#   build     the CUDA configuration, only what the GPU suite runs (segtrain, segtrain-launch,
+#             gpu_test), against SEGTRAIN_TORCH_PYTHON's torch and SEGTRAIN_OFFLINE's packages
+#             when they are set (a machine without a registry: docs/gpus.md);
+#   runs      the gpu tests that run the binary on one GPU (train, SIGTERM and resume, evaluate,
+#             export, a run of each architecture);
+#   attention the 32k-token attention memory test;
+#   one-step  one optimizer step per architecture on the device against the CPU;
+#   speed     segtrain against the PyTorch eager loop, tokens/s and MFU (bench/gpu_speed_bench.sh);
+#   memory    peak GPU memory by method (bench/gpu_memory_bench.sh);
+#   two-ranks the 2-rank tests: both ranks on one GPU over Gloo, and with 2 GPUs, NCCL with one each;
+#   rest      every other gpu test (none today: a test added later is never left out);
+#   storage   train.param_dtype x shard_optimizer memory (bench/gpu_param_dtype_memory_bench.sh);
+#   sdpa      which attention kernels take grouped-query attention (bench/gpu_sdpa_backends_bench.sh).
+# A benchmark runs whether or not a test failed. Every phase runs under a time limit, so one hang
+# costs that phase alone; with --deadline the whole command ends by itself within that many
+# seconds, each phase taking what is left after the phases that must still run (a phase with
+# too little time is reported as not run, and why).
+#
+# usage: scripts/gpu_check.sh [--out DIR] [--deadline SECONDS]
+#   --out DIR       (default bench/results/gpu-check) written as the command goes, 7 files, so that
+#                   a command that is killed still leaves what finished:
+#                     report.md   the machine and versions, each phase, each test as it finishes
+#                                 (✓ passed, ✗ failed, ○ not applicable here, and why), the first
+#                                 lines of each failure, every figure the tests and benchmarks measured;
+#                     log.txt     everything the build, the tests and the benchmarks printed;
+#                     measured.txt the figures the tests measured, one a line;
+#                     gpu_speed_bench.json, gpu_memory_bench.json, gpu_param_dtype_memory_bench.json,
+#                     gpu_sdpa_backends_bench.json  each benchmark's JSON.
+#   --deadline S    the whole command ends within S seconds (`make gpu-session`: 540, for an
+#                   allocation of 15 minutes with the machine's start and a rerun's margin); the
+#                   benchmarks then run at the sizes that fit (GPT-2 medium, 3 rounds).
+# Exit: 0 every test passed or did not apply and every phase ran; 1 a test or a benchmark failed, or
+# a phase was cut by its limit; 2 no CUDA device is visible (the tests say they do not apply, the
+# benchmarks skip) or the CUDA configuration cannot be built.
+# Environment: GPU_CHECK_SKIP_BUILD=1 uses the build directory as it is; GPU_CHECK_BUILD_DIR
+# (default build-cuda) and GPU_CHECK_PYTHON (default .venv-cuda/bin/python) name another build;
+# GPU_CHECK_JOBS (tests run at once, default 8); bench/run.sh's BENCH_* variables. On a machine
+# without a GPU, SEGTRAIN_GPU_TEST_DEVICE=cpu runs the whole command with the CPU as the device
+# (a dry run of this script: the benchmarks skip).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
+OUT=bench/results/gpu-check
+DEADLINE=
+while (($#)); do
+  case $1 in
+    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
+    --deadline) DEADLINE=${2:?--deadline needs seconds}; shift 2 ;;
+    *) echo "gpu-check: unknown argument '$1' (usage: scripts/gpu_check.sh [--out DIR] [--deadline SECONDS])" >&2; exit 2 ;;
+  esac
+done
+[[ -z $DEADLINE || $DEADLINE =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --deadline $DEADLINE: expected whole seconds" >&2; exit 2; }
+mkdir -p "$OUT" || exit 2
+OUT=$(cd "$OUT" && pwd)
 BUILD_DIR=${GPU_CHECK_BUILD_DIR:-build-cuda}
-PY=.venv-cuda/bin/python
-RESULTS=bench/results
-say() { printf '[gpu-check] %s\n' "$*" >&2; }
-fail() { printf 'gpu-check: %s\n' "$1"; exit "${2:-1}"; }
+JOBS=${GPU_CHECK_JOBS:-8}
+PY=${GPU_CHECK_PYTHON:-.venv-cuda/bin/python}
+REPORT=$OUT/report.md
+LOG=$OUT/log.txt
+MEASURED=$OUT/measured.txt
+START=$(date +%s)
+END=$((START + ${DEADLINE:-315360000}))
+rm -f "$REPORT" "$LOG" "$MEASURED" "$OUT"/gpu_*_bench.json
+status=0  # 1 once anything failed or was cut; 2 no device / no build
 
-# Everything this script prints on stdout also goes to one file a user can send back as it is.
-mkdir -p "$RESULTS"
-REPORT=$RESULTS/gpu-check-report.md
-exec 3>&1 > >(tee "$REPORT" >&3)
-tee_pid=$!
-trap 'exec 1>&3; wait "$tee_pid"; say "the report: $REPORT"' EXIT
-machine_section() {
-  echo "# gpu-check report"
-  echo
-  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ); segtrain $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')$(
-    [[ -n $(git status --porcelain 2>/dev/null) ]] && echo ' with local changes')"
-  echo "- OS: $( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null); kernel $(uname -r); $(nproc) cores"
-  echo "- GPUs (nvidia-smi): $( (nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader ||
-    echo 'none: nvidia-smi did not run') 2>/dev/null | paste -sd';' -)"
-  echo "- nvcc: $( (${CUDACXX:-nvcc} --version | tail -1) 2>&1)"
-  echo "- build: ${SEGTRAIN_OFFLINE:+offline from $SEGTRAIN_OFFLINE, }${SEGTRAIN_TORCH_PYTHON:+torch of $SEGTRAIN_TORCH_PYTHON, }$BUILD_DIR"
+say() { printf '[gpu-check %4ds] %s\n' "$(($(date +%s) - START))" "$*" | tee -a "$LOG" >&2; }
+report() { printf '%s\n' "$@" >>"$REPORT"; }
+left() { echo $((END - $(date +%s))); }
+
+# The seconds a phase may take: at most CAP (times 4 without a deadline: a slow GPU has the time),
+# and with a deadline what is left once RESERVE seconds are kept for the phases after it.
+budget() {  # CAP RESERVE
+  local cap=$1 reserve=$2
+  [[ -z $DEADLINE ]] && { echo $((cap * 4)); return; }
+  local b=$(($(left) - reserve))
+  echo $((b < cap ? b : cap))
 }
-machine_section
 
-# --- 1. build ---------------------------------------------------------------------
+# --- the machine ---------------------------------------------------------------------------
+report "# gpu-check report" ""
+report "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ); segtrain $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')$(
+  [[ -n $(git status --porcelain 2>/dev/null) ]] && echo ' with local changes')${DEADLINE:+; deadline $DEADLINE s}"
+report "- OS: $( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null); kernel $(uname -r); $(nproc) cores"
+report "- GPUs (nvidia-smi): $( (nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader ||
+  echo 'none: nvidia-smi did not run') 2>/dev/null | paste -sd';' -)"
+report "- nvcc: $( (${CUDACXX:-nvcc} --version | tail -1) 2>&1); cmake: $(cmake --version 2>/dev/null | head -1)"
+report "- build: ${SEGTRAIN_OFFLINE:+offline from $SEGTRAIN_OFFLINE, }${SEGTRAIN_TORCH_PYTHON:+torch of $SEGTRAIN_TORCH_PYTHON, }$BUILD_DIR"
+report "" "## Phases" ""
+
+# --- build -----------------------------------------------------------------------------------
+phase_start=$(date +%s)
 if [[ ${GPU_CHECK_SKIP_BUILD:-0} == 1 ]]; then
   say "GPU_CHECK_SKIP_BUILD=1: using $BUILD_DIR as it is"
+  report "- build: skipped (GPU_CHECK_SKIP_BUILD=1), $BUILD_DIR as it is"
 else
-  # What the gpu tests and benchmarks run, not the whole CPU suite.
+  say "building the CUDA configuration in $BUILD_DIR (segtrain segtrain-launch gpu_test)"
   SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR SEGTRAIN_BUILD_TARGETS="segtrain segtrain-launch gpu_test" \
-    bash scripts/setup.sh || fail "building the CUDA configuration failed (above)" $?
+    timeout -k 10 "$(budget 300 200)" bash scripts/setup.sh >>"$LOG" 2>&1
+  build_status=$?
+  if ((build_status != 0)); then
+    report "- build: **failed** (exit $build_status$( ((build_status == 124)) && echo ': cut by its time limit')) after $(($(date +%s) - phase_start)) s; its last lines:" ""
+    tail -25 "$LOG" | sed 's/^/    /' >>"$REPORT"
+    say "building the CUDA configuration failed: $REPORT"
+    exit 2
+  fi
+  report "- build: ok in $(($(date +%s) - phase_start)) s"
 fi
-[[ -x $BUILD_DIR/trainer/segtrain ]] || fail "$BUILD_DIR/trainer/segtrain is not built: run make build-cuda" 2
-[[ -x $PY ]] || fail "$PY does not exist: run make build-cuda" 2
+for file in "$BUILD_DIR/trainer/segtrain" "$PY"; do
+  [[ -x $file ]] || { report "- $file does not exist: run make build-cuda"; say "$file does not exist"; exit 2; }
+done
 compiler=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-echo "- compiler: $compiler, $("$compiler" --version 2>&1 | head -1)"
-echo "- $BUILD_DIR/trainer/segtrain --version: $("$BUILD_DIR/trainer/segtrain" --version 2>&1 | paste -sd';' -)"
-
-# --- what the CUDA torch sees ------------------------------------------------------
-probe=$("$PY" bench/train_bench.py probe) || fail "probing torch.cuda with $PY failed (above)" 1
+report "- compiler: $compiler, $("$compiler" --version 2>&1 | head -1)"
+report "- segtrain --version: $("$BUILD_DIR/trainer/segtrain" --version 2>&1 | paste -sd';' -)"
+probe=$("$PY" bench/train_bench.py probe 2>>"$LOG") || { report "- probing torch.cuda with $PY failed (log.txt)"; exit 2; }
 field() { "$PY" -c "import json, sys; print(eval(sys.argv[1], {}, json.loads(sys.argv[2])))" "$1" "$probe"; }
-torch_version=$(field torch)
-cuda_version=$(field cuda_build)
 gpu_count=$(field 'len(devices)')
-gpus=$(field '", ".join(f"{n} x {d}" for d, n in __import__("collections").Counter(devices).items())')
-[[ $cuda_version != None ]] || fail "torch $torch_version in .venv-cuda has no CUDA: rebuild with make build-cuda" 2
+report "- torch $(field torch), CUDA $(field cuda_build); $gpu_count GPU(s) visible: $(field '", ".join(devices)')"
 
-# --- 2. the gpu tests --------------------------------------------------------------
-test_log=$RESULTS/gpu-check-tests.log
-# The figures the tests measure (differences from the CPU, host waits), one a line.
-measured=$RESULTS/gpu-check-measured.txt
-measured_path=$(cd "$RESULTS" && pwd)/gpu-check-measured.txt  # for the tests, which run in $BUILD_DIR
-rm -f "$measured"
-say "running the gpu tests: (cd $BUILD_DIR && ctest -L gpu --output-on-failure)"
-(cd "$BUILD_DIR" && SEGTRAIN_GPU_TEST_REPORT="$measured_path" ctest -L gpu --output-on-failure --no-tests=error) 2>&1 |
-  tee "$test_log" >&2
-ctest_status=${PIPESTATUS[0]}
-grep -q "No tests were found" "$test_log" &&
-  fail "$BUILD_DIR has no tests labelled gpu (tests/gpu/ is not built): rebuild with make build-cuda" 1
-total=$(sed -n 's/.*tests failed out of \([0-9][0-9]*\).*/\1/p' "$test_log" | tail -1)
-failed=$(sed -n 's/.*, \([0-9][0-9]*\) tests\{0,1\} failed out of.*/\1/p' "$test_log" | tail -1)
-[[ -n $total && -n $failed ]] || fail "could not read ctest's summary (see $test_log); ctest exited $ctest_status" 1
-skipped=$(grep -c '(Skipped)' "$test_log")
-passed=$((total - failed - skipped))
-tests="$passed passed, $failed failed, $skipped skipped (of $total gpu tests in $BUILD_DIR)"
-
-if [[ $gpu_count == 0 ]]; then
-  status=2
-  ((failed > 0)) && status=1
-  printf 'gpu-check: no CUDA device is visible (torch %s, CUDA %s, finds none%s): %s gpu tests skipped, benchmarks not run%s\n' \
-    "$torch_version" "$cuda_version" "${CUDA_VISIBLE_DEVICES+; CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES}" \
-    "$skipped" "$( ((failed + passed > 0)) && echo " ($passed passed, $failed failed)")"
-  exit $status
-fi
-
-# --- 3. the GPU benchmarks ---------------------------------------------------------
-bench_status=0
-if ((failed > 0)); then
-  say "a gpu test failed: the benchmarks are not run"
-else
-  say "running the GPU benchmarks (bench/run.sh gpu_sdpa_backends_bench gpu_speed_bench gpu_memory_bench gpu_param_dtype_memory_bench); several minutes"
-  SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR BENCH_PYTHON=$PY bash bench/run.sh gpu_sdpa_backends_bench gpu_speed_bench \
-    gpu_memory_bench gpu_param_dtype_memory_bench \
-    >"$RESULTS/gpu-check-bench.md" || bench_status=$?
-fi
-
-# --- report ------------------------------------------------------------------------
-# What each gpu test (tests/gpu/gpu_test.cpp) checks, by its suite.name.
+# --- tests -----------------------------------------------------------------------------------
+# Each test's line of ctest's output, as it finishes, becomes a line of the report.
 declare -A about=(
   [OneStep.Fp32OnTheDeviceEqualsTheCpu]="one AdamW step in fp32 on the device = the CPU (loss 1e-5, gradients 1e-4, updates 1e-3 relative)"
-  [OneStep.Bf16AutocastOnTheDeviceStaysWithinBf16ToleranceOfFp32OnTheCpu]="the step under bf16 autocast within bf16 bounds of fp32 on the CPU (2e-3, 0.03, 0.3)"
-  [OneStep.TrainerLossPathFp32OnTheDeviceEqualsTheCpu]="the trainer's loss path (micro_batch_loss: LM-head loss in slices of 7 tokens, activation checkpointing), fp32 on the device = the CPU"
+  [OneStep.Bf16AutocastOnTheDeviceStaysWithinBf16ToleranceOfFp32OnTheCpu]="the step under bf16 autocast within bf16 bounds of fp32 on the CPU"
+  [OneStep.TrainerLossPathFp32OnTheDeviceEqualsTheCpu]="the trainer's loss path (LM-head loss in slices, activation checkpointing), fp32 = the CPU"
   [OneStep.TrainerLossPathBf16AutocastStaysWithinBf16ToleranceOfFp32OnTheCpu]="the trainer's loss path under bf16 autocast within the bf16 bounds"
-  [OneStep.TheTrainerLossPathNeverWaitsForTheDevice]="CUDA sync debug mode: a micro-batch's copies, forward and backward never make the host wait"
-  [DeviceRun.ChunkRunTrainsAndResumesExactly]="a chunk run on the device, stopped by SIGTERM and resumed, follows the uninterrupted run"
-  [DeviceRun.TwoRanksEqualOneRank]="2 ranks (NCCL, one GPU each) = 1 rank with the same global batch"
-  [DeviceRun.TwoShardedRanksEqualOneRank]="2 ranks with distributed.shard_optimizer (NCCL) = 1 rank; no destroy_process_group warning; 1 host wait a step"
-  [DeviceRun.TwoShardedRanksWithBf16ParametersStayNearOneRank]="the same with train.param_dtype bf16 (fp32 master weights), within bf16 bounds"
-  [DeviceRun.TwoShardedRanksAccumulatingWithBf16ParametersStayNearOneRank]="ZeRO-2 with train.grad_accum 2 (bf16 parameters, NCCL) near 1 rank"
-  [DeviceRun.TwoShardedRanksReducingInBf16StayNearOneRank]="ZeRO-2 with train.reduce_dtype bf16 near 1 rank"
-  [DeviceRun.Bf16StepsWithActivationCheckpointingEqualStepsWithout]="8 bf16 steps with activation checkpointing (recomputed on autograd's device thread) = 8 without (1e-3)"
-  [DeviceRun.ASignalToOneOfTwoRanksStopsBothAtTheSameStep]="SIGTERM to rank 1 of 2 (NCCL): both save the same step, 143, no destroy_process_group warning, --resume ends as the uninterrupted run"
+  [OneStep.TheTrainerLossPathNeverWaitsForTheDevice]="CUDA sync debug mode: a micro-batch never makes the host wait"
+  [LongAttention.GroupedQueryAttentionAt32kTokensTakesAFusedKernelInFp32AndBf16]="SmolLM2's attention at 32,768 tokens adds under 1 GiB in fp32 and bf16"
+  [DeviceRun.ChunkRunTrainsAndResumesExactly]="a chunk run, stopped by SIGTERM and resumed, follows the uninterrupted run"
+  [DeviceRun.Bf16StepsWithActivationCheckpointingEqualStepsWithout]="8 bf16 steps with activation checkpointing = 8 without (1e-3)"
   [DeviceRun.ExportOfADeviceRunEqualsExportOfTheSameWeightsOnTheCpu]="the export of a device run = the export of the same weights on the CPU"
-  [LongAttention.GroupedQueryAttentionAt32kTokensTakesAFusedKernelInFp32AndBf16]="SmolLM2's attention shape (9 query, 3 key/value heads) at 32,768 tokens adds under 1 GiB in fp32 and bf16 (a fused kernel, not math's 85 GiB)"
-  [EveryArchitectureRun.TrainsResumesAndEvaluates]="a short run of each architecture on the device: trains, resumes after SIGTERM, finite losses, eval.json"
+  [EveryArchitectureRun.TrainsResumesAndEvaluates]="a short run of each architecture: trains, resumes after SIGTERM, evaluates"
+  [TwoRanks.EqualOneRank]="2 ranks = 1 rank with the same global batch"
+  [TwoRanks.ShardedEqualOneRank]="2 ranks with distributed.shard_optimizer = 1 rank; 1 host wait a step"
+  [TwoRanks.ShardedWithBf16ParametersStaysNearOneRank]="the same with train.param_dtype bf16, within bf16 bounds"
+  [TwoRanks.ShardedAccumulatingWithBf16ParametersStaysNearOneRank]="ZeRO-2 with train.grad_accum 2 near 1 rank"
+  [TwoRanks.ShardedReducingInBf16StaysNearOneRank]="ZeRO-2 with train.reduce_dtype bf16 near 1 rank"
+  [TwoRanks.ShardedWithActivationCheckpointingEqualOneRank]="2 sharded ranks with activation checkpointing = 1 rank without"
+  [TwoRanks.ARankWhosePeerIsKilledEndsWithAnErrorNotAHang]="rank 1 killed: rank 0 exits 1 naming the collective, no hang"
+  [TwoRanks.ABackgroundSaveOfShardedRanksResumesOnOneRank]="a sharded step checkpoint saved in the background resumes on 1 rank"
+  [TwoRanks.ASignalToOneRankStopsBothAtTheSameStep]="SIGTERM to rank 1: both save the same step, --resume ends as the uninterrupted run"
 )
-# ctest's log -> one line a test, "mark<TAB>suite.name<TAB>each parameter's mark": a
-# parameterized test (Prefix/Suite.Name/param) is one line; ✗ when any part failed.
-gpu_test_results() {
-  awk '
-    / Test +#[0-9]+: / {
-      rest = $0; sub(/.* Test +#[0-9]+: /, "", rest)
-      name = rest; sub(/ .*/, "", name)
-      mark = rest ~ / Passed +[0-9.]+ sec/ ? "✓" : (rest ~ /\*\*\*Skipped/ ? "-" : "✗")
-      base = name; param = ""
-      if (split(name, part, "/") == 3) { base = part[2]; param = part[3] }
-      if (!(base in overall)) { order[++count] = base; overall[base] = mark }
-      else if (mark == "✗" || (mark == "✓" && overall[base] == "-")) overall[base] = mark
-      if (param != "") params[base] = params[base] (params[base] == "" ? "" : ", ") param " " mark
-    }
-    END { for (i = 1; i <= count; ++i) printf "%s\t%s\t%s\n", overall[order[i]], order[i], params[order[i]] }
-  ' "$1"
+# "1/7 Test #3: Prefix/Suite.Name/param ....   Passed   12.34 sec" -> a report line.
+test_line() {
+  local line=$1 name mark time base
+  name=$(sed -E 's/.*Test +#[0-9]+: ([^ ]+) .*/\1/' <<<"$line")
+  time=$(grep -oE '[0-9.]+ sec' <<<"$line")
+  case $line in
+    *" Passed "*) mark="✓" ;;
+    *"***Skipped"* | *" Skipped "*) mark="○" ;;
+    *) mark="✗" ;;
+  esac
+  base=$(awk -F/ '{print (NF == 3 ? $2 : $1)}' <<<"$name")
+  report "  - $mark $name ($time$( [[ $mark == ✗ ]] && sed -E 's/.*\*\*\*([A-Za-z ]+[a-z]).*/: \1/' <<<"$line"))${about[$base]:+: ${about[$base]}}"
+}
+# Why the tests that did not apply here did not, and the first lines of each failure, from a
+# phase's ctest output (--output-on-failure prints a failed test's output after its line).
+phase_details() {  # LOG_OF_THE_PHASE
+  local notes failures
+  notes=$(grep -oE 'not applicable here: .*' "$1" | sort | uniq -c | sed -E 's/^ *([0-9]+) not applicable here: (.*)/    - \2 (\1 tests)/')
+  [[ -n $notes ]] && { report "  - not applicable here, because:"; report "$notes"; }
+  failures=$(awk '
+    /^The following tests|^Errors while running CTest|tests passed, | stop time has been passed/ { failed = 0 }
+    / Test +#[0-9]+: / { name = $0; sub(/.* Test +#[0-9]+: /, "", name); sub(/ .*/, "", name); failed = $0 !~ / Passed | Skipped |\*\*\*Skipped/; shown = 0; next }
+    failed && shown < 8 && /Failure$|error|Error|Expected|Which is|Value of|actual|what\(\)|SEGFAULT|Exception|Timeout|Not Run/ {
+      if (shown == 0) print "    " name ":"
+      print "      " $0; ++shown }' "$1")
+  [[ -n $failures ]] && { report "  - the first lines of each failure:"; report "$failures"; }
+}
+# Runs the gpu tests whose names match REGEX (or, with -E, all but those) as one phase.
+test_phase() {  # NAME CAP RESERVE CTEST_SELECTION...
+  local name=$1 cap=$2 reserve=$3 seconds phase_log t0 planned
+  shift 3
+  seconds=$(budget "$cap" "$reserve")
+  if ((seconds < 15)); then
+    report "- $name: not run: $(left) s left, $reserve s kept for what follows"
+    status=1
+    return
+  fi
+  say "$name: ctest -L gpu $* (at most $seconds s)"
+  report "- $name (ctest -L gpu $*, at most $seconds s):"
+  phase_log=$(mktemp)
+  # The phase's tests, to name those its time did not reach.
+  mapfile -t planned < <(cd "$BUILD_DIR" && ctest -N -L gpu "$@" | sed -n -E 's/^ *Test +#[0-9]+: (.*)$/\1/p')
+  t0=$(date +%s)
+  (cd "$BUILD_DIR" && SEGTRAIN_GPU_TEST_REPORT="$MEASURED" timeout -k 10 "$seconds" ctest -L gpu "$@" -j "$JOBS" \
+    --output-on-failure --no-tests=ignore --stop-time "$(date -d "@$((t0 + seconds - 5))" +%H:%M:%S)") 2>&1 |
+    tee -a "$LOG" "$phase_log" | while IFS= read -r line; do
+      [[ $line =~ Test\ +#[0-9]+:\  ]] && test_line "$line"
+    done
+  local code=${PIPESTATUS[0]}
+  grep -q ' Test \+#[0-9]\+: .*\(\*\*\*Failed\|\*\*\*Timeout\|\*\*\*Exception\|Not Run\)' "$phase_log" && status=1
+  if ((code == 124 || code == 137)) || grep -q "stop time has been passed" "$phase_log"; then
+    report "  - **cut by its limit ($seconds s)**"
+    status=1
+  fi
+  local t unfinished=()
+  for t in "${planned[@]}"; do grep -qF " $t " "$phase_log" || grep -q "Test \+#[0-9]\+: $t " "$phase_log" || unfinished+=("$t"); done
+  if ((${#unfinished[@]})); then
+    report "  - not run (the phase's time ran out first): ${unfinished[*]}"
+    status=1
+  fi
+  phase_details "$phase_log"
+  report "  - $(($(date +%s) - t0)) s; ctest exit $code"
+  rm -f "$phase_log"
 }
 
-echo
-echo "## gpu-check"
-echo
-echo "GPUs: $gpu_count visible: $gpus (torch $torch_version, CUDA $cuda_version)"
-echo "gpu tests: $tests; log $test_log"
-echo
-echo "### gpu tests (✓ passed, ✗ failed, - skipped)"
-echo
-while IFS=$'\t' read -r mark name params; do
-  printf -- '- %s %s%s%s\n' "$mark" "$name" "${params:+ [$params]}" "${about[$name]:+: ${about[$name]}}"
-done < <(gpu_test_results "$test_log")
-if [[ -s $measured ]]; then
-  echo
-  echo "Measured by the gpu tests ($measured):"
-  echo
-  sed 's/^/    /' "$measured"
+# --- benchmarks ------------------------------------------------------------------------------
+bench_phase() {  # NAME CAP RESERVE BENCH [VAR=VALUE...]
+  local name=$1 cap=$2 reserve=$3 bench=$4 seconds t0 code
+  shift 4
+  seconds=$(budget "$cap" "$reserve")
+  if ((seconds < 30)); then
+    report "- $name: not run: $(left) s left, $reserve s kept for what follows"
+    status=1
+    return
+  fi
+  say "$name: bench/$bench.sh $* (at most $seconds s)"
+  t0=$(date +%s)
+  env SEGTRAIN_CUDA=1 BUILD_DIR="$BUILD_DIR" BENCH_PYTHON="$PY" "$@" timeout -k 10 "$seconds" bash "bench/$bench.sh" \
+    >"$OUT/$bench.json.tmp" 2>>"$LOG"
+  code=$?
+  if ((code == 0)); then
+    mv "$OUT/$bench.json.tmp" "$OUT/$bench.json"
+    report "- $name: $(($(date +%s) - t0)) s ($OUT/$bench.json)" ""
+    "$PY" bench/summarize.py "$OUT" --only "$bench" >>"$REPORT" 2>>"$LOG"
+    report ""
+  else
+    rm -f "$OUT/$bench.json.tmp"
+    report "- $name: **failed** (exit $code$( ((code == 124)) && echo ": cut by its limit, $seconds s")) after $(($(date +%s) - t0)) s; its last lines:"
+    tail -8 "$LOG" | sed 's/^/    /' >>"$REPORT"
+    status=1
+  fi
+}
+
+# With a deadline, the benchmarks run at the sizes that fit (median of 3 on GPT-2 medium).
+short=()
+[[ -n $DEADLINE ]] && short=(BENCH_SHAPES=gpt2-medium BENCH_ROUNDS=3)
+binary='^(DeviceRun\.|OnTheDevice/EveryArchitectureRun\.)'
+attention='^LongAttention\.'
+one_step='^EveryArchitecture/OneStep\.'
+two_ranks='^Placements/TwoRanks\.'
+# CAP (at most this, ×4 without a deadline) and RESERVE (kept for the speed and memory benchmarks).
+test_phase "runs (the binary on one GPU)" 120 210 -R "$binary"
+test_phase "attention (32k tokens)" 45 200 -R "$attention"
+test_phase "one-step (each architecture)" 75 190 -R "$one_step"
+bench_phase "speed (segtrain vs PyTorch eager)" 150 60 gpu_speed_bench "${short[@]}"
+bench_phase "memory (peak GPU memory by method)" 90 0 gpu_memory_bench "${short[@]}"
+test_phase "two-ranks (one GPU shared over Gloo; a GPU each over NCCL)" 150 0 -R "$two_ranks"
+test_phase "rest (every other gpu test)" 60 0 -E "$binary|$attention|$one_step|$two_ranks"
+bench_phase "storage (param_dtype x shard_optimizer memory)" 120 0 gpu_param_dtype_memory_bench
+bench_phase "sdpa (attention kernels for grouped-query attention)" 60 0 gpu_sdpa_backends_bench
+
+if [[ -s $MEASURED ]]; then
+  report "" "## Measured by the gpu tests" ""
+  sed 's/^/    /' "$MEASURED" >>"$REPORT"
 fi
-# What did not run, and why (gtest's skip message, from ctest's full log).
-last_log=$BUILD_DIR/Testing/Temporary/LastTest.log
-if ((skipped > 0)) && [[ -f $last_log ]]; then
-  echo
-  echo "### Not run"
-  echo
-  awk '/^\[ RUN      \] / { name = $4 } /: Skipped$/ { getline why; printf "- %s: %s\n", name, why }' "$last_log"
+report "" "Took $(($(date +%s) - START)) s${DEADLINE:+ of the $DEADLINE s deadline}. Files: $OUT/."
+if ((gpu_count == 0)); then
+  if [[ ${SEGTRAIN_GPU_TEST_DEVICE:-cuda} == cpu ]]; then
+    report "No CUDA device is visible: the gpu tests ran with the CPU as the device (SEGTRAIN_GPU_TEST_DEVICE=cpu), no benchmark ran."
+  else
+    report "No CUDA device is visible: the gpu tests did not apply and no benchmark ran."
+  fi
+  say "no CUDA device is visible (torch $(field torch), CUDA $(field cuda_build)${CUDA_VISIBLE_DEVICES+; CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES}): $REPORT"
+  ((status == 1)) && exit 1
+  exit 2
 fi
-if ((failed > 0)); then
-  echo
-  grep -A100 "The following tests FAILED" "$test_log"
-  echo
-  echo "### What failed (each failure's first lines)"
-  echo
-  grep -B1 -A6 ": Failure$\|Exception: \|SEGFAULT\|what():" "$test_log" | head -80 | sed 's/^/    /'
-  echo
-  echo "The benchmarks were not run (a gpu test failed)."
-  exit 1
-fi
-if ((bench_status != 0)); then
-  echo "benchmarks: failed (exit $bench_status; the error is above)"
-  exit 1
-fi
-echo
-"$PY" bench/summarize.py "$RESULTS" --only gpu_speed_bench,gpu_memory_bench,gpu_param_dtype_memory_bench --brief
-echo "Every figure: $RESULTS/gpu_sdpa_backends_bench.json, $RESULTS/gpu_speed_bench.json, $RESULTS/gpu_memory_bench.json,"
-echo "$RESULTS/gpu_param_dtype_memory_bench.json ($RESULTS/gpu-check-bench.md as tables)."
-echo
-echo "Next, seed 004's RoPE grid sized for one GPU (configs/experiments/rope-gpu.yaml; its header gives the token"
-echo "budget and the time estimate):"
-echo "  $BUILD_DIR/trainer/segtrain experiment configs/experiments/rope-gpu.yaml"
-echo "  -> runs/experiments/rope-gpu/results.md"
+say "$( ((status == 0)) && echo "every gpu test passed or did not apply, every benchmark ran" || echo "something failed or was cut"): $REPORT"
+exit "$status"

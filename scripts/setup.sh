@@ -14,8 +14,9 @@
 #              SEGTRAIN_TORCH_PYTHON=/path/to/python3: build against the torch already installed for
 #              that Python (the venv sees its packages; nothing is pip-installed over them);
 #              SEGTRAIN_OFFLINE=DIR (from scripts/pack_offline.sh): no apt-get and no pip: the
-#              packed Debian packages are unpacked into DIR/prefix and built against (needs
-#              SEGTRAIN_TORCH_PYTHON).
+#              packed Debian packages are unpacked into SEGTRAIN_OFFLINE_PREFIX (default
+#              DIR/prefix; `make gpu-session` unpacks outside the tree) and built against
+#              (needs SEGTRAIN_TORCH_PYTHON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -48,13 +49,13 @@ if [[ $CUDA == 1 ]]; then
   export CUDACXX=$NVCC
 fi
 
-# --- offline: the packed packages, unpacked into DIR/prefix -----------------
+# --- offline: the packed packages, unpacked into DIR/prefix (or SEGTRAIN_OFFLINE_PREFIX) ---
 cmake_offline=()
 if [[ -n $OFFLINE ]]; then
   [[ -f $OFFLINE/manifest.txt ]] || missing "SEGTRAIN_OFFLINE=$OFFLINE has no manifest.txt: pack it with scripts/pack_offline.sh $OFFLINE"
   [[ -n $TORCH_PYTHON ]] || missing "SEGTRAIN_OFFLINE needs SEGTRAIN_TORCH_PYTHON=/path/to/python3 (a Python with torch installed): nothing can be pip-installed offline"
   OFFLINE=$(cd "$OFFLINE" && pwd)
-  prefix=$OFFLINE/prefix
+  prefix=$(realpath -m "${SEGTRAIN_OFFLINE_PREFIX:-$OFFLINE/prefix}")
   if [[ "$(cat "$prefix/.segtrain-stamp" 2>/dev/null)" != "$(sha256sum "$OFFLINE/manifest.txt")" ]]; then
     # A package damaged or missing in the copy is named before anything is unpacked.
     while read -r package _ sum file; do
@@ -63,8 +64,13 @@ if [[ -n $OFFLINE ]]; then
         missing "$OFFLINE/debs/$file ($package) does not match its sha256 in $OFFLINE/manifest.txt: copy it again"
     done <"$OFFLINE/manifest.txt"
     say "unpacking $(wc -l <"$OFFLINE/manifest.txt") packages of $OFFLINE/debs into $prefix"
+    # Only a folder this script unpacked (or is unpacking) is replaced, never a user's own.
+    if [[ -d $prefix && -n $(ls -A "$prefix") && ! -e $prefix/.segtrain-stamp && ! -e $prefix/.segtrain-unpacking ]]; then
+      missing "SEGTRAIN_OFFLINE_PREFIX=$prefix holds files that setup.sh did not unpack: name a new or empty folder"
+    fi
     rm -rf "$prefix"
-    mkdir -p "$prefix"
+    mkdir -p "$prefix" || missing "cannot make $prefix (SEGTRAIN_OFFLINE_PREFIX)"
+    touch "$prefix/.segtrain-unpacking"
     if command -v dpkg-deb >/dev/null; then
       for deb in "$OFFLINE"/debs/*.deb; do dpkg-deb -x "$deb" "$prefix"; done
     else
@@ -84,6 +90,7 @@ LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRAR
 EOS
     chmod +x "$prefix/pkg-config"
     sha256sum "$OFFLINE/manifest.txt" >"$prefix/.segtrain-stamp"
+    rm -f "$prefix/.segtrain-unpacking"
   fi
   export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   # DT_RPATH rather than RUNPATH: the prefix's libraries find their own (libicuuc its
