@@ -1,9 +1,12 @@
 #include "common/output_path.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "common/atomic_write.h"
@@ -30,7 +33,60 @@ void check_writable_folder(const fs::path& folder, const std::string& what, cons
                      std::strerror(errno));
 }
 
+// What a path names on disk, links followed: equal for two paths to the same file or folder.
+struct Identity {
+  dev_t device;
+  ino_t inode;
+  bool operator==(const Identity&) const = default;
+};
+
+std::optional<Identity> identity_of(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return std::nullopt;
+  return Identity{st.st_dev, st.st_ino};
+}
+
+// The identities of `p` (when it exists) and of every existing folder above it, nearest first;
+// links are resolved first, so that a folder's parent is the one it really sits in.
+std::vector<Identity> identities_up_from(const fs::path& p) {
+  std::error_code ec;
+  fs::path at = fs::weakly_canonical(fs::absolute(p), ec);
+  if (ec) at = fs::absolute(p).lexically_normal();
+  std::vector<Identity> chain;
+  while (true) {
+    if (const auto id = identity_of(at)) chain.push_back(*id);
+    if (at == at.parent_path()) break;
+    at = at.parent_path();
+  }
+  return chain;
+}
+
+bool contains(const std::vector<Identity>& chain, const Identity& id) {
+  return std::find(chain.begin(), chain.end(), id) != chain.end();
+}
+
 }  // namespace
+
+void check_output_is_no_input(const fs::path& out, const std::string& what, const std::vector<CommandInput>& inputs) {
+  const std::optional<Identity> out_id = identity_of(out);
+  const std::vector<Identity> out_chain = identities_up_from(out);
+  for (const auto& input : inputs) {
+    if (input.path.empty()) continue;
+    const std::optional<Identity> in_id = identity_of(input.path);
+    if (!in_id) continue;
+    const std::string named = what + " '" + out.string() + "'";
+    const std::string read = input.what + " '" + input.path.string() + "'";
+    if (out_id && *out_id == *in_id)
+      throw InputError(named + " is " + read + ", which this command reads: writing it would destroy it; "
+                       "give another path");
+    if (contains(out_chain, *in_id))
+      throw InputError(named + " is inside " + read + ", which this command reads: nothing is written into "
+                       "what a command reads; give a path outside it");
+    if (out_id && contains(identities_up_from(input.path), *out_id))
+      throw InputError(named + " holds " + read + ", which this command reads: give a new folder for what it "
+                       "writes");
+  }
+}
 
 void check_output_folder(const fs::path& dir, const std::string& what, const std::string& whose,
                          const std::function<bool(const fs::path& entry)>& ours) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace segtrain {
 
@@ -21,5 +22,20 @@ void check_output_folder(const std::filesystem::path& dir, const std::string& wh
 // A file to be written (replaced when it exists): not a folder, and its folder
 // exists and is writable.
 void check_output_file(const std::filesystem::path& file, const std::string& what);
+
+// Something a command reads: a file, or a folder and everything in it. `what`
+// names it as the user gave it ("--data", "data.store", "the config").
+struct CommandInput {
+  std::filesystem::path path;
+  std::string what;
+};
+
+// No command writes what it reads: an output (a file it writes, or a folder it
+// fills) is refused when it is one of `inputs`, lies inside an input folder, or is
+// a folder that holds an input. Compared by identity (device and inode) of what
+// exists along each path, so links, `..` and hard links cannot slip past. Inputs
+// that do not exist are left to their own checks.
+void check_output_is_no_input(const std::filesystem::path& out, const std::string& what,
+                              const std::vector<CommandInput>& inputs);
 
 }  // namespace segtrain

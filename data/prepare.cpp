@@ -8,6 +8,7 @@
 
 #include "common/atomic_write.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/log.h"
 #include "common/output_path.h"
 #include "data/corpus.h"
@@ -43,12 +44,75 @@ std::string megatron_prefix(const std::string& input) {
   return !fs::exists(input) && has(input) ? input : "";
 }
 
-// Re-splits existing Megatron datasets by document into a store. Without
-// --tokenizer the vocabulary is --vocab-size and the EOS id is unknown (-1).
-void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::string>& prefixes) {
+// The files of a store besides its splits and meta.json: its tokenizer.
+const std::set<std::string>& tokenizer_files() {
+  static const std::set<std::string> kFiles = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                                               "special_tokens_map.json"};
+  return kFiles;
+}
+
+bool is_store_file(const fs::path& entry) {
+  static const std::set<std::string> kSplits = {"meta.json", "train.bin", "train.idx", "valid.bin", "valid.idx"};
+  const std::string name = entry.filename().string();
+  return kSplits.count(name) > 0 || tokenizer_files().count(name) > 0;
+}
+
+// The store record of Megatron datasets without --tokenizer. --vocab-size when given. Else,
+// when every one is a split of a segtrain store and the stores agree, their record (so a store
+// re-split into another keeps its vocabulary, EOS and tokenizer, whose files are copied); else
+// the largest token id + 1, said in a warning (a model with a larger vocabulary still fits).
+StoreMeta megatron_meta(const PrepareOptions& o, const std::vector<std::string>& prefixes,
+                        const std::vector<IndexedDataset>& inputs) {
   StoreMeta meta;
-  meta.vocab_size = o.vocab_size;
   meta.tokenizer = "megatron";
+  if (o.vocab_size) {
+    meta.vocab_size = *o.vocab_size;
+    return meta;
+  }
+  std::optional<StoreMeta> stored;
+  bool all_stores = true;
+  for (const auto& prefix : prefixes) {
+    const fs::path dir = fs::path(prefix).parent_path().empty() ? fs::path(".") : fs::path(prefix).parent_path();
+    const std::string split = fs::path(prefix).filename().string();
+    if ((split != "train" && split != "valid") || !fs::is_regular_file(dir / "meta.json")) {
+      all_stores = false;
+      break;
+    }
+    const StoreMeta m = read_meta(dir.string());
+    if (stored && (m.vocab_size != stored->vocab_size || m.tokenizer != stored->tokenizer || m.eos_id != stored->eos_id))
+      throw InputError("--input " + prefix + ": its store's vocabulary or tokenizer differs from " + prefixes.front() +
+                       "'s; prepare them separately, or give --vocab-size");
+    stored = m;
+  }
+  if (all_stores && stored) {
+    meta.vocab_size = stored->vocab_size;
+    meta.tokenizer = stored->tokenizer;
+    meta.tokenizer_kind = stored->tokenizer_kind;
+    meta.eos_id = stored->eos_id;
+    meta.bos_id = stored->bos_id;
+    meta.add_bos = stored->add_bos;
+    const fs::path dir = fs::path(prefixes.front()).parent_path();
+    fs::create_directories(o.out);
+    for (const auto& name : tokenizer_files())
+      if (fs::is_regular_file(dir / name)) write_file_atomic(fs::path(o.out) / name, read_file(dir / name, "--input's tokenizer"));
+    log::info("prepare: the inputs are splits of ", dir.string(), ": its vocabulary (", meta.vocab_size,
+              ") and tokenizer record are kept");
+    return meta;
+  }
+  int64_t largest = 0;
+  for (const auto& input : inputs) largest = std::max<int64_t>(largest, input.max_token());
+  meta.vocab_size = largest + 1;
+  log::warn("prepare: Megatron datasets record no vocabulary: the store's is their largest token id + 1 = ",
+            meta.vocab_size, "; give the model's with --vocab-size (or its --tokenizer)");
+  return meta;
+}
+
+// Re-splits existing Megatron datasets by document into a store: the vocabulary and
+// EOS of --tokenizer when given, else megatron_meta's.
+void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::string>& prefixes) {
+  std::vector<IndexedDataset> inputs;
+  for (const auto& p : prefixes) inputs.push_back(IndexedDataset::open(p, 0));
+  StoreMeta meta;
   if (!o.tokenizer.empty()) {
     auto tok = open_document_tokenizer(o.tokenizer);
     meta.vocab_size = tok.vocab_size;
@@ -59,18 +123,18 @@ void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::strin
     meta.tokenizer_kind = tok.kind;
     fs::create_directories(o.out);
     for (const auto& [name, bytes] : tok.files) write_file_atomic(fs::path(o.out) / name, bytes);
+  } else {
+    meta = megatron_meta(o, prefixes, inputs);
   }
-  std::vector<IndexedDataset> inputs;
   std::vector<std::pair<size_t, int64_t>> docs;  // (input, document)
-  for (const auto& p : prefixes) {
-    inputs.push_back(IndexedDataset::open(p, 0));
-    if (inputs.back().max_token() >= meta.vocab_size)
-      throw InputError(p + ".bin: token id " + std::to_string(inputs.back().max_token()) +
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].max_token() >= meta.vocab_size)
+      throw InputError(prefixes[i] + ".bin: token id " + std::to_string(inputs[i].max_token()) +
                        " is outside the vocabulary [0, " + std::to_string(meta.vocab_size) +
                        "); give the model's vocabulary with --vocab-size (or its --tokenizer)");
-    for (int64_t d = 0; d < inputs.back().documents(); ++d) docs.emplace_back(inputs.size() - 1, d);
-    log::info("prepare: ", p, ".{bin,idx}: ", inputs.back().documents(), " documents, ", inputs.back().tokens(),
-              " tokens (", dtype_name(inputs.back().dtype()), ")");
+    for (int64_t d = 0; d < inputs[i].documents(); ++d) docs.emplace_back(i, d);
+    log::info("prepare: ", prefixes[i], ".{bin,idx}: ", inputs[i].documents(), " documents, ", inputs[i].tokens(),
+              " tokens (", dtype_name(inputs[i].dtype()), ")");
   }
   std::vector<int32_t> scratch;
   auto m = write_store(
@@ -90,18 +154,17 @@ void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::strin
 
 void prepare_store(const PrepareOptions& o) {
   // A store replaces a store; any other folder's files are never written over.
-  check_output_folder(o.out, "--out", "a token store", [](const fs::path& entry) {
-    static const std::set<std::string> kStoreFiles = {"meta.json",  "train.bin",       "train.idx",
-                                                      "valid.bin",  "valid.idx",       "tokenizer.model",
-                                                      "tokenizer.json", "tokenizer_config.json",
-                                                      "special_tokens_map.json"};
-    return kStoreFiles.count(entry.filename().string()) > 0;
-  });
+  check_output_folder(o.out, "--out", "a token store", is_store_file);
   std::vector<std::string> megatron, text;
+  std::vector<CommandInput> reads = {{o.tokenizer, "--tokenizer"}};
   for (const auto& input : o.inputs) {
     auto prefix = megatron_prefix(input);
     (prefix.empty() ? text : megatron).push_back(prefix.empty() ? input : prefix);
+    for (const std::string& path : prefix.empty() ? std::vector{input} : std::vector{prefix + ".bin", prefix + ".idx"})
+      reads.push_back({path, "--input"});
   }
+  // A store is never made from itself, nor inside what it is made from.
+  check_output_is_no_input(o.out, "--out", reads);
   if (!megatron.empty() && !text.empty())
     throw InputError("--input mixes Megatron datasets (" + megatron.front() + ") with text (" + text.front() +
                      "); prepare them separately");
@@ -122,16 +185,16 @@ void prepare_store(const PrepareOptions& o) {
 
   if (!given) {
     TokenizerTrainOptions t;
-    t.vocab_size = o.vocab_size;
+    t.vocab_size = o.vocab_size.value_or(kTrainedVocabSize);
     t.model_type = o.model_type;
     t.character_coverage = o.character_coverage;
     t.sample_size = o.sample_size;
     t.seed = static_cast<uint64_t>(o.seed);
     t.threads = o.threads;
-    log::info("prepare: training a ", o.model_type, " sentencepiece model with ", o.vocab_size, " pieces");
+    log::info("prepare: training a ", o.model_type, " sentencepiece model with ", t.vocab_size, " pieces");
     auto sp = std::make_shared<Tokenizer>(Tokenizer::train(docs, t));
-    if (sp->vocab_size() < o.vocab_size)
-      log::warn("prepare: --vocab-size ", o.vocab_size, " asked, but this corpus yields ", sp->vocab_size(),
+    if (sp->vocab_size() < t.vocab_size)
+      log::warn("prepare: --vocab-size ", t.vocab_size, " asked, but this corpus yields ", sp->vocab_size(),
                 " pieces (sentencepiece found no more); the store's vocabulary is ", sp->vocab_size());
     given = DocumentTokenizer{};
     given->kind = "sentencepiece";

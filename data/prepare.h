@@ -3,16 +3,22 @@
 // text or JSONL -> sentencepiece (trained or given) -> Megatron token store, or
 // existing Megatron datasets re-split by document into a store.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace segtrain::data {
 
+inline constexpr int64_t kTrainedVocabSize = 4096;  // a trained tokenizer's, --vocab-size not given
+
 struct PrepareOptions {
   std::vector<std::string> inputs;  // text dirs, .txt/.md/.rst(.gz), .jsonl, or Megatron .bin/.idx prefixes
   std::string out;                  // the store directory
   std::string tokenizer;            // an existing sentencepiece .model, or empty to train one
-  int64_t vocab_size = 4096;
+  // A trained tokenizer's vocabulary (kTrainedVocabSize when not given); for Megatron
+  // inputs without a tokenizer, their vocabulary (not given: their store's, or
+  // their largest token id + 1).
+  std::optional<int64_t> vocab_size;
   std::string model_type = "unigram";  // unigram | bpe
   double character_coverage = 0.9995;
   int64_t sample_size = 2000000;    // sentences fed to sentencepiece training

@@ -300,15 +300,15 @@ TEST(Export, NeverDeletesWhatItDidNotWrite) {
   };
   refused({"export", "--model", dir / "run", "--out", dir / "v"}, "holds notes.txt");
   refused({"export", "--model", dir / "run", "--out", dir / "v", "--overwrite"}, "holds notes.txt");
-  refused({"export", "--model", dir / "run", "--out", dir / "run"}, "is the model's own folder");
-  refused({"export", "--model", dir / "run", "--out", dir / "run/final/hf"}, "is inside");
-  refused({"export", "--model", dir / "run/final", "--out", dir / "run/"}, "is around");
+  refused({"export", "--model", dir / "run", "--out", dir / "run"}, "' is --model '");
+  refused({"export", "--model", dir / "run", "--out", dir / "run/final/hf"}, "is inside --model");
+  refused({"export", "--model", dir / "run/final", "--out", dir / "run/"}, "holds --model");
   refused({"export", "--model", dir / "run", "--out", dir / "tiny.yaml"}, "is a file");
   {
     const auto r = run("/bin/sh", {"-c", "cd " + test::shell_quote(dir.path().string()) + " && exec " +
                                              test::shell_quote(kBin) + " export --model run --out ."});
     EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_NE(r.err.find("is around"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("holds --model"), std::string::npos) << r.err;
   }
   EXPECT_EQ(test::read_file(dir / "v/notes.txt"), "keep\n");
   EXPECT_EQ(test::read_file(dir / "tiny.yaml"), "run: {seed: 1}\n");

@@ -13,7 +13,9 @@ void add_prepare(CLI::App& app, Chosen& chosen) {
       ->expected(1, -1);
   p->add_option("--out", o->out, "Store directory")->required();
   auto* tokenizer = p->add_option("--tokenizer", o->tokenizer, "Existing sentencepiece .model, or a Hugging Face tokenizer folder (tokenizer.model or a byte-level BPE tokenizer.json)");
-  p->add_option("--vocab-size", o->vocab_size, "Vocabulary of a newly trained tokenizer")
+  p->add_option("--vocab-size", o->vocab_size,
+                "Vocabulary of a newly trained tokenizer (default " + std::to_string(data::kTrainedVocabSize) +
+                    "); of Megatron inputs without --tokenizer (default: their store's, else their largest id + 1)")
       ->check(integer_at_least(8, int64_t{1} << 31))
       ->excludes(tokenizer);
   p->add_option("--model-type", o->model_type, "sentencepiece model type")->check(CLI::IsMember({"unigram", "bpe"}));

@@ -34,6 +34,9 @@ void add_sample(CLI::App& app, Chosen& chosen) {
     if (!o->dump.out.empty()) check_output_file(o->dump.out, "--out");
     if (o->coverage && count->count() == 0) o->dump.count = 20000;
     const auto loaded = load_config(o->config, o->overrides, ConfigUse::sample);
+    if (!o->dump.out.empty())
+      check_output_is_no_input(o->dump.out, "--out",
+                               {{o->config, "the config"}, {loaded.config.data.store, "data.store"}});
     o->dump.seed = static_cast<uint64_t>(loaded.config.run.seed);
     o->dump.split = data::parse_split(o->split);
     const auto store = data::TokenStore::open(loaded.config.data.store);

@@ -57,12 +57,6 @@ void evaluate_stored_model(const EvalOptions& options) {
   // Where the results go is checked before minutes of evaluation are spent.
   check_output_file(options.out, "--out");
   if (!options.per_position_csv.empty()) check_output_file(options.per_position_csv, "--per-position");
-  // Nothing is written into a run directory that a run is writing.
-  const DirectoryLock out_lock = DirectoryLock::hold_enclosing(options.out, "--out", "segtrain eval");
-  const DirectoryLock csv_lock = options.per_position_csv.empty()
-                                     ? DirectoryLock()
-                                     : DirectoryLock::hold_enclosing(options.per_position_csv, "--per-position",
-                                                                     "segtrain eval");
   at::set_num_threads(static_cast<int>(thread_count(options.threads)));
   const c10::Device device = pick_device(*enum_from_name(kDevices, options.device), /*local_rank=*/0, "--device");
   EvalConfig flags = suite_config(options);  // the flags as the config's eval section; its other keys keep their defaults
@@ -78,6 +72,20 @@ void evaluate_stored_model(const EvalOptions& options) {
   // factor auto: stretch the model to the longest sequence a task gives it.
   const int64_t longest = suite.longest();
   const StoredModel stored = open_stored_model(options.model, options.overrides, longest);
+  // Nothing it reads is written over: the model's folder, the store (and their files).
+  const std::vector<CommandInput> reads = {{stored.dir, "--model"}, {options.data, "--data"}};
+  check_output_is_no_input(options.out, "--out", reads);
+  const fs::path per_position_svg = fs::path(options.per_position_csv).replace_extension(".svg");
+  if (!options.per_position_csv.empty()) {
+    check_output_is_no_input(options.per_position_csv, "--per-position", reads);
+    check_output_is_no_input(per_position_svg, "--per-position (its plot)", reads);
+  }
+  // Nothing is written into a run directory that a run is writing.
+  const DirectoryLock out_lock = DirectoryLock::hold_enclosing(options.out, "--out", "segtrain eval");
+  const DirectoryLock csv_lock = options.per_position_csv.empty()
+                                     ? DirectoryLock()
+                                     : DirectoryLock::hold_enclosing(options.per_position_csv, "--per-position",
+                                                                     "segtrain eval");
   // Model and store are checked against each other before any weights are read.
   const data::TokenStore store = data::TokenStore::open(options.data);
   check_store_tokenizer(options.data, stored.dir, "--data", "--allow-tokenizer-mismatch",
@@ -97,7 +105,7 @@ void evaluate_stored_model(const EvalOptions& options) {
   EvalOutputs outputs{options.out, {}, {}, 0};
   if (flags.per_position) {
     outputs.per_position_csv = options.per_position_csv;
-    outputs.per_position_svg = fs::path(options.per_position_csv).replace_extension(".svg");
+    outputs.per_position_svg = per_position_svg;
     // The length the model was trained at, when its config records it: the
     // extension's original length, else its position table's (gpt2) rows.
     outputs.train_length = stored.config.extension.original_length.value_or(stored.config.max_positions.value_or(0));

@@ -11,6 +11,7 @@
 #include "common/atomic_write.h"
 #include "common/dir_lock.h"
 #include "common/error.h"
+#include "common/output_path.h"
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/numbers.h"
@@ -196,24 +197,8 @@ std::optional<std::string> not_an_export(const fs::path& dir) {
 }
 
 // The export's target, checked before any work: see export_stored_model in the header.
-void check_export_target(const fs::path& out, const std::vector<fs::path>& sources, bool overwrite) {
-  auto resolved = [](const fs::path& p) {  // absolute, links and dots resolved, no trailing separator
-    fs::path r = fs::weakly_canonical(fs::absolute(p));
-    return r.has_filename() || !r.has_parent_path() ? r : r.parent_path();
-  };
-  const fs::path target = resolved(out);
-  for (const auto& source : sources) {
-    if (source.empty()) continue;
-    const fs::path s = resolved(source);
-    auto within = [](const fs::path& inner, const fs::path& outer) {
-      const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
-      return o == outer.end();
-    };
-    if (within(target, s) || within(s, target))
-      throw InputError("--out: '" + out.string() + "' is " +
-                       (target == s ? std::string("the model's own folder") : within(target, s) ? "inside" : "around") +
-                       " '" + source.string() + "', the model it exports from; export to a folder of its own");
-  }
+void check_export_target(const fs::path& out, const std::vector<CommandInput>& sources, bool overwrite) {
+  check_output_is_no_input(out, "--out", sources);
   if (!fs::exists(fs::symlink_status(out))) return;
   if (!fs::is_directory(out))
     throw InputError("--out: '" + out.string() + "' is a file; export writes a folder: choose another path");
@@ -240,7 +225,7 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
   const DirectoryLock out_lock = DirectoryLock::hold_enclosing(out, "--out", "segtrain export");
   const StoredModel stored = open_stored_model(path, overrides);
   const std::string given = model_ref_dir(path).empty() ? path : model_ref_dir(path);  // hf:DIR or a plain path
-  check_export_target(out, {fs::path(given), fs::path(stored.dir)}, request.overwrite);
+  check_export_target(out, {{given, "--model"}, {stored.dir, "--model's weights"}}, request.overwrite);
   const auto& c = stored.config;
   const std::string origin = tokenizer_origin(stored.dir);
   if (!origin.empty() && !fs::is_directory(origin))
