@@ -1,6 +1,8 @@
 #include "data/sample_dump.h"
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <numeric>
 #include <sstream>
@@ -8,12 +10,16 @@
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_write.h"
+#include "common/error.h"
 #include "common/log.h"
+#include "common/numbers.h"
 #include "data/loader.h"
 
 namespace segtrain::data {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 // Samples one at a time on this thread: what `segtrain sample` shows is what the
 // trainer's loader would draw for (seed, epoch, index).
@@ -32,17 +38,35 @@ void write_sample_dump(const TokenStore& store, const DataConfig& config, const 
   Loader loader = sample_loader(store, config, options);
   const char* split = options.split == Split::train ? "train" : "valid";
   log::info("sample: ", split, " split: ", describe(loader.windows().stats, config.extended_length));
-  std::string out;
   const int64_t n = loader.samples_per_epoch();
-  for (int64_t i = 0; i < options.count; ++i) {
+  auto line_of = [&](int64_t i) {
     const Sample s = loader.sample(i / n, i % n);
     const nlohmann::ordered_json line = {{"doc", s.doc},         {"window_start", s.window_start},
                                          {"tokens", s.tokens},   {"offsets", s.offsets},
                                          {"positions", s.positions}, {"targets", s.targets},
                                          {"loss_mask", s.loss_mask}};
-    out += line.dump() + "\n";
+    return line.dump() + "\n";
+  };
+  // Streamed to the file: memory stays one line whatever --count is; the disk is asked first,
+  // from the first line's size, so a count that cannot fit is refused before anything is written.
+  const std::string first = line_of(0);
+  const double expected = static_cast<double>(first.size()) * static_cast<double>(options.count);
+  std::error_code ec;
+  const fs::path folder = fs::absolute(options.out).parent_path();
+  const auto space = fs::space(folder, ec);
+  if (!ec && expected > 0.9 * static_cast<double>(space.available))
+    throw InputError("--count " + std::to_string(options.count) + ": the samples would take about " +
+                     format_double(std::round(expected / 1e7) / 100.0) + " GB (" + std::to_string(first.size()) +
+                     " bytes a sample), and " + folder.string() + " has " +
+                     format_double(std::round(static_cast<double>(space.available) / 1e7) / 100.0) +
+                     " GB free; ask for fewer samples");
+  AtomicFile file(options.out);
+  file.write(first.data(), first.size());
+  for (int64_t i = 1; i < options.count; ++i) {
+    const std::string line = line_of(i);
+    file.write(line.data(), line.size());
   }
-  write_file_atomic(options.out, out);
+  file.commit();
   log::info("sample: wrote ", options.count, " samples of ", loader.sample_length(), " tokens to ", options.out);
 }
 

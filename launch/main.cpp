@@ -28,7 +28,8 @@ constexpr const char* kUsage =
     "Starts CMD once per local rank with the environment torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK,\n"
     "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*), prefixes each rank's output\n"
     "with [rank], forwards SIGINT/SIGTERM, and restarts all workers when one fails, up to --max-restarts\n"
-    "times (segtrain train resumes from its newest checkpoint on a restart).\n";
+    "times (segtrain train resumes from its newest checkpoint on a restart); a worker that exits 2 (its input\n"
+    "or configuration is wrong) is not restarted. Exits with the failed worker's code.\n";
 
 struct Options {
   int nproc = 1, nnodes = 1, node_rank = 0, max_restarts = 0;
@@ -230,7 +231,8 @@ int run_attempt(const Options& o, int attempt, std::string& failure) {
           continue;
         }
         if (!ok && result == 0 && !forwarded) {
-          result = 1;
+          // The worker's own code (2: its input is wrong), 1 for a worker killed by a signal.
+          result = WIFEXITED(w.status) && code >= 1 && code <= 127 ? code : 1;
           failure = "rank " + std::to_string(w.rank) +
                     (WIFSIGNALED(w.status) ? " was killed by signal " + std::to_string(WTERMSIG(w.status))
                                            : " exited with code " + std::to_string(WEXITSTATUS(w.status)));
@@ -261,10 +263,15 @@ int main(int argc, char** argv) {
     std::string failure;
     const int rc = run_attempt(o, attempt, failure);
     if (rc == 0 || rc > 128) return rc;
+    if (rc == 2) {  // a config or input error (segtrain's exit 2): the same again on every restart
+      std::cerr << "segtrain-launch: " << failure << " (an input or configuration error, which a restart cannot "
+                << "fix); not restarting\n";
+      return 2;
+    }
     if (attempt >= o.max_restarts) {
       std::cerr << "segtrain-launch: " << failure << "; giving up after " << attempt << " restart"
                 << (attempt == 1 ? "" : "s") << " (--max-restarts " << o.max_restarts << ")\n";
-      return 1;
+      return rc;
     }
     std::cerr << "segtrain-launch: " << failure << "; restarting all workers (" << attempt + 1 << " of "
               << o.max_restarts << ")\n";

@@ -454,6 +454,11 @@ void export_hf(const TransformerLM& model, const std::string& dir, const HfExpor
       }
       break;
   }
+  // Extended with no scaling (positions past the base's table, trained at L_e): max_position_embeddings
+  // says the length the run trained for, not the base's, or serving engines cap the context there.
+  if (method == ExtensionMethod::none && cfg.contains("max_position_embeddings") &&
+      options.trained_length > cfg["max_position_embeddings"].get<int64_t>())
+    cfg["max_position_embeddings"] = options.trained_length;
   json ext = {{"method", enum_name(kExtensionMethods, method)},
               {"factor", method == ExtensionMethod::none ? json(nullptr) : json(factor_of(c))},
               {"original_length", original_length_of(c)}};

@@ -30,6 +30,9 @@ TensorMap read_hf_tensors(const std::string& dir, Arch arch);
 struct HfExportOptions {
   at::ScalarType dtype = at::kFloat;            // float32 or bfloat16 weights (config.json's torch_dtype)
   int64_t max_shard_bytes = 5'000'000'000;      // larger models go in shards + model.safetensors.index.json
+  // The longest sequences the model was trained on (its run's data.extended_length); 0: unknown.
+  // Without a scaling, max_position_embeddings says at least this: serving engines cap the context there.
+  int64_t trained_length = 0;
 };
 
 // Writes config.json and model.safetensors (or shards and their index) that

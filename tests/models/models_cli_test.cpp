@@ -441,6 +441,26 @@ TEST(LlamaCli, ChunkRunFromAnHfLlamaTrainsAndExportsWhatTransformersLoads) {
   EXPECT_EQ(original_length_of(back->config()), 64);
   back->eval();
   EXPECT_LT(test::max_abs_diff(back->forward(tokens, positions), ours), 1e-6);
+  // The same base extended with no scaling (positions up to L_e = 128 past its 64): the export says
+  // the length the run trained for, and transformers loads it with segtrain's logits (issue 47).
+  std::string plain = test::read_file(config("plain", ref + "/llama"));
+  plain.replace(plain.find("method: interpolate"), std::string("method: interpolate").size(), "method: none");
+  test::write_file(dir / "plain.yaml", plain);
+  auto plain_train = run(kBin, {"train", dir / "plain.yaml"});
+  ASSERT_EQ(plain_train.exit_code, 0) << plain_train.err;
+  auto plain_export = run(kBin, {"export", "--model", dir / "plain", "--out", dir / "plain-export"});
+  ASSERT_EQ(plain_export.exit_code, 0) << plain_export.err;
+  const auto plain_cfg = json::parse(test::read_file(dir / "plain-export/config.json"));
+  EXPECT_EQ(json::parse(test::read_file(ref + "/llama/config.json"))["max_position_embeddings"], 64);
+  EXPECT_EQ(plain_cfg["max_position_embeddings"], 128) << "L_e, not the base's 64";
+  EXPECT_TRUE(plain_cfg["rope_scaling"].is_null());
+  write_safetensors(dir / "plain-export/input.safetensors", {{"tokens", tokens}, {"positions", positions}});
+  test::hf_logits({dir / "plain-export"});
+  auto plain_model = load_model(dir / "plain");
+  plain_model->eval();
+  EXPECT_LT(test::max_abs_diff(plain_model->forward(tokens, positions),
+                               read_safetensors(dir / "plain-export/hf_logits.safetensors").at("logits")),
+            1e-4);
   // 4.x's rope_scaling block beside 5.x's rope_parameters, with the same scaling.
   EXPECT_EQ(cfg["rope_scaling"]["rope_type"], "linear");
   EXPECT_EQ(cfg["rope_scaling"]["factor"], 2.0);

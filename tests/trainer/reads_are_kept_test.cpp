@@ -1,8 +1,10 @@
 // No command writes what it reads (issue 47): an output that is one of the command's
 // inputs, lies inside an input folder or holds one is refused before any work with exit 2
 // naming both, whatever path reaches it (a link, `..`, a hard link), and every file it
-// would have written over keeps its bytes. And a store re-split from a store's Megatron
-// files keeps that store's vocabulary and tokenizer instead of a default.
+// would have written over keeps its bytes. A store re-split from a store's Megatron files
+// keeps that store's vocabulary and tokenizer instead of a default. Sizes a user gives are
+// bounded before work (exit 2 with the figure, never LibTorch's abort or std::bad_alloc), and
+// segtrain-launch does not restart a worker whose input is wrong.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -135,6 +137,58 @@ TEST_F(ReadsAreKept, AMegatronInputKeepsItsOwnVocabulary) {
                           "--vocab-size", "300"});
   ASSERT_EQ(given.exit_code, 0) << given.err;
   EXPECT_EQ(json::parse(test::read_file(*dir_ / "given-store/meta.json"))["vocab_size"], 300);
+}
+
+// --max-new-tokens against the KV cache it needs (old main: exit 134, LibTorch's "can't
+// allocate memory: you tried to allocate 256000000768 bytes"), a temperature that is no number
+// (old main: exit 1 from inside sampling), `sample --count` against the disk (old main: the
+// samples built in memory until std::bad_alloc).
+TEST_F(ReadsAreKept, SizesAreBoundedBeforeWork) {
+  auto huge = run(kBin, {"generate", "--model", run_dir("run"), "--prompt-ids", "1,2,3", "--max-new-tokens",
+                         "1000000000"});
+  EXPECT_EQ(huge.exit_code, 2) << huge.err;
+  EXPECT_NE(huge.err.find("--max-new-tokens 1000000000: 3 prompt tokens + 1000000000 new ones need a KV cache of"),
+            std::string::npos) << huge.err;
+  EXPECT_NE(huge.err.find("GiB available; ask for fewer tokens"), std::string::npos) << huge.err;
+  for (const char* temperature : {"nan", "inf", "-1"}) {
+    auto r = run(kBin, {"generate", "--model", run_dir("run"), "--prompt-ids", "1,2", "--temperature", temperature});
+    EXPECT_EQ(r.exit_code, 2) << temperature << ": " << r.err;
+    EXPECT_NE(r.err.find(std::string("--temperature: expected a number in [0, 1e+06], got '") + temperature),
+              std::string::npos) << r.err;
+  }
+  const std::string config = tiny_run_config("counted");
+  auto many = run(kBin, {"sample", config, "--count", "1000000000000", "--out", *dir_ / "many.jsonl"}, 60);
+  EXPECT_EQ(many.exit_code, 2) << many.err;
+  EXPECT_NE(many.err.find("--count 1000000000000: the samples would take about"), std::string::npos) << many.err;
+  EXPECT_FALSE(fs::exists(*dir_ / "many.jsonl"));
+  // A count that fits is written whole, one line a sample.
+  auto some = run(kBin, {"sample", config, "--count", "25", "--out", *dir_ / "some.jsonl"});
+  ASSERT_EQ(some.exit_code, 0) << some.err;
+  const std::string text = test::read_file(*dir_ / "some.jsonl");
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 25);
+}
+
+// A worker that exits 2 (its config is wrong) is not restarted, whatever --max-restarts says,
+// and the launcher ends with 2; a worker that keeps failing otherwise is restarted, then the
+// launcher ends with that worker's code (old main: three restarts, then 1).
+TEST(Launcher, AnInputErrorIsNotRestartedAndTheWorkersCodeIsKept) {
+  test::TempDir dir;
+  const std::string counter = dir / "attempts";
+  auto worker = [&](int code) {
+    return std::vector<std::string>{"--nproc-per-node", "1", "--max-restarts", "3", "--no-python", "sh", "-c",
+                                    "echo x >> " + counter + "; exit " + std::to_string(code)};
+  };
+  auto config_error = run(test::kLaunch, worker(2));
+  EXPECT_EQ(config_error.exit_code, 2) << config_error.err;
+  EXPECT_NE(config_error.err.find("rank 0 exited with code 2 (an input or configuration error, which a restart "
+                                  "cannot fix); not restarting"),
+            std::string::npos) << config_error.err;
+  EXPECT_EQ(test::read_file(counter), "x\n") << "started once";
+  fs::remove(counter);
+  auto failing = run(test::kLaunch, worker(3));
+  EXPECT_EQ(failing.exit_code, 3) << failing.err;
+  EXPECT_NE(failing.err.find("giving up after 3 restarts"), std::string::npos) << failing.err;
+  EXPECT_EQ(test::read_file(counter), "x\nx\nx\nx\n") << "started 4 times";
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ void add_generate(CLI::App& app, Chosen& chosen) {
   g->add_option("--max-new-tokens", o->decoding.max_new_tokens, "Tokens to write at most")
       ->check(integer_at_least(1));
   g->add_option("--temperature", o->decoding.temperature, "0: greedy; otherwise sample from softmax(logits / T)")
-      ->check(CLI::Range(0.0, 1.0e6));
+      ->check(number_between(0.0, 1.0e6));  // NaN and inf refused here, not inside sampling
   g->add_option("--top-k", o->decoding.top_k, "Sample from the k most likely tokens; 0: all")->check(integer_at_least(0));
   g->add_option("--seed", o->decoding.seed, "Seeds the sampler");
   g->add_flag("--ignore-eos", o->ignore_eos, "Write --max-new-tokens tokens even past the tokenizer's EOS");

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -14,12 +15,14 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
+#include "common/numbers.h"
 #include "common/output_path.h"
 #include "data/document_tokenizer.h"
 #include "models/config_values.h"
 #include "models/model_io.h"
 #include "trainer/eval/stored_model.h"
 #include "trainer/runtime/device.h"
+#include "trainer/runtime/memory.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -98,6 +101,30 @@ std::optional<data::DocumentTokenizer> open_tokenizer(const GenerateOptions& opt
                    "; give one with --tokenizer DIR (or the prompt as --prompt-ids)");
 }
 
+// Before any weights are read: the KV cache of the prompt and every new token (taken at once)
+// fits the device's available memory, else exit 2 with the figures; a length past the positions
+// a model without an extension was trained at is warned about.
+void check_generation_fits(const models::ModelConfig& c, int64_t prompt, int64_t new_tokens, const c10::Device& device) {
+  const int64_t tokens = prompt + new_tokens;
+  const int64_t kv_heads = c.n_kv_heads.value_or(c.n_heads);
+  const int64_t head_dim = c.head_dim.value_or(c.d_model / c.n_heads);
+  const double per_token = 2.0 * static_cast<double>(c.n_layers * kv_heads * head_dim) * sizeof(float);
+  const double cache = per_token * static_cast<double>(tokens);
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  auto gib = [&](double bytes) { return format_double(std::round(bytes / kGiB * 100.0) / 100.0); };
+  if (const auto available = available_memory_bytes(device); available && cache > 0.9 * static_cast<double>(*available))
+    throw InputError("--max-new-tokens " + std::to_string(new_tokens) + ": " + std::to_string(prompt) +
+                     " prompt tokens + " + std::to_string(new_tokens) + " new ones need a KV cache of " + gib(cache) +
+                     " GiB (" + std::to_string(c.n_layers) + " layers x keys and values x " + std::to_string(kv_heads) +
+                     " heads x " + std::to_string(head_dim) + " x 4 bytes a token), and " + device.str() + " has " +
+                     gib(static_cast<double>(*available)) + " GiB available; ask for fewer tokens");
+  if (c.extension.method == models::ExtensionMethod::none && c.max_positions && tokens > *c.max_positions &&
+      models::position_scheme(c.arch) != models::PositionScheme::learned)
+    log::warn("generate: ", prompt, " prompt tokens + ", new_tokens, " new ones reach past the ", *c.max_positions,
+              " positions the model was trained at, with no extension: expect its text to degrade there (extend "
+              "it with --set model.extension.method=yarn, or train it longer with segtrain train)");
+}
+
 }  // namespace
 
 void generate_from_stored_model(const GenerateOptions& options) {
@@ -138,6 +165,7 @@ void generate_from_stored_model(const GenerateOptions& options) {
                      std::to_string(options.decoding.max_new_tokens) + " reach past the model's learned position "
                      "table (" + std::to_string(models::ape_rows(stored.config)) +
                      " rows); shorten them, or extend the table with --set model.extension.method=interpolate");
+  check_generation_fits(stored.config, static_cast<int64_t>(prompt.size()), options.decoding.max_new_tokens, device);
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
   model->to(device);
 

@@ -107,6 +107,20 @@ std::string tokenizer_origin(std::string dir) {
   return "";
 }
 
+// The longest sequences a segtrain checkpoint was trained on: data.extended_length of the run
+// config saved beside its weights; 0 for an HF folder or a config without it.
+int64_t trained_length(const std::string& dir) {
+  const fs::path saved = fs::path(dir) / "config.yaml";
+  if (!fs::exists(saved)) return 0;
+  try {
+    const YAML::Node length = YAML::Load(read_file(saved, "checkpoint config"))["data"]["extended_length"];
+    return length && length.IsScalar() ? length.as<int64_t>() : 0;
+  } catch (const std::exception& e) {
+    log::warn(saved.string(), ": no data.extended_length read (", e.what(), "): config.json keeps the base's length");
+    return 0;
+  }
+}
+
 void copy_tokenizer_files(const std::string& origin, const fs::path& out) {
   if (origin.empty()) return;
   int copied = 0;
@@ -230,6 +244,7 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
   const std::string origin = tokenizer_origin(stored.dir);
   if (!origin.empty() && !fs::is_directory(origin))
     log::warn("the model's HF origin ", origin, " is gone: its tokenizer files are not copied to the export");
+  options.trained_length = trained_length(stored.dir);
   // Built beside `out` and renamed in: a full disk or a kill never leaves half an export.
   AtomicDir staged(out);
   models::export_hf(models::load_model(stored.dir, c), staged.path().string(), options);

@@ -3,9 +3,13 @@
 #include <sys/resource.h>
 
 #include <cmath>
+#include <fstream>
+#include <string>
 #if SEGTRAIN_WITH_CUDA
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace segtrain::trainer {
@@ -51,6 +55,26 @@ void reset_peak_memory(const c10::Device& device) {
 #else
   (void)device;
 #endif
+}
+
+std::optional<int64_t> available_memory_bytes(const c10::Device& device) {
+#if SEGTRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    init_cuda_allocator();
+    const c10::cuda::CUDAGuard guard(device.index());
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
+    return static_cast<int64_t>(free);
+  }
+#else
+  (void)device;
+#endif
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return std::nullopt;
 }
 
 nlohmann::json peak_memory_json(const PeakMemory& peak) {

@@ -5,6 +5,7 @@
 #include <c10/core/Device.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <optional>
 
 namespace segtrain::trainer {
@@ -19,6 +20,11 @@ PeakMemory peak_memory(const c10::Device& device);
 
 // Starts the CUDA peaks afresh (a run's own peak, not an earlier command's); no-op on CPU.
 void reset_peak_memory(const c10::Device& device);
+
+// The bytes a command can still take on `device` before it runs out: the system's
+// MemAvailable (/proc/meminfo) on the CPU, the GPU's free memory on CUDA;
+// nullopt where neither can be read.
+std::optional<int64_t> available_memory_bytes(const c10::Device& device);
 
 // {"peak_rss_mb", and on CUDA "peak_gpu_mb", "peak_gpu_reserved_mb"}, rounded to 0.1 MiB.
 nlohmann::json peak_memory_json(const PeakMemory& peak);
