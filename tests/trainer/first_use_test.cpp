@@ -221,5 +221,39 @@ TEST_F(FirstUse, ARunShowsProgressAtOnceEndsWithASummaryAndKeepsFinalSmall) {
   EXPECT_TRUE(fs::exists(fs::path(kept) / "final/optimizer.index.json"));
 }
 
+// What a user waits for is said (issue 47): the plan names the final evaluation's lengths, windows
+// and tokens; an evaluation reports its windows and the time left, generation its new tokens, as
+// they go (every SEGTRAIN_PROGRESS_SECONDS: 0 here, 10 s by default). Old main: nothing until done.
+TEST_F(FirstUse, LongPhasesTellTheirProgress) {
+  auto trained = run("env", {"SEGTRAIN_PROGRESS_SECONDS=0", kBin, "train", four_step_config("told")});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  std::smatch plan;
+  ASSERT_TRUE(std::regex_search(trained.err, plan,
+                                std::regex("final evaluation: perplexity at L = 32 \\((\\d+) windows\\): (\\d+) tokens "
+                                           "through the model \\(([0-9.]+)% of the training's")))
+      << trained.err;
+  EXPECT_EQ(std::stoi(plan[1]), 4) << "eval.max_sequences 4";
+  EXPECT_EQ(std::stoi(plan[2]), 4 * 32);
+  EXPECT_NEAR(std::stod(plan[3]), 100.0 * 128 / 512, 0.05) << "128 of the 512 tokens trained";
+  EXPECT_NE(trained.err.find("eval: perplexity at L = 32: 4 windows in "), std::string::npos) << trained.err;
+
+  auto evaluated = run("env", {"SEGTRAIN_PROGRESS_SECONDS=0", kBin, "eval", "--model", run_dir("told"), "--data",
+                               *dir_ / "store", "--lengths", "32,64", "--max-sequences", "6", "--out",
+                               *dir_ / "told-eval.json"});
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
+  // Batches of 4 windows (eval.batch_size): a line after each, with the time left until the last.
+  for (const char* line : {"eval: perplexity at L = 32: 4/6 windows (67%) in ", "eval: perplexity at L = 32: 6 windows in",
+                           "eval: perplexity at L = 64: 4/6 windows (67%) in ", " left"})
+    EXPECT_NE(evaluated.err.find(line), std::string::npos) << line << "\n" << evaluated.err;
+
+  auto generated = run("env", {"SEGTRAIN_PROGRESS_SECONDS=0", kBin, "generate", "--model", run_dir("told"),
+                               "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--ignore-eos"});
+  ASSERT_EQ(generated.exit_code, 0) << generated.err;
+  EXPECT_NE(generated.err.find("generate: 3/4 new tokens (75%)"), std::string::npos) << generated.err;
+  // Quiet by default: a short phase prints no progress line.
+  auto quiet = run(kBin, {"generate", "--model", run_dir("told"), "--prompt-ids", "1,2,3", "--max-new-tokens", "4"});
+  EXPECT_EQ(quiet.err.find("new tokens ("), std::string::npos) << quiet.err;
+}
+
 }  // namespace
 }  // namespace segtrain

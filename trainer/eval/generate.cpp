@@ -23,6 +23,7 @@
 #include "trainer/eval/stored_model.h"
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/memory.h"
+#include "trainer/runtime/progress.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -47,7 +48,8 @@ at::Tensor row(const std::vector<int64_t>& values, c10::Device device) {
 }  // namespace
 
 std::vector<int32_t> generate_tokens(models::TransformerLM& model, const std::vector<int32_t>& prompt,
-                                     const Decoding& decoding, c10::Device device, GenerationTimes* times) {
+                                     const Decoding& decoding, c10::Device device, GenerationTimes* times,
+                                     bool tell) {
   if (prompt.empty()) throw InputError("generate: the prompt has no tokens");
   at::InferenceMode inference;
   model->eval();
@@ -61,7 +63,13 @@ std::vector<int32_t> generate_tokens(models::TransformerLM& model, const std::ve
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   auto first_token = started;
+  // The prefill is one forward over the whole prompt: nothing to count, so it is announced.
+  if (tell && prompt.size() >= 2048)
+    log::info("generate: reading the ", prompt.size(), "-token prompt (one forward; its time grows with the square of "
+              "its length) before the first new token");
+  Progress progress("generate", decoding.max_new_tokens, "new tokens");
   while (static_cast<int64_t>(out.size()) < decoding.max_new_tokens) {
+    if (tell) progress.update(static_cast<int64_t>(out.size()));
     // Only the last position's logits are needed: the head runs on it alone.
     const auto hidden = model->decode(row(tokens, device), row(positions, device), cache);
     const auto logits = model->logits(hidden.select(1, hidden.size(1) - 1).select(0, 0)).to(at::kFloat);
@@ -173,7 +181,7 @@ void generate_from_stored_model(const GenerateOptions& options) {
   decoding.eos_id = options.ignore_eos || !tokenizer ? -1 : tokenizer->eos_id;
   const auto start = std::chrono::steady_clock::now();
   GenerationTimes times;
-  const auto ids = generate_tokens(model, prompt, decoding, device, &times);
+  const auto ids = generate_tokens(model, prompt, decoding, device, &times, /*tell=*/true);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::string continuation;
   if (tokenizer) {

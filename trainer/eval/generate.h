@@ -35,9 +35,11 @@ struct GenerationTimes {
 };
 
 // The new token ids after `prompt` (at most max_new_tokens, ending with eos_id when
-// it was written). The model runs in inference mode on `device`.
+// it was written). The model runs in inference mode on `device`. With `tell`, a long
+// prompt's prefill is announced and the new tokens report their progress (segtrain generate).
 std::vector<int32_t> generate_tokens(models::TransformerLM& model, const std::vector<int32_t>& prompt,
-                                     const Decoding& decoding, c10::Device device, GenerationTimes* times = nullptr);
+                                     const Decoding& decoding, c10::Device device, GenerationTimes* times = nullptr,
+                                     bool tell = false);
 
 struct GenerateOptions {
   std::string model;                   // checkpoint, run directory or HF folder

@@ -12,6 +12,7 @@
 #include "models/lm_head_loss.h"
 #include "models/positions.h"
 #include "trainer/config/eval_rules.h"
+#include "trainer/runtime/progress.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -133,6 +134,8 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
     std::vector<double> position_sum(length - 1, 0.0);
     std::vector<int64_t> position_count(length - 1, 0);
     double total = 0;
+    Progress progress("eval: perplexity at L = " + std::to_string(length), static_cast<int64_t>(windows.size()),
+                      "windows");
     for (size_t first = 0; first < windows.size(); first += options.batch_size) {
       // A stop is noted only under OnSignal::stop_at_checkpoint (training, the grid).
       if (options.check_stop) options.check_stop();
@@ -170,6 +173,7 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
           r.windows.push_back({windows[first + i].doc, windows[first + i].start,
                                block_sums(row.data_ptr<double>(), length - 1, block)});
         }
+      progress.update(static_cast<int64_t>(first) + b);
       if (options.per_position) {
         at::Tensor sums = (nll * mask).sum(0), counts = scored.sum(0);
         auto s = sums.accessor<double, 1>();
@@ -195,6 +199,12 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
 }
 
 }  // namespace
+
+int64_t perplexity_windows(const data::IndexedDataset& split, int64_t length, const PerplexityOptions& options) {
+  const int64_t window = options.window_length > 0 ? options.window_length : length;
+  return static_cast<int64_t>(
+      windows_for(split, window, options.stride, options.max_sequences, options.windows_per_document).size());
+}
 
 PerplexityOptions perplexity_options(const EvalConfig& eval, std::optional<int64_t> loss_chunk_tokens) {
   return {.lengths = eval.lengths,

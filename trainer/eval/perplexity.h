@@ -57,6 +57,9 @@ struct LengthResult {
 std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::IndexedDataset& split,
                                    const PerplexityOptions& options);
 
+// How many windows evaluate() reads at `length` (what a plan line says an evaluation costs).
+int64_t perplexity_windows(const data::IndexedDataset& split, int64_t length, const PerplexityOptions& options);
+
 // eval.lengths, max_sequences, stride, batch_size and per_position of a run config,
 // and its train.loss_chunk_tokens (nullopt: auto).
 PerplexityOptions perplexity_options(const EvalConfig& eval, std::optional<int64_t> loss_chunk_tokens = std::nullopt);

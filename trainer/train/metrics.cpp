@@ -15,15 +15,6 @@
 
 namespace segtrain::trainer {
 
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const auto s = static_cast<int64_t>(seconds);
-  std::ostringstream out;
-  if (s >= 3600) out << s / 3600 << "h";
-  out << (s % 3600) / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
-  return out.str();
-}
-
 Metrics::Metrics(const fs::path& run_dir, bool tensorboard, int64_t resume_step, int64_t total_steps)
     : path_(run_dir.empty() ? fs::path() : run_dir / "metrics.jsonl"),
       total_steps_(total_steps),

@@ -12,13 +12,10 @@
 #include <vector>
 
 #include "trainer/eval/perplexity.h"
+#include "trainer/runtime/progress.h"  // format_duration
 #include "trainer/train/tensorboard.h"
 
 namespace segtrain::trainer {
-
-// "1h02m05s", "3m07s"; "?" when not finite.
-std::string format_duration(double seconds);
-
 
 class Metrics {
  public:

@@ -131,6 +131,7 @@ class Trainer {
   void train();
   void save_final();
   void evaluate_final();
+  void log_final_evaluation_plan() const;
   void log_summary(bool evaluated) const;
   // Ends the process group cleanly (all ranks are done with it, also after an agreed stop).
   void shut_down_group() {
@@ -597,6 +598,29 @@ void Trainer::evaluate_final() {
   }
 }
 
+// What the final evaluation will read, beside the plan: a run of a minute should not end in an hour
+// of evaluation that nothing announced.
+void Trainer::log_final_evaluation_plan() const {
+  if (!writer_) return;
+  const auto& split = store_.split(data::parse_split(c_.eval.split));
+  const PerplexityOptions options = perplexity_options(c_.eval, c_.train.loss_chunk_tokens);
+  std::string lengths;
+  int64_t tokens = 0;
+  for (const int64_t length : c_.eval.lengths) {
+    const int64_t windows = perplexity_windows(split, length, options);
+    tokens += windows * length;
+    lengths += (lengths.empty() ? "" : ", ") + std::to_string(length) + " (" + std::to_string(windows) + " windows)";
+  }
+  std::string tasks;
+  for (const auto& task : suite_->tasks())
+    if (task->writes_prompts()) tasks += ", " + task->name();
+  const double train_tokens = static_cast<double>(plan_.total_steps * plan_.tokens_per_step);
+  std::ostringstream share;
+  share << std::fixed << std::setprecision(1) << 100.0 * static_cast<double>(tokens) / std::max(train_tokens, 1.0);
+  log::info("final evaluation: perplexity at L = ", lengths, ": ", tokens, " tokens through the model (", share.str(),
+            "% of the training's, forward only)", tasks, "; eval.lengths and eval.max_sequences size it");
+}
+
 // What a user reads last: how long it took, where everything is, what to do next.
 void Trainer::log_summary(bool evaluated) const {
   if (!writer_) return;
@@ -638,6 +662,7 @@ std::vector<double> Trainer::global_sum(std::vector<double> values) {
 int run_training(const LoadedConfig& loaded, Resume resume, bool final_eval) {
   throw_if_stopped();  // a signal while the command read its config: nothing to save yet
   Trainer trainer(loaded, resume);
+  if (final_eval) trainer.log_final_evaluation_plan();
   try {
     trainer.train();
     trainer.save_final();
