@@ -168,16 +168,19 @@ phase_details() {  # LOG_OF_THE_PHASE
       print "      " $0; ++shown }' "$1")
   [[ -n $failures ]] && { report "  - the first lines of each failure:"; report "$failures"; }
 }
+# A phase's seconds (budget) into $seconds, or, below MINIMUM, the phase reported as not run and 1.
+phase_seconds() {  # NAME CAP RESERVE MINIMUM
+  seconds=$(budget "$2" "$3")
+  ((seconds >= $4)) && return 0
+  report "- $1: not run: $(left) s left, $3 s kept for what follows"
+  status=1
+  return 1
+}
 # Runs the gpu tests whose names match REGEX (or, with -E, all but those) as one phase.
 test_phase() {  # NAME CAP RESERVE CTEST_SELECTION...
-  local name=$1 cap=$2 reserve=$3 seconds phase_log t0 planned
+  local name=$1 seconds phase_log t0 planned
+  phase_seconds "$1" "$2" "$3" 15 || return 0
   shift 3
-  seconds=$(budget "$cap" "$reserve")
-  if ((seconds < 15)); then
-    report "- $name: not run: $(left) s left, $reserve s kept for what follows"
-    status=1
-    return
-  fi
   say "$name: ctest -L gpu $* (at most $seconds s)"
   report "- $name (ctest -L gpu $*, at most $seconds s):"
   phase_log=$(mktemp)
@@ -208,14 +211,9 @@ test_phase() {  # NAME CAP RESERVE CTEST_SELECTION...
 
 # --- benchmarks ------------------------------------------------------------------------------
 bench_phase() {  # NAME CAP RESERVE BENCH [VAR=VALUE...]
-  local name=$1 cap=$2 reserve=$3 bench=$4 seconds t0 code
+  local name=$1 bench=$4 seconds t0 code
+  phase_seconds "$1" "$2" "$3" 30 || return 0
   shift 4
-  seconds=$(budget "$cap" "$reserve")
-  if ((seconds < 30)); then
-    report "- $name: not run: $(left) s left, $reserve s kept for what follows"
-    status=1
-    return
-  fi
   say "$name: bench/$bench.sh $* (at most $seconds s)"
   t0=$(date +%s)
   env SEGTRAIN_CUDA=1 BUILD_DIR="$BUILD_DIR" BENCH_PYTHON="$PY" "$@" timeout -k 10 "$seconds" bash "bench/$bench.sh" \

@@ -36,22 +36,26 @@ EOS
 # A test's result in ctest's summary line, e.g. "1/1 Test #3: DeviceRun.X ....***Failed  0.05 sec".
 outcome() { grep -F " $1 " "$2" | grep -o 'Passed\|\*\*\*Failed\|\*\*\*Skipped\|\*\*\*Not Run\|\*\*\*Timeout' | tr -d '*'; }
 
-(cd "$work" && ctest --output-on-failure -R "^(${gpu_setup}|${cpu_setup})\$") >"$work/setup.log" 2>&1
+# Runs TESTS from the scratch folder: each must be EXPECTED in ctest's summary; returns ctest's exit.
+expect_outcome() {  # EXPECTED WHY TESTS...
+  local expected=$1 why=$2 log="$work/$1.log" status t
+  shift 2
+  (cd "$work" && ctest --output-on-failure -R "^($(IFS='|'; echo "$*"))\$") >"$log" 2>&1
+  status=$?
+  cat "$log"
+  for t in "$@"; do
+    [[ $(outcome "$t" "$log") == "$expected" ]] ||
+      fail "$t $why: ctest says '$(outcome "$t" "$log")', expected $expected"
+  done
+  return $status
+}
+
+expect_outcome Failed "with a segtrain that cannot run" "$gpu_setup" "$cpu_setup"
 status=$?
-cat "$work/setup.log"
-for t in "$gpu_setup" "$cpu_setup"; do
-  [[ $(outcome "$t" "$work/setup.log") == Failed ]] ||
-    fail "$t with a segtrain that cannot run: ctest says '$(outcome "$t" "$work/setup.log")', expected Failed"
-done
 ((status != 0)) || fail "ctest exited 0 with the set-ups failed"
 echo "ok: a suite whose set-up fails is Failed (ctest exit $status)"
 
-(cd "$work" && ctest --output-on-failure -R "^(${one_gpu}|${two_gpus})\$") >"$work/skip.log" 2>&1
+expect_outcome Skipped "with no CUDA device visible" "$one_gpu" "$two_gpus"
 status=$?
-cat "$work/skip.log"
-for t in "$one_gpu" "$two_gpus"; do
-  [[ $(outcome "$t" "$work/skip.log") == Skipped ]] ||
-    fail "$t with no CUDA device visible: ctest says '$(outcome "$t" "$work/skip.log")', expected Skipped"
-done
 ((status == 0)) || fail "ctest exited $status with every test skipped for no device"
 echo "PASSED: set-ups that fail are Failed; a test with no device to run on is Skipped"

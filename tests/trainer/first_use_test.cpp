@@ -3,10 +3,13 @@
 // checked before any work, messages say what to do, a run shows progress from its
 // first step and ends with a summary, and final/ holds the model alone.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <regex>
+#include <thread>
 
 #include "test_util.h"
 
@@ -253,6 +256,43 @@ TEST_F(FirstUse, LongPhasesTellTheirProgress) {
   // Quiet by default: a short phase prints no progress line.
   auto quiet = run(kBin, {"generate", "--model", run_dir("told"), "--prompt-ids", "1,2,3", "--max-new-tokens", "4"});
   EXPECT_EQ(quiet.err.find("new tokens ("), std::string::npos) << quiet.err;
+}
+
+// Ctrl-C during a run's final evaluation ends the evaluation within a batch of windows, and the
+// run, whose training is complete and saved, says so and how to evaluate it, not "error:
+// interrupted" (issue 47). Exit 130 all the same: the command did not do all it was asked.
+TEST_F(FirstUse, ASignalDuringTheFinalEvaluationStopsItAndKeepsTheTrainedRun) {
+  // A model and an evaluation large enough (every window of the train split at 4 lengths) to be
+  // running when the signal comes.
+  std::string text = test::read_file(tiny_run_config("evaluating", {.eval_lengths = "[32, 64, 128, 256]"}));
+  text = std::regex_replace(text, std::regex("d_model: 32, n_layers: 2"), "d_model: 256, n_layers: 4");
+  text = std::regex_replace(text, std::regex("max_sequences: 4\\}"), "max_sequences: 0, split: train}");
+  test::write_file(config_path("evaluating"), text);
+  const std::string err = *dir_ / "evaluating.err", pid_file = *dir_ / "evaluating.pid";
+  test::RunResult result;
+  std::thread command([&] {
+    result = run("sh", {"-c", "echo $$ > " + test::shell_quote(pid_file) + "; exec " + test::shell_quote(kBin) +
+                                  " train " + test::shell_quote(config_path("evaluating")) +
+                                  " --set train.budget.tokens=256 2> " + test::shell_quote(err)}, 300);
+  });
+  bool evaluating = false;
+  for (int i = 0; i < 3000 && !evaluating; ++i) {
+    evaluating = test::read_file(err).find("saved " + run_dir("evaluating") + "/final") != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (evaluating) ::kill(std::stoi(test::read_file(pid_file)), SIGINT);
+  command.join();
+  ASSERT_TRUE(evaluating) << test::read_file(err);
+  const std::string said = test::read_file(err);
+  EXPECT_EQ(result.exit_code, 130) << said;
+  EXPECT_EQ(said.find("error"), std::string::npos) << said;
+  EXPECT_NE(said.find("signal 2 stopped the final evaluation; the training is complete (2 steps, model " +
+                      run_dir("evaluating") + "/final); evaluate it with: segtrain eval --model " +
+                      run_dir("evaluating")),
+            std::string::npos)
+      << said;
+  EXPECT_TRUE(fs::exists(run_dir("evaluating") + "/final/model.safetensors"));
+  EXPECT_FALSE(fs::exists(run_dir("evaluating") + "/eval.json")) << "the evaluation did not finish";
 }
 
 }  // namespace

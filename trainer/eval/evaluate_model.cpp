@@ -57,6 +57,12 @@ void evaluate_stored_model(const EvalOptions& options) {
   // Where the results go is checked before minutes of evaluation are spent.
   check_output_file(options.out, "--out");
   if (!options.per_position_csv.empty()) check_output_file(options.per_position_csv, "--per-position");
+  // Nothing is written into a run directory that a run is writing.
+  const DirectoryLock out_lock = DirectoryLock::hold_enclosing(options.out, "--out", "segtrain eval");
+  const DirectoryLock csv_lock = options.per_position_csv.empty()
+                                     ? DirectoryLock()
+                                     : DirectoryLock::hold_enclosing(options.per_position_csv, "--per-position",
+                                                                     "segtrain eval");
   at::set_num_threads(static_cast<int>(thread_count(options.threads)));
   const c10::Device device = pick_device(*enum_from_name(kDevices, options.device), /*local_rank=*/0, "--device");
   EvalConfig flags = suite_config(options);  // the flags as the config's eval section; its other keys keep their defaults
@@ -80,12 +86,6 @@ void evaluate_stored_model(const EvalOptions& options) {
     check_output_is_no_input(options.per_position_csv, "--per-position", reads);
     check_output_is_no_input(per_position_svg, "--per-position (its plot)", reads);
   }
-  // Nothing is written into a run directory that a run is writing.
-  const DirectoryLock out_lock = DirectoryLock::hold_enclosing(options.out, "--out", "segtrain eval");
-  const DirectoryLock csv_lock = options.per_position_csv.empty()
-                                     ? DirectoryLock()
-                                     : DirectoryLock::hold_enclosing(options.per_position_csv, "--per-position",
-                                                                     "segtrain eval");
   // Model and store are checked against each other before any weights are read.
   const data::TokenStore store = data::TokenStore::open(options.data);
   check_store_tokenizer(options.data, stored.dir, "--data", "--allow-tokenizer-mismatch",

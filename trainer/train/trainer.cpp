@@ -132,6 +132,7 @@ class Trainer {
   void save_final();
   void evaluate_final();
   void log_final_evaluation_plan() const;
+  void log_evaluation_stopped(int signal) const;
   void log_summary(bool evaluated) const;
   // Ends the process group cleanly (all ranks are done with it, also after an agreed stop).
   void shut_down_group() {
@@ -621,6 +622,13 @@ void Trainer::log_final_evaluation_plan() const {
             "% of the training's, forward only)", tasks, "; eval.lengths and eval.max_sequences size it");
 }
 
+void Trainer::log_evaluation_stopped(int signal) const {
+  if (!writer_) return;
+  log::warn("signal ", signal, " stopped the final evaluation; the training is complete (", state_.step,
+            " steps, model ", (run_.dir / "final").string(), "); evaluate it with: segtrain eval --model ",
+            run_.dir.string(), " --data ", c_.data.store, " --out ", (run_.dir / "eval.json").string());
+}
+
 // What a user reads last: how long it took, where everything is, what to do next.
 void Trainer::log_summary(bool evaluated) const {
   if (!writer_) return;
@@ -666,14 +674,23 @@ int run_training(const LoadedConfig& loaded, Resume resume, bool final_eval) {
   try {
     trainer.train();
     trainer.save_final();
-    if (final_eval) trainer.evaluate_final();
-    trainer.log_summary(final_eval);
   } catch (const Interrupted&) {
     trainer.shut_down_group();  // every rank stopped at the same point: not a failure
     throw;
   }
+  try {
+    if (final_eval) trainer.evaluate_final();
+  } catch (const Interrupted& stop) {
+    // The training is done and saved: a stop during its evaluation ends the evaluation (within a
+    // batch of windows), and the run is reported as trained, not as interrupted.
+    trainer.shut_down_group();
+    trainer.log_evaluation_stopped(stop.signal);
+    return 128 + stop.signal;
+  }
+  trainer.log_summary(final_eval);
   trainer.shut_down_group();
-  throw_if_stopped();  // final/ is saved; a signal during the evaluation still ends with 128 + signal
+  // Everything is done and written: a signal that came after the last check stops nothing.
+  if (const int signal = stop_signal()) log::info("signal ", signal, " came after the run completed: nothing to stop");
   return 0;
 }
 
