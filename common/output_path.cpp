@@ -88,6 +88,12 @@ void check_output_is_no_input(const fs::path& out, const std::string& what, cons
   }
 }
 
+void check_can_create(const fs::path& path, const std::string& what) {
+  fs::path p = fs::absolute(path).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "run/": the folder run
+  check_writable_folder(nearest_existing(p.parent_path()), what, path);
+}
+
 void check_output_folder(const fs::path& dir, const std::string& what, const std::string& whose,
                          const std::function<bool(const fs::path& entry)>& ours) {
   std::error_code ec;

@@ -23,6 +23,11 @@ void check_output_folder(const std::filesystem::path& dir, const std::string& wh
 // exists and is writable.
 void check_output_file(const std::filesystem::path& file, const std::string& what);
 
+// A file or folder to be created or replaced at `path` (written beside it and renamed
+// in): the nearest existing folder above it is writable (a read-only mount is refused
+// here, not by the write).
+void check_can_create(const std::filesystem::path& path, const std::string& what);
+
 // Something a command reads: a file, or a folder and everything in it. `what`
 // names it as the user gave it ("--data", "data.store", "the config").
 struct CommandInput {

@@ -303,6 +303,12 @@ DocumentTokenizer hf_bpe(const std::string& path, const HfFolder& f) {
 }  // namespace
 
 DocumentTokenizer open_document_tokenizer(const std::string& path) {
+  // A file of an HF folder (its tokenizer.json, tokenizer_config.json) given for the folder.
+  if (fs::is_regular_file(path) && fs::path(path).extension() == ".json")
+    throw InputError(path + ": a Hugging Face tokenizer is read from its folder (tokenizer.json with the files "
+                     "beside it): give --tokenizer " + (fs::path(path).has_parent_path()
+                                                           ? fs::path(path).parent_path().string()
+                                                           : std::string(".")));
   if (!fs::is_directory(path)) return sentencepiece_file(path);
   const fs::path dir(path);
   const HfFolder folder(dir);

@@ -171,6 +171,14 @@ TEST_F(FirstUse, MessagesNameWhatToDo) {
   }());
   auto checked = run(kBin, {"config", "check", low_lr});
   EXPECT_EQ(checked.exit_code, 0) << checked.err;
+
+  // An HF tokenizer's file given for its folder (old main: sentencepiece's ParseFromArray error).
+  test::write_file(*dir_ / "hf-tok/tokenizer.json", "{}\n");
+  expect_refused(run(kBin, {"prepare", "--input", *dir_ / "corpus/train.jsonl", "--out", *dir_ / "tok-store",
+                            "--tokenizer", *dir_ / "hf-tok/tokenizer.json"}),
+                 "is read from its folder (tokenizer.json with the files beside it): give --tokenizer " +
+                     (*dir_ / "hf-tok"),
+                 "a tokenizer.json for its folder");
 }
 
 // Old main: 1,439 pieces for --vocab-size 60000 without a word; a non-UTF-8 file

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+
 #include "test_util.h"
 
 namespace segtrain {
@@ -137,6 +139,21 @@ TEST_F(ReadsAreKept, AMegatronInputKeepsItsOwnVocabulary) {
                           "--vocab-size", "300"});
   ASSERT_EQ(given.exit_code, 0) << given.err;
   EXPECT_EQ(json::parse(test::read_file(*dir_ / "given-store/meta.json"))["vocab_size"], 300);
+}
+
+// An export onto a read-only mount is refused before any weights are read, exit 2 with the OS's
+// reason, as train, prepare and eval refuse it (old main: exit 1, a raw "filesystem error").
+TEST_F(ReadsAreKept, AnExportOntoAReadOnlyMountExitsTwo) {
+  if (::geteuid() != 0) SKIP_NOT_APPLICABLE("mounting a read-only tmpfs needs root");
+  const std::string mount = *dir_ / "read-only";
+  fs::create_directories(mount);
+  if (std::system(("mount -t tmpfs -o ro,size=1m tmpfs " + test::shell_quote(mount) + " 2>/dev/null").c_str()) != 0)
+    SKIP_NOT_APPLICABLE("cannot mount a tmpfs here");
+  const auto r = run(kBin, {"export", "--model", run_dir("run"), "--out", mount + "/hf"});
+  std::system(("umount " + test::shell_quote(mount)).c_str());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--out '" + mount + "/hf': cannot write into '" + mount + "': Read-only file system"),
+            std::string::npos) << r.err;
 }
 
 // --max-new-tokens against the KV cache it needs (old main: exit 134, LibTorch's "can't

@@ -213,6 +213,8 @@ std::optional<std::string> not_an_export(const fs::path& dir) {
 // The export's target, checked before any work: see export_stored_model in the header.
 void check_export_target(const fs::path& out, const std::vector<CommandInput>& sources, bool overwrite) {
   check_output_is_no_input(out, "--out", sources);
+  // The export is built beside `out` and renamed in: its folder must take new entries.
+  check_can_create(out, "--out");
   if (!fs::exists(fs::symlink_status(out))) return;
   if (!fs::is_directory(out))
     throw InputError("--out: '" + out.string() + "' is a file; export writes a folder: choose another path");
