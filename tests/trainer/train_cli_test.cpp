@@ -620,6 +620,8 @@ void TrainCli::expect_two_ranks_equal_one(const std::string& name, const std::ve
   auto [first, other] = run_two_ranks(rank_args);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   ASSERT_EQ(other.exit_code, 0) << other.err;
+  // Rank 0's summary: the tokens of both ranks, said as such (once "this process's").
+  EXPECT_NE(first.err.find("tokens trained in this session, 2 ranks together"), std::string::npos) << first.err;
   auto a = values(run_dir(name + "-1"), "loss"), b = values(run_dir(name + "-2"), "loss");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], agree.loss) << "step " << i + 1;

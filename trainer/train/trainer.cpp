@@ -308,6 +308,17 @@ void Trainer::plan_steps() {
                      std::to_string(state_.step) + "; start a new run from it with model.init: checkpoint:" +
                      run_.resume_from->dir.string());
   schedule_ = LrSchedule{c_.train.schedule, c_.train.lr, min_lr_of(c_.train), c_.train.warmup_steps, plan_.total_steps};
+  // A warm-up longer than a quarter of the run keeps the lr far below train.lr for much of it:
+  // said at once, not found in metrics.jsonl afterwards (the default 100 steps on a short run).
+  if (dist_.rank == 0 && c_.train.warmup_steps * 4 > plan_.total_steps) {
+    std::ostringstream peak;
+    peak << std::setprecision(2) << 100.0 * schedule_.at(plan_.total_steps - 1) / c_.train.lr;
+    log::warn("train.warmup_steps ", c_.train.warmup_steps, " is over a quarter of this run's ", plan_.total_steps,
+              " steps", c_.train.warmup_steps >= plan_.total_steps ? ": the lr never reaches train.lr (its last step "
+                                                                      "takes " + peak.str() + "% of it)"
+                                                                    : "",
+              "; set train.warmup_steps to a few percent of the steps");
+  }
   cadence_ = std::make_unique<Cadence>(c_.train, plan_.total_steps, state_.step);
   checkpoints_ = std::make_unique<CheckpointWriter>(
       dist_.rank, dist_.world_size, [this](std::vector<double> v) { return global_sum(std::move(v)); }, run_.dir,
@@ -636,8 +647,11 @@ void Trainer::log_summary(bool evaluated) const {
   const auto tokens = static_cast<double>(state_.tokens - tokens_at_start_);
   std::ostringstream rate;
   rate << std::fixed << std::setprecision(0) << tokens / std::max(seconds, 1e-9);
-  log::info("done in ", format_duration(seconds), " (", rate.str(), " tok/s over this process's ",
-            state_.tokens - tokens_at_start_, " tokens): model ", (run_.dir / "final").string(),
+  // state_.tokens counts every rank's tokens: the rate is the run's, not this process's.
+  const std::string ranks = dist_.world_size > 1 ? ", " + std::to_string(dist_.world_size) + " ranks together" : "";
+  log::info("done in ", format_duration(seconds), " (", rate.str(), " tok/s over the ",
+            state_.tokens - tokens_at_start_, " tokens trained in this session", ranks, "): model ",
+            (run_.dir / "final").string(),
             evaluated ? ", perplexity " + (run_.dir / "eval.json").string() : std::string(), ", metrics ",
             (run_.dir / "metrics.jsonl").string());
   if (!evaluated) return;  // a grid's row: the grid goes on
