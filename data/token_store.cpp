@@ -154,6 +154,11 @@ void read_sequences(const IdxLayout& l, const std::string& idx_path, const std::
                           ") is not a multiple of the " + dtype_name(l.dtype) + " item size");
     // ptr > bin_size - bytes rather than ptr + bytes > bin_size: a pointer near 2^63
     // made the sum overflow (UBSan, fuzz_megatron_idx).
+    if (ptr > bin_size)  // not even its start is in the .bin: the index does not describe this file
+      fault(idx_path, "sequence " + std::to_string(i) + " starts at byte " + std::to_string(ptr) +
+                          ", past the end of " + fs::path(bin_path).filename().string() + " (" +
+                          std::to_string(bin_size) + " bytes): the index does not describe its .bin (a damaged "
+                          ".idx, or one of another dataset)");
     if (ptr > bin_size - size * item)
       fault(bin_path, "truncated: sequence " + std::to_string(i) + " of " + std::to_string(size * item) +
                           " bytes starts at byte " + std::to_string(ptr) + " but the file has " +

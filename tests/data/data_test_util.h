@@ -85,6 +85,13 @@ inline std::vector<Corruption> corruptions() {
          poke<int64_t>(b, kSizes + 4 * S + 8, 0);  // sequence 1 restarts at byte 0
        }),
        "train.idx", "non-monotonic pointers"},
+      {"pointer_past_bin",
+       edit_idx([](std::string& b) {
+         uint64_t S;
+         std::memcpy(&S, b.data() + 18, 8);
+         poke<int64_t>(b, kSizes + 4 * S, int64_t{1} << 32);  // sequence 0 starts 4 GiB in
+       }),
+       "train.idx", "past the end of train.bin"},
       {"bad_document_index",
        edit_idx([](std::string& b) { poke<int64_t>(b, b.size() - 8, 1); }), "train.idx", "document index"},
       {"trailing_bytes", edit_idx([](std::string& b) { b += "garbage!garbage!garbage!"; }), "train.idx",
