@@ -270,6 +270,33 @@ TEST_F(FirstUse, LongPhasesTellTheirProgress) {
   EXPECT_EQ(quiet.err.find("new tokens ("), std::string::npos) << quiet.err;
 }
 
+// A run started with relative paths records its folders absolute, so that generate (which reads
+// the store's tokenizer through the run's config.yaml) works from any directory, and a resume with
+// the same relative config still matches the checkpoint (old main: "store/tokenizer.model: no such
+// tokenizer model file" from another directory) (issue 47).
+TEST_F(FirstUse, ARunRecordsItsFoldersSoThatItWorksFromAnyDirectory) {
+  const std::string config = tiny_run_config("relative");
+  std::string text = test::read_file(config);
+  const std::string store = *dir_ / "store";
+  text.replace(text.find("store: " + store), 7 + store.size(), "store: store");
+  text.replace(text.find("output_dir: " + run_dir("relative")), 12 + run_dir("relative").size(),
+               "output_dir: runs/relative");
+  test::write_file(config, text);
+  auto in_dir = [&](const std::string& where, const std::string& args) {
+    return run("sh", {"-c", "cd " + test::shell_quote(where) + " && exec " + test::shell_quote(kBin) + " " + args});
+  };
+  auto trained = in_dir(dir_->path().string(), "train " + test::shell_quote(config) + " --set train.budget.tokens=256");
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const std::string recorded = test::read_file(run_dir("relative") + "/config.yaml");
+  EXPECT_NE(recorded.find("store: " + fs::weakly_canonical(*dir_ / "store").string()), std::string::npos) << recorded;
+  auto generated = in_dir("/", "generate --model " + test::shell_quote(run_dir("relative")) +
+                                   " --prompt 'the password of' --max-new-tokens 3");
+  EXPECT_EQ(generated.exit_code, 0) << generated.err;
+  auto resumed = in_dir(dir_->path().string(), "train " + test::shell_quote(config) +
+                                                   " --set train.budget.tokens=256 --resume");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+}
+
 // Ctrl-C during a run's final evaluation ends the evaluation within a batch of windows, and the
 // run, whose training is complete and saved, says so and how to evaluate it, not "error:
 // interrupted" (issue 47). Exit 130 all the same: the command did not do all it was asked.

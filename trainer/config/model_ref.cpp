@@ -19,6 +19,19 @@ std::string model_ref_dir(const std::string& text) {
   return ref ? ref->dir : "";
 }
 
+std::string absolute_folder(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
+  return ec ? std::filesystem::absolute(path).lexically_normal().string() : resolved.string();
+}
+
+std::string with_absolute_folder(const std::string& text) {
+  const auto ref = parse_model_ref(text);
+  if (!ref || !ref->from_folder()) return text;
+  return text.substr(0, text.find(':') + 1) + absolute_folder(ref->dir);
+}
+
 namespace {
 
 std::optional<nlohmann::json> json_file(const std::filesystem::path& path) {

@@ -26,6 +26,13 @@ std::optional<ModelRef> parse_model_ref(const std::string& text);
 // The folder of a reference that parses, else "" (scratch and malformed ones).
 std::string model_ref_dir(const std::string& text);
 
+// A folder a run records (data.store, model.init's), absolute and with links and `..` resolved
+// where they exist, so that the run's config.yaml names the same folder from any working
+// directory, and two spellings of one folder compare equal on resume.
+std::string absolute_folder(const std::string& path);
+// `text` with its folder made absolute_folder; scratch (or anything that does not parse) as it is.
+std::string with_absolute_folder(const std::string& text);
+
 // The architecture of the model a reference names, read from the folder without
 // loading it (config.json's model_type, or model_config.json's arch of a segtrain
 // checkpoint or run); nullopt for scratch, a missing folder or one that says none

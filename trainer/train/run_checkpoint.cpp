@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "models/model_io.h"
 #include "models/safetensors.h"
+#include "trainer/config/model_ref.h"
 #include "trainer/config/yaml_text.h"
 
 namespace segtrain::trainer {
@@ -188,9 +189,17 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
   // Optimizer hyperparameters, logging and evaluation settings may change on resume.
   std::vector<std::string> keys = keys_with(KeyRole::resume);
   keys.insert(keys.end(), extra_keys.begin(), extra_keys.end());
+  // A run records its folders absolute (trainer.cpp); the config may name them relative: the
+  // folders are compared, not their spellings.
+  auto comparable = [](const std::string& key, const std::string& text) {
+    if (key == "data.store") return absolute_folder(text);
+    if (key == "model.init") return with_absolute_folder(text);
+    return text;
+  };
   for (const auto& key : keys) {
     const std::string then = key_text(saved, key), now = key_text(current, key);
-    if (then != now) differences.push_back(key + ": checkpoint has " + then + ", config has " + now);
+    if (comparable(key, then) != comparable(key, now))
+      differences.push_back(key + ": checkpoint has " + then + ", config has " + now);
   }
   const TrainerState state =
       state_from_json(read_file(checkpoint_dir / "trainer_state.json", "trainer state"), (checkpoint_dir / "trainer_state.json").string());

@@ -229,7 +229,7 @@ void Trainer::check_inputs(const LoadedConfig& loaded) {
     check_store_tokenizer(c_.data.store, base, loaded.locate("data.store"), "data.allow_tokenizer_mismatch: true",
                           c_.data.allow_tokenizer_mismatch);
   if (const auto identity = data::store_tokenizer_identity(c_.data.store))
-    store_tokenizer_ = data::identity_to_json(*identity, c_.data.store);
+    store_tokenizer_ = data::identity_to_json(*identity, absolute_folder(c_.data.store));  // read from any directory
   // The final evaluation reads eval.split: an empty one would end the run with ppl nan.
   if (store_.split(data::parse_split(c_.eval.split)).documents() == 0)
     throw InputError(loaded.locate("eval.split") + ": the store '" + c_.data.store + "' has no " + c_.eval.split +
@@ -326,6 +326,10 @@ void Trainer::plan_steps() {
 
   Config resolved = c_;
   resolved.model.spec = model_config_;
+  // What the run read, as folders that mean the same from any working directory (generate,
+  // eval and export follow them from its config.yaml).
+  resolved.data.store = absolute_folder(c_.data.store);
+  resolved.model.init = with_absolute_folder(c_.model.init);
   if (writer_) write_file_atomic(run_.dir / "config.yaml", to_yaml(resolved));
   log::info("run ", c_.run.name, ": ", data::describe(loader_->windows().stats, c_.data.extended_length));
   log::info("plan: ", plan_.total_steps, " steps of ", plan_.global_batch, " x ", plan_.sample_length, " tokens = ",
