@@ -21,16 +21,19 @@ commands=$build/compile_commands.json
 [[ -f $commands ]] || die "$commands does not exist: configure the CUDA build first (SEGTRAIN_CUDA=1 make build)"
 grep -q "SEGTRAIN_WITH_CUDA=1" "$commands" || die "$build is not a CUDA configuration (no SEGTRAIN_WITH_CUDA=1 in $commands)"
 
+# The build's own Python (the venv setup.sh made, with pip): a fresh Debian's python3 has no pip module.
+python=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
+[[ -x $python ]] || die "$build/CMakeCache.txt names no Python3_EXECUTABLE that runs ('$python'): reconfigure the CUDA build"
 cache=${SEGTRAIN_CACHE:-$HOME/.cache/segtrain}/torch-$version
 headers=$cache/torch/include
 if [[ ! -f $cache/.complete ]]; then
   rm -rf "$cache"
   mkdir -p "$cache/wheel"
   say "downloading torch==$version (its wheel, for the headers alone) into $cache"
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --platform manylinux_2_28_x86_64 \
+  "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --platform manylinux_2_28_x86_64 \
     -d "$cache/wheel" "torch==$version" 2> >(grep -v "is ignored: it is neither" >&2) ||
     die "pip could not download torch==$version"
-  python3 - "$cache" <<'EOF'
+  "$python" - "$cache" <<'EOF'
 import pathlib, sys, zipfile
 cache = pathlib.Path(sys.argv[1])
 (wheel,) = (cache / "wheel").glob("torch-*.whl")
@@ -51,14 +54,15 @@ mapfile -t units < <(git ls-files -z '*.cpp' |
 ((${#units[@]})) || die "no source names CUDA: nothing to compile"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 - "$commands" "$headers" "$work" "${units[@]}" <<'EOF'
+"$python" - "$commands" "$headers" "$work" "${units[@]}" <<'EOF'
 import json, os, pathlib, re, shlex, sys
 commands, headers, work, units = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3]), sys.argv[4:]
 by_file = {os.path.realpath(e["file"]): e for e in json.load(open(commands))}
 for i, unit in enumerate(units):
     entry = by_file.get(os.path.realpath(unit))
     if entry is None:
-        sys.exit(f"[compile-against-torch] error: {unit} is not in {commands}: reconfigure the CUDA build")
+        print(f"[compile-against-torch] error: {unit} is not in {commands}: reconfigure the CUDA build", file=sys.stderr)
+        sys.exit(2)
     args = entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
     out, skip = [], False
     for a in args:
@@ -75,7 +79,9 @@ for i, unit in enumerate(units):
     swapped = [a for a in out if headers in a]
     left = [a for a in out if re.search(r"/site-packages/torch/include", a) and headers not in a]
     if not swapped or left:
-        sys.exit(f"[compile-against-torch] error: {unit}: torch's include folders not swapped ({left or 'none found'})")
+        print(f"[compile-against-torch] error: {unit}: torch's include folders not swapped ({left or 'none found'})",
+              file=sys.stderr)
+        sys.exit(2)
     out.append("-fsyntax-only")
     (work / f"{i:03d}.sh").write_text(f"cd {shlex.quote(entry['directory'])} && exec {shlex.join(out)}\n")
     (work / f"{i:03d}.name").write_text(unit)

@@ -41,12 +41,13 @@
 # without a GPU, SEGTRAIN_GPU_TEST_DEVICE=cpu runs the whole command with the CPU as the device
 # (a dry run of this script: the benchmarks skip).
 set -uo pipefail
+CALLER=$PWD  # a relative --out is the caller's, not the checkout's
 cd "$(dirname "$0")/.." || exit 2
 OUT=bench/results/gpu-check
 DEADLINE=
 while (($#)); do
   case $1 in
-    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
+    --out) OUT=${2:?--out needs a folder}; [[ $OUT == /* ]] || OUT=$CALLER/$OUT; shift 2 ;;
     --deadline) DEADLINE=${2:?--deadline needs seconds}; shift 2 ;;
     *) echo "gpu-check: unknown argument '$1' (usage: scripts/gpu_check.sh [--out DIR] [--deadline SECONDS])" >&2; exit 2 ;;
   esac
@@ -61,7 +62,9 @@ REPORT=$OUT/report.md
 LOG=$OUT/log.txt
 MEASURED=$OUT/measured.txt
 START=$(date +%s)
-END=$((START + ${DEADLINE:-315360000}))
+# 20 s of the deadline are kept for what follows a phase's limit: timeout's 10 s of grace for a
+# phase that overruns, the benchmarks' summaries and the report's last lines.
+END=$((START + ${DEADLINE:-315360000} - 20))
 rm -f "$REPORT" "$LOG" "$MEASURED" "$OUT"/gpu_*_bench.json
 status=0  # 1 once anything failed or was cut; 2 no device / no build
 
@@ -76,6 +79,15 @@ budget() {  # CAP RESERVE
   [[ -z $DEADLINE ]] && { echo $((cap * 4)); return; }
   local b=$(($(left) - reserve))
   echo $((b < cap ? b : cap))
+}
+
+# A phase's seconds (budget) into $seconds, or, below MINIMUM, the phase reported as not run and 1.
+phase_seconds() {  # NAME CAP RESERVE MINIMUM
+  seconds=$(budget "$2" "$3")
+  ((seconds >= $4)) && return 0
+  report "- $1: not run: $(left) s left, $3 s kept for what follows"
+  status=1
+  return 1
 }
 
 # --- the machine ---------------------------------------------------------------------------
@@ -95,9 +107,10 @@ if [[ ${GPU_CHECK_SKIP_BUILD:-0} == 1 ]]; then
   say "GPU_CHECK_SKIP_BUILD=1: using $BUILD_DIR as it is"
   report "- build: skipped (GPU_CHECK_SKIP_BUILD=1), $BUILD_DIR as it is"
 else
-  say "building the CUDA configuration in $BUILD_DIR (segtrain segtrain-launch gpu_test)"
+  phase_seconds build 300 200 60 || { say "no time left to build: $REPORT"; exit 2; }
+  say "building the CUDA configuration in $BUILD_DIR (segtrain segtrain-launch gpu_test; at most $seconds s)"
   SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR SEGTRAIN_BUILD_TARGETS="segtrain segtrain-launch gpu_test" \
-    timeout -k 10 "$(budget 300 200)" bash scripts/setup.sh >>"$LOG" 2>&1
+    timeout -k 10 "$seconds" bash scripts/setup.sh >>"$LOG" 2>&1
   build_status=$?
   if ((build_status != 0)); then
     report "- build: **failed** (exit $build_status$( ((build_status == 124)) && echo ': cut by its time limit')) after $(($(date +%s) - phase_start)) s; its last lines:" ""
@@ -119,6 +132,14 @@ gpu_count=$(field 'len(devices)')
 report "- torch $(field torch), CUDA $(field cuda_build); $gpu_count GPU(s) visible: $(field '", ".join(devices)')"
 
 # --- tests -----------------------------------------------------------------------------------
+# A build without the GPU suite (gpu_test not built) must not read as "every test passed".
+gpu_tests=$(cd "$BUILD_DIR" && ctest -N -L gpu | sed -n 's/^Total Tests: //p')
+if [[ -z $gpu_tests || $gpu_tests == 0 ]]; then
+  report "- $BUILD_DIR has no tests labelled gpu (gpu_test is not built): build it (make build-cuda)"
+  say "$BUILD_DIR has no gpu tests: $REPORT"
+  exit 2
+fi
+report "- $gpu_tests gpu tests in $BUILD_DIR"
 # Each test's line of ctest's output, as it finishes, becomes a line of the report.
 declare -A about=(
   [OneStep.Fp32OnTheDeviceEqualsTheCpu]="one AdamW step in fp32 on the device = the CPU (loss 1e-5, gradients 1e-4, updates 1e-3 relative)"
@@ -158,7 +179,9 @@ test_line() {
 # phase's ctest output (--output-on-failure prints a failed test's output after its line).
 phase_details() {  # LOG_OF_THE_PHASE
   local notes failures
-  notes=$(grep -oE 'not applicable here: .*' "$1" | sort | uniq -c | sed -E 's/^ *([0-9]+) not applicable here: (.*)/    - \2 (\1 tests)/')
+  # ctest prints a skipped test's output only into its LastTest.log (this phase's run).
+  notes=$(grep -ohE 'not applicable here: .*' "$BUILD_DIR/Testing/Temporary/LastTest.log" 2>/dev/null | sort |
+    uniq -c | sed -E 's/^ *([0-9]+) not applicable here: (.*)/    - \2 (\1 tests)/')
   [[ -n $notes ]] && { report "  - not applicable here, because:"; report "$notes"; }
   failures=$(awk '
     /^The following tests|^Errors while running CTest|tests passed, | stop time has been passed/ { failed = 0 }
@@ -167,14 +190,6 @@ phase_details() {  # LOG_OF_THE_PHASE
       if (shown == 0) print "    " name ":"
       print "      " $0; ++shown }' "$1")
   [[ -n $failures ]] && { report "  - the first lines of each failure:"; report "$failures"; }
-}
-# A phase's seconds (budget) into $seconds, or, below MINIMUM, the phase reported as not run and 1.
-phase_seconds() {  # NAME CAP RESERVE MINIMUM
-  seconds=$(budget "$2" "$3")
-  ((seconds >= $4)) && return 0
-  report "- $1: not run: $(left) s left, $3 s kept for what follows"
-  status=1
-  return 1
 }
 # Runs the gpu tests whose names match REGEX (or, with -E, all but those) as one phase.
 test_phase() {  # NAME CAP RESERVE CTEST_SELECTION...

@@ -249,7 +249,7 @@ TEST_F(FirstUse, LongPhasesTellTheirProgress) {
   EXPECT_NE(trained.err.find("eval: perplexity at L = 32: 4 windows in "), std::string::npos) << trained.err;
   // The tiny config's warm-up (5 steps) on 4 steps: the lr never reaches train.lr, said at once.
   EXPECT_NE(trained.err.find("train.warmup_steps 5 is over a quarter of this run's 4 steps: the lr never reaches "
-                             "train.lr (its last step takes 80% of it)"),
+                             "train.lr (its last step takes 80.0% of it)"),
             std::string::npos) << trained.err;
 
   auto evaluated = run("env", {"SEGTRAIN_PROGRESS_SECONDS=0", kBin, "eval", "--model", run_dir("told"), "--data",

@@ -16,7 +16,7 @@ void add_generate(CLI::App& app, Chosen& chosen) {
       ->excludes(prompt)
       ->excludes(file);
   g->add_option("--max-new-tokens", o->decoding.max_new_tokens, "Tokens to write at most")
-      ->check(integer_at_least(1));
+      ->check(integer_at_least(1, int64_t{1} << 40));  // bounded so that prompt + this never overflows
   g->add_option("--temperature", o->decoding.temperature, "0: greedy; otherwise sample from softmax(logits / T)")
       ->check(number_between(0.0, 1.0e6));  // NaN and inf refused here, not inside sampling
   g->add_option("--top-k", o->decoding.top_k, "Sample from the k most likely tokens; 0: all")->check(integer_at_least(0));

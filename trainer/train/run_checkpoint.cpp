@@ -192,9 +192,13 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
   // A run records its folders absolute (trainer.cpp); the config may name them relative: the
   // folders are compared, not their spellings.
   auto comparable = [](const std::string& key, const std::string& text) {
-    if (key == "data.store") return absolute_folder(text);
-    if (key == "model.init") return with_absolute_folder(text);
-    return text;
+    if (key != "data.store" && key != "model.init") return text;
+    std::string value = text;  // key_text is YAML: a path that YAML quotes is read back first
+    try {
+      if (const YAML::Node node = YAML::Load(text); node.IsScalar()) value = node.Scalar();
+    } catch (const YAML::Exception&) {
+    }
+    return key == "data.store" ? absolute_folder(value) : with_absolute_folder(value);
   };
   for (const auto& key : keys) {
     const std::string then = key_text(saved, key), now = key_text(current, key);

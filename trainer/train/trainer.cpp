@@ -312,11 +312,11 @@ void Trainer::plan_steps() {
   // said at once, not found in metrics.jsonl afterwards (the default 100 steps on a short run).
   if (dist_.rank == 0 && c_.train.warmup_steps * 4 > plan_.total_steps) {
     std::ostringstream peak;
-    peak << std::setprecision(2) << 100.0 * schedule_.at(plan_.total_steps - 1) / c_.train.lr;
+    peak << std::fixed << std::setprecision(1) << 100.0 * schedule_.at(plan_.total_steps - 1) / c_.train.lr;
     log::warn("train.warmup_steps ", c_.train.warmup_steps, " is over a quarter of this run's ", plan_.total_steps,
-              " steps", c_.train.warmup_steps >= plan_.total_steps ? ": the lr never reaches train.lr (its last step "
-                                                                      "takes " + peak.str() + "% of it)"
-                                                                    : "",
+              " steps", c_.train.warmup_steps > plan_.total_steps ? ": the lr never reaches train.lr (its last step "
+                                                                     "takes " + peak.str() + "% of it)"
+                                                                   : "",
               "; set train.warmup_steps to a few percent of the steps");
   }
   cadence_ = std::make_unique<Cadence>(c_.train, plan_.total_steps, state_.step);
@@ -639,9 +639,16 @@ void Trainer::log_final_evaluation_plan() const {
 
 void Trainer::log_evaluation_stopped(int signal) const {
   if (!writer_) return;
+  auto joined = [](const auto& values) {
+    std::ostringstream out;
+    for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
+    return out.str();
+  };
   log::warn("signal ", signal, " stopped the final evaluation; the training is complete (", state_.step,
             " steps, model ", (run_.dir / "final").string(), "); evaluate it with: segtrain eval --model ",
-            run_.dir.string(), " --data ", c_.data.store, " --out ", (run_.dir / "eval.json").string());
+            run_.dir.string(), " --data ", absolute_folder(c_.data.store), " --split ", c_.eval.split,
+            " --lengths ", joined(c_.eval.lengths), " --max-sequences ", c_.eval.max_sequences, " --tasks ",
+            joined(c_.eval.tasks), " --out ", (run_.dir / "eval.json").string());
 }
 
 // What a user reads last: how long it took, where everything is, what to do next.
