@@ -43,7 +43,8 @@ Megatron indexed-dataset format segtrain reads (the content does not change spee
 Environment: BENCH_DEVICE (cpu or cuda; default cpu), BUILD_DIR (default build, or
 build-cuda with BENCH_DEVICE=cuda), BENCH_THREADS (default 1), BENCH_ROUNDS
 (default 5), BENCH_SHAPES (the speed or memory shapes to run, e.g. quickstart;
-default all of the device's).
+default all of the device's), BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
+in `speed`: auto, the default, or N; 0 is the whole logits, as the PyTorch loop computes them).
 
 One thread per process by default: on the 2-core machine these figures come from,
 2 OpenMP threads slow down 4-8x (in both programs, unevenly) as soon as anything
@@ -90,6 +91,9 @@ def positive_env(name, default):
 
 
 THREADS = positive_env("BENCH_THREADS", 1)
+LOSS_CHUNK_TOKENS = os.environ.get("BENCH_LOSS_CHUNK_TOKENS", "auto")
+if LOSS_CHUNK_TOKENS != "auto" and not LOSS_CHUNK_TOKENS.isdigit():
+    raise SystemExit(f"train_bench: BENCH_LOSS_CHUNK_TOKENS={LOSS_CHUNK_TOKENS!r}: expected auto or an integer >= 0")
 ROUNDS = positive_env("BENCH_ROUNDS", 5)
 # First steps (allocation, kernel selection, optimizer state; on CUDA also cuBLAS
 # and the caching allocator warming up) are left out of the rates.
@@ -270,7 +274,7 @@ model: {{arch: gpt2, d_model: {shape['d_model']}, n_layers: {shape['n_layers']},
 data: {{store: {store}, train_length: {L}, extended_length: {Le}, sampler: {{method: {method}, alpha: 0.25}}}}
 train: {{budget: {{tokens: {tokens}}}, micro_batch_size: {shape['micro_batch']}, warmup_steps: 2, log_every: 1,
         checkpoint_every: 0, tensorboard: false, lr: 3.0e-4, weight_decay: 0.1, betas: [0.9, 0.95], grad_clip: 1.0,
-        precision: {PRECISION}}}
+        precision: {PRECISION}, loss_chunk_tokens: {LOSS_CHUNK_TOKENS}}}
 eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
 """
     pathlib.Path(path).write_text(config)
@@ -504,6 +508,7 @@ def speed():
             "d_model": shape["d_model"], "layers": shape["n_layers"], "heads": shape["n_heads"],
             "d_ff": 4 * shape["d_model"], "vocab": shape["vocab"], "length": shape["length"],
             "micro_batch": shape["micro_batch"], "params": param_count(shape), "threads": THREADS,
+            "segtrain_loss_chunk_tokens": LOSS_CHUNK_TOKENS,
             "steps": shape["steps"], "warmup_steps_excluded": WARMUP_STEPS, "rounds": ROUNDS,
             "segtrain_tokens_per_s": round(seg, 1), "pytorch_tokens_per_s": round(py, 1),
             "ratio": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),

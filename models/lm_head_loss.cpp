@@ -46,8 +46,10 @@ struct Slices {
 };
 
 // The head and cross-entropy of hidden [N,D] against targets [N], `chunk` rows at
-// a time; one [chunk,V] fp32 buffer holds a slice's logits, then its softmax, then
-// d nll / d logits.
+// a time. Each slice's fp32 [chunk,V] log-softmax (one fused kernel) becomes, in
+// place, d nll / d logits = softmax - onehot(t): a few passes over the slice, where
+// the memory traffic of this loss lies. Rows of ignored targets are dropped where
+// they meet W and hidden (a [chunk,D] mask), not zeroed in the [chunk,V] buffer.
 Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk,
                   int64_t ignore_index, at::ScalarType compute, bool want_hidden, bool want_weight) {
   TORCH_CHECK(chunk >= 1, "lm_head_loss: chunk_tokens must be >= 1, got ", chunk);
@@ -66,27 +68,26 @@ Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::
     const at::Tensor ignored = t.eq(ignore_index);
     const at::Tensor index = t.masked_fill(ignored, 0).unsqueeze(1);  // in range for gather; masked below
 
-    // log softmax(x)[t] = (x[t] - max) - log sum exp(x - max), as cross_entropy computes it.
-    at::Tensor x = at::mm(h, w.t()).to(at::kFloat);  // a copy in compute != fp32, else mm's own buffer
-    x.sub_(std::get<0>(x.max(1, /*keepdim=*/true)));
-    const at::Tensor picked = x.gather(1, index).squeeze(1);
-    x.exp_();
-    const at::Tensor sum = x.sum(1, /*keepdim=*/true);
-    out.nll.narrow(0, start, rows).copy_((sum.squeeze(1).log() - picked).masked_fill_(ignored, 0));
+    // The logits in the compute dtype, then fp32, as cross_entropy on .to(kFloat) logits sees them.
+    at::Tensor log_p = at::log_softmax(at::mm(h, w.t()), 1, at::kFloat);
+    out.nll.narrow(0, start, rows).copy_(log_p.gather(1, index).squeeze(1).neg().masked_fill_(ignored, 0));
     if (!want_hidden && !want_weight) continue;
 
-    // d nll / d x = softmax - onehot(t); rows of ignored targets are zero.
-    x.div_(sum).masked_fill_(ignored.unsqueeze(1), 0);
-    x.scatter_add_(1, index, ignored.logical_not().to(at::kFloat).neg().unsqueeze(1));
-    const at::Tensor g = x.to(compute);
+    // d nll / d logits = softmax - onehot(t), in place of the log-softmax.
+    at::Tensor g = log_p.exp_();
+    g.scatter_add_(1, index, at::full({rows, 1}, -1.0, fp32));
+    g = g.to(compute);  // the same buffer when compute is fp32
+    const at::Tensor dropped = ignored.unsqueeze(1);
     if (want_hidden) {
       at::Tensor slice = out.grad_hidden.narrow(0, start, rows);
       if (compute == at::kFloat) at::mm_out(slice, g, w);
       else slice.copy_(at::mm(g, w));
+      slice.masked_fill_(dropped, 0);
     }
     if (want_weight) {
-      if (compute == at::kFloat) out.grad_weight.addmm_(g.t(), h);
-      else out.grad_weight.add_(at::mm(g.t(), h));  // this slice's share in the compute dtype, summed in fp32
+      const at::Tensor kept = h.masked_fill(dropped, 0);
+      if (compute == at::kFloat) out.grad_weight.addmm_(g.t(), kept);
+      else out.grad_weight.add_(at::mm(g.t(), kept));  // this slice's share in the compute dtype, summed in fp32
     }
   }
   return out;
@@ -137,9 +138,9 @@ void check_shapes(const at::Tensor& hidden, const at::Tensor& weight, const at::
 
 }  // namespace
 
-int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab) {
+int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width) {
   if (configured) return *configured;
-  return std::max<int64_t>(1, kAutoLossChunkBytes / (std::max<int64_t>(vocab, 1) * 4));
+  return std::max<int64_t>({1, kAutoLossChunkBytes / (std::max<int64_t>(vocab, 1) * 4), trained_head_width});
 }
 
 at::Tensor lm_head_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,

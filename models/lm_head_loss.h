@@ -3,8 +3,8 @@
 // [tokens x vocab] logits never exist at once (train.loss_chunk_tokens).
 //
 // Each slice of `chunk_tokens` rows of the hidden states [N,D] gets its logits
-// h W^T [chunk,V] in fp32, their log-sum-exp and the negative log-likelihood of
-// its targets; with gradients, the same pass also turns the slice's logits into
+// h W^T [chunk,V], their fp32 log-softmax and the negative log-likelihood of its
+// targets; with gradients, the same pass also turns the slice's log-softmax into
 // d loss / d logits = softmax - onehot and folds them into d hidden (its rows) and
 // d W (accumulated in fp32), so backward only scales those by the incoming
 // gradient. Same loss and gradients as at::cross_entropy on the whole logits,
@@ -27,9 +27,13 @@ inline constexpr int64_t kAutoLossChunkBytes = int64_t{64} << 20;
 // PyTorch's default ignore_index, which data::kNoTarget also is.
 inline constexpr int64_t kIgnoreTarget = -100;
 
-// Tokens per slice for a configured value (nullopt: auto, max(1, 64 MiB / (vocab * 4)));
-// 0 means off: the caller computes the whole logits at once.
-int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab);
+// Tokens per slice for a configured value; 0 means off: the caller computes the whole
+// logits at once. nullopt is auto: max(1, 64 MiB / (vocab * 4), trained_head_width).
+// trained_head_width is D when the head's weight [V,D] takes a gradient (training), else 0:
+// each slice then adds its share to the fp32 [V,D] gradient, a read and a write of it, and
+// slices of at least D tokens keep that traffic below the slices' own ([D,V] logits
+// each): 64 MiB slices at GPT-2 medium's vocab (333 tokens) made it 3 times larger.
+int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width = 0);
 
 // Sum over the targets that are not ignore_index of -log softmax(hidden W^T)[target],
 // as an fp32 scalar, differentiable with respect to hidden [...,D] and weight [V,D]

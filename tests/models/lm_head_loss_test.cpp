@@ -126,6 +126,16 @@ TEST(LmHeadLoss, AutoSlicesHoldAbout64MiBOfFp32Logits) {
   EXPECT_EQ(loss_chunk_tokens_for(7, 32000), 7);
 }
 
+// While the head trains, every slice reads and writes the fp32 [V,D] gradient: slices
+// of at least D tokens keep that below the slices' own logits.
+TEST(LmHeadLoss, AutoSlicesOfATrainedHeadHoldAtLeastItsWidthInTokens) {
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 50257, 1024), 1024);                 // GPT-2 medium: not 333
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 32000, 256), (64 << 20) / (32000 * 4));  // 524 > 256
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 50257, 0), (64 << 20) / (50257 * 4));    // evaluation
+  EXPECT_EQ(loss_chunk_tokens_for(7, 50257, 1024), 7);                               // configured
+  EXPECT_EQ(loss_chunk_tokens_for(0, 50257, 1024), 0);
+}
+
 ModelConfig tiny(Arch arch, bool checkpointing) {
   auto c = test::tiny_model_config(arch, 41, 64, /*grouped_kv=*/true);
   c.activation_checkpointing = checkpointing;

@@ -33,7 +33,9 @@ at::Tensor summed_loss(const at::Tensor& logits, const at::Tensor& targets) {
 
 at::Tensor micro_batch_loss(models::TransformerLM& model, const MicroBatch& m,
                             std::optional<int64_t> loss_chunk_tokens) {
-  const int64_t chunk = models::loss_chunk_tokens_for(loss_chunk_tokens, model->head_weight().size(0));
+  const at::Tensor head = model->head_weight();
+  const int64_t chunk = models::loss_chunk_tokens_for(loss_chunk_tokens, head.size(0),
+                                                      head.requires_grad() ? head.size(1) : 0);
   if (chunk == 0) return summed_loss(model->forward(m.tokens, m.positions, m.bounds), m.targets);
   return models::lm_head_loss_sum(model->hidden(m.tokens, m.positions, m.bounds), model->head_weight(), m.targets,
                                   chunk, data::kNoTarget);
