@@ -15,7 +15,8 @@ Measured inputs (bench/results/, from bench/run.sh on this machine, CPU):
     must come out as designed (checked here): fp32 plain 8, fp32 sharded 8/N, bf16 plain 16, bf16
     sharded 16/N; and with bf16 parameters the set-up peak (the fp32 parameters alive until the master
     copies exist);
-  - the LM head's logits: with the chunked loss (train.loss_chunk_tokens auto) three ~64 MiB slices.
+  - the LM head's logits: with the chunked loss (train.loss_chunk_tokens auto) three slices of fp32
+    logits, of d_model tokens between 64 and 256 MiB (models/lm_head_loss.h) as the head trains.
 Bytes a parameter on a GPU (the design the measurements confirm):
   fp32 plain    4 + 4 + 8        (parameters, gradients, AdamW moments)
   fp32 sharded  4 + 4 + 8/N      (distributed.shard_optimizer, ZeRO-1)
@@ -31,14 +32,20 @@ import json
 import pathlib
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
-MODELS = [  # name, parameters, layers, d_model (GPT-2 small / Pythia-1.4B / Llama-3-8B shapes)
-    ("125M", 124e6, 12, 768),
-    ("1.4B", 1.41e9, 24, 2048),
-    ("8B", 8.03e9, 32, 4096),
+MODELS = [  # name, parameters, layers, d_model, vocabulary (GPT-2 small / Pythia-1.4B / Llama-3-8B shapes)
+    ("125M", 124e6, 12, 768, 50257),
+    ("1.4B", 1.41e9, 24, 2048, 50304),
+    ("8B", 8.03e9, 32, 4096, 128256),
 ]
 LENGTHS = [2048, 8192]  # tokens a sequence: chunk at L_t trains L_t, full at L_e = 4 L_t trains 4 L_t
 GPUS = [1, 2, 8]
-LOGITS_BYTES = 3 * 64 * 2**20
+
+
+def logits_bytes(d, vocab):
+    """Three slices of the chunked loss's fp32 logits: loss_chunk_tokens_for's auto while the head trains."""
+    row = 4 * vocab
+    return 3 * max(64 * 2**20 // row, min(d, 256 * 2**20 // row)) * row
+
 GB = 1e9
 # Bytes a parameter the GPU holds at set-up beyond training's: none (the fp32 source of the master
 # weights is staged on the host, Trainer::set_up_optimizer); the CPU measures 4 more (shared storage).
@@ -114,10 +121,10 @@ def main():
                  else ""))
     print()
 
-    def activations(layers, d, tokens, dtype=None):
+    def activations(layers, d, vocab, tokens, dtype=None):
         if dtype is None:
-            return a * tokens * layers * d + LOGITS_BYTES
-        return ckpt[dtype] * tokens * layers * d + LOGITS_BYTES
+            return a * tokens * layers * d + logits_bytes(d, vocab)
+        return ckpt[dtype] * tokens * layers * d + logits_bytes(d, vocab)
 
     def bf16_cell(p, n, act):
         steady, setup = p * bytes_per_param("bf16 sharded", n) + act, p * (bytes_per_param("bf16 sharded", n) +
@@ -128,10 +135,10 @@ def main():
           "fp32, no ckpt: 1 GPU | 2 GPUs plain / sharded | 8 GPUs plain / sharded | "
           "bf16 autocast + ckpt: 1 GPU fp32 / bf16 params | 8 GPUs fp32 plain / fp32 sharded / bf16 sharded |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, p, layers, d in MODELS:
+    for name, p, layers, d, vocab in MODELS:
         for tokens in LENGTHS:
-            act, act32, act16 = (activations(layers, d, tokens), activations(layers, d, tokens, "fp32"),
-                                 activations(layers, d, tokens, "bf16"))
+            act, act32, act16 = (activations(layers, d, vocab, tokens), activations(layers, d, vocab, tokens, "fp32"),
+                                 activations(layers, d, vocab, tokens, "bf16"))
             plain = p * 16 + act
             cells = [f"{gib(act)} / {gib(act32)} / {gib(act16)}", gib(plain)]
             for n in GPUS[1:]:
@@ -142,12 +149,12 @@ def main():
             print(f"| {name} | {tokens:,} | " + " | ".join(cells) + " |")
     print()
     for name, tokens, n, size in TARGETS:
-        p, layers, d = next((m[1], m[2], m[3]) for m in MODELS if m[0] == name)
+        p, layers, d, vocab = next(m[1:] for m in MODELS if m[0] == name)
         capacity = size * GB
         print(f"{name} at {tokens:,} tokens a sequence on {n} x {size} GB ({gib(capacity)} GiB), bf16 autocast + "
               f"activation checkpointing:")
         for mode in ("fp32 plain", "fp32 sharded", "bf16 sharded") if n > 1 else ("fp32 plain", "bf16 sharded"):
-            act = activations(layers, d, tokens, mode[:4])
+            act = activations(layers, d, vocab, tokens, mode[:4])
             need = p * bytes_per_param(mode, n) + act
             label = mode if n > 1 else {"fp32 plain": "fp32", "bf16 sharded": "bf16 (2 + 2 + 16 on one GPU)"}[mode]
             line = f"  {label}: {gib(need)} GiB, headroom {100 * (1 - need / capacity):.1f}%"

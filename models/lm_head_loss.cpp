@@ -140,7 +140,9 @@ void check_shapes(const at::Tensor& hidden, const at::Tensor& weight, const at::
 
 int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width) {
   if (configured) return *configured;
-  return std::max<int64_t>({1, kAutoLossChunkBytes / (std::max<int64_t>(vocab, 1) * 4), trained_head_width});
+  const int64_t row_bytes = std::max<int64_t>(vocab, 1) * 4;
+  const int64_t trained = std::min(trained_head_width, kMaxTrainedLossChunkBytes / row_bytes);
+  return std::max<int64_t>({1, kAutoLossChunkBytes / row_bytes, trained});
 }
 
 at::Tensor lm_head_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,

@@ -22,17 +22,20 @@
 
 namespace segtrain::models {
 
-// train.loss_chunk_tokens: nullopt is auto, slices of about this many bytes of fp32 logits.
+// train.loss_chunk_tokens: nullopt is auto, slices of about this many bytes of fp32 logits,
 inline constexpr int64_t kAutoLossChunkBytes = int64_t{64} << 20;
+// and while the head trains, of d_model tokens up to this many bytes (Llama-3-8B: 523 tokens).
+inline constexpr int64_t kMaxTrainedLossChunkBytes = int64_t{256} << 20;
 // PyTorch's default ignore_index, which data::kNoTarget also is.
 inline constexpr int64_t kIgnoreTarget = -100;
 
 // Tokens per slice for a configured value; 0 means off: the caller computes the whole
-// logits at once. nullopt is auto: max(1, 64 MiB / (vocab * 4), trained_head_width).
-// trained_head_width is D when the head's weight [V,D] takes a gradient (training), else 0:
-// each slice then adds its share to the fp32 [V,D] gradient, a read and a write of it, and
-// slices of at least D tokens keep that traffic below the slices' own ([D,V] logits
-// each): 64 MiB slices at GPT-2 medium's vocab (333 tokens) made it 3 times larger.
+// logits at once. nullopt is auto: max(1, 64 MiB / (vocab * 4), min(trained_head_width,
+// 256 MiB / (vocab * 4))). trained_head_width is D when the head's weight [V,D] takes a gradient
+// (training), else 0: each slice then adds its share to the fp32 [V,D] gradient, a read and a
+// write of it, and slices of D tokens keep that traffic below the slices' own ([D,V] logits
+// each); 64 MiB slices at GPT-2 medium's vocabulary (333 tokens) made it 3 times larger. The
+// cap bounds a slice's buffers (about 3 of its fp32 logits) to 0.75 GiB for the largest heads.
 int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width = 0);
 
 // Sum over the targets that are not ignore_index of -log softmax(hidden W^T)[target],

@@ -80,7 +80,8 @@ void record(const std::string& line) {
       if (!SEGTRAIN_WITH_CUDA) SKIP_NOT_APPLICABLE("this build has no CUDA");                                \
       if (!torch::cuda::is_available()) SKIP_NOT_APPLICABLE("no CUDA device is visible to this process");    \
       if (static_cast<int64_t>(torch::cuda::device_count()) < (gpus))                                        \
-        SKIP_NOT_APPLICABLE("needs " << (gpus) << " CUDA devices, " << torch::cuda::device_count() << " visible"); \
+        SKIP_NOT_APPLICABLE("needs " << (gpus) << " CUDA devices, " /* an int8 DeviceIndex streams as a char */ \
+                            << static_cast<int>(torch::cuda::device_count()) << " visible");                 \
     }                                                                                                        \
   } while (0)
 

@@ -134,6 +134,8 @@ TEST(LmHeadLoss, AutoSlicesOfATrainedHeadHoldAtLeastItsWidthInTokens) {
   EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 50257, 0), (64 << 20) / (50257 * 4));    // evaluation
   EXPECT_EQ(loss_chunk_tokens_for(7, 50257, 1024), 7);                               // configured
   EXPECT_EQ(loss_chunk_tokens_for(0, 50257, 1024), 0);
+  // Llama-3-8B's head (vocabulary 128,256, d 4096): at most 256 MiB of fp32 logits a slice.
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 128256, 4096), (int64_t{256} << 20) / (128256 * 4));
 }
 
 ModelConfig tiny(Arch arch, bool checkpointing) {

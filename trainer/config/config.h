@@ -95,7 +95,7 @@ struct TrainConfig {
   int64_t max_bad_steps = 10;      // consecutive non-finite losses before aborting
   // Tokens per slice of the LM head + cross-entropy (training and evaluation),
   // so the full [tokens x vocab] logits never exist at once. nullopt: auto
-  // (slices of about 64 MiB of fp32 logits); 0: the whole logits at once.
+  // (models/lm_head_loss.h: about 64 MiB of fp32 logits, d_model tokens while the head trains); 0: the whole logits.
   std::optional<int64_t> loss_chunk_tokens;
   bool tensorboard = true;
 };

@@ -150,8 +150,9 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
               "Consecutive non-finite losses (steps skipped) before the run aborts."),
       maybe_integer("train.loss_chunk_tokens", t.loss_chunk_tokens, "auto", 0,
                     "Tokens per slice of the LM head and cross-entropy (training and evaluation), so the full "
-                    "[tokens x vocab] logits never exist at once; auto: slices of about 64 MiB of fp32 logits; "
-                    "0: the whole logits at once."),
+                    "[tokens x vocab] logits never exist at once; auto: slices of about 64 MiB of fp32 logits, and "
+                    "of d_model tokens (at most 256 MiB) while the head trains (each slice reads and writes its fp32 "
+                    "gradient); 0: the whole logits at once."),
       flag("train.tensorboard", t.tensorboard, "Also write TensorBoard scalars to output_dir/tensorboard."),
 
       maybe_integer_list("eval.lengths", c.eval.lengths, "auto", 2,
