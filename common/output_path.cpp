@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -31,6 +32,13 @@ void check_writable_folder(const fs::path& folder, const std::string& what, cons
   if (::access(folder.c_str(), W_OK | X_OK) != 0)
     throw InputError(what + " '" + target.string() + "': cannot write into '" + folder.string() + "': " +
                      std::strerror(errno));
+  // access() answers from the permission bits: root passes it on /proc and sysfs, where nothing can
+  // be created; a folder made and removed again asks the file system itself.
+  std::string probe = (folder / ".segtrain-probe-XXXXXX").string();
+  if (::mkdtemp(probe.data()) == nullptr)
+    throw InputError(what + " '" + target.string() + "': cannot create anything in '" + folder.string() +
+                     "': " + std::strerror(errno));
+  ::rmdir(probe.c_str());
 }
 
 // What a path names on disk, links followed: equal for two paths to the same file or folder.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <mutex>
+#include <regex>
 #include <thread>
 #include <unordered_map>
 
@@ -87,6 +88,18 @@ Tokenizer Tokenizer::from_serialized(std::string proto, const std::string& name)
   return t;
 }
 
+
+// sentencepiece's own advice names its flags (vocab_size, --character_coverage); a too small
+// vocabulary gets segtrain's flags and the size it needs, anything else a general hint.
+static std::string training_failure(const std::string& why, int64_t vocab_size) {
+  std::smatch m;
+  if (std::regex_search(why, m, std::regex("smaller than required_chars\\. *[0-9]+ vs ([0-9]+)")))
+    return "--vocab-size " + std::to_string(vocab_size) + " is smaller than the " + m[1].str() +
+           " pieces this corpus needs at least (its characters and the special pieces): give --vocab-size " +
+           m[1].str() + " or more, or a lower --character-coverage";
+  return "sentencepiece training failed: " + why + " (try a smaller --vocab-size or more text)";
+}
+
 Tokenizer Tokenizer::train(const std::vector<std::string>& documents, const TokenizerTrainOptions& o) {
   if (documents.empty()) throw InputError("no documents to train a tokenizer on");
   if (o.model_type != "unigram" && o.model_type != "bpe")
@@ -107,9 +120,7 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& documents, const Toke
   LineIterator lines(documents);
   Tokenizer t;
   auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &t.proto_);
-  if (!status.ok())
-    throw InputError("sentencepiece training failed: " + status.ToString() +
-                     " (try a smaller --vocab-size or more text)");
+  if (!status.ok()) throw InputError(training_failure(status.ToString(), o.vocab_size));
   status = t.sp_->LoadFromSerializedProto(t.proto_);
   if (!status.ok()) throw std::runtime_error("cannot load the trained tokenizer: " + status.ToString());
   return t;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <fstream>
 
 #include "test_util.h"
 
@@ -154,6 +155,29 @@ TEST_F(ReadsAreKept, AnExportOntoAReadOnlyMountExitsTwo) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--out '" + mount + "/hf': cannot write into '" + mount + "': Read-only file system"),
             std::string::npos) << r.err;
+}
+
+// An output where nothing can be created, though the permission bits allow it (root on /proc),
+// is refused before the input is read (old main: exit 1 after reading, "cannot create
+// directories"); a vocabulary below what the corpus's characters need says how large it must be
+// (old main: sentencepiece's advice, then "try a smaller --vocab-size").
+TEST_F(ReadsAreKept, PrepareSaysWhatItCannotCreateAndWhatVocabularyItNeeds) {
+  const std::string corpus = *dir_ / "tiny-corpus";
+  fs::create_directories(corpus);
+  for (int i = 0; i < 20; ++i)
+    std::ofstream(corpus + "/d" + std::to_string(i) + ".txt") << "Document " << i << " reads quickly; the zebra jumps.\n";
+  if (::geteuid() == 0 && fs::is_directory("/proc/self")) {
+    const auto r = run(kBin, {"prepare", "--input", corpus, "--out", "/proc/segtrain-store", "--vocab-size", "64"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("--out '/proc/segtrain-store': cannot create anything in '/proc'"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("read "), std::string::npos) << "refused before reading: " << r.err;
+  }
+  const auto small = run(kBin, {"prepare", "--input", corpus, "--out", *dir_ / "tiny-store", "--vocab-size", "10"});
+  EXPECT_EQ(small.exit_code, 2) << small.err;
+  EXPECT_NE(small.err.find("--vocab-size 10 is smaller than the "), std::string::npos) << small.err;
+  EXPECT_NE(small.err.find("pieces this corpus needs at least"), std::string::npos) << small.err;
+  EXPECT_EQ(small.err.find("try a smaller"), std::string::npos) << small.err;
 }
 
 // --max-new-tokens against the KV cache it needs (old main: exit 134, LibTorch's "can't
