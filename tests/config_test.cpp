@@ -39,10 +39,34 @@ TEST_F(ConfigTest, MinimalConfigTakesDocumentedDefaults) {
   // min_lr auto is lr / 10: the default lr's 3e-5, and below any lr a user lowers it to
   // (docs/models.md's 2e-5 for a pretrained base was refused against a fixed 3e-5).
   EXPECT_FALSE(loaded.config.train.min_lr.has_value());
-  EXPECT_DOUBLE_EQ(min_lr_of(loaded.config.train), 3e-5);
+  EXPECT_DOUBLE_EQ(min_lr_of(loaded.config), 3e-5);
   const LoadedConfig low = load_config(minimal(), {"train.lr=2e-5"});
-  EXPECT_DOUBLE_EQ(min_lr_of(low.config.train), 2e-6);
-  EXPECT_DOUBLE_EQ(min_lr_of(load_config(minimal(), {"train.lr=2e-5", "train.min_lr=0"}).config.train), 0.0);
+  EXPECT_DOUBLE_EQ(min_lr_of(low.config), 2e-6);
+  EXPECT_DOUBLE_EQ(min_lr_of(load_config(minimal(), {"train.lr=2e-5", "train.min_lr=0"}).config), 0.0);
+}
+
+// lr and warm-up auto: training from scratch keeps 3e-4 after 100 steps; a pretrained base gets
+// the continued-pretraining recipe (2e-5 after 20 steps, Position Interpolation / YaRN /
+// LongLoRA); an auto warm-up never takes more than a quarter of the run; a value given wins.
+TEST_F(ConfigTest, LrAndWarmUpAutoSuitTheBase) {
+  Config c = load_config(minimal(), {}).config;
+  EXPECT_FALSE(c.train.lr.has_value());
+  EXPECT_FALSE(c.train.warmup_steps.has_value());
+  EXPECT_DOUBLE_EQ(lr_of(c), 3e-4);
+  EXPECT_EQ(warmup_steps_of(c, 10000), 100);
+  EXPECT_EQ(warmup_steps_of(c, 200), 50);
+  for (const char* base : {"hf:bases/smollm2", "checkpoint:runs/base/final"}) {
+    c.model.init = base;
+    EXPECT_DOUBLE_EQ(lr_of(c), 2e-5) << base;
+    EXPECT_DOUBLE_EQ(min_lr_of(c), 2e-6) << base;
+    EXPECT_EQ(warmup_steps_of(c, 10000), 20) << base;
+    EXPECT_EQ(warmup_steps_of(c, 8), 2) << base;  // 8 steps: not 20 (the lr would never reach its peak)
+  }
+  const Config given = load_config(minimal(), {"train.lr=1e-4", "train.warmup_steps=300"}).config;
+  c.train.lr = given.train.lr;
+  c.train.warmup_steps = given.train.warmup_steps;
+  EXPECT_DOUBLE_EQ(lr_of(c), 1e-4);
+  EXPECT_EQ(warmup_steps_of(c, 100), 300);  // as given; the trainer warns that it is over a quarter
 }
 
 // A run from a base folder takes the folder's architecture when model.arch is not
@@ -136,14 +160,14 @@ TEST_F(ConfigTest, SampleUseChecksOnlyTheDataSection) {
 TEST_F(ConfigTest, OverridesApplyWithTypeChecks) {
   LoadedConfig loaded = load_config(minimal(), {"train.lr=1e-4", "eval.lengths=[64,128]", "model.arch=bloom",
                                                 "model.extension.factor=auto", "run.log_all_ranks=true"});
-  EXPECT_DOUBLE_EQ(loaded.config.train.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(lr_of(loaded.config), 1e-4);
   EXPECT_EQ(loaded.config.eval.lengths, (std::vector<int64_t>{64, 128}));
   EXPECT_EQ(loaded.config.model.spec.arch, models::Arch::bloom);
   EXPECT_TRUE(loaded.config.run.log_all_ranks);
   EXPECT_EQ(loaded.origins.at("train.lr"), "--set train.lr=1e-4");
 
   auto msg = input_error_of([&] { load_config(minimal(), {"train.lr=fast"}); });
-  EXPECT_NE(msg.find("--set train.lr=fast: train.lr: expected a number > 0, got 'fast'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--set train.lr=fast: train.lr: expected auto or a number > 0, got 'fast'"), std::string::npos) << msg;
   msg = input_error_of([&] { load_config(minimal(), {"train.lrr=1"}); });
   EXPECT_NE(msg.find("unknown key 'train.lrr'; did you mean 'train.lr'?"), std::string::npos) << msg;
   msg = input_error_of([&] { load_config(minimal(), {"model.rope=1"}); });
@@ -187,7 +211,7 @@ TEST_F(ConfigTest, TypeErrorsNameFileLineColumnAndExpectedType) {
   EXPECT_NE(msg.find(path + ":5:10: train.betas: expected a list of 2 numbers in [0, 1), got a list"), std::string::npos) << msg;
   EXPECT_NE(msg.find("train.precision: expected one of fp32|bf16, got 'fp16'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("train.tensorboard: expected true or false, got 'maybe'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("train.lr: expected a number > 0, got '-1'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train.lr: expected auto or a number > 0, got '-1'"), std::string::npos) << msg;
 }
 
 TEST_F(ConfigTest, SyntaxErrorsAndEmptyFiles) {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "test_util.h"
@@ -332,6 +333,32 @@ TEST_F(FirstUse, ASignalDuringTheFinalEvaluationStopsItAndKeepsTheTrainedRun) {
       << said;
   EXPECT_TRUE(fs::exists(run_dir("evaluating") + "/final/model.safetensors"));
   EXPECT_FALSE(fs::exists(run_dir("evaluating") + "/eval.json")) << "the evaluation did not finish";
+}
+
+// A pretrained base with lr and warm-up left out trains at the continued-pretraining rate
+// (2e-5 after 20 steps, at most a quarter of the run) and says so with its plan; from scratch the
+// same keys mean 3e-4 (old main: 3e-4 after 100 steps for both, which undid SmolLM2's training).
+TEST_F(FirstUse, APretrainedBaseTrainsAtTheContinuedPretrainingRate) {
+  const std::string base = trained_run("lr-base");
+  auto continued = run(kBin, {"train", four_step_config("lr-continued"), "--set", "train.lr=auto", "--set",
+                              "train.warmup_steps=auto", "--set", "model.init=checkpoint:" + base + "/final"});
+  ASSERT_EQ(continued.exit_code, 0) << continued.err;
+  EXPECT_NE(continued.err.find("lr 2e-05 after 1 warm-up steps (auto: a pretrained base's)"), std::string::npos)
+      << continued.err;
+  EXPECT_EQ(continued.err.find("is over a quarter of this run"), std::string::npos) << continued.err;
+  const std::string metrics = test::read_file(run_dir("lr-continued") + "/metrics.jsonl");
+  std::vector<double> lrs;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) lrs.push_back(nlohmann::json::parse(line).at("lr"));
+  ASSERT_EQ(lrs.size(), 4u) << metrics;
+  EXPECT_DOUBLE_EQ(lrs.front(), 2e-5) << "the peak after 1 warm-up step";
+  for (double lr : lrs) EXPECT_LE(lr, 2e-5);
+  EXPECT_GE(lrs.back(), 2e-6) << "auto min_lr is lr / 10";
+
+  auto scratch = run(kBin, {"train", four_step_config("lr-scratch"), "--set", "train.lr=auto", "--set",
+                            "train.warmup_steps=auto"});
+  ASSERT_EQ(scratch.exit_code, 0) << scratch.err;
+  EXPECT_NE(scratch.err.find("lr 3e-04 after 1 warm-up steps (auto)"), std::string::npos) << scratch.err;
 }
 
 }  // namespace

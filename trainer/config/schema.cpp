@@ -117,9 +117,13 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
            "Seed 004 eq. 2: L_e/L_t epochs for segmented samplers, 1 epoch for full.").with({KeyRole::grid, KeyRole::resume}),
       integer("train.micro_batch_size", t.micro_batch_size, 1, kMaxInt, "Sequences per forward pass and rank."),
       integer("train.grad_accum", t.grad_accum, 1, kMaxInt, "Micro-batches per optimizer step."),
-      real("train.lr", t.lr, above(0), kNoHigh, "Peak learning rate.").with({KeyRole::optimizer}),
+      maybe_real("train.lr", t.lr, "auto", above(0), kNoHigh,
+                 "Peak learning rate; auto is 3e-4 from scratch, 2e-5 from a pretrained base (model.init hf: or "
+                 "checkpoint:, the recipe of Position Interpolation, YaRN and LongLoRA).").with({KeyRole::optimizer}),
       maybe_real("train.min_lr", t.min_lr, "auto", at_least(0), kNoHigh, "Learning rate at the end of the schedule; <= lr; auto is lr / 10.").with({KeyRole::optimizer}),
-      integer("train.warmup_steps", t.warmup_steps, 0, kMaxInt, "Linear warmup steps.").with({KeyRole::optimizer}),
+      maybe_integer("train.warmup_steps", t.warmup_steps, "auto", 0,
+                    "Linear warm-up steps; auto is 100 from scratch, 20 from a pretrained base, at most a quarter "
+                    "of the run's steps.").with({KeyRole::optimizer}),
       choice("train.schedule", t.schedule, kSchedules, "Decay after warmup.").with({KeyRole::optimizer}),
       real("train.weight_decay", t.weight_decay, at_least(0), kNoHigh, "AdamW decoupled weight decay.").with({KeyRole::optimizer}),
       text_list("train.no_decay", t.no_decay,

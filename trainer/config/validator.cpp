@@ -88,8 +88,8 @@ void check_train(Checker& ck, const Config& c) {
   const auto& t = c.train;
   if (!t.budget.compute_equivalent && !t.budget.tokens)
     ck.fail("train.budget.compute_equivalent", "is false but train.budget.tokens is not set; give one budget");
-  if (t.min_lr && *t.min_lr > t.lr)
-    ck.fail("train.min_lr", format_double(*t.min_lr) + " is above train.lr = " + format_double(t.lr) +
+  if (t.min_lr && *t.min_lr > lr_of(c))
+    ck.fail("train.min_lr", format_double(*t.min_lr) + " is above train.lr = " + format_double(lr_of(c)) +
                                 " (leave it out: auto is lr / 10)");
   if (t.param_dtype == Precision::bf16 && t.precision != Precision::bf16)
     ck.fail("train.param_dtype", "bf16 parameters need train.precision: bf16 (the forward under bf16 autocast, "

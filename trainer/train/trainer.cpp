@@ -30,6 +30,7 @@
 #include "trainer/eval/suite.h"
 #include "trainer/eval/perplexity.h"
 #include "trainer/eval/stored_model.h"
+#include "common/numbers.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/memory.h"
@@ -53,9 +54,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-AdamWOptions adamw_options(const TrainConfig& t) {
+AdamWOptions adamw_options(const Config& c) {
+  const TrainConfig& t = c.train;
   AdamWOptions o;
-  o.lr = t.lr;
+  o.lr = lr_of(c);
   o.beta1 = t.betas[0];
   o.beta2 = t.betas[1];
   o.eps = t.eps;
@@ -307,17 +309,18 @@ void Trainer::plan_steps() {
                      "with train.final_optimizer_state: true), so this run cannot train on from step " +
                      std::to_string(state_.step) + "; start a new run from it with model.init: checkpoint:" +
                      run_.resume_from->dir.string());
-  schedule_ = LrSchedule{c_.train.schedule, c_.train.lr, min_lr_of(c_.train), c_.train.warmup_steps, plan_.total_steps};
+  const int64_t warmup = warmup_steps_of(c_, plan_.total_steps);
+  schedule_ = LrSchedule{c_.train.schedule, lr_of(c_), min_lr_of(c_), warmup, plan_.total_steps};
   // A warm-up longer than a quarter of the run keeps the lr far below train.lr for much of it:
-  // said at once, not found in metrics.jsonl afterwards (the default 100 steps on a short run).
-  if (dist_.rank == 0 && c_.train.warmup_steps * 4 > plan_.total_steps) {
+  // said at once, not found in metrics.jsonl afterwards (auto never asks for that).
+  if (dist_.rank == 0 && warmup * 4 > plan_.total_steps) {
     std::ostringstream peak;
-    peak << std::fixed << std::setprecision(1) << 100.0 * schedule_.at(plan_.total_steps - 1) / c_.train.lr;
-    log::warn("train.warmup_steps ", c_.train.warmup_steps, " is over a quarter of this run's ", plan_.total_steps,
-              " steps", c_.train.warmup_steps > plan_.total_steps ? ": the lr never reaches train.lr (its last step "
-                                                                     "takes " + peak.str() + "% of it)"
-                                                                   : "",
-              "; set train.warmup_steps to a few percent of the steps");
+    peak << std::fixed << std::setprecision(1) << 100.0 * schedule_.at(plan_.total_steps - 1) / lr_of(c_);
+    log::warn("train.warmup_steps ", warmup, " is over a quarter of this run's ", plan_.total_steps,
+              " steps", warmup > plan_.total_steps ? ": the lr never reaches train.lr (its last step "
+                                                     "takes " + peak.str() + "% of it)"
+                                                   : "",
+              "; set train.warmup_steps to a few percent of the steps, or leave it out (auto)");
   }
   cadence_ = std::make_unique<Cadence>(c_.train, plan_.total_steps, state_.step);
   checkpoints_ = std::make_unique<CheckpointWriter>(
@@ -336,7 +339,8 @@ void Trainer::plan_steps() {
             plan_.total_steps * plan_.tokens_per_step, " tokens (", std::setprecision(3), plan_.epochs, " epochs of ",
             plan_.samples_per_epoch, " windows); model ", model_config_.d_model, "x", model_config_.n_layers, " ",
             enum_name(models::kArchs, model_config_.arch), " on ", device_.str(), ", ", at::get_num_threads(),
-            " threads");
+            " threads; lr ", format_double(lr_of(c_)), " after ", warmup_steps_of(c_, plan_.total_steps),
+            " warm-up steps", c_.train.lr ? "" : from_pretrained(c_) ? " (auto: a pretrained base's)" : " (auto)");
   metrics_ = std::make_unique<Metrics>(writer_ ? run_.dir : fs::path(), c_.train.tensorboard, state_.step,
                                        plan_.total_steps);
 }
@@ -362,10 +366,10 @@ void Trainer::set_up_optimizer(const std::vector<std::pair<std::string, at::Tens
                                           dist_.world_size,
                                           bf16 ? std::optional(at::kBFloat16) : std::nullopt);
   if (bf16 || shard) {
-    optimizer_ = std::make_unique<ShardedAdamW>(named, adamw_options(c_.train), *flat_,
+    optimizer_ = std::make_unique<ShardedAdamW>(named, adamw_options(c_), *flat_,
                                                 ShardedAdamWSetup{group_.get(), shard, std::move(fp32_values)});
   } else {
-    optimizer_ = std::make_unique<FusedAdamW>(named, adamw_options(c_.train), flat_.get());
+    optimizer_ = std::make_unique<FusedAdamW>(named, adamw_options(c_), flat_.get());
   }
   if (!group_) return;
   GradientSyncOptions sync{shard ? Reduction::reduce_scatter : Reduction::all_reduce, std::nullopt, {}};
