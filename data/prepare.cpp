@@ -11,6 +11,7 @@
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/output_path.h"
+#include "common/progress.h"
 #include "data/corpus.h"
 #include "data/document_tokenizer.h"
 #include "data/token_store.h"
@@ -223,6 +224,7 @@ void prepare_store(const PrepareOptions& o) {
   EncodeStats total;
   std::vector<std::vector<int32_t>> batch;
   size_t batch_begin = 0;
+  Progress progress("prepare: encoding", static_cast<int64_t>(docs.size()), "documents");
   auto document = [&](int64_t i) {
     const auto d = static_cast<size_t>(i);
     if (d >= batch_begin + batch.size()) {
@@ -237,6 +239,7 @@ void prepare_store(const PrepareOptions& o) {
       total.tokens += es.tokens;
       total.seconds += es.seconds;
       total.threads = es.threads;
+      progress.update(total.documents);
     }
     return std::span<const int32_t>(batch[d - batch_begin]);
   };

@@ -37,8 +37,8 @@ class Pipeline : public ::testing::Test {
     dir_ = new TempDir;
     auto r = run(kBin, {"synth", "--out", *dir_ / "corpus", "--docs", "16", "--min-tokens", "400", "--max-tokens", "800"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    r = run(kBin, {"prepare", "--input", *dir_ / "corpus", "--out", *dir_ / "store", "--vocab-size", "300",
-                   "--valid-fraction", "0.25", "--threads", "2"});
+    r = run("env", {"SEGTRAIN_PROGRESS_SECONDS=0", kBin, "prepare", "--input", *dir_ / "corpus", "--out",
+                    *dir_ / "store", "--vocab-size", "300", "--valid-fraction", "0.25", "--threads", "2"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     prepare_log_ = new std::string(r.err);
   }
@@ -82,6 +82,8 @@ TEST_F(Pipeline, PrepareWritesAValidStoreAndReportsThroughput) {
     }
   EXPECT_NE(prepare_log_->find("MB/s"), std::string::npos) << *prepare_log_;
   EXPECT_NE(prepare_log_->find("16 documents"), std::string::npos) << *prepare_log_;
+  // Encoding tells its progress (every update here: SEGTRAIN_PROGRESS_SECONDS=0).
+  EXPECT_NE(prepare_log_->find("prepare: encoding: 16 documents in "), std::string::npos) << *prepare_log_;
 }
 
 TEST_F(Pipeline, PrepareWithTheStoresTokenizerReproducesTheTokens) {

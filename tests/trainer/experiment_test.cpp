@@ -77,6 +77,9 @@ TEST(Experiment, TinyRopeGridEndToEnd) {
   test::write_file(dir / "x.yaml", tiny_experiment(out, "gpt_neox"));
   auto r = run(kBin, {"experiment", dir / "x.yaml"}, 600);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Where the grid stands, row by row: the base, 6 OOTB and 5 trained rows.
+  for (const char* line : {" row 1 of 12: base at L_t (scored)", " row 12 of 12: ", " (trained unless done, then scored)"})
+    EXPECT_NE(r.err.find(line), std::string::npos) << line << "\n" << r.err;
 
   const json results = results_of(out);
   ASSERT_EQ(results["corpora"].size(), 1u);

@@ -335,6 +335,35 @@ TEST_F(FirstUse, ASignalDuringTheFinalEvaluationStopsItAndKeepsTheTrainedRun) {
   EXPECT_FALSE(fs::exists(run_dir("evaluating") + "/eval.json")) << "the evaluation did not finish";
 }
 
+// `--resume` of a trained run evaluates only what its eval.json lacks (old main: the whole final
+// evaluation again, an hour on SmolLM2's defaults): a task recorded for the same step, precision
+// and settings is kept; one whose settings changed is measured again.
+TEST_F(FirstUse, AResumeOfATrainedRunEvaluatesOnlyWhatEvalJsonLacks) {
+  const std::string dir = trained_run("evaluated-once");
+  const std::string first = test::read_file(dir + "/eval.json");
+  const auto recorded = nlohmann::json::parse(first);
+  ASSERT_TRUE(recorded.contains("evaluated")) << first;
+  EXPECT_EQ(recorded["evaluated"]["step"], 4);
+  EXPECT_EQ(recorded["evaluated"]["precision"], "fp32");
+  EXPECT_EQ(recorded["evaluated"]["tasks"]["perplexity"]["max_sequences"], 4) << first;
+
+  auto again = run(kBin, {"train", four_step_config("evaluated-once"), "--resume", "auto"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("eval: perplexity: " + dir + "/eval.json holds it for step 4 with these settings; not "
+                           "evaluated again"),
+            std::string::npos) << again.err;
+  EXPECT_EQ(again.err.find("eval valid L=32"), std::string::npos) << "measured again: " << again.err;
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(dir + "/eval.json"))["results"], recorded["results"]);
+
+  auto changed = run(kBin, {"train", four_step_config("evaluated-once"), "--resume", "auto", "--set",
+                            "eval.max_sequences=2"});
+  ASSERT_EQ(changed.exit_code, 0) << changed.err;
+  EXPECT_EQ(changed.err.find("not evaluated again"), std::string::npos) << changed.err;
+  const auto remeasured = nlohmann::json::parse(test::read_file(dir + "/eval.json"));
+  EXPECT_EQ(remeasured["results"][0]["sequences"], 2) << remeasured.dump();
+  EXPECT_EQ(remeasured["evaluated"]["tasks"]["perplexity"]["max_sequences"], 2) << remeasured.dump();
+}
+
 // A pretrained base with lr and warm-up left out trains at the continued-pretraining rate
 // (2e-5 after 20 steps, at most a quarter of the run) and says so with its plan; from scratch the
 // same keys mean 3e-4 (old main: 3e-4 after 100 steps for both, which undid SmolLM2's training).

@@ -24,8 +24,23 @@ nlohmann::json task_scores_json(const std::vector<TaskScore>& scores) {
   return out;
 }
 
+std::vector<std::string> tasks_already_evaluated(const nlohmann::json& prior, const nlohmann::json& evaluated) {
+  std::vector<std::string> kept;
+  if (!prior.is_object() || !prior.contains("evaluated") || !evaluated.is_object()) return kept;
+  const nlohmann::json& before = prior["evaluated"];
+  if (before.value("step", nlohmann::json()) != evaluated["step"] ||
+      before.value("precision", nlohmann::json()) != evaluated["precision"] || !before.contains("tasks"))
+    return kept;
+  for (const auto& [task, settings] : evaluated["tasks"].items()) {
+    const bool measured = task == "perplexity" ? prior.contains("results") && !prior["results"].empty()
+                                               : prior.contains("tasks") && prior["tasks"].contains(task);
+    if (measured && before["tasks"].contains(task) && before["tasks"][task] == settings) kept.push_back(task);
+  }
+  return kept;
+}
+
 std::string eval_json(const std::string& model_name, const std::vector<TaskResult>& results,
-                      const std::optional<EvalDevice>& device) {
+                      const std::optional<EvalDevice>& device, const EvalRecord& record) {
   nlohmann::json out = {{"model", model_name}, {"results", nlohmann::json::array()}};
   double perplexity_seconds = 0;
   for (const auto& task : results) {
@@ -41,6 +56,15 @@ std::string eval_json(const std::string& model_name, const std::vector<TaskResul
     }
     out["tasks"][task.task] = {{"seconds", task.seconds}, {"by_length", task_scores_json(task.scores)}};
   }
+  for (const auto& task : record.kept) {
+    if (task != "perplexity") {
+      out["tasks"][task] = record.prior["tasks"][task];
+    } else {
+      out["results"] = record.prior["results"];
+      if (record.prior.contains("perplexity_seconds")) perplexity_seconds = record.prior["perplexity_seconds"];
+    }
+  }
+  if (!record.evaluated.is_null()) out["evaluated"] = record.evaluated;
   if (device) {
     out["device"] = device->device.str();
     out.update(peak_memory_json(device->peak));
@@ -80,8 +104,9 @@ EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_posi
 }
 
 void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_name,
-                        const std::vector<TaskResult>& results, const EvalDevice& device) {
-  write_file_atomic(outputs.json, eval_json(model_name, results, device));
+                        const std::vector<TaskResult>& results, const EvalDevice& device,
+                        const EvalRecord& record) {
+  write_file_atomic(outputs.json, eval_json(model_name, results, device, record));
   const TaskResult* perplexity = nullptr;
   for (const auto& r : results)
     if (r.task == "perplexity") perplexity = &r;

@@ -25,8 +25,21 @@ struct EvalDevice {
 //  "low", "high", "first": {"answers", "output"}}, ...]}, ...} (every prompt task measured; low/high: Wilson's
 //  95% interval of the accuracy; first: what the model wrote for the first prompt, for generating tasks),
 //  "device", "peak_rss_mb", "perplexity_seconds" (when timed), and on CUDA "peak_gpu_mb", "peak_gpu_reserved_mb" (with `device`)}
+// A run's eval.json also records how it was evaluated, "evaluated": {"step", "precision", "tasks":
+// {"<task>": its settings}}, so that `--resume` of a trained run evaluates only the tasks that
+// eval.json lacks; `kept` names the tasks whose sections are carried over from `prior` (an
+// earlier eval.json of the same step, precision and settings) instead of measured again.
+struct EvalRecord {
+  nlohmann::json evaluated;  // null: not recorded (segtrain eval --out)
+  nlohmann::json prior;      // the earlier eval.json, or null
+  std::vector<std::string> kept;
+};
+// The tasks of `evaluated` that `prior` (an eval.json, or null) holds at its step and precision
+// with equal settings.
+std::vector<std::string> tasks_already_evaluated(const nlohmann::json& prior, const nlohmann::json& evaluated);
+
 std::string eval_json(const std::string& model_name, const std::vector<TaskResult>& results,
-                      const std::optional<EvalDevice>& device = std::nullopt);
+                      const std::optional<EvalDevice>& device = std::nullopt, const EvalRecord& record = {});
 // A prompt task's section of the eval JSON (and of the grid's row records).
 nlohmann::json task_scores_json(const std::vector<TaskScore>& scores);
 
@@ -50,6 +63,7 @@ EvalOutputs run_eval_outputs(const std::filesystem::path& run_dir, bool per_posi
 
 // Each file is written atomically; the per-position files when perplexity is among `results`.
 void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_name,
-                        const std::vector<TaskResult>& results, const EvalDevice& device);
+                        const std::vector<TaskResult>& results, const EvalDevice& device,
+                        const EvalRecord& record = {});
 
 }  // namespace segtrain::trainer

@@ -23,7 +23,7 @@
 #include "trainer/eval/stored_model.h"
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/memory.h"
-#include "trainer/runtime/progress.h"
+#include "common/progress.h"
 
 namespace segtrain::trainer {
 namespace {

@@ -12,7 +12,7 @@
 #include "models/lm_head_loss.h"
 #include "models/positions.h"
 #include "trainer/config/eval_rules.h"
-#include "trainer/runtime/progress.h"
+#include "common/progress.h"
 
 namespace segtrain::trainer {
 namespace {

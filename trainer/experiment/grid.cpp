@@ -505,6 +505,10 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
     throw_if_stopped();
     const PlannedRow& p = rows[i];
     const auto import = imported.find(i);
+    // Where a grid of hours stands, row by row (the rows' own training and scoring log their progress).
+    log::info("experiment: ", corpus.name, " row ", i + 1, " of ", rows.size(), ": ", p.row.label,
+              p.row.kind == "base" ? "" : " at x" + std::to_string(p.row.factor),
+              import != imported.end() ? " (imported)" : p.run ? " (trained unless done, then scored)" : " (scored)");
     if (p.row.kind == "base") {
       // Scored here even when imported (seconds): it checks the imported rows' base and store.
       out.base = evaluate_row(p.row, p.record_dir, p.model_dir, p.overrides, x, store_dir(x, corpus), store);

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "trainer/eval/perplexity.h"
-#include "trainer/runtime/progress.h"  // format_duration
+#include "common/progress.h"  // format_duration
 #include "trainer/train/tensorboard.h"
 
 namespace segtrain::trainer {

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -30,6 +31,7 @@
 #include "trainer/eval/suite.h"
 #include "trainer/eval/perplexity.h"
 #include "trainer/eval/stored_model.h"
+#include "common/file_io.h"
 #include "common/numbers.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/runtime/device.h"
@@ -603,17 +605,41 @@ void Trainer::save_final() {
 // Perplexity runs on every rank (its windows are split between them and its stop
 // checks are collective), then rank 0 alone runs the prompt tasks; each task's
 // figures are written as they come, so a later task that fails keeps them.
+// A task that eval.json already holds for this step, precision and settings (a `--resume` of a
+// trained run, or of one whose evaluation was stopped) is kept, not measured again; rank 0
+// decides, as only it reads eval.json.
 void Trainer::evaluate_final() {
-  const Autocast autocast(evaluates_in_bf16(c_.eval, c_.train.precision), device_.type());
+  const bool bf16 = evaluates_in_bf16(c_.eval, c_.train.precision);
+  const Autocast autocast(bf16, device_.type());
   const TaskData data{&store_.split(data::parse_split(c_.eval.split)), prompts_ ? &*prompts_ : nullptr};
   const EvalOutputs outputs = run_eval_outputs(run_.dir, c_.eval.per_position, c_.data.train_length);
+  EvalRecord record;
+  record.evaluated = {{"step", state_.step}, {"precision", bf16 ? "bf16" : "fp32"}, {"tasks", nlohmann::json::object()}};
+  for (const auto& task : suite_->tasks()) record.evaluated["tasks"][task->name()] = task->settings();
+  std::vector<std::string> held;
+  if (writer_ && fs::exists(outputs.json)) {
+    try {
+      record.prior = nlohmann::json::parse(read_file(outputs.json, "eval.json"));
+      held = tasks_already_evaluated(record.prior, record.evaluated);
+    } catch (const std::exception& e) {
+      log::warn(outputs.json.string(), " is not readable (", e.what(), "): every task is evaluated again");
+    }
+  }
   std::vector<TaskResult> results;
   for (const auto& task : suite_->tasks()) {
     if (task->writes_prompts() && !writer_) continue;
+    bool holds = std::find(held.begin(), held.end(), task->name()) != held.end();
+    if (!task->writes_prompts()) holds = global_sum({holds ? 1.0 : 0.0})[0] > 0;  // every rank runs it
+    if (holds) {
+      record.kept.push_back(task->name());
+      log::info("eval: ", task->name(), ": ", outputs.json.string(), " holds it for step ", state_.step,
+                " with these settings; not evaluated again");
+      continue;
+    }
     results.push_back(run_task(*task, model_, data));
     if (task->name() == "perplexity") metrics_->eval_scalars(results.back().perplexity, state_.step);
     if (!writer_) continue;
-    write_eval_outputs(outputs, c_.run.name, results, EvalDevice{device_, peak_memory(device_)});
+    write_eval_outputs(outputs, c_.run.name, results, EvalDevice{device_, peak_memory(device_)}, record);
     task->log(results.back());
   }
 }

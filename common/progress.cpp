@@ -1,4 +1,4 @@
-#include "trainer/runtime/progress.h"
+#include "common/progress.h"
 
 #include <cmath>
 #include <algorithm>
@@ -9,7 +9,7 @@
 
 #include "common/log.h"
 
-namespace segtrain::trainer {
+namespace segtrain {
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -56,4 +56,4 @@ void Progress::update(int64_t done) {
   log::info(line.str());
 }
 
-}  // namespace segtrain::trainer
+}  // namespace segtrain

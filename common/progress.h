@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-namespace segtrain::trainer {
+namespace segtrain {
 
 // "1h02m05s", "3m07s"; "?" when not finite.
 std::string format_duration(double seconds);
@@ -28,4 +28,4 @@ class Progress {
   Clock::time_point start_, last_;
 };
 
-}  // namespace segtrain::trainer
+}  // namespace segtrain
