@@ -367,7 +367,8 @@ TEST_F(FirstUse, AResumeOfATrainedRunEvaluatesOnlyWhatEvalJsonLacks) {
 // A pretrained base with lr and warm-up left out trains at the continued-pretraining rate
 // (2e-5 after 20 steps, at most a quarter of the run) and says so with its plan; from scratch the
 // same keys mean 3e-4 (old main: 3e-4 after 100 steps for both, which undid SmolLM2's training).
-TEST_F(FirstUse, APretrainedBaseTrainsAtTheContinuedPretrainingRate) {
+// Its final evaluation is sized to the run (old main: 64 windows at every length whatever the run).
+TEST_F(FirstUse, APretrainedBaseTrainsAtTheContinuedPretrainingRateAndEvaluatesInProportion) {
   const std::string base = trained_run("lr-base");
   auto continued = run(kBin, {"train", four_step_config("lr-continued"), "--set", "train.lr=auto", "--set",
                               "train.warmup_steps=auto", "--set", "model.init=checkpoint:" + base + "/final"});
@@ -384,10 +385,22 @@ TEST_F(FirstUse, APretrainedBaseTrainsAtTheContinuedPretrainingRate) {
   for (double lr : lrs) EXPECT_LE(lr, 2e-5);
   EXPECT_GE(lrs.back(), 2e-6) << "auto min_lr is lr / 10";
 
+  // Its final evaluation, eval.max_sequences auto, follows the run's size: a quarter of its 4,096
+  // training tokens over windows of 32 tokens is 32 windows (64 from scratch).
+  auto sized = run(kBin, {"train", four_step_config("eval-sized"), "--set", "eval.max_sequences=auto", "--set",
+                          "train.budget.tokens=4096", "--set", "model.init=checkpoint:" + base + "/final"});
+  ASSERT_EQ(sized.exit_code, 0) << sized.err;
+  EXPECT_NE(sized.err.find("final evaluation: perplexity at L = 32 (32 windows): 1024 tokens through the model "
+                           "(25.0% of the training's"),
+            std::string::npos) << sized.err;
+  EXPECT_NE(sized.err.find("(auto from a pretrained base: 32 windows a length"), std::string::npos) << sized.err;
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(run_dir("eval-sized") + "/eval.json"))["results"][0]["sequences"], 32);
+
   auto scratch = run(kBin, {"train", four_step_config("lr-scratch"), "--set", "train.lr=auto", "--set",
-                            "train.warmup_steps=auto"});
+                            "train.warmup_steps=auto", "--set", "eval.max_sequences=auto"});
   ASSERT_EQ(scratch.exit_code, 0) << scratch.err;
   EXPECT_NE(scratch.err.find("lr 3e-04 after 1 warm-up steps (auto)"), std::string::npos) << scratch.err;
+  EXPECT_NE(scratch.err.find("final evaluation: perplexity at L = 32 (64 windows)"), std::string::npos) << scratch.err;
 }
 
 }  // namespace

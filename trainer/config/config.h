@@ -107,7 +107,7 @@ struct EvalConfig {
   std::vector<int64_t> lengths;
   std::string split = "valid";
   bool per_position = false;
-  int64_t max_sequences = 64;  // per length; 0: all
+  std::optional<int64_t> max_sequences;  // per length; 0: all; nullopt ("auto"): eval_windows_of
   int64_t windows_per_document = 0;  // 0: every window a document holds
   int64_t stride = 0;          // 0: non-overlapping windows (seed 004); else sliding
   int64_t batch_size = 4;
@@ -158,6 +158,20 @@ inline double min_lr_of(const Config& c) { return c.train.min_lr.value_or(lr_of(
 inline int64_t warmup_steps_of(const Config& c, int64_t total_steps) {
   if (c.train.warmup_steps) return *c.train.warmup_steps;
   return std::min(from_pretrained(c) ? kPretrainedWarmupSteps : kScratchWarmupSteps, total_steps / 4);
+}
+
+// eval.max_sequences when auto: 64 windows a length; for a run from a pretrained base, as many as
+// keep its final evaluation within a quarter of the run's training tokens (forward only: about a
+// twelfth of the training's compute), at least 4 so that a perplexity still averages several
+// windows. A short extension of SmolLM2 to 16k otherwise ended in an hour of evaluation.
+inline constexpr int64_t kEvalWindows = 64;
+inline constexpr int64_t kFewestAutoEvalWindows = 4;
+inline int64_t eval_windows_of(const Config& c, int64_t train_tokens) {
+  if (c.eval.max_sequences) return *c.eval.max_sequences;
+  if (!from_pretrained(c)) return kEvalWindows;
+  int64_t per_window = 0;
+  for (const int64_t length : c.eval.lengths) per_window += length;
+  return std::clamp(train_tokens / std::max<int64_t>(4 * per_window, 1), kFewestAutoEvalWindows, kEvalWindows);
 }
 
 // Where each key's value came from ("file.yaml:12:5", "--set train.lr=1e-4", or

@@ -163,7 +163,9 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                          "Sequence lengths to report perplexity at; auto is L_t, 2 L_t, 4 L_t, ... up to L_e.").with({KeyRole::grid}),
       text("eval.split", c.eval.split, "Store split to evaluate on."),
       flag("eval.per_position", c.eval.per_position, "Also write the per-position loss curve (CSV and SVG)."),
-      integer("eval.max_sequences", c.eval.max_sequences, 0, kMaxInt, "Windows per length; 0: all."),
+      maybe_integer("eval.max_sequences", c.eval.max_sequences, "auto", 0,
+                    "Windows per length; 0: all; auto: 64, or from a pretrained base as many as keep the final "
+                    "evaluation within a quarter of the run's training tokens (at least 4)."),
       integer("eval.windows_per_document", c.eval.windows_per_document, 0, kMaxInt,
               "Windows taken from one document before the next; 1: every window from another document (text "
               "that differs, for intervals over windows); 0: all a document holds."),

@@ -19,7 +19,7 @@ struct EvalOptions {
   std::string out;                     // eval JSON
   std::string per_position_csv;        // empty: none; the SVG goes beside it
   int64_t stride = 0;                  // 0: non-overlapping windows
-  int64_t max_sequences = EvalConfig{}.max_sequences;  // per length, as a run's eval; 0: all
+  int64_t max_sequences = kEvalWindows;  // per length, as a run's eval; 0: all
   int64_t windows_per_document = 0;    // 0: every window a document holds
   std::vector<std::string> tasks = {"perplexity"};  // as eval.tasks
   std::vector<std::string> task_settings;          // --set eval.<task>.<key>=value

@@ -208,7 +208,7 @@ int64_t perplexity_windows(const data::IndexedDataset& split, int64_t length, co
 
 PerplexityOptions perplexity_options(const EvalConfig& eval, std::optional<int64_t> loss_chunk_tokens) {
   return {.lengths = eval.lengths,
-          .max_sequences = eval.max_sequences,
+          .max_sequences = eval.max_sequences.value_or(kEvalWindows),
           .windows_per_document = eval.windows_per_document,
           .stride = eval.stride,
           .batch_size = eval.batch_size,

@@ -172,6 +172,7 @@ class Trainer {
   std::unique_ptr<ProcessGroup> group_;
   data::TokenStore store_;
   std::unique_ptr<EvalSuite> suite_;              // eval.tasks, run by the final evaluation
+  int64_t eval_windows_ = kEvalWindows;           // eval.max_sequences resolved (eval_windows_of)
   std::optional<data::PromptTokenizer> prompts_;  // the store's tokenizer, when a task writes prompts
   std::string store_tokenizer_;  // the store's tokenizer record each checkpoint keeps (empty: it records none)
   models::ModelConfig model_config_;
@@ -240,6 +241,7 @@ void Trainer::check_inputs(const LoadedConfig& loaded) {
                      " documents (prepare it with a larger --valid-fraction, or set eval.split: train)");
   // The store's own tokenizer writes the tasks' prompts: a store without one, or a length too short for a
   // prompt, is refused now, not after training.
+  eval_windows_ = c_.eval.max_sequences.value_or(kEvalWindows);  // auto from a base: resolved with the plan
   suite_ = std::make_unique<EvalSuite>(c_.eval, c_.eval.lengths, eval_options(), c_.eval.split,
                                        static_cast<uint64_t>(c_.run.seed));
   prompts_ = suite_->open_prompts(c_.data.store, store_.split(data::parse_split(c_.eval.split)), loaded.locate("eval.tasks"));
@@ -311,6 +313,13 @@ void Trainer::plan_steps() {
                      "with train.final_optimizer_state: true), so this run cannot train on from step " +
                      std::to_string(state_.step) + "; start a new run from it with model.init: checkpoint:" +
                      run_.resume_from->dir.string());
+  // eval.max_sequences auto from a pretrained base follows the run's size: the suite, built before
+  // the plan to check the prompts, is built again with it.
+  if (const int64_t windows = eval_windows_of(c_, plan_.total_steps * plan_.tokens_per_step); windows != eval_windows_) {
+    eval_windows_ = windows;
+    suite_ = std::make_unique<EvalSuite>(c_.eval, c_.eval.lengths, eval_options(), c_.eval.split,
+                                         static_cast<uint64_t>(c_.run.seed));
+  }
   const int64_t warmup = warmup_steps_of(c_, plan_.total_steps);
   schedule_ = LrSchedule{c_.train.schedule, lr_of(c_), min_lr_of(c_), warmup, plan_.total_steps};
   // A warm-up longer than a quarter of the run keeps the lr far below train.lr for much of it:
@@ -567,6 +576,7 @@ void Trainer::stop_after_step(int signal) {
 // Evaluation checks for a stop between batches, agreed by all ranks like a step's.
 PerplexityOptions Trainer::eval_options() {
   PerplexityOptions options = perplexity_options(c_.eval, c_.train.loss_chunk_tokens);
+  options.max_sequences = eval_windows_;
   options.check_stop = [this] {
     if (const int signal = agreed_stop_signal()) throw Interrupted(signal);
   };
@@ -649,7 +659,8 @@ void Trainer::evaluate_final() {
 void Trainer::log_final_evaluation_plan() const {
   if (!writer_) return;
   const auto& split = store_.split(data::parse_split(c_.eval.split));
-  const PerplexityOptions options = perplexity_options(c_.eval, c_.train.loss_chunk_tokens);
+  PerplexityOptions options = perplexity_options(c_.eval, c_.train.loss_chunk_tokens);
+  options.max_sequences = eval_windows_;
   std::string lengths;
   int64_t tokens = 0;
   for (const int64_t length : c_.eval.lengths) {
@@ -664,7 +675,11 @@ void Trainer::log_final_evaluation_plan() const {
   std::ostringstream share;
   share << std::fixed << std::setprecision(1) << 100.0 * static_cast<double>(tokens) / std::max(train_tokens, 1.0);
   log::info("final evaluation: perplexity at L = ", lengths, ": ", tokens, " tokens through the model (", share.str(),
-            "% of the training's, forward only)", tasks, "; eval.lengths and eval.max_sequences size it");
+            "% of the training's, forward only)", tasks, "; eval.lengths and eval.max_sequences size it",
+            c_.eval.max_sequences || !from_pretrained(c_)
+                ? ""
+                : " (auto from a pretrained base: " + std::to_string(eval_windows_) +
+                      " windows a length, near a quarter of the training's tokens, at least 4)");
 }
 
 void Trainer::log_evaluation_stopped(int signal) const {
@@ -677,7 +692,7 @@ void Trainer::log_evaluation_stopped(int signal) const {
   log::warn("signal ", signal, " stopped the final evaluation; the training is complete (", state_.step,
             " steps, model ", (run_.dir / "final").string(), "); evaluate it with: segtrain eval --model ",
             run_.dir.string(), " --data ", absolute_folder(c_.data.store), " --split ", c_.eval.split,
-            " --lengths ", joined(c_.eval.lengths), " --max-sequences ", c_.eval.max_sequences, " --tasks ",
+            " --lengths ", joined(c_.eval.lengths), " --max-sequences ", eval_windows_, " --tasks ",
             joined(c_.eval.tasks), " --out ", (run_.dir / "eval.json").string());
 }
 
