@@ -364,6 +364,20 @@ TEST_F(FirstUse, AResumeOfATrainedRunEvaluatesOnlyWhatEvalJsonLacks) {
   EXPECT_EQ(remeasured["evaluated"]["tasks"]["perplexity"]["max_sequences"], 2) << remeasured.dump();
 }
 
+// A run trained on a sentencepiece store exports without a tokenizer (transformers'
+// LlamaTokenizer encodes such a model differently) and says so, naming the file to encode
+// with (old main: silently weights and config only).
+TEST_F(FirstUse, AnExportWithoutATokenizerSaysWhichToUse) {
+  const std::string dir = trained_run("sentencepiece-export");
+  auto exported = run(kBin, {"export", "--model", dir, "--out", dir + "-hf"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_NE(exported.err.find("the export has no tokenizer: the model's is the sentencepiece model " +
+                              (*dir_ / "store/tokenizer.model").string()),
+            std::string::npos) << exported.err;
+  EXPECT_FALSE(fs::exists(dir + "-hf/tokenizer.model"));
+  EXPECT_TRUE(fs::exists(dir + "-hf/config.json"));
+}
+
 // A pretrained base with lr and warm-up left out trains at the continued-pretraining rate
 // (2e-5 after 20 steps, at most a quarter of the run) and says so with its plan; from scratch the
 // same keys mean 3e-4 (old main: 3e-4 after 100 steps for both, which undid SmolLM2's training).

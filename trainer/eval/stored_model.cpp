@@ -252,6 +252,13 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
   models::export_hf(models::load_model(stored.dir, c), staged.path().string(), options);
   if (fs::is_directory(origin)) copy_tokenizer_files(origin, staged.path());
   staged.commit();
+  // A model trained on a sentencepiece store has no HF tokenizer to copy, and transformers reads a
+  // sentencepiece model only through LlamaTokenizer's conversion, which encodes segtrain's unigram
+  // models differently (4 of 4 test strings with transformers 5.24): said, not left to be found.
+  if (origin.empty())
+    if (const auto m = model_tokenizer(stored.dir, nullptr); m && m->identity.kind == "sentencepiece")
+      log::warn("the export has no tokenizer: the model's is the sentencepiece model ", m->tokenizer,
+                ", which transformers' tokenizers do not reproduce; encode with sentencepiece from that file");
   log::info("exported ", path, " (", enum_name(models::kArchs, c.arch), ", extension ",
             enum_name(models::kExtensionMethods, c.extension.method), ") to ", out);
   if (c.arch == models::Arch::bloom && c.extension.method != models::ExtensionMethod::none)
