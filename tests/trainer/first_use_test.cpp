@@ -372,7 +372,7 @@ TEST_F(FirstUse, AnExportWithoutATokenizerSaysWhichToUse) {
   auto exported = run(kBin, {"export", "--model", dir, "--out", dir + "-hf"});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_NE(exported.err.find("the export has no tokenizer: the model's is the sentencepiece model " +
-                              (*dir_ / "store/tokenizer.model").string()),
+                              (*dir_ / "store/tokenizer.model")),
             std::string::npos) << exported.err;
   EXPECT_FALSE(fs::exists(dir + "-hf/tokenizer.model"));
   EXPECT_TRUE(fs::exists(dir + "-hf/config.json"));
