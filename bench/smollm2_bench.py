@@ -23,7 +23,7 @@ targets, the same AdamW (lr 3e-4 constant, no warm-up, betas 0.9/0.95, eps 1e-8,
 decay 0.1 on the 2-D weights but the norms, as segtrain's train.no_decay), clipping at 1.0,
 the same precision and thread count. segtrain runs with its defaults otherwise, so its
 LM head and cross-entropy go over slices of the tokens (train.loss_chunk_tokens auto:
-slices of about 64 MiB of fp32 logits, 341 tokens at vocab 49,152) where transformers
+while the head trains, slices of d_model = 576 tokens, 108 MiB of fp32 logits at vocab 49,152) where transformers
 makes the whole [B, L, 49152] logits. The checks: equal parameter counts, equal loss
 tokens per step and, from the real weights, the first step's loss and gradient norm
 equal (same weights, same batch) to 1e-3.
