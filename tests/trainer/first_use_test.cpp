@@ -364,18 +364,33 @@ TEST_F(FirstUse, AResumeOfATrainedRunEvaluatesOnlyWhatEvalJsonLacks) {
   EXPECT_EQ(remeasured["evaluated"]["tasks"]["perplexity"]["max_sequences"], 2) << remeasured.dump();
 }
 
-// A run trained on a sentencepiece store exports without a tokenizer (transformers'
-// LlamaTokenizer encodes such a model differently) and says so, naming the file to encode
-// with (old main: silently weights and config only).
-TEST_F(FirstUse, AnExportWithoutATokenizerSaysWhichToUse) {
+// A run trained from scratch on a sentencepiece store exports that store's tokenizer.model with a
+// tokenizer_config.json that transformers builds into a tokenizer giving sentencepiece's ids (old
+// main: no tokenizer at all; LlamaTokenizer, which the model_type would pick, encodes such
+// models differently).
+TEST_F(FirstUse, AnExportCarriesTheSentencepieceTokenizer) {
   const std::string dir = trained_run("sentencepiece-export");
   auto exported = run(kBin, {"export", "--model", dir, "--out", dir + "-hf"});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
-  EXPECT_NE(exported.err.find("the export has no tokenizer: the model's is the sentencepiece model " +
-                              (*dir_ / "store/tokenizer.model")),
-            std::string::npos) << exported.err;
-  EXPECT_FALSE(fs::exists(dir + "-hf/tokenizer.model"));
-  EXPECT_TRUE(fs::exists(dir + "-hf/config.json"));
+  const std::string model_file = *dir_ / "store/tokenizer.model";
+  EXPECT_NE(exported.err.find("copied the sentencepiece tokenizer " + model_file), std::string::npos) << exported.err;
+  EXPECT_EQ(test::read_file(dir + "-hf/tokenizer.model"), test::read_file(model_file));
+  const auto config = nlohmann::json::parse(test::read_file(dir + "-hf/tokenizer_config.json"));
+  EXPECT_EQ(config["tokenizer_class"], "TokenizersBackend");
+  EXPECT_EQ(config["model_max_length"], 128) << "L_e";
+  const std::string script = *dir_ / "same_ids.py";
+  test::write_file(script,
+                   "import sys\nimport sentencepiece as spm\nfrom transformers import AutoTokenizer\n"
+                   "sp = spm.SentencePieceProcessor(model_file=sys.argv[2])\n"
+                   "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+                   "texts = ['the quick brown fox jumps over the lazy dog', '  two  spaces and a tab\\tthere',\n"
+                   "         'line one\\nline two', 'Na\u00efve caf\u00e9, 1234567890 + 0.5 = x;',\n"
+                   "         'int main(void) { return printf(\"%d\\\\n\", 42); }']\n"
+                   "same = sum(sp.encode(t) == tok.encode(t, add_special_tokens=False) for t in texts)\n"
+                   "print(f'{same} of {len(texts)}')\n");
+  auto compared = run(SEGTRAIN_PYTHON, {script, dir + "-hf", model_file}, 300);
+  ASSERT_EQ(compared.exit_code, 0) << compared.err;
+  EXPECT_EQ(compared.out, "5 of 5\n") << compared.err;
 }
 
 // A pretrained base with lr and warm-up left out trains at the continued-pretraining rate

@@ -136,6 +136,21 @@ void copy_tokenizer_files(const std::string& origin, const fs::path& out) {
     log::info("copied ", copied, " tokenizer file(s) from ", origin);
 }
 
+// A sentencepiece model (a store's tokenizer.model that segtrain trained or was given) for
+// transformers: the file itself, and a tokenizer_config.json naming the generic TokenizersBackend,
+// which transformers 5 builds from the model's own pieces, scores and normalizer, giving
+// sentencepiece's ids (FirstUse.AnExportCarriesTheSentencepieceTokenizer); a model-specific class
+// (LlamaTokenizer, which config.json's model_type would pick) converts it otherwise and encodes
+// segtrain's unigram models differently. model_max_length: the length trained for, when known.
+void write_sentencepiece_tokenizer(const fs::path& model_file, const fs::path& out, int64_t max_length) {
+  write_file_atomic(out / "tokenizer.model", read_file(model_file, "sentencepiece tokenizer"));
+  nlohmann::json config = {{"tokenizer_class", "TokenizersBackend"}};
+  if (max_length > 0) config["model_max_length"] = max_length;
+  write_file_atomic(out / "tokenizer_config.json", config.dump(2) + "\n");
+  log::info("copied the sentencepiece tokenizer ", model_file.string(),
+            " (tokenizer_config.json: TokenizersBackend, which transformers 5 builds with sentencepiece's ids)");
+}
+
 }  // namespace
 
 std::optional<ModelTokenizer> model_tokenizer(const std::string& model_dir, std::string* unreadable) {
@@ -251,14 +266,15 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
   AtomicDir staged(out);
   models::export_hf(models::load_model(stored.dir, c), staged.path().string(), options);
   if (fs::is_directory(origin)) copy_tokenizer_files(origin, staged.path());
-  staged.commit();
-  // A model trained on a sentencepiece store has no HF tokenizer to copy, and transformers reads a
-  // sentencepiece model only through LlamaTokenizer's conversion, which encodes segtrain's unigram
-  // models differently (4 of 4 test strings with transformers 5.24): said, not left to be found.
+  // A model trained from scratch on a sentencepiece store: that store's model, as transformers reads it.
   if (origin.empty())
-    if (const auto m = model_tokenizer(stored.dir, nullptr); m && m->identity.kind == "sentencepiece")
-      log::warn("the export has no tokenizer: the model's is the sentencepiece model ", m->tokenizer,
-                ", which transformers' tokenizers do not reproduce; encode with sentencepiece from that file");
+    if (const auto m = model_tokenizer(stored.dir, nullptr); m && m->identity.kind == "sentencepiece") {
+      if (fs::is_regular_file(m->tokenizer))
+        write_sentencepiece_tokenizer(m->tokenizer, staged.path(), options.trained_length);
+      else
+        log::warn("the model's tokenizer ", m->tokenizer, " is gone: the export has no tokenizer");
+    }
+  staged.commit();
   log::info("exported ", path, " (", enum_name(models::kArchs, c.arch), ", extension ",
             enum_name(models::kExtensionMethods, c.extension.method), ") to ", out);
   if (c.arch == models::Arch::bloom && c.extension.method != models::ExtensionMethod::none)
