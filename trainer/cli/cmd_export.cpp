@@ -21,7 +21,7 @@ void add_export(CLI::App& app, Chosen& chosen) {
   x->add_flag("--overwrite", o->request.overwrite,
               "Replace a previous export at --out (a folder segtrain export wrote); never anything else");
   add_overrides(x, o->overrides,
-                "Set a model.extension key of the stored model before exporting (e.g. --set model.extension.method=yarn)");
+                "Set a model.extension key of the stored model before exporting (e.g. --set model.extension.method=yarn --set model.extension.factor=4)");
   choose_on(x, chosen, "export", OnSignal::exit_now, [o] {
     export_stored_model(o->model, o->overrides, o->request);
     return 0;
