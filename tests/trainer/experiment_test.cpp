@@ -915,7 +915,8 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
   x.eval_lengths = {2048, 8192};
   trainer::CorpusResults c = report_corpus("code", "llama", 2048);
   // Each block's loss per token: the window's difficulty, a wobble by block, and the row's shift at L.
-  auto length_result = [](int64_t length, double level, double shift_at_8192) {
+  // only_doc >= 0: the shift in that window (document) alone.
+  auto length_result = [](int64_t length, double level, double shift_at_8192, int64_t only_doc = -1) {
     trainer::LengthResult r;
     r.length = length;
     const int64_t predictions = length - 1;
@@ -924,8 +925,9 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
       trainer::WindowLoss w{doc, 0, {}};
       for (int64_t first = 0, b = 0; first < predictions; first += trainer::kLossBlock, ++b) {
         const int64_t n = std::min(trainer::kLossBlock, predictions - first);
+        const bool shifted = length == 8192 && (only_doc < 0 || doc == only_doc);
         const double per_token = level + 0.2 * static_cast<double>(doc) + 0.1 * std::sin(static_cast<double>(b)) +
-                                 (length == 8192 ? shift_at_8192 : 0.0);
+                                 (shifted ? shift_at_8192 : 0.0);
         w.block_nll.push_back(per_token * static_cast<double>(n));
         total += per_token * static_cast<double>(n);
       }
@@ -938,7 +940,7 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
     return r;
   };
   auto make_row = [&](const std::string& label, const std::string& kind, double level, double shift,
-                      int64_t tokens, int64_t budget) {
+                      int64_t tokens, int64_t budget, int64_t only_doc = -1) {
     trainer::RowResult row;
     row.key = row.label = label;
     row.kind = kind;
@@ -946,13 +948,14 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
     row.lengths = {2048, 8192};
     row.train_tokens = tokens;
     row.budget = budget;
-    row.results = {length_result(2048, level, shift), length_result(8192, level, shift)};
+    row.results = {length_result(2048, level, shift, only_doc), length_result(8192, level, shift, only_doc)};
     return row;
   };
   c.rows = {make_row("OOTB", "ootb", 2.0, 0.0, 0, 0),           make_row("DA", "trained", 1.0, 0.0, 65536, 0),
             make_row("chunk-0.25", "trained", 1.0, -0.3, 65536, 0), make_row("full", "trained", 1.0, -0.3, 65536, 0),
             make_row("chunk-0.25@1048576", "trained", 1.0, -0.6, 1048576, 1048576),
-            make_row("chunk-0.25@262144", "trained", 1.0, -0.5, 262144, 262144)};
+            make_row("chunk-0.25@262144", "trained", 1.0, -0.5, 262144, 262144),
+            make_row("pose", "trained", 1.0, -0.3, 65536, 0, /*only_doc=*/0)};
   c.rows[2].tasks["passkey"] = {{{16384, 3, 3, "", {}}}, "{}", 1.0};
   trainer::write_reports(x, {c});
   const std::string md = test::read_file(dir / "out/results.md");
@@ -960,15 +963,22 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
   const double ratio = std::exp(-0.3) - 1;
   std::ostringstream lower;
   lower << "- chunk-0.25 vs DA: lower perplexity at 8192 (" << std::showpos << std::fixed << std::setprecision(1)
-        << 100 * ratio << "% [" << 100 * ratio << "%, " << 100 * ratio << "%]); no difference found at 2048.";
+        << 100 * ratio << "% [" << 100 * ratio << "%, " << 100 * ratio
+        << "%], 4 of 4 windows lower); no difference found at 2048.";
   EXPECT_NE(md.find(lower.str()), std::string::npos) << lower.str() << "\n" << md;
   EXPECT_NE(md.find("- chunk-0.25 vs full: no difference found at 2048, 8192."), std::string::npos) << md;
+  // chunk vs a row as good in one window and 0.3 nats worse in the 3 others: 3 of 4 windows lower,
+  // which 4 documents do not make a finding (the interval alone would: a resample rarely draws
+  // window 0 four times).
+  EXPECT_NE(md.find("- chunk-0.25 vs pose: no difference found at 2048, 8192."), std::string::npos) << md;
+  EXPECT_NE(md.find("3 of 4 windows lower)"), std::string::npos) << md;
   // More budget, paired against the method's smallest: 0.2 nats lower at 8192 for 262,144, 0.3 for 1,048,576.
   std::ostringstream more;
   more << "- chunk-0.25 at 262,144 vs 65,536 tokens: lower perplexity at 8192 (" << std::showpos << std::fixed
        << std::setprecision(1) << 100 * (std::exp(-0.2) - 1) << "% [";
   EXPECT_NE(md.find(more.str()), std::string::npos) << more.str() << "\n" << md;
-  EXPECT_NE(md.find("%]); no difference found at 2048.\n- chunk-0.25 at 1,048,576 vs 65,536 tokens: lower perplexity at 8192 ("),
+  EXPECT_NE(md.find("%], 4 of 4 windows lower); no difference found at 2048.\n- chunk-0.25 at 1,048,576 vs 65,536 tokens: "
+                    "lower perplexity at 8192 ("),
             std::string::npos) << md;
   EXPECT_NE(md.find("- DA vs the best untrained row: lower perplexity at 2048"), std::string::npos) << md;
   EXPECT_NE(md.find("Every row is scored on the same 4 windows of 8192 tokens, each from another held-out "

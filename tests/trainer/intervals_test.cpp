@@ -117,5 +117,42 @@ TEST(Intervals, PairedIntervalsCoverTheTrueDifferenceAboutNinetyFivePercentOfThe
   EXPECT_LT(paired_width, 0.2 * row_width);
 }
 
+// Documents, not blocks: a difference that one window (one document) of four carries is not
+// found, however clear it is inside that window, since a resample can leave that document out;
+// one that every window shows is found, and window_agreement counts the windows on each side.
+TEST(Intervals, AnEffectInOneDocumentIsNotFoundAndAnEffectInEveryDocumentIs) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.3);
+  std::vector<WindowLoss> base;
+  for (int64_t doc = 0; doc < 4; ++doc) {
+    WindowLoss w = window_of(doc, 8191, 2.0);
+    for (auto& b : w.block_nll) b += 128 * noise(rng);
+    base.push_back(w);
+  }
+  // 0.05 nats a prediction lower: in window 0 alone, or in every window (with noise of its own).
+  auto lowered = [&](bool everywhere) {
+    std::vector<WindowLoss> out = base;
+    for (size_t w = 0; w < out.size(); ++w) {
+      if (!everywhere && w > 0) continue;
+      for (size_t b = 0; b < out[w].block_nll.size(); ++b)
+        out[w].block_nll[b] -= 0.05 * static_cast<double>(std::min<int64_t>(kLossBlock, 8191 - b * kLossBlock)) -
+                               (everywhere ? 2 * noise(rng) : 0.0);
+    }
+    return loss_units(out, 8191);
+  };
+  const LossUnits b = loss_units(base, 8191), one = lowered(false), every = lowered(true);
+  const PairedDifference in_one = paired_difference(one, b);
+  EXPECT_LT(in_one.relative.estimate, -0.01);  // the pooled estimate: about a quarter of 5%
+  EXPECT_FALSE(in_one.relative.excludes_zero()) << in_one.relative.lo << " " << in_one.relative.hi;
+  const WindowAgreement one_side = window_agreement(one, b);
+  EXPECT_EQ(one_side.windows, 4);
+  EXPECT_EQ(one_side.lower, 1);
+  EXPECT_EQ(one_side.higher, 0);
+  const PairedDifference in_every = paired_difference(every, b);
+  EXPECT_TRUE(in_every.relative.excludes_zero()) << in_every.relative.lo << " " << in_every.relative.hi;
+  EXPECT_LT(in_every.relative.hi, 0.0);
+  EXPECT_EQ(window_agreement(every, b).lower, 4);
+}
+
 }  // namespace
 }  // namespace segtrain::trainer

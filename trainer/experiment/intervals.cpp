@@ -25,17 +25,42 @@ double mean_loss(const LossUnits& u) {
   return nll / static_cast<double>(count);
 }
 
-// Draws `resamples` resamples of n units (the same draws for every statistic given
-// the same seed: mt19937_64's output is fixed by the standard, the modulo is ours) and
-// returns the statistic's 2.5% and 97.5% quantiles. `statistic` gets the drawn indices.
+// The units of each window, in order: units whose `where` agrees up to its last ':'
+// ("doc:start") share a window; a `where` without ':' is a window of its own.
+std::vector<std::vector<size_t>> units_by_window(const LossUnits& u) {
+  std::vector<std::vector<size_t>> windows;
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < u.where.size(); ++i) {
+    const std::string key = u.where[i].substr(0, u.where[i].rfind(':'));
+    const auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      keys.push_back(key);
+      windows.push_back({i});
+    } else {
+      windows[static_cast<size_t>(it - keys.begin())].push_back(i);
+    }
+  }
+  return windows;
+}
+
+// Draws `resamples` two-stage resamples of the units (the same draws for every statistic
+// given the same seed: mt19937_64's output is fixed by the standard, the modulo is ours):
+// as many windows as there are, with replacement, then within each drawn window as many of
+// its units as it has, with replacement. Returns the statistic's 2.5% and 97.5% quantiles;
+// `statistic` gets the drawn unit indices.
 template <class Statistic>
-std::pair<double, double> bootstrap(size_t n, int64_t resamples, uint64_t seed, Statistic statistic) {
+std::pair<double, double> bootstrap(const std::vector<std::vector<size_t>>& windows, int64_t resamples, uint64_t seed,
+                                    Statistic statistic) {
   std::mt19937_64 rng(seed);
-  std::vector<size_t> drawn(n);
+  std::vector<size_t> drawn;
   std::vector<double> values;
   values.reserve(static_cast<size_t>(resamples));
   for (int64_t r = 0; r < resamples; ++r) {
-    for (auto& d : drawn) d = static_cast<size_t>(rng() % n);
+    drawn.clear();
+    for (size_t w = 0; w < windows.size(); ++w) {
+      const auto& units = windows[static_cast<size_t>(rng() % windows.size())];
+      for (size_t k = 0; k < units.size(); ++k) drawn.push_back(units[static_cast<size_t>(rng() % units.size())]);
+    }
     values.push_back(statistic(drawn));
   }
   std::sort(values.begin(), values.end());
@@ -70,7 +95,7 @@ LossUnits loss_units(const std::vector<WindowLoss>& windows, int64_t predictions
 
 Interval perplexity_interval(const LossUnits& a, int64_t resamples, uint64_t seed) {
   check_units(a);
-  const auto [lo, hi] = bootstrap(a.nll.size(), resamples, seed, [&](const std::vector<size_t>& drawn) {
+  const auto [lo, hi] = bootstrap(units_by_window(a), resamples, seed, [&](const std::vector<size_t>& drawn) {
     double nll = 0;
     int64_t count = 0;
     for (size_t i : drawn) nll += a.nll[i], count += a.count[i];
@@ -86,7 +111,7 @@ PairedDifference paired_difference(const LossUnits& a, const LossUnits& b, int64
   const double ma = mean_loss(a), mb = mean_loss(b);
   // Both statistics from the same draws: one pass computes the two means.
   std::vector<std::pair<double, double>> means;
-  bootstrap(a.nll.size(), resamples, seed, [&](const std::vector<size_t>& drawn) {
+  bootstrap(units_by_window(a), resamples, seed, [&](const std::vector<size_t>& drawn) {
     double na = 0, nb = 0;
     int64_t count = 0;
     for (size_t i : drawn) na += a.nll[i], nb += b.nll[i], count += a.count[i];
@@ -102,6 +127,20 @@ PairedDifference paired_difference(const LossUnits& a, const LossUnits& b, int64
   std::sort(relative.begin(), relative.end());
   return {{std::exp(ma) - std::exp(mb), quantile(difference, 0.025), quantile(difference, 0.975)},
           {std::exp(ma - mb) - 1, quantile(relative, 0.025), quantile(relative, 0.975)}};
+}
+
+WindowAgreement window_agreement(const LossUnits& a, const LossUnits& b) {
+  if (a.where != b.where || a.count != b.count)
+    throw std::invalid_argument("the two rows were not scored on the same windows");
+  WindowAgreement out;
+  for (const auto& units : units_by_window(a)) {
+    double na = 0, nb = 0;
+    for (size_t i : units) na += a.nll[i], nb += b.nll[i];
+    ++out.windows;
+    out.lower += na < nb;
+    out.higher += na > nb;
+  }
+  return out;
 }
 
 Interval wilson_interval(double correct, int64_t trials) {

@@ -3,14 +3,17 @@
 // between two rows and a passkey accuracy are. Torch-free: it reads the per-window
 // loss blocks that evaluate() keeps (trainer/eval/perplexity.h, WindowLoss).
 //
-// Perplexity: a paired block bootstrap. The unit is a block of about L/16
-// contiguous predictions of one window (16 units a window at every length, so the
-// same method holds at 2k and 32k); a resample draws as many units as there are,
-// with replacement, from all windows together, and the statistic is recomputed on
-// the units drawn. Resampling blocks rather than windows: the study has 4 windows,
-// too few to resample alone; drawing from all windows together keeps the
-// differences between files in the spread. Paired: both rows are read on the same
-// drawn units (the same text), so what the text shares cancels.
+// Perplexity: a paired two-stage (cluster) bootstrap. The unit is a block of about
+// L/16 contiguous predictions of one window (16 units a window at every length, so
+// the same method holds at 2k and 32k). A resample draws as many windows as there
+// are, with replacement, then within each drawn window as many of its units as it
+// has, with replacement, and the statistic is recomputed on the units drawn. Windows
+// first: each comes from another document, and the blocks of one document share its
+// style and difficulty, so pooling them as independent (the method before 2026-11-27)
+// gave small differences intervals as if the study had 64 documents, not 4. Paired:
+// both rows are read on the same drawn units (the same text), so what the text shares
+// cancels. With few windows a percentile interval is still optimistic: the report also
+// asks that every window agree (window_agreement).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,6 +56,13 @@ struct PairedDifference {
 };
 PairedDifference paired_difference(const LossUnits& a, const LossUnits& b, int64_t resamples = kBootstrapResamples,
                                    uint64_t seed = kBootstrapSeed);
+
+// In how many windows row a's loss is lower and higher than row b's (paired on the same
+// windows; throws std::invalid_argument otherwise).
+struct WindowAgreement {
+  int64_t windows = 0, lower = 0, higher = 0;
+};
+WindowAgreement window_agreement(const LossUnits& a, const LossUnits& b);
 
 // Wilson's 95% score interval of a proportion (correct of trials, common/wilson.h);
 // estimate = correct / trials.

@@ -354,13 +354,34 @@ std::vector<Comparison> comparisons(const CorpusResults& c, int64_t factor) {
   return out;
 }
 
-// The paired difference of a comparison at `length`, when both rows kept the same windows there.
-std::optional<PairedDifference> difference_at(const Comparison& cmp, int64_t length) {
+// With this many windows (documents) or fewer, a difference is found only where every window
+// agrees on its direction: a percentile interval over so few documents is optimistic.
+constexpr int64_t kUnanimousUpTo = 5;
+
+// What a comparison finds at one length: the paired difference, and on which side each window is.
+struct Finding {
+  PairedDifference d;
+  WindowAgreement windows;
+  bool agreed() const {
+    return windows.windows > kUnanimousUpTo ||
+           (d.difference.estimate < 0 ? windows.lower : windows.higher) == windows.windows;
+  }
+  bool found() const { return d.difference.excludes_zero() && agreed(); }
+  // "4 of 4 windows lower": the windows on the estimate's side.
+  std::string windows_text() const {
+    const bool lower = d.difference.estimate < 0;
+    return std::to_string(lower ? windows.lower : windows.higher) + " of " + std::to_string(windows.windows) +
+           " windows " + (lower ? "lower" : "higher");
+  }
+};
+
+// The finding of a comparison at `length`, when both rows kept the same windows there.
+std::optional<Finding> difference_at(const Comparison& cmp, int64_t length) {
   const auto it = cmp.b.find(length);
   if (it == cmp.b.end() || !it->second) return std::nullopt;
   const LossUnits a = units_at(*cmp.a, length), b = units_at(*it->second, length);
   if (a.nll.empty() || b.nll.empty() || a.where != b.where) return std::nullopt;
-  return paired_difference(a, b);
+  return Finding{paired_difference(a, b), window_agreement(a, b)};
 }
 
 // The comparisons the text draws, as paired differences with their 95% intervals, and
@@ -370,10 +391,12 @@ void comparison_section(std::ostringstream& md, const CorpusResults& c, int64_t 
   const auto lengths = factor_lengths(c, factor);
   if (all.empty()) return;
   md << "\nPaired differences at " << factor << "·L_t = " << factor * c.train_length
-     << ": ppl(A) - ppl(B) with its 95% interval, and the same as a percentage of B. Intervals: a paired "
-     << "bootstrap of " << kBootstrapResamples << " resamples of blocks of L/" << kUnitsPerWindow
-     << " contiguous positions drawn from all windows together (the same blocks for both rows), percentile "
-     << "intervals. **bold**: the interval excludes 0.\n\n| A vs B |";
+     << ": ppl(A) - ppl(B) with its 95% interval, the same as a percentage of B, and in how many windows "
+     << "(each from another document) A is on that side. Intervals: a paired two-stage bootstrap of "
+     << kBootstrapResamples << " resamples, the windows drawn with replacement, then blocks of L/" << kUnitsPerWindow
+     << " contiguous positions within each drawn window (the same blocks for both rows), percentile intervals. "
+     << "**bold**: found, the interval excludes 0 and, with " << kUnanimousUpTo
+     << " windows or fewer, every window agrees.\n\n| A vs B |";
   for (int64_t l : lengths) md << " " << l << " |";
   md << "\n|---|";
   for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
@@ -388,17 +411,18 @@ void comparison_section(std::ostringstream& md, const CorpusResults& c, int64_t 
         md << " - |";
         continue;
       }
-      const int decimals = decimals_for(std::abs(d->difference.estimate) + 1);
-      const bool sure = d->difference.excludes_zero();
-      const std::string text = fixed(d->difference.estimate, decimals, true) + " [" +
-                               fixed(d->difference.lo, decimals, true) + ", " + fixed(d->difference.hi, decimals, true) +
-                               "] (" + fixed(100 * d->relative.estimate, 1, true) + "%)";
+      const PairedDifference& pd = d->d;
+      const int decimals = decimals_for(std::abs(pd.difference.estimate) + 1);
+      const bool sure = d->found();
+      const std::string text = fixed(pd.difference.estimate, decimals, true) + " [" +
+                               fixed(pd.difference.lo, decimals, true) + ", " + fixed(pd.difference.hi, decimals, true) +
+                               "] (" + fixed(100 * pd.relative.estimate, 1, true) + "%; " + d->windows_text() + ")";
       const std::string b_name = cmp.b.at(l)->label;
       md << " " << (sure ? "**" + text + "**" : text)
          << (cmp.name.find("best untrained") != std::string::npos ? " vs " + b_name : "") << " |";
-      const std::string at = std::to_string(l) + " (" + percent_interval(d->relative) +
+      const std::string at = std::to_string(l) + " (" + percent_interval(pd.relative) + ", " + d->windows_text() +
                              (cmp.name.find("best untrained") != std::string::npos ? ", vs " + b_name : "") + ")";
-      (!sure ? none : d->difference.estimate < 0 ? lower : higher).push_back(at);
+      (!sure ? none : pd.difference.estimate < 0 ? lower : higher).push_back(at);
     }
     md << "\n";
     std::ostringstream line;
@@ -415,7 +439,8 @@ void comparison_section(std::ostringstream& md, const CorpusResults& c, int64_t 
     line << join(parts, "; ") << ".\n";
     found.push_back(line.str());
   }
-  md << "\nWhat the intervals find (A against B; a difference is stated only where its interval excludes 0):\n\n";
+  md << "\nWhat the intervals find (A against B; a difference is stated only where it is found: its interval "
+        "excludes 0 and, with " << kUnanimousUpTo << " windows or fewer, every window agrees):\n\n";
   for (const auto& f : found) md << f;
   md << "\n";
 }
@@ -480,8 +505,8 @@ void budget_section(std::ostringstream& md, const CorpusResults& c, int64_t fact
       std::vector<std::string> lower, higher, none;
       for (int64_t l : lengths)
         if (const auto d = difference_at(cmp, l)) {
-          if (!d->difference.excludes_zero()) none.push_back(std::to_string(l));
-          else (d->difference.estimate < 0 ? lower : higher).push_back(std::to_string(l) + " (" + percent_interval(d->relative) + ")");
+          if (!d->found()) none.push_back(std::to_string(l));
+          else (d->d.difference.estimate < 0 ? lower : higher).push_back(std::to_string(l) + " (" + percent_interval(d->d.relative) + ", " + d->windows_text() + ")");
         }
       std::vector<std::string> parts;
       if (!lower.empty()) parts.push_back("lower perplexity at " + join(lower, ", "));
@@ -492,7 +517,7 @@ void budget_section(std::ostringstream& md, const CorpusResults& c, int64_t fact
                         thousands(rows.front()->train_tokens) + " tokens: " + join(parts, "; ") + ".\n");
     }
   if (found.empty()) return void(md << "\n");
-  md << "\nWhat more budget changes (paired differences, as above; stated only where the interval excludes 0):\n\n";
+  md << "\nWhat more budget changes (paired differences, as above; stated only where found):\n\n";
   for (const auto& f : found) md << f;
   md << "\n";  // the plots that follow are paragraphs of their own
 }
