@@ -51,15 +51,21 @@ TEST(Intervals, EveryLengthIsCutIntoSixteenUnitsAWindowThatKeepEveryPrediction) 
   EXPECT_THROW(loss_units({window_of(1, 2047, 1.0)}, 8191), std::invalid_argument);
 }
 
-TEST(Intervals, APairedDifferenceOfTheSameRowIsZeroAndAConstantShiftIsExact) {
-  std::mt19937_64 rng(7);
-  std::normal_distribution<double> noise(0.0, 0.5);
+// 4 windows (documents 0-3) of `predictions`, each block's loss `loss_per_token` plus noise.
+std::vector<WindowLoss> noisy_windows(std::mt19937_64& rng, double sd, int64_t predictions, double loss_per_token) {
+  std::normal_distribution<double> noise(0.0, sd);
   std::vector<WindowLoss> windows;
   for (int64_t doc = 0; doc < 4; ++doc) {
-    WindowLoss w = window_of(doc, 32767, 1.0);
+    WindowLoss w = window_of(doc, predictions, loss_per_token);
     for (auto& b : w.block_nll) b += 128 * noise(rng);
     windows.push_back(w);
   }
+  return windows;
+}
+
+TEST(Intervals, APairedDifferenceOfTheSameRowIsZeroAndAConstantShiftIsExact) {
+  std::mt19937_64 rng(7);
+  const std::vector<WindowLoss> windows = noisy_windows(rng, 0.5, 32767, 1.0);
   const LossUnits a = loss_units(windows, 32767);
   const PairedDifference same = paired_difference(a, a);
   EXPECT_EQ(same.difference.lo, 0.0);
@@ -123,12 +129,7 @@ TEST(Intervals, PairedIntervalsCoverTheTrueDifferenceAboutNinetyFivePercentOfThe
 TEST(Intervals, AnEffectInOneDocumentIsNotFoundAndAnEffectInEveryDocumentIs) {
   std::mt19937_64 rng(5);
   std::normal_distribution<double> noise(0.0, 0.3);
-  std::vector<WindowLoss> base;
-  for (int64_t doc = 0; doc < 4; ++doc) {
-    WindowLoss w = window_of(doc, 8191, 2.0);
-    for (auto& b : w.block_nll) b += 128 * noise(rng);
-    base.push_back(w);
-  }
+  const std::vector<WindowLoss> base = noisy_windows(rng, 0.3, 8191, 2.0);
   // 0.05 nats a prediction lower: in window 0 alone, or in every window (with noise of its own).
   auto lowered = [&](bool everywhere) {
     std::vector<WindowLoss> out = base;
