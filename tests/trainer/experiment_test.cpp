@@ -81,6 +81,21 @@ TEST(Experiment, TinyRopeGridEndToEnd) {
   for (const char* line : {" row 1 of 12: base at L_t (scored)", " row 12 of 12: ", " (trained unless done, then scored)"})
     EXPECT_NE(r.err.find(line), std::string::npos) << line << "\n" << r.err;
 
+  // --render writes the same report again from results.json alone (nothing trained or evaluated),
+  // into another folder; into the folder it reads, or from another experiment's file, it is refused.
+  const std::string again = dir / "again";
+  auto rendered = run(kBin, {"experiment", dir / "x.yaml", "--render", out + "/results.json", "--out", again});
+  ASSERT_EQ(rendered.exit_code, 0) << rendered.err;
+  EXPECT_EQ(test::read_file(again + "/results.md"), test::read_file(out + "/results.md"));
+  EXPECT_EQ(json::parse(test::read_file(again + "/results.json"))["corpora"], results_of(out)["corpora"]);
+  EXPECT_NE(rendered.err.find("nothing trained or evaluated"), std::string::npos) << rendered.err;
+  auto onto = run(kBin, {"experiment", dir / "x.yaml", "--render", out + "/results.json"});
+  EXPECT_EQ(onto.exit_code, 2) << onto.err;
+  test::write_file(dir / "other.json", "{\"experiment\": \"other\", \"corpora\": []}");
+  auto other = run(kBin, {"experiment", dir / "x.yaml", "--render", dir / "other.json", "--out", dir / "third"});
+  EXPECT_EQ(other.exit_code, 2) << other.err;
+  EXPECT_NE(other.err.find("records experiment \"other\""), std::string::npos) << other.err;
+
   const json results = results_of(out);
   ASSERT_EQ(results["corpora"].size(), 1u);
   const json& c = results["corpora"][0];

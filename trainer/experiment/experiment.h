@@ -104,6 +104,11 @@ ExperimentConfig load_experiment(const std::string& file, const std::vector<std:
 // Runs (or resumes) the grid and writes results.md, results.json and the plots.
 void run_experiment(const ExperimentConfig& experiment);
 
+// Writes results.md, results.json and the plots into `out` (empty: experiment.output_dir) from
+// `results` (a results.json of this experiment) with this version's report code: nothing trained
+// or evaluated.
+void render_experiment(ExperimentConfig experiment, const std::string& results, const std::string& out);
+
 // The trained-row names the grid knows: "da", "truncate", "full", "randompos", "pose",
 // "chunk-<alpha>", "chunk-ring-<alpha>", "prefix-<alpha>".
 std::optional<TrainedMethod> parse_trained_method(const std::string& name);

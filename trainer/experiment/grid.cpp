@@ -539,6 +539,24 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
 
 }  // namespace
 
+void render_experiment(ExperimentConfig x, const std::string& results, const std::string& out) {
+  if (!out.empty()) x.output_dir = out;
+  const RecordedGrid grid = read_results(results);
+  if (grid.experiment != x.name)
+    throw InputError("--render " + results + ": records experiment \"" + grid.experiment + "\", not \"" + x.name +
+                     "\": a report is written again only with the experiment file that made it");
+  // Only the reports go there: a grid's folder (rows, runs) is left to `segtrain experiment` itself.
+  const std::string where = out.empty() ? "experiment.output_dir" : "--out";
+  check_output_folder(x.output_dir, where, "the re-written report", [](const fs::path& p) {
+    const std::string name = p.filename().string();
+    return name == "results.md" || name == "results.json" || name == "plots";
+  });
+  check_output_is_no_input(fs::path(x.output_dir) / "results.json", where, {{results, "--render"}});
+  write_reports(x, grid.corpora, grid.time);
+  log::info("experiment ", x.name, ": wrote ", (fs::path(x.output_dir) / "results.md").string(), " from ", results,
+            " (", grid.corpora.size(), " corpora; nothing trained or evaluated)");
+}
+
 void run_experiment(const ExperimentConfig& x) {
   if (const char* world = std::getenv("WORLD_SIZE"); world && std::string(world) != "1")
     throw InputError("WORLD_SIZE=" + std::string(world) +

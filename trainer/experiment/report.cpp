@@ -12,6 +12,7 @@
 
 #include "common/atomic_write.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/strings.h"
 #include "trainer/config/eval_tasks.h"
 #include "trainer/eval/eval_outputs.h"
@@ -858,6 +859,37 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
     md << "\n";
   }
   return md.str();
+}
+
+RecordedGrid read_results(const std::string& file) {
+  const std::string text = read_file(file, "results.json");
+  try {
+    const json j = json::parse(text);
+    RecordedGrid grid;
+    grid.experiment = j.at("experiment");
+    for (const auto& c : j.at("corpora")) {
+      CorpusResults corpus;
+      corpus.name = c.at("name");
+      corpus.arch = c.at("arch");
+      corpus.store = c.at("store");
+      corpus.train_length = c.at("train_length");
+      corpus.factors = c.at("factors").get<std::vector<int64_t>>();
+      // row_from_json gives a row without a key, and why in evaluated_with, for one it cannot read.
+      auto read_row = [&](const json& r) {
+        RowResult row = row_from_json(r.dump(), file);
+        if (row.key.empty())
+          throw InputError(file + ": corpus '" + corpus.name + "': an unreadable row: " + row.evaluated_with);
+        return row;
+      };
+      corpus.base = read_row(c.at("base"));
+      for (const auto& row : c.at("rows")) corpus.rows.push_back(read_row(row));
+      grid.corpora.push_back(std::move(corpus));
+    }
+    grid.time = {j.value("wall_seconds", 0.0), j.value("invocations", int64_t{0})};
+    return grid;
+  } catch (const json::exception& e) {
+    throw InputError(file + ": " + std::string(e.what()) + "; expected an experiment's results.json");
+  }
 }
 
 void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora, const GridTime& time) {

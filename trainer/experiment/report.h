@@ -58,6 +58,17 @@ struct CorpusResults {
 std::string row_to_json(const RowResult& row);
 RowResult row_from_json(const std::string& text, const std::string& source);
 
+// What an experiment's results.json records (the inverse of write_reports' results.json): its
+// corpora and rows and the grid's time, for writing its reports again with this version's report
+// code (`segtrain experiment FILE --render RESULTS.json`). InputError naming the file when it is
+// not an experiment's results.json.
+struct RecordedGrid {
+  std::string experiment;
+  std::vector<CorpusResults> corpora;
+  GridTime time;
+};
+RecordedGrid read_results(const std::string& file);
+
 // Writes results.json, results.md and plots/<corpus>-x<f>.svg in the output folder.
 void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& corpora, const GridTime& time = {});
 
