@@ -4,8 +4,6 @@
 #include <filesystem>
 
 #include "common/error.h"
-#include "common/file_io.h"
-#include "trainer/eval/window_loss.h"
 
 namespace segtrain::trainer {
 
@@ -34,21 +32,6 @@ json settings_only(json j) {
   return j;
 }
 
-// Each length a row reports is one of its lengths, and each window holds a loss for
-// every block of kLossBlock predictions: what the intervals and plots read.
-void check_windows(const RowResult& row, const std::string& where) {
-  for (const auto& r : row.results) {
-    if (std::find(row.lengths.begin(), row.lengths.end(), r.length) == row.lengths.end())
-      throw InputError(where + ": row '" + row.label + "' reports length " + std::to_string(r.length) +
-                       ", not one of its lengths");
-    const auto blocks = static_cast<size_t>((r.length - 1 + kLossBlock - 1) / kLossBlock);
-    for (const auto& w : r.windows)
-      if (w.block_nll.size() != blocks)
-        throw InputError(where + ": row '" + row.label + "' at length " + std::to_string(r.length) + ": a window with " +
-                         std::to_string(w.block_nll.size()) + " block losses, expected " + std::to_string(blocks));
-  }
-}
-
 }  // namespace
 
 ImportedRows ImportedRows::read(const std::vector<std::string>& files, const std::string& experiment) {
@@ -58,43 +41,26 @@ ImportedRows ImportedRows::read(const std::vector<std::string>& files, const std
     const std::string where = "--import-rows " + file;
     std::error_code ignored;
     if (!seen.insert(std::filesystem::weakly_canonical(file, ignored)).second) continue;
-    std::string text;
+    RecordedGrid grid;
     try {
-      text = read_file(file, "results.json to import");
+      grid = read_results(file);
     } catch (const InputError& e) {
-      throw InputError(where + ": " + e.what());
+      throw InputError("--import-rows " + std::string(e.what()));
     }
-    json j;
-    try {
-      j = json::parse(text);
-    } catch (const json::exception& e) {
-      throw InputError(where + ": not JSON (" + std::string(e.what()) + "); expected an experiment's results.json");
-    }
-    if (!j.is_object() || !j.contains("corpora") || !j.contains("experiment"))
-      throw InputError(where + ": expected an experiment's results.json (with \"experiment\" and \"corpora\")");
-    if (j.at("experiment") != experiment)
-      throw InputError(where + ": records experiment " + j.at("experiment").dump() + ", not \"" + experiment +
+    if (grid.experiment != experiment)
+      throw InputError(where + ": records experiment \"" + grid.experiment + "\", not \"" + experiment +
                        "\": rows are imported only into the experiment that recorded them");
-    try {
-      for (const auto& corpus : j.at("corpora")) {
-        const std::string name = corpus.at("name");
-        std::vector<json> rows(corpus.at("rows").begin(), corpus.at("rows").end());
-        rows.push_back(corpus.at("base"));
-        for (const auto& r : rows) {
-          RowResult row = row_from_json(r.dump(), file);
-          if (row.key.empty()) throw InputError(where + ": corpus '" + name + "': an unreadable row: " + row.evaluated_with);
-          check_windows(row, where);
-          // A row imported again keeps the file that first recorded it.
-          if (row.imported_from.empty()) row.imported_from = file;
-          Key key{name, row.factor, row.key};
-          out.rows_[key] = Entry{std::move(row), file};
-        }
+    for (auto& corpus : grid.corpora) {
+      corpus.rows.push_back(std::move(corpus.base));
+      for (auto& row : corpus.rows) {
+        // A row imported again keeps the file that first recorded it.
+        if (row.imported_from.empty()) row.imported_from = file;
+        Key key{corpus.name, row.factor, row.key};
+        out.rows_[key] = Entry{std::move(row), file};
       }
-      out.time_.seconds += j.value("wall_seconds", 0.0);
-      out.time_.invocations += j.value("invocations", int64_t{0});
-    } catch (const json::exception& e) {
-      throw InputError(where + ": " + std::string(e.what()) + "; expected an experiment's results.json");
     }
+    out.time_.seconds += grid.time.seconds;
+    out.time_.invocations += grid.time.invocations;
   }
   return out;
 }

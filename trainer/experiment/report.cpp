@@ -861,10 +861,41 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
   return md.str();
 }
 
+namespace {
+
+// Each length a row reports is one of its lengths, and each window holds a loss for
+// every block of kLossBlock predictions: what the intervals and plots read.
+void check_windows(const RowResult& row, const std::string& where) {
+  for (const auto& r : row.results) {
+    if (std::find(row.lengths.begin(), row.lengths.end(), r.length) == row.lengths.end())
+      throw InputError(where + ": row '" + row.label + "' reports length " + std::to_string(r.length) +
+                       ", not one of its lengths");
+    const auto blocks = static_cast<size_t>((r.length - 1 + kLossBlock - 1) / kLossBlock);
+    for (const auto& w : r.windows)
+      if (w.block_nll.size() != blocks)
+        throw InputError(where + ": row '" + row.label + "' at length " + std::to_string(r.length) + ": a window with " +
+                         std::to_string(w.block_nll.size()) + " block losses, expected " + std::to_string(blocks));
+  }
+}
+
+}  // namespace
+
 RecordedGrid read_results(const std::string& file) {
-  const std::string text = read_file(file, "results.json");
+  std::string text;
   try {
-    const json j = json::parse(text);
+    text = read_file(file, "results.json");
+  } catch (const InputError& e) {
+    throw InputError(file + ": " + e.what());
+  }
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw InputError(file + ": not JSON (" + std::string(e.what()) + "); expected an experiment's results.json");
+  }
+  if (!j.is_object() || !j.contains("corpora") || !j.contains("experiment"))
+    throw InputError(file + ": expected an experiment's results.json (with \"experiment\" and \"corpora\")");
+  try {
     RecordedGrid grid;
     grid.experiment = j.at("experiment");
     for (const auto& c : j.at("corpora")) {
@@ -874,11 +905,13 @@ RecordedGrid read_results(const std::string& file) {
       corpus.store = c.at("store");
       corpus.train_length = c.at("train_length");
       corpus.factors = c.at("factors").get<std::vector<int64_t>>();
-      // row_from_json gives a row without a key, and why in evaluated_with, for one it cannot read.
+      // row_from_json gives a row without a key, and why in evaluated_with, for one it cannot read; the
+      // windows must hold what the intervals and plots read.
       auto read_row = [&](const json& r) {
         RowResult row = row_from_json(r.dump(), file);
         if (row.key.empty())
           throw InputError(file + ": corpus '" + corpus.name + "': an unreadable row: " + row.evaluated_with);
+        check_windows(row, file);
         return row;
       };
       corpus.base = read_row(c.at("base"));
