@@ -358,6 +358,95 @@ TEST(Experiment, ImportedRowsAreReportedAsRecordedAndOnlyTheRestRuns) {
   }
 }
 
+// Asking a finished grid, or a published one's rows, for more documents (eval.max_sequences
+// raised) keeps the windows recorded and scores only the new ones: the tables are those of
+// a grid that scored every window at once. An imported row's model is rebuilt and must
+// first give its recorded first window back.
+TEST(Experiment, MoreWindowsKeepTheRecordedOnesAndScoreOnlyTheNew) {
+  test::TempDir dir;
+  auto small = [&](const std::string& out) {
+    std::string yaml = tiny_experiment(out, "gpt2", "  eval_lengths: [32, 64]\n");
+    yaml.replace(yaml.find("methods: [da, full, chunk-0.5, prefix-0.5, randompos]"), 53, "methods: [chunk-0.5]");
+    return yaml;
+  };
+  for (const char* name : {"few", "all", "imported", "bad"}) test::write_file(dir / (std::string(name) + ".yaml"), small(dir / name));
+  const std::string three = "eval.max_sequences=3", six = "eval.max_sequences=6";
+  auto all = run(kBin, {"experiment", dir / "all.yaml", "--set", six}, 600);
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  auto few = run(kBin, {"experiment", dir / "few.yaml", "--set", three}, 600);
+  ASSERT_EQ(few.exit_code, 0) << few.err;
+  const json recorded = results_of(dir / "few");
+  const auto trained_at = fs::last_write_time(dir / "few/synthetic/x2/chunk-0.5/final/model.safetensors");
+
+  // The same windows, whichever way they were scored: every length's windows, perplexity and curve.
+  auto same_as_all = [&](const json& c, double margin) {
+    const json whole = results_of(dir / "all")["corpora"][0];
+    ASSERT_EQ(c["rows"].size(), whole["rows"].size());
+    auto check = [&](const json& got, const json& want) {
+      ASSERT_EQ(got["results"].size(), want["results"].size()) << want["key"];
+      for (size_t l = 0; l < want["results"].size(); ++l) {
+        const json &g = got["results"][l], &w = want["results"][l];
+        EXPECT_EQ(g["sequences"], 6) << want["key"];
+        EXPECT_EQ(g["tokens"], w["tokens"]) << want["key"];
+        EXPECT_NEAR(g["ppl"].get<double>(), w["ppl"].get<double>(), margin * w["ppl"].get<double>()) << want["key"];
+        ASSERT_EQ(g["windows"].size(), w["windows"].size()) << want["key"];
+        for (size_t i = 0; i < w["windows"].size(); ++i) {
+          EXPECT_EQ(g["windows"][i]["doc"], w["windows"][i]["doc"]);
+          EXPECT_EQ(g["windows"][i]["start"], w["windows"][i]["start"]);
+          for (size_t b = 0; b < w["windows"][i]["block_nll"].size(); ++b)
+            EXPECT_NEAR(g["windows"][i]["block_nll"][b].get<double>(), w["windows"][i]["block_nll"][b].get<double>(),
+                        1e-5) << want["key"] << " window " << i;
+        }
+      }
+    };
+    check(c["base"], whole["base"]);
+    for (size_t i = 0; i < whole["rows"].size(); ++i) check(c["rows"][i], whole["rows"][i]);
+  };
+
+  // 1. The grid's own rows: the 3 windows kept, 3 more scored, nothing trained again.
+  auto more = run(kBin, {"experiment", dir / "few.yaml", "--set", six}, 600);
+  ASSERT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_NE(more.err.find("on the windows after the 3 recorded"), std::string::npos) << more.err;
+  EXPECT_EQ(more.err.find("training "), std::string::npos) << more.err;
+  EXPECT_EQ(fs::last_write_time(dir / "few/synthetic/x2/chunk-0.5/final/model.safetensors"), trained_at);
+  same_as_all(results_of(dir / "few")["corpora"][0], 1e-9);
+  // Each row's evaluation time adds the new windows' to the recorded.
+  EXPECT_GT(row(results_of(dir / "few")["corpora"][0], "chunk-0.5")["eval_seconds"].get<double>(),
+            row(recorded["corpora"][0], "chunk-0.5")["eval_seconds"].get<double>());
+
+  // 2. A published results.json of 3 windows, its run folders gone: the rows' models are
+  // rebuilt (the OOTB row's is the base), checked on their first window, and scored on
+  // the 3 new windows alone; the report says which windows came from where.
+  json published = recorded;
+  for (auto& r : published["corpora"][0]["rows"]) r.erase("position_loss");
+  const std::string file = dir / "published.json";
+  test::write_file(file, published.dump(2));
+  auto imported = run(kBin, {"experiment", dir / "imported.yaml", "--set", six, "--import-rows", file}, 600);
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  EXPECT_NE(imported.err.find("(imported; trained unless done, then scored on the windows it lacks)"), std::string::npos)
+      << imported.err;
+  const json c = results_of(dir / "imported")["corpora"][0];
+  same_as_all(c, 1e-6);  // the imported windows' block losses are rounded to 1e-6 nats
+  EXPECT_EQ(row(c, "chunk-0.5")["imported_windows"], 3);
+  EXPECT_EQ(row(c, "chunk-0.5")["imported_from"], file);
+  EXPECT_EQ(c["base"].value("imported_from", ""), "") << "the base row is scored here on every window";
+  const std::string md = test::read_file(dir / "imported/results.md");
+  EXPECT_NE(md.find("Scored on more windows than `" + file + "`"), std::string::npos) << md;
+  EXPECT_NE(md.find("chunk-0.5 (2·L_t)"), std::string::npos) << md;
+
+  // 3. A record its rebuilt model does not give back (here: its first window altered) is
+  // refused, naming the row, before any window is added to it.
+  json altered = published;
+  for (auto& r : altered["corpora"][0]["rows"])
+    if (r["key"] == "chunk-0.5") r["results"][0]["windows"][0]["block_nll"][0] = r["results"][0]["windows"][0]["block_nll"][0].get<double>() + 1.0;
+  test::write_file(dir / "altered.json", altered.dump());
+  auto bad = run(kBin, {"experiment", dir / "bad.yaml", "--set", six, "--import-rows", dir / "altered.json"}, 600);
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("row 'chunk-0.5': the model rebuilt here scores its first window at L = 32"), std::string::npos)
+      << bad.err;
+  EXPECT_FALSE(fs::exists(dir / "bad/synthetic/x2/chunk-0.5/row.json"));
+}
+
 struct BadExperiment {
   std::string name;
   std::string experiment;  // the experiment: section's body lines
@@ -470,7 +559,7 @@ TEST(Experiment, BadFilesExitTwoNamingTheLineAndKey) {
        "give exactly one of synthetic, inputs or store"},
       {"no corpora", "  factors: [2]\n", "experiment.corpora: required"},
       {"missing input", "  corpora:\n    - name: s\n      inputs: [/nonexistent/linux-doc-6.1]\n",
-       ":4:16: experiment.corpora[0].inputs: '/nonexistent/linux-doc-6.1' does not exist (scripts/setup.sh installs"},
+       ":4:7: experiment.corpora[0].inputs: '/nonexistent/linux-doc-6.1' does not exist (scripts/setup.sh installs"},
       {"grid key in set", corpus + "  extend:\n    set: {data.sampler.method: full}\n",
        ":6:11: experiment.extend.set.data.sampler.method: the experiment sets this key"},
       {"evaluation lengths in set", corpus + "  base:\n    set: {eval.lengths: [64]}\n",

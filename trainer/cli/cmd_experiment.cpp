@@ -29,7 +29,8 @@ void add_experiment(CLI::App& app, Chosen& chosen) {
   x->add_option("--out", o->out, "With --render: the folder the report goes into (default experiment.output_dir)")
       ->needs("--render");
   choose_on(x, chosen, "experiment", OnSignal::stop_at_checkpoint, [o] {
-    ExperimentConfig experiment = load_experiment(o->file, o->overrides);
+    ExperimentConfig experiment = load_experiment(
+        o->file, o->overrides, o->render.empty() ? ExperimentUse::grid : ExperimentUse::report);
     experiment.import_rows = o->import_rows;
     log::Options logging;  // the console; the grid and each run add their own log files
     logging.level = experiment.base_template.config.run.log_level;

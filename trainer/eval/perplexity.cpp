@@ -127,8 +127,8 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
     LengthResult r;
     r.length = length;
     const int64_t window = options.window_length > 0 ? options.window_length : length;
-    const auto windows =
-        windows_for(split, window, options.stride, options.max_sequences, options.windows_per_document);
+    auto windows = windows_for(split, window, options.stride, options.max_sequences, options.windows_per_document);
+    windows.erase(windows.begin(), windows.begin() + std::min<int64_t>(options.first_window, windows.size()));
     if (options.per_window && options.stride > 0)
       throw InputError("per-window losses need non-overlapping windows (stride 0)");
     std::vector<double> position_sum(length - 1, 0.0);
@@ -200,10 +200,44 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
 
 }  // namespace
 
+std::vector<LengthResult> append_windows(const std::vector<LengthResult>& earlier,
+                                         const std::vector<LengthResult>& later) {
+  if (earlier.size() != later.size())
+    throw InputError("windows are added to a perplexity record of " + std::to_string(earlier.size()) +
+                     " lengths from one of " + std::to_string(later.size()));
+  std::vector<LengthResult> out;
+  for (size_t i = 0; i < earlier.size(); ++i) {
+    const LengthResult &a = earlier[i], &b = later[i];
+    if (a.length != b.length || a.windows.size() != static_cast<size_t>(a.sequences) ||
+        b.windows.size() != static_cast<size_t>(b.sequences))
+      throw InputError("windows are added to a perplexity record at L = " + std::to_string(a.length) + " from L = " +
+                       std::to_string(b.length) + ", or one of them has no per-window losses");
+    LengthResult r = a;
+    r.windows.insert(r.windows.end(), b.windows.begin(), b.windows.end());
+    r.sequences = a.sequences + b.sequences;
+    r.tokens = a.tokens + b.tokens;
+    // From the two means, kept unrounded (a record's block losses are rounded to 1e-6 nats).
+    r.loss = r.tokens ? (a.loss * static_cast<double>(a.tokens) + b.loss * static_cast<double>(b.tokens)) /
+                            static_cast<double>(r.tokens)
+                      : std::numeric_limits<double>::quiet_NaN();
+    r.ppl = std::exp(r.loss);
+    // Each position's mean, weighted by the windows each mean is over (every window scores every position).
+    if (a.position_loss.size() == b.position_loss.size())
+      for (size_t p = 0; p < r.position_loss.size(); ++p)
+        r.position_loss[p] = (a.position_loss[p] * static_cast<double>(a.sequences) +
+                              b.position_loss[p] * static_cast<double>(b.sequences)) /
+                             static_cast<double>(r.sequences);
+    else
+      r.position_loss.clear();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 int64_t perplexity_windows(const data::IndexedDataset& split, int64_t length, const PerplexityOptions& options) {
   const int64_t window = options.window_length > 0 ? options.window_length : length;
-  return static_cast<int64_t>(
-      windows_for(split, window, options.stride, options.max_sequences, options.windows_per_document).size());
+  const auto all = windows_for(split, window, options.stride, options.max_sequences, options.windows_per_document);
+  return std::max<int64_t>(0, static_cast<int64_t>(all.size()) - options.first_window);
 }
 
 PerplexityOptions perplexity_options(const EvalConfig& eval, std::optional<int64_t> loss_chunk_tokens) {

@@ -20,6 +20,9 @@ struct PerplexityOptions {
   std::vector<int64_t> lengths;
   int64_t max_sequences = 0;  // per length; 0: all windows
   int64_t windows_per_document = 0;  // 0: every window of a document; 1: each window from another document
+  // Windows before this one (in the order max_sequences takes them) are left out: an
+  // earlier evaluation with a lower max_sequences scored them (append_windows joins both).
+  int64_t first_window = 0;
   int64_t stride = 0;         // 0: non-overlapping; else windows every `stride` tokens
   int64_t batch_size = EvalConfig{}.batch_size;  // eval.batch_size's default, one home
   bool per_position = false;
@@ -56,6 +59,13 @@ struct LengthResult {
 
 std::vector<LengthResult> evaluate(models::TransformerLM& model, const data::IndexedDataset& split,
                                    const PerplexityOptions& options);
+
+// `earlier`'s results followed, length by length, by `later`'s windows (an evaluation of
+// the same lengths from first_window = earlier's window count): loss, perplexity, token
+// and window counts and the loss by position of all the windows together. Both need
+// per-window losses; exit 2 when their lengths differ.
+std::vector<LengthResult> append_windows(const std::vector<LengthResult>& earlier,
+                                         const std::vector<LengthResult>& later);
 
 // How many windows evaluate() reads at `length` (what a plan line says an evaluation costs).
 int64_t perplexity_windows(const data::IndexedDataset& split, int64_t length, const PerplexityOptions& options);

@@ -66,7 +66,9 @@ void resolve_methods(const std::vector<MethodItem>& items, schema::FieldReader& 
 }
 
 // A corpus's keys together: one source, a plain name, a usable base.
-void check_corpus(const CorpusSpec& corpus, size_t index, schema::FieldReader& reader, const ExperimentConfig& x) {
+// `use`: a report written again reads no corpus or base from disk.
+void check_corpus(const CorpusSpec& corpus, size_t index, schema::FieldReader& reader, const ExperimentConfig& x,
+                  ExperimentUse use) {
   const std::string path = "experiment.corpora[" + std::to_string(index) + "]";
   auto& errors = reader.errors();
   if (!reader.given(path + ".name"))
@@ -81,6 +83,17 @@ void check_corpus(const CorpusSpec& corpus, size_t index, schema::FieldReader& r
                      std::to_string(sources) + ")");
   if (corpus.synthetic && corpus.synthetic->max_words < corpus.synthetic->min_words)
     errors.push_back(reader.where(path + ".synthetic") + ": " + path + ".synthetic: max_tokens is below min_tokens");
+  for (size_t other = 0; other < index; ++other)
+    if (x.corpora[other].name == corpus.name && !corpus.name.empty())
+      errors.push_back(reader.where(path + ".name") + ": " + path + ".name: '" + corpus.name +
+                       "' is used by another corpus");
+  if (use == ExperimentUse::report) return;
+  for (const auto& input : corpus.inputs)
+    if (!fs::exists(input))
+      errors.push_back(reader.where(path + ".inputs") + ": " + path + ".inputs: '" + input + "' does not exist" +
+                       (input.find("linux-doc") != std::string::npos
+                            ? " (scripts/setup.sh installs linux-doc-6.1 from scripts/apt-packages.txt)"
+                            : ""));
   if (reader.given(path + ".store") && !fs::exists(fs::path(corpus.store) / "meta.json"))
     errors.push_back(reader.where(path + ".store") + ": " + path + ".store: '" + corpus.store +
                      "' is not a token store (no meta.json); create it with `segtrain prepare`");
@@ -102,10 +115,6 @@ void check_corpus(const CorpusSpec& corpus, size_t index, schema::FieldReader& r
       errors.push_back(at + "a checkpoint base needs the corpus as a store tokenized with its vocabulary "
                             "(corpora[].store), not text to train a new tokenizer on");
   }
-  for (size_t other = 0; other < index; ++other)
-    if (x.corpora[other].name == corpus.name && !corpus.name.empty())
-      errors.push_back(reader.where(path + ".name") + ": " + path + ".name: '" + corpus.name +
-                       "' is used by another corpus");
 }
 
 // L_e = factor * L_t must be a 64-bit integer (the grid computes it; UBSan, fuzz_experiment).
@@ -171,7 +180,8 @@ void check_rows_fit_bases(const ExperimentConfig& x, schema::FieldReader& reader
 }
 
 // The section through its key table (schema.cpp), then the rules that need several keys.
-void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::vector<std::string>& errors) {
+void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::vector<std::string>& errors,
+                             ExperimentUse use) {
   Origins origins;
   schema::FieldReader reader(x.file, errors, origins);
   auto items = default_method_items();
@@ -187,8 +197,8 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
   if (!node["corpora"])
     errors.push_back(location(x.file, node.Mark()) +
                      ": experiment.corpora: required: a list of corpora, e.g. [{name: synthetic, synthetic: {docs: 200}}]");
-  for (size_t i = 0; i < x.corpora.size(); ++i) check_corpus(x.corpora[i], i, reader, x);
-  check_rows_fit_bases(x, reader);
+  for (size_t i = 0; i < x.corpora.size(); ++i) check_corpus(x.corpora[i], i, reader, x, use);
+  if (use == ExperimentUse::grid) check_rows_fit_bases(x, reader);  // reads each base's config
 }
 
 }  // namespace
@@ -252,7 +262,8 @@ models::ExtensionMethod default_train_extension(models::Arch arch) {
                                                                           : models::ExtensionMethod::none;
 }
 
-ExperimentConfig load_experiment(const std::string& file, const std::vector<std::string>& overrides) {
+ExperimentConfig load_experiment(const std::string& file, const std::vector<std::string>& overrides,
+                                 ExperimentUse use) {
   const std::string text = read_file(file, "experiment file");
   ExperimentConfig x;
   x.file = file;
@@ -267,12 +278,13 @@ ExperimentConfig load_experiment(const std::string& file, const std::vector<std:
   if (!root["experiment"] || !root["experiment"].IsMap())
     throw InputError(file + ": an experiment file needs an `experiment:` section (name, factors, methods, corpora...) "
                      "beside the run sections; see configs/experiments/");
-  read_experiment_section(root["experiment"], x, errors);
+  read_experiment_section(root["experiment"], x, errors, use);
   const auto& tasks = x.base_template.config.eval.tasks;
   if (std::find(tasks.begin(), tasks.end(), "perplexity") == tasks.end())
     errors.push_back(x.base_template.locate("eval.tasks") + ": an experiment scores every row's perplexity (its "
                      "tables and intervals are perplexity's): list perplexity among them");
   if (!errors.empty()) throw InputError(join(errors, "\n"));
+  if (use == ExperimentUse::report) return x;
 
   // Build every run of the grid now, so a bad combination fails in the first
   // second rather than after an hour of training. A problem of the template

@@ -97,9 +97,15 @@ struct ExperimentConfig {
   LoadedConfig base_template;  // the file's run sections with the command line's --set applied
 };
 
+// What an experiment file is loaded for: running its grid needs its corpora and bases
+// on disk; writing its report again (--render) reads its names and settings alone.
+enum class ExperimentUse { grid, report };
+
 // Parses and checks FILE (every problem at once, each naming file:line:col and
-// the key), and checks every run the grid will make before anything runs.
-ExperimentConfig load_experiment(const std::string& file, const std::vector<std::string>& overrides);
+// the key), and for a grid checks its inputs and every run it will make before
+// anything runs.
+ExperimentConfig load_experiment(const std::string& file, const std::vector<std::string>& overrides,
+                                 ExperimentUse use = ExperimentUse::grid);
 
 // Runs (or resumes) the grid and writes results.md, results.json and the plots.
 void run_experiment(const ExperimentConfig& experiment);

@@ -34,6 +34,7 @@
 #include "trainer/eval/stored_model.h"
 #include "trainer/eval/suite.h"
 #include "trainer/experiment/imported_rows.h"
+#include "trainer/experiment/more_windows.h"
 #include "trainer/experiment/plan.h"
 #include "trainer/experiment/report.h"
 #include "trainer/runtime/device.h"
@@ -188,11 +189,10 @@ void ensure_trained(const PlannedRun& run) {
   run_training(run.config, previous ? Resume::required : Resume::no, /*final_eval=*/false);
 }
 
-// The grid's evaluation suite for `row`: the template's eval.tasks at the row's
-// lengths, perplexity with the loss by position and by window (the report's
-// intervals are computed from each window's blocks). The base row at L_t is the OOTB
-// row without a scaling: its prompt tasks would repeat that row's.
-EvalSuite row_suite(const ExperimentConfig& x, const RowResult& row) {
+// The perplexity options of `row`: the template's eval settings at the row's lengths,
+// with the loss by position and by window (the report's intervals are computed from
+// each window's blocks).
+PerplexityOptions row_perplexity(const ExperimentConfig& x, const RowResult& row) {
   const Config& templ = x.base_template.config;
   // train.loss_chunk_tokens gives the same figures either way: not in the settings.
   PerplexityOptions eval = perplexity_options(templ.eval, templ.train.loss_chunk_tokens);
@@ -203,6 +203,17 @@ EvalSuite row_suite(const ExperimentConfig& x, const RowResult& row) {
   // of the grid's longest length (evaluate() runs one forward a window where the model allows).
   if (x.eval_from_longest)
     for (int64_t f : x.factors) eval.window_length = std::max(eval.window_length, row_lengths(x, f).back());
+  return eval;
+}
+
+// The grid's evaluation suite for `row`: the template's eval.tasks at the row's
+// lengths, perplexity from window `first_window` on (the earlier ones kept from the
+// row's record). The base row at L_t is the OOTB row without a scaling: its prompt
+// tasks would repeat that row's.
+EvalSuite row_suite(const ExperimentConfig& x, const RowResult& row, int64_t first_window = 0) {
+  const Config& templ = x.base_template.config;
+  PerplexityOptions eval = row_perplexity(x, row);
+  eval.first_window = first_window;
   EvalConfig tasks = templ.eval;
   if (row.kind == "base") tasks.tasks = {"perplexity"};
   return EvalSuite(tasks, row.lengths, eval, templ.eval.split, kEvalPromptSeed);
@@ -228,35 +239,101 @@ std::map<std::string, nlohmann::json> task_settings(const ExperimentConfig& x, c
   return out;
 }
 
+// What of a row's suite is still to evaluate: the tasks, and for perplexity the windows
+// already recorded, which are kept (more windows asked for since: more_windows.h).
+struct RowTodo {
+  std::vector<const EvalTask*> tasks;
+  int64_t kept_windows = 0;
+};
+
 // Takes into `row` each task's figures that its record holds with the same settings
-// (`with`: each task's settings as JSON); returns the tasks still to run.
-std::vector<const EvalTask*> tasks_to_run(RowResult& row, const fs::path& record, const EvalSuite& suite,
-                                          const std::map<std::string, std::string>& with) {
+// (`with`: each task's settings as JSON), and the perplexity windows of a record that
+// asked for fewer; returns what is still to run.
+RowTodo tasks_to_run(RowResult& row, const fs::path& record, const EvalSuite& suite,
+                     const std::map<std::string, std::string>& with) {
   std::optional<RowResult> saved;
   if (fs::exists(record)) saved = row_from_json(read_file(record, "row record"), record.string());
-  std::vector<const EvalTask*> todo;
+  RowTodo todo;
   for (const auto& task : suite.tasks()) {
     const std::string& name = task->name();
-    if (name == "perplexity" && saved && saved->evaluated_with == with.at(name)) {
+    if (name == "perplexity" && saved && !saved->evaluated_with.empty() &&
+        (saved->evaluated_with == with.at(name) ||
+         adds_windows(nlohmann::json::parse(saved->evaluated_with), nlohmann::json::parse(with.at(name))))) {
       row.results = saved->results;
       row.eval_seconds = saved->eval_seconds;
       row.model = saved->model;
       row.evaluated_with = saved->evaluated_with;
+      row.imported_from = saved->imported_from;
+      row.imported_windows = saved->imported_windows;
+      if (saved->evaluated_with != with.at(name)) {
+        todo.kept_windows = row.results.empty() ? 0 : row.results.front().sequences;
+        todo.tasks.push_back(task.get());
+      }
     } else if (name != "perplexity" && saved && saved->tasks.count(name) && saved->tasks.at(name).with == with.at(name)) {
       row.tasks[name] = saved->tasks.at(name);
     } else {
-      todo.push_back(task.get());
+      todo.tasks.push_back(task.get());
     }
   }
   return todo;
 }
 
+// An imported row continued on more windows starts from its record as this grid would
+// have written it: its model's folder and files (here) in every task's settings, the
+// perplexity's with the windows it holds. `with`: each task's settings here.
+RowResult continued_record(const RowResult& imported, const std::string& model_dir,
+                           const std::map<std::string, std::string>& with) {
+  RowResult row = imported;
+  const auto recorded = nlohmann::json::parse(imported.evaluated_with);
+  row.model = model_dir;
+  row.evaluated_with =
+      with_max_sequences(nlohmann::json::parse(with.at("perplexity")), recorded.at("max_sequences")).dump();
+  for (auto& [name, task] : row.tasks)
+    if (with.count(name)) task.with = with.at(name);  // the same settings (ImportedRows::find), this model's names
+  row.imported_windows = imported.results.empty() ? 0 : imported.results.front().sequences;
+  return row;
+}
+
+// An imported row's model rebuilt here must be the one that scored its windows before
+// they are joined by this one's: its first window at the row's shortest length (one
+// forward of L tokens) within the margin the base row is checked with.
+void check_rebuilt_model(models::TransformerLM& model, const RowResult& imported, const ExperimentConfig& x,
+                         const data::IndexedDataset& split) {
+  PerplexityOptions first = row_perplexity(x, imported);
+  first.lengths = {imported.lengths.front()};
+  first.max_sequences = 1;
+  const LengthResult here = evaluate(model, split, first).front();
+  const LengthResult& recorded = imported.results.front();
+  const std::string what = "--import-rows " + imported.imported_from + ": row '" + imported.label + "'";
+  if (recorded.windows.empty() || here.windows.empty() || recorded.windows.front().doc != here.windows.front().doc ||
+      recorded.windows.front().start != here.windows.front().start)
+    throw InputError(what + ": its first window is not this store's first held-out window; its windows cannot be "
+                            "continued here");
+  auto mean = [](const WindowLoss& w, int64_t predictions) {
+    double sum = 0;
+    for (double block : w.block_nll) sum += block;
+    return sum / static_cast<double>(predictions);
+  };
+  const int64_t predictions = recorded.length - 1;
+  const double a = mean(here.windows.front(), predictions), b = mean(recorded.windows.front(), predictions);
+  log::info("experiment: ", imported.label, " rebuilt here: its first window's loss at L = ", recorded.length, " is ",
+            a, ", recorded ", b);
+  if (!(std::abs(a - b) <= 1e-4))
+    throw InputError(what + ": the model rebuilt here scores its first window at L = " + std::to_string(recorded.length) +
+                     " to a loss of " + std::to_string(a) + ", recorded " + std::to_string(b) +
+                     " (more than 1e-4 apart): the recorded windows are another model's; to score every window "
+                     "with this one, delete the row from that file");
+}
+
 // Evaluates one row's model: each task of the suite unless row.json holds its
 // figures from the same settings; each is reused on its own, so adding a task
-// to a finished grid runs that task alone.
+// to a finished grid runs that task alone, and asking for more windows scores
+// only the new ones. `continued`: an imported row whose windows this one keeps
+// (its model rebuilt here), or nullptr.
 RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string& model_dir,
                        const std::vector<std::string>& overrides, const ExperimentConfig& x,
-                       const std::string& store_path, const data::TokenStore& store) {
+                       const std::string& store_path, const data::TokenStore& store,
+                       const RowResult* continued = nullptr) {
   const Config& templ = x.base_template.config;
   const EvalSuite suite = row_suite(x, row);
   const bool bf16 = evaluates_in_bf16(templ.eval, templ.train.precision);
@@ -268,35 +345,65 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   }
   const StoredModel stored = open_stored_model(model_dir, overrides, suite.longest());
   const fs::path record = row_dir / "row.json";
-  const auto todo = tasks_to_run(row, record, suite, with);
-  if (todo.empty()) {
+  const auto& split = store.split(data::parse_split(templ.eval.split));
+  // Rows are evaluated where the template's runs train (run.device).
+  const c10::Device device = pick_device(templ.run.device, /*local_rank=*/0);
+  std::optional<models::TransformerLM> model;
+  auto loaded = [&]() -> models::TransformerLM& {
+    if (!model) {
+      try {
+        check_store_fits(stored, store.vocab_size(), "experiment");
+      } catch (const InputError& e) {
+        throw InputError(std::string(e.what()) + "; a given base needs a store tokenized with its own tokenizer");
+      }
+      check_store_tokenizer(store_path, stored.dir, x.file + ": " + row.label,
+                            "data.allow_tokenizer_mismatch: true (under experiment.base.set)",
+                            templ.data.allow_tokenizer_mismatch);
+      model = models::load_model(stored.dir, stored.config);
+      (*model)->to(device);
+    }
+    return *model;
+  };
+  if (continued && !fs::exists(record)) {
+    {
+      const Autocast autocast(bf16, device.type());
+      check_rebuilt_model(loaded(), *continued, x, split);
+    }
+    fs::create_directories(row_dir);
+    write_file_atomic(record, row_to_json(continued_record(*continued, model_dir, with)));
+  }
+  const RowTodo todo = tasks_to_run(row, record, suite, with);
+  if (todo.tasks.empty()) {
     log::info("experiment: ", row_dir.string(), " is evaluated");
     return row;
   }
-  try {
-    check_store_fits(stored, store.vocab_size(), "experiment");
-  } catch (const InputError& e) {
-    throw InputError(std::string(e.what()) + "; a given base needs a store tokenized with its own tokenizer");
-  }
-  check_store_tokenizer(store_path, stored.dir, x.file + ": " + row.label,
-                        "data.allow_tokenizer_mismatch: true (under experiment.base.set)",
-                        templ.data.allow_tokenizer_mismatch);
-  const auto prompts = suite.open_prompts(store_path, store.split(data::parse_split(templ.eval.split)), x.file + ": eval.tasks");
-  const TaskData data{&store.split(data::parse_split(templ.eval.split)), prompts ? &*prompts : nullptr};
-  // Rows are evaluated where the template's runs train (run.device).
-  const c10::Device device = pick_device(templ.run.device, /*local_rank=*/0);
-  models::TransformerLM model = models::load_model(stored.dir, stored.config);
-  model->to(device);
+  loaded();
+  const auto prompts = suite.open_prompts(store_path, split, x.file + ": eval.tasks");
+  const TaskData data{&split, prompts ? &*prompts : nullptr};
+  // The perplexity of windows past the kept ones: a suite of its own (the same settings).
+  const EvalSuite more = row_suite(x, row, todo.kept_windows);
   fs::create_directories(row_dir);
-  for (const EvalTask* task : todo) {
-    if (task->name() == "perplexity")
+  for (const EvalTask* task : todo.tasks) {
+    const bool perplexity = task->name() == "perplexity";
+    if (perplexity && todo.kept_windows > 0) {
+      for (const auto& t : more.tasks())
+        if (t->name() == "perplexity") task = t.get();
+      log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", row.lengths.front(), "..",
+                row.lengths.back(), " on the windows after the ", todo.kept_windows, " recorded",
+                row.imported_windows ? " (imported from " + row.imported_from + ")" : "");
+    } else if (perplexity) {
       log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", row.lengths.front(), "..",
                 row.lengths.back());
-    else
+    } else {
       log::info("experiment: ", task->name(), " of ", row.label, " (", model_dir, ")");
+    }
     const Autocast autocast(bf16, device.type());
-    TaskResult result = run_task(*task, model, data);
-    if (task->name() == "perplexity") {
+    TaskResult result = run_task(*task, *model, data);
+    if (perplexity) {
+      if (todo.kept_windows > 0) {
+        result.perplexity = append_windows(row.results, result.perplexity);
+        result.seconds += row.eval_seconds;
+      }
       row.results = result.perplexity;
       row.eval_seconds = result.seconds;
       row.model = model_dir;
@@ -425,14 +532,13 @@ std::vector<PlannedRow> plan_rows(const ExperimentConfig& x, const CorpusSpec& c
 
 // Each row `imports` holds for `corpus`, checked against this grid's settings
 // (exit 2 naming the first that differs): by the row's position in plan_rows.
-std::map<size_t, const RowResult*> imported_rows(const ExperimentConfig& x, const CorpusSpec& corpus,
-                                                 const std::vector<PlannedRow>& rows, const ImportedRows& imports) {
-  std::map<size_t, const RowResult*> out;
+std::map<size_t, ImportedRows::Found> imported_rows(const ExperimentConfig& x, const CorpusSpec& corpus,
+                                                    const std::vector<PlannedRow>& rows, const ImportedRows& imports) {
+  std::map<size_t, ImportedRows::Found> out;
   for (size_t i = 0; i < rows.size(); ++i) {
     const PlannedRow& p = rows[i];
-    if (const RowResult* found =
-            imports.find(corpus.name, p.row.factor, p.row.key, task_settings(x, p.row, p.model_dir, p.overrides)))
-      out[i] = found;
+    const auto found = imports.find(corpus.name, p.row.factor, p.row.key, task_settings(x, p.row, p.model_dir, p.overrides));
+    if (found.row) out[i] = found;
   }
   return out;
 }
@@ -449,10 +555,16 @@ void check_same_base(const RowResult& here, const RowResult& imported, const std
     for (const auto& w : r.windows) at.emplace_back(w.doc, w.start);
     return at;
   };
-  if (windows(imported.results.front()) != windows(here.results.front()))
+  const LengthResult &mine = here.results.front(), &theirs = imported.results.front();
+  const auto at_theirs = windows(theirs), at_mine = windows(mine);
+  // Here more windows when more are asked for (more_windows.h): the imported ones come first.
+  if (at_mine.size() < at_theirs.size() || !std::equal(at_theirs.begin(), at_theirs.end(), at_mine.begin()))
     throw InputError(where + "was scored on other held-out windows: its rows come from another store or split");
+  double sum = 0;  // the base here over the imported windows
+  for (size_t i = 0; i < at_theirs.size(); ++i)
+    for (double block : mine.windows[i].block_nll) sum += block;
   // A margin, not equality, for another device's or kernel's rounding (not yet measured on a GPU).
-  const double a = here.results.front().ppl, b = imported.results.front().ppl;
+  const double a = std::exp(sum / static_cast<double>(theirs.tokens)), b = theirs.ppl;
   if (!(std::abs(a - b) <= 1e-4 * std::abs(b)))
     throw InputError(where + "scores " + format_factor(b) + " at L_t, the base and store here " + format_factor(a) +
                      " (more than 1e-4 apart): its rows were scored on another base or store");
@@ -465,8 +577,8 @@ void check_imports(const ExperimentConfig& x, const ImportedRows& imports) {
   for (const auto& corpus : x.corpora) {
     const auto runs = plan_training_runs(x, corpus);  // rows point into it
     const auto rows = plan_rows(x, corpus, runs);
-    for (const auto& [index, row] : imported_rows(x, corpus, rows, imports))
-      used.insert({corpus.name, row->factor, row->key});
+    for (const auto& [index, found] : imported_rows(x, corpus, rows, imports))
+      used.insert({corpus.name, found.row->factor, found.row->key});
   }
   for (const auto& [key, file] : imports.unused(used))
     log::warn("--import-rows ", file, ": row '", std::get<2>(key), "' (corpus '", std::get<0>(key), "', x",
@@ -508,20 +620,26 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
     // Where a grid of hours stands, row by row (the rows' own training and scoring log their progress).
     log::info("experiment: ", corpus.name, " row ", i + 1, " of ", rows.size(), ": ", p.row.label,
               p.row.kind == "base" ? "" : " at x" + std::to_string(p.row.factor),
-              import != imported.end() ? " (imported)" : p.run ? " (trained unless done, then scored)" : " (scored)");
+              import == imported.end()         ? (p.run ? " (trained unless done, then scored)" : " (scored)")
+              : !import->second.more_windows ? " (imported)"
+              : p.run ? " (imported; trained unless done, then scored on the windows it lacks)"
+                      : " (imported; scored on the windows it lacks)");
     if (p.row.kind == "base") {
       // Scored here even when imported (seconds): it checks the imported rows' base and store.
       out.base = evaluate_row(p.row, p.record_dir, p.model_dir, p.overrides, x, store_dir(x, corpus), store);
       if (import != imported.end()) {
-        check_same_base(out.base, *import->second, imports.file(corpus.name, 1, "base"));
-        out.base = *import->second;
+        check_same_base(out.base, *import->second.row, imports.file(corpus.name, 1, "base"));
+        if (!import->second.more_windows) out.base = *import->second.row;
       }
       continue;
     }
-    if (import != imported.end()) {
-      log::info("experiment: ", p.row.label, " at x", p.row.factor, " imported from ", import->second->imported_from);
-      out.rows.push_back(*import->second);
+    if (import != imported.end() && !import->second.more_windows) {
+      log::info("experiment: ", p.row.label, " at x", p.row.factor, " imported from ", import->second.row->imported_from);
+      out.rows.push_back(*import->second.row);
     } else {
+      // An imported row asked for more windows keeps its own and gets the rest from its model,
+      // trained here unless its run is (the same training: check_rebuilt_model).
+      const RowResult* continued = import != imported.end() ? import->second.row : nullptr;
       RowResult row = p.row;
       if (p.run) {
         ensure_trained(*p.run);
@@ -530,7 +648,8 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
         row.train_tokens = trained.tokens;
         row.train_seconds = trained.train_seconds.value_or(0.0);
       }
-      out.rows.push_back(evaluate_row(row, p.record_dir, p.model_dir, p.overrides, x, store_dir(x, corpus), store));
+      out.rows.push_back(
+          evaluate_row(row, p.record_dir, p.model_dir, p.overrides, x, store_dir(x, corpus), store, continued));
     }
     row_done(out);
   }

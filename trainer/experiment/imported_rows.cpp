@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "trainer/experiment/more_windows.h"
 
 namespace segtrain::trainer {
 
@@ -65,10 +66,11 @@ ImportedRows ImportedRows::read(const std::vector<std::string>& files, const std
   return out;
 }
 
-const RowResult* ImportedRows::find(const std::string& corpus, int64_t factor, const std::string& key,
-                                    const std::map<std::string, json>& settings) const {
+ImportedRows::Found ImportedRows::find(const std::string& corpus, int64_t factor, const std::string& key,
+                                       const std::map<std::string, json>& settings) const {
   const auto it = rows_.find({corpus, factor, key});
-  if (it == rows_.end()) return nullptr;
+  if (it == rows_.end()) return {};
+  Found found{&it->second.row, false};
   const RowResult& row = it->second.row;
   const std::string what = "--import-rows " + it->second.file + ": row '" + row.label + "' (corpus '" + corpus +
                            "', x" + std::to_string(factor) + ")";
@@ -84,11 +86,15 @@ const RowResult* ImportedRows::find(const std::string& corpus, int64_t factor, c
                          "evaluate it here (delete the row from that file) or leave the task out");
       recorded = settings_only(json::parse(t->second.with));
     }
+    if (task == "perplexity" && adds_windows(recorded, mine)) {
+      found.more_windows = true;
+      continue;
+    }
     if (recorded != mine)
       throw InputError(what + " was evaluated with other " + task + " settings (" + first_difference(recorded, mine) +
                        "): evaluate it here (delete the row from that file, or the file from --import-rows)");
   }
-  return &row;
+  return found;
 }
 
 std::vector<std::pair<ImportedRows::Key, std::string>> ImportedRows::unused(const std::set<Key>& used) const {

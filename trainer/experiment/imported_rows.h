@@ -28,12 +28,20 @@ class ImportedRows {
   // experiment `experiment` or a row's windows do not fit its lengths.
   static ImportedRows read(const std::vector<std::string>& files, const std::string& experiment);
 
-  // The record of row `key` at `factor` of corpus `corpus`, or nullptr. `settings`
+  // A record found: the row, and whether this grid asks for more perplexity windows
+  // than it holds (more_windows.h: its windows are kept and the rest evaluated here).
+  struct Found {
+    const RowResult* row = nullptr;
+    bool more_windows = false;
+  };
+
+  // The record of row `key` at `factor` of corpus `corpus` (row nullptr: none). `settings`
   // holds each eval task's settings as this grid records them; the model's folder and
   // files aside (another machine's, or another output folder's), a record measured with
-  // other settings, or without one of the tasks, is refused (exit 2) naming the difference.
-  const RowResult* find(const std::string& corpus, int64_t factor, const std::string& key,
-                        const std::map<std::string, nlohmann::json>& settings) const;
+  // other settings (but fewer perplexity windows), or without one of the tasks, is refused
+  // (exit 2) naming the difference.
+  Found find(const std::string& corpus, int64_t factor, const std::string& key,
+             const std::map<std::string, nlohmann::json>& settings) const;
 
   // The --import-rows file that gave the row find() returns.
   const std::string& file(const std::string& corpus, int64_t factor, const std::string& key) const {

@@ -53,6 +53,7 @@ json row_json(const RowResult& row) {
               {"eval_seconds", row.eval_seconds}, {"results", results}};
   if (row.budget) out["budget"] = row.budget;
   if (!row.imported_from.empty()) out["imported_from"] = row.imported_from;
+  if (row.imported_windows) out["imported_windows"] = row.imported_windows;
   // The curve at the longest length is the one the plots show.
   if (!row.results.empty()) {
     json curve = json::array();
@@ -523,16 +524,28 @@ void budget_section(std::ostringstream& md, const CorpusResults& c, int64_t fact
   md << "\n";  // the plots that follow are paragraphs of their own
 }
 
-// Which rows this grid took as another invocation recorded them (--import-rows).
+// Which rows this grid took as another invocation recorded them (--import-rows), and
+// which of them it scored on more windows than recorded (more_windows.h).
 std::string imported_sentence(const CorpusResults& c) {
-  std::map<std::string, std::vector<std::string>> by_file;
-  if (!c.base.imported_from.empty()) by_file[c.base.imported_from].push_back(c.base.label);
-  for (const auto& row : c.rows)
-    if (!row.imported_from.empty()) by_file[row.imported_from].push_back(row.label + " (" + std::to_string(row.factor) + "·L_t)");
+  std::map<std::string, std::vector<std::string>> by_file, continued;
+  std::map<std::string, int64_t> kept;  // windows taken from each file
+  auto add = [&](const RowResult& row, const std::string& name) {
+    if (row.imported_from.empty()) return;
+    if (!row.imported_windows) return void(by_file[row.imported_from].push_back(name));
+    continued[row.imported_from].push_back(name);
+    kept[row.imported_from] = row.imported_windows;
+  };
+  add(c.base, c.base.label);
+  for (const auto& row : c.rows) add(row, row.label + " (" + std::to_string(row.factor) + "·L_t)");
   std::ostringstream out;
   for (const auto& [file, labels] : by_file)
     out << "Imported from `" << file << "` (`--import-rows`: trained and evaluated by an earlier run of this "
         << "experiment, reported as recorded there): " << join(labels, ", ") << ".\n\n";
+  for (const auto& [file, labels] : continued)
+    out << "Scored on more windows than `" << file << "` records (`--import-rows` with a larger eval.max_sequences): "
+        << join(labels, ", ") << ": the first " << kept.at(file) << " windows' losses as recorded there, the rest "
+        << "scored here by the row's model rebuilt, which first gave the recorded loss of window 1 at the row's "
+        << "shortest length within 1e-4; any other task's figures as recorded there.\n\n";
   return out.str();
 }
 
@@ -753,6 +766,7 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     row.train_seconds = j.value("train_seconds", 0.0);
     row.eval_seconds = j.value("eval_seconds", 0.0);
     row.imported_from = j.value("imported_from", std::string());
+    row.imported_windows = j.value("imported_windows", int64_t{0});
     auto scores = [](const json& list) {
       std::vector<TaskScore> out;
       for (const auto& p : list) {

@@ -39,6 +39,9 @@ struct RowResult {
   std::map<std::string, RecordedTask> tasks;
   // The results.json this row was imported from (--import-rows); empty: this grid's own.
   std::string imported_from;
+  // With imported_from: how many of its perplexity windows came from there, the rest
+  // scored here by its model rebuilt (more_windows.h); 0: every window came from there.
+  int64_t imported_windows = 0;
 };
 
 // The grid's wall time over every invocation (a resumed grid adds to it).
