@@ -24,6 +24,7 @@
 #include "trainer/eval/plot.h"
 #include "trainer/eval/suite.h"
 #include "trainer/experiment/experiment.h"
+#include "trainer/experiment/more_windows.h"
 #include "trainer/experiment/plan.h"
 #include "trainer/experiment/report.h"
 
@@ -445,6 +446,29 @@ TEST(Experiment, MoreWindowsKeepTheRecordedOnesAndScoreOnlyTheNew) {
   EXPECT_NE(bad.err.find("row 'chunk-0.5': the model rebuilt here scores its first window at L = 32"), std::string::npos)
       << bad.err;
   EXPECT_FALSE(fs::exists(dir / "bad/synthetic/x2/chunk-0.5/row.json"));
+}
+
+// Which records a grid continues with more windows: the same settings but a lower positive
+// max_sequences; anything else is evaluated afresh (or refused, for an imported row).
+TEST(MoreWindows, OnlyALowerWindowCountIsContinued) {
+  const json four = {{"lengths", {2048, 32768}}, {"max_sequences", 4}, {"split", "valid"}, {"model_files", "a"}};
+  auto with = [&](const std::string& key, const json& value) {
+    json j = four;
+    j[key] = value;
+    return j;
+  };
+  EXPECT_TRUE(trainer::adds_windows(four, with("max_sequences", 8)));
+  EXPECT_TRUE(trainer::adds_windows(four, with("max_sequences", 0))) << "0: every window";
+  EXPECT_FALSE(trainer::adds_windows(four, four)) << "nothing to add";
+  EXPECT_FALSE(trainer::adds_windows(four, with("max_sequences", 3))) << "fewer windows are another evaluation";
+  EXPECT_FALSE(trainer::adds_windows(with("max_sequences", 0), with("max_sequences", 8))) << "it had every window";
+  json other_model = with("model_files", "b");
+  other_model["max_sequences"] = 8;
+  EXPECT_FALSE(trainer::adds_windows(four, other_model)) << "another model";
+  json other_lengths = with("lengths", json{2048});
+  other_lengths["max_sequences"] = 8;
+  EXPECT_FALSE(trainer::adds_windows(four, other_lengths)) << "other lengths";
+  EXPECT_EQ(trainer::with_max_sequences(four, 8)["max_sequences"], 8);
 }
 
 struct BadExperiment {

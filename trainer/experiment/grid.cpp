@@ -316,11 +316,16 @@ void check_rebuilt_model(models::TransformerLM& model, const RowResult& imported
   };
   const int64_t predictions = recorded.length - 1;
   const double a = mean(here.windows.front(), predictions), b = mean(recorded.windows.front(), predictions);
-  log::info("experiment: ", imported.label, " rebuilt here: its first window's loss at L = ", recorded.length, " is ",
-            a, ", recorded ", b);
+  auto digits = [](double v) {
+    std::ostringstream out;
+    out << std::setprecision(9) << v;
+    return out.str();
+  };
+  log::info("experiment: ", imported.label, " rebuilt here: its first window's mean loss at L = ", recorded.length,
+            " is ", digits(a), ", recorded ", digits(b));
   if (!(std::abs(a - b) <= 1e-4))
     throw InputError(what + ": the model rebuilt here scores its first window at L = " + std::to_string(recorded.length) +
-                     " to a loss of " + std::to_string(a) + ", recorded " + std::to_string(b) +
+                     " to a loss of " + digits(a) + ", recorded " + digits(b) +
                      " (more than 1e-4 apart): the recorded windows are another model's; to score every window "
                      "with this one, delete the row from that file");
 }
@@ -622,6 +627,7 @@ CorpusResults run_corpus(const ExperimentConfig& x, const CorpusSpec& corpus, co
               p.row.kind == "base" ? "" : " at x" + std::to_string(p.row.factor),
               import == imported.end()         ? (p.run ? " (trained unless done, then scored)" : " (scored)")
               : !import->second.more_windows ? " (imported)"
+              : p.row.kind == "base"           ? " (imported; scored here on every window)"
               : p.run ? " (imported; trained unless done, then scored on the windows it lacks)"
                       : " (imported; scored on the windows it lacks)");
     if (p.row.kind == "base") {
