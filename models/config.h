@@ -15,17 +15,6 @@ enum class Arch { gpt2, gpt_neox, bloom, llama };
 inline constexpr EnumName<Arch> kArchs[] = {
     {"gpt2", Arch::gpt2}, {"gpt_neox", Arch::gpt_neox}, {"bloom", Arch::bloom}, {"llama", Arch::llama}};
 
-// The arch an HF config.json's model_type is read into (models/hf.h); nullopt for
-// model types segtrain does not read. Torch-free, so the run config can take a
-// base folder's arch without loading it.
-inline std::optional<Arch> arch_of_hf_model_type(const std::string& model_type) {
-  if (model_type == "gpt2") return Arch::gpt2;
-  if (model_type == "gpt_neox") return Arch::gpt_neox;
-  if (model_type == "bloom") return Arch::bloom;
-  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") return Arch::llama;
-  return std::nullopt;
-}
-
 enum class PositionScheme { learned, rope, alibi };
 inline PositionScheme position_scheme(Arch arch) {
   switch (arch) {

@@ -44,6 +44,11 @@ int64_t rotary_dim_of(const ModelConfig& c) {
   return static_cast<int64_t>(static_cast<double>(head_dim_of(c)) * c.rope.rotary_pct);
 }
 
+double ntk_base(const ModelConfig& c) {
+  const double d = static_cast<double>(rotary_dim_of(c));
+  return c.rope.theta * std::pow(factor_of(c), d / (d - 2));
+}
+
 int64_t ape_rows(const ModelConfig& c) {
   if (c.extension.method != ExtensionMethod::interpolate) return max_positions_of(c);
   return static_cast<int64_t>(std::llround(factor_of(c) * static_cast<double>(original_length_of(c))));

@@ -27,6 +27,8 @@ double factor_of(const ModelConfig& config);            // 1 when method is none
 int64_t head_dim_of(const ModelConfig& config);         // auto: d_model / n_heads
 int64_t n_kv_heads_of(const ModelConfig& config);       // auto: n_heads
 int64_t rotary_dim_of(const ModelConfig& config);       // int(head_dim * rotary_pct), as transformers
+// Static NTK-aware RoPE's base: theta * factor^(d/(d-2)), d the rotary dims.
+double ntk_base(const ModelConfig& config);
 
 // Rows of the learned position table (gpt2): L_e = round(factor * L_t) with
 // interpolate, else max_positions.

@@ -1,7 +1,7 @@
 #pragma once
-// transformers interop: GPT2LMHeadModel, GPTNeoXForCausalLM, BloomForCausalLM and
-// the Llama family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, all
-// read as arch llama) folders (config.json + safetensors) in and out.
+// transformers interop: HF folders (config.json + safetensors) in and out, for every
+// model family of models/families/ (GPT-2, GPT-NeoX, BLOOM, and Llama, Mistral and
+// Qwen2 on Llama's block).
 #include <string>
 
 #include "models/config.h"
@@ -20,12 +20,12 @@ namespace segtrain::models {
 // ModelConfig::sliding_window; forward refuses longer sequences.
 ModelConfig read_hf_config(const std::string& dir);
 
-// The folder's weights renamed to TransformerLM's parameter names by the arch's
-// table in models/hf_names.h: accepts keys with or without the "transformer." /
+// The folder's weights renamed to TransformerLM's parameter names by the table of
+// the family its config.json's model_type names: accepts keys with or without the "transformer." /
 // "gpt_neox." prefix, drops the table's ignored buffers (attention masks,
 // inv_freq, tied lm_head copies) and warns about any other unknown tensor,
 // transposes GPT-2's Conv1D weights, converts to fp32.
-TensorMap read_hf_tensors(const std::string& dir, Arch arch);
+TensorMap read_hf_tensors(const std::string& dir);
 
 struct HfExportOptions {
   at::ScalarType dtype = at::kFloat;            // float32 or bfloat16 weights (config.json's torch_dtype)
@@ -36,7 +36,8 @@ struct HfExportOptions {
 };
 
 // Writes config.json and model.safetensors (or shards and their index) that
-// transformers 4.4x and 5.x load as they are:
+// transformers 4.4x and 5.x load as they are, as the family that exports the
+// model's config (models/families/family.h):
 //   gpt2     the (interpolated) table is written whole and n_positions = its rows;
 //   gpt_neox interpolate -> rope "linear", dynamic_ntk -> "dynamic", yarn -> "yarn",
 //            llama3 -> "llama3", longrope -> "longrope" (rope_scaling and rope_parameters),

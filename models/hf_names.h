@@ -1,9 +1,7 @@
 #pragma once
-// How transformers names each architecture's tensors: one declarative table per
-// architecture (in the spirit of torchtitan's per-model state_dict_adapter), read
-// by both import (read_hf_tensors) and export (export_hf) so the two directions
-// cannot drift apart. Supporting a new family is a new table in hf_names.cpp plus
-// its config.json mapping in hf.cpp.
+// How transformers names a family's tensors: one declarative table per family
+// (models/families/), read by both import (read_hf_tensors) and export (export_hf)
+// so the two directions cannot drift apart.
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,8 +25,6 @@ struct HfNameTable {
   // attention mask buffers, rotary inv_freq, the copy of a tied head.
   std::vector<std::string> ignored;
 };
-
-const HfNameTable& hf_names(Arch arch);
 
 // `name` renamed from `from` to `to` when it has the shape of pattern `from`
 // ("{}" matching a layer index written without leading zeros), else nullopt:

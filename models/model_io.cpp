@@ -166,7 +166,7 @@ TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig
   const ModelConfig c = config ? *config : read_model_config(dir);
   TransformerLM model(c);
   if (format == ModelFormat::hf) {
-    auto tensors = read_hf_tensors(resolved, c.arch);
+    auto tensors = read_hf_tensors(resolved);
     if (c.tie_embeddings) tensors.erase("lm_head.weight");  // a saved copy of the tied head
     model->load_tensors(tensors, resolved);
   } else {

@@ -72,7 +72,7 @@ RopeParams rope_params(const ModelConfig& c, int64_t seq_len) {
       p.inv_freq = rope_inv_freq(theta, dim) / f;
       break;
     case ExtensionMethod::ntk:
-      p.base = theta * std::pow(f, d / (d - 2));
+      p.base = ntk_base(c);
       p.inv_freq = rope_inv_freq(p.base, dim);
       break;
     case ExtensionMethod::dynamic_ntk: {

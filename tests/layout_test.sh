@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # trainer/'s libraries include only downward (docs/architecture.md):
 #   config -> runtime -> eval -> train -> experiment -> cli
-# and trainer/config sees no LibTorch header. Prints every violation; exit 1 if any.
+# and trainer/config sees no LibTorch header; nor do the model families (models/families/,
+# which the config reads) or what they include. data/ never includes models/. Prints every
+# violation; exit 1 if any.
 set -euo pipefail
 root=${1:?usage: layout_test.sh SOURCE_DIR}
 cd "$root"
@@ -25,5 +27,11 @@ done
 if hits=$(grep -rnE '#include [<"](ATen|torch|c10)/' trainer/config); then
   echo "trainer/config includes LibTorch:"; echo "$hits"; status=1
 fi
-[[ $status == 0 ]] && echo "layout: trainer/{${order[*]}} include only downward; trainer/config is torch-free"
+if hits=$(grep -rnE '#include ([<](ATen|torch|c10)/|"models/(transformer|positions|attention|hf|model_io|safetensors)\.h")' models/families models/hf_names.*); then
+  echo "models/families includes LibTorch or the torch side of models/:"; echo "$hits"; status=1
+fi
+if hits=$(grep -rnE '#include "models/' data); then
+  echo "data/ includes models/:"; echo "$hits"; status=1
+fi
+[[ $status == 0 ]] && echo "layout: trainer/{${order[*]}} include only downward; trainer/config and models/families are torch-free; data/ does not include models/"
 exit $status

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "models/families/family.h"
+
 namespace segtrain::trainer {
 
 std::optional<ModelRef> parse_model_ref(const std::string& text) {
@@ -56,7 +58,7 @@ std::optional<models::Arch> model_ref_arch(const std::string& text) {
   fs::path dir = ref->dir;
   if (ref->kind == ModelRef::Kind::hf) {
     const auto type = string_field(json_file(dir / "config.json"), "model_type");
-    return type ? models::arch_of_hf_model_type(*type) : std::nullopt;
+    return type ? models::arch_of_model_type(*type) : std::nullopt;
   }
   if (!fs::exists(dir / "model_config.json") && fs::exists(dir / "final" / "model_config.json")) dir /= "final";
   const auto arch = string_field(json_file(dir / "model_config.json"), "arch");

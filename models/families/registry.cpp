@@ -1,0 +1,53 @@
+// Every family segtrain reads and writes: one line each. A family's file defines
+// its function; nothing else names it.
+#include <stdexcept>
+#include <vector>
+
+#include "common/error.h"
+#include "models/families/family.h"
+
+namespace segtrain::models {
+
+const Family& gpt2_family();
+const Family& gpt_neox_family();
+const Family& bloom_family();
+const Family& llama_family();
+const Family& mistral_family();
+const Family& qwen2_family();
+
+namespace {
+
+const std::vector<const Family*>& families() {
+  static const std::vector<const Family*> all = {&gpt2_family(),  &gpt_neox_family(), &bloom_family(),
+                                                 &llama_family(), &mistral_family(),  &qwen2_family()};
+  return all;
+}
+
+}  // namespace
+
+std::string supported_model_types() {
+  std::string out;
+  for (const Family* f : families()) out += (out.empty() ? "" : ", ") + std::string(f->model_type());
+  return out;
+}
+
+const Family& family_for_model_type(const std::string& model_type, const std::string& source) {
+  for (const Family* f : families())
+    if (model_type == f->model_type()) return *f;
+  throw InputError(source + ": model_type \"" + model_type + "\" is not supported (expected one of " +
+                   supported_model_types() + ")");
+}
+
+std::optional<Arch> arch_of_model_type(const std::string& model_type) {
+  for (const Family* f : families())
+    if (model_type == f->model_type()) return f->arch();
+  return std::nullopt;
+}
+
+const Family& family_for_export(const ModelConfig& c) {
+  for (const Family* f : families())
+    if (f->exports(c)) return *f;
+  throw std::logic_error("no model family exports model.arch " + std::string(enum_name(kArchs, c.arch)));
+}
+
+}  // namespace segtrain::models
