@@ -95,6 +95,7 @@ struct ModelConfig {
   bool qkv_bias = false;                 // biases on q/k/v (Llama attention_bias, Qwen2)
   bool o_bias = false;                   // bias on the attention output (Llama attention_bias)
   bool mlp_bias = false;                 // biases on gate/up/down
+  bool qk_norm = false;                  // RMSNorm over each head's q and k before RoPE (Qwen3)
   bool tie_embeddings = false;           // lm_head shares the embedding
   // Mistral/Qwen2 sliding-window attention, from an HF folder: segtrain does not
   // implement it and refuses sequences longer than the window (never ignored).

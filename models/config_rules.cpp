@@ -43,6 +43,7 @@ void check_sizes(std::vector<ConfigProblem>& out, const ModelConfig& c) {
       {"model.n_kv_heads", c.n_kv_heads.has_value()}, {"model.head_dim", c.head_dim.has_value()},
       {"model.qkv_bias", c.qkv_bias},                 {"model.o_bias", c.o_bias},
       {"model.mlp_bias", c.mlp_bias},                 {"model.tie_embeddings", c.tie_embeddings},
+      {"model.qk_norm", c.qk_norm},
       {"model.sliding_window", c.sliding_window.has_value()}};
   for (const auto& [key, set] : asked)
     if (set) fail(out, key, llama_only);

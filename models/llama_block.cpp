@@ -51,6 +51,10 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c)
   k_proj = register_module("k_proj", linear(d, n_kv_heads * head_dim, c.qkv_bias));
   v_proj = register_module("v_proj", linear(d, n_kv_heads * head_dim, c.qkv_bias));
   o_proj = register_module("o_proj", linear(n_heads * head_dim, d, c.o_bias));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim, c.layer_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim, c.layer_norm_eps));
+  }
   gate_proj = register_module("gate_proj", linear(d, ff, c.mlp_bias));
   up_proj = register_module("up_proj", linear(d, ff, c.mlp_bias));
   down_proj = register_module("down_proj", linear(ff, d, c.mlp_bias));
@@ -63,6 +67,7 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_c
   auto q = q_proj(h).view({b, t, n_heads, head_dim}).transpose(1, 2);
   auto k = k_proj(h).view({b, t, n_kv_heads, head_dim}).transpose(1, 2);
   auto v = v_proj(h).view({b, t, n_kv_heads, head_dim}).transpose(1, 2);
+  if (q_norm) q = q_norm(q), k = k_norm(k);  // over head_dim, the last dimension
   q = apply_rope(q, rope_cos, rope_sin);
   k = apply_rope(k, rope_cos, rope_sin);
   if (kv) std::tie(k, v) = kv->append(k, v);

@@ -1,6 +1,9 @@
 #pragma once
-// The Llama family's block (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM):
+// The Llama family's block (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM):
 //   h   = x + o_proj(attention(rope(q_proj(ln1(x))), rope(k_proj(..)), v_proj(..)))
+// (Qwen3, model.qk_norm: rope(q_norm(q_proj(..))) and rope(k_norm(k_proj(..))), each
+// RMSNorm over one head's head_dim)
 //   out = h + down_proj(silu(gate_proj(ln2(h))) * up_proj(ln2(h)))
 // with RMSNorm computed in fp32 exactly as transformers' LlamaRMSNorm, RoPE on the
 // whole head_dim (rotate-half) and grouped-query attention (n_kv_heads key/value
@@ -45,6 +48,7 @@ struct LlamaBlockImpl : DecoderBlock {
   int64_t n_heads, n_kv_heads, head_dim;
   RMSNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // model.qk_norm (Qwen3): over each head, before RoPE
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(LlamaBlock);

@@ -70,6 +70,7 @@ std::string model_config_to_json(const ModelConfig& c) {
             {"qkv_bias", c.qkv_bias},
             {"o_bias", c.o_bias},
             {"mlp_bias", c.mlp_bias},
+            {"qk_norm", c.qk_norm},
             {"tie_embeddings", c.tie_embeddings},
             {"sliding_window", opt(c.sliding_window)},
             {"rope", {{"theta", c.rope.theta}, {"rotary_pct", c.rope.rotary_pct}}},
@@ -111,6 +112,7 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& s
     get(j, "qkv_bias", c.qkv_bias);
     get(j, "o_bias", c.o_bias);
     get(j, "mlp_bias", c.mlp_bias);
+    if (j.contains("qk_norm")) get(j, "qk_norm", c.qk_norm);  // from before Qwen3: false
     get(j, "tie_embeddings", c.tie_embeddings);
     get_opt(j, "sliding_window", c.sliding_window);
     if (j.contains("rope")) {

@@ -91,7 +91,7 @@ TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(con
   for (auto& item : named_parameters()) {
     const std::string& name = item.key();
     auto& p = item.value();
-    const bool is_norm = name.find("ln") != std::string::npos;
+    const bool is_norm = name.find("ln") != std::string::npos || name.find("norm") != std::string::npos;
     if (name.ends_with(".bias") || (is_norm && name.ends_with(".weight"))) {
       if (is_norm && name.ends_with(".weight")) p.fill_(1.0);
       else p.zero_();

@@ -14,12 +14,15 @@ const Family& bloom_family();
 const Family& llama_family();
 const Family& mistral_family();
 const Family& qwen2_family();
+const Family& qwen3_family();
 
 namespace {
 
 const std::vector<const Family*>& families() {
-  static const std::vector<const Family*> all = {&gpt2_family(),  &gpt_neox_family(), &bloom_family(),
-                                                 &llama_family(), &mistral_family(),  &qwen2_family()};
+  // Asked in this order which family exports a model: the first that takes it.
+  static const std::vector<const Family*> all = {&gpt2_family(),    &gpt_neox_family(), &bloom_family(),
+                                                 &qwen3_family(),   &llama_family(),    &mistral_family(),
+                                                 &qwen2_family()};
   return all;
 }
 

@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig,
     GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-    Qwen2ForCausalLM)
+    Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor  # noqa: E402
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding  # noqa: E402
@@ -93,6 +93,10 @@ def llama_family():
         "qwen2": Qwen2ForCausalLM(Qwen2Config(hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
                                               tie_word_embeddings=True, use_sliding_window=False,
                                               rope_theta=1000000.0, **common)),
+        # Qwen3: RMSNorm over each head's q and k before RoPE, head_dim given (16, not 48/4 = 12).
+        "qwen3": Qwen3ForCausalLM(Qwen3Config(hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                                              head_dim=16, use_sliding_window=False, rope_theta=1000000.0,
+                                              **common)),
         # Mistral with its default 4096-token sliding window (longer than any sequence here).
         "mistral": MistralForCausalLM(MistralConfig(hidden_size=48, num_attention_heads=6, num_key_value_heads=2,
                                                     sliding_window=4096, **common)),

@@ -26,7 +26,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kFamily = {"llama", "llama_bias", "qwen2", "mistral"};
+const std::vector<std::string> kFamily = {"llama", "llama_bias", "qwen2", "qwen3", "mistral"};
 
 at::Tensor logits_at(TransformerLM& model, const at::Tensor& tokens, const at::Tensor& positions) {
   torch::NoGradGuard no_grad;
@@ -63,6 +63,16 @@ TEST(LlamaImport, ConfigsOfTheThreeFamiliesMapToLlama) {
   EXPECT_TRUE(qwen2.qkv_bias && !qwen2.o_bias && !qwen2.mlp_bias && qwen2.tie_embeddings);
   EXPECT_FALSE(qwen2.sliding_window);
   EXPECT_EQ(*read_model_config(ref + "/mistral").sliding_window, 4096);
+  const auto qwen3 = read_model_config(ref + "/qwen3");
+  EXPECT_TRUE(qwen3.qk_norm && !qwen3.qkv_bias && !qwen3.o_bias && !qwen3.mlp_bias);
+  EXPECT_EQ(head_dim_of(qwen3), 16);
+  EXPECT_FALSE(llama.qk_norm || bias.qk_norm || qwen2.qk_norm);
+  // Qwen3's q/k norms are one RMSNorm a head: head_dim weights, read from the folder.
+  auto qwen3_model = load_model(ref + "/qwen3");
+  auto qwen3_block = qwen3_model->blocks[0]->as<LlamaBlockImpl>();
+  ASSERT_TRUE(qwen3_block->q_norm && qwen3_block->k_norm);
+  EXPECT_EQ(qwen3_block->q_norm->weight.sizes(), (std::vector<int64_t>{16}));
+  EXPECT_GT(test::max_abs_diff(qwen3_block->k_norm->weight, at::ones({16})), 1e-3) << "the folder's weights, not ones";
   // Grouped-query attention keeps k/v at n_kv_heads * head_dim.
   auto model = load_model(ref + "/llama");
   auto block = model->blocks[0]->as<LlamaBlockImpl>();
@@ -222,6 +232,8 @@ struct Exports {
       {"llama_bias_trained", "llama_bias", ExtensionMethod::none, 1.0, 40, true, "LlamaForCausalLM"},
       {"qwen2_trained", "qwen2", ExtensionMethod::none, 1.0, 40, true, "Qwen2ForCausalLM"},
       {"mistral_trained", "mistral", ExtensionMethod::none, 1.0, 40, true, "MistralForCausalLM"},
+      {"qwen3_trained", "qwen3", ExtensionMethod::none, 1.0, 40, true, "Qwen3ForCausalLM"},
+      {"qwen3_yarn", "qwen3", ExtensionMethod::yarn, 2.0, 120, true, "Qwen3ForCausalLM"},
       {"llama_linear", "llama", ExtensionMethod::interpolate, 2.0, 120, true, "LlamaForCausalLM"},
       {"llama_ntk", "llama", ExtensionMethod::ntk, 2.0, 120, false, "LlamaForCausalLM"},
       {"llama_dynamic", "llama", ExtensionMethod::dynamic_ntk, 2.0, 120, false, "LlamaForCausalLM"},

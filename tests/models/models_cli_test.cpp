@@ -52,7 +52,8 @@ TEST(Generate, GreedyTokensEqualTransformersGenerateOnEveryArchitectureAndScalin
     std::vector<int64_t> prompt_lengths;
   };
   std::vector<Case> cases = {{"gpt2", {3, 12}}, {"gpt_neox", {4, 14}}, {"bloom", {5, 30}},   {"llama", {6, 40}},
-                             {"llama_bias", {7, 20}}, {"qwen2", {9, 33}}, {"mistral", {10, 25}}};
+                             {"llama_bias", {7, 20}}, {"qwen2", {9, 33}}, {"mistral", {10, 25}},
+                             {"qwen3", {11, 30}}};
   for (const char* scaling : {"none", "linear", "dynamic", "yarn", "llama3", "longrope"})
     cases.push_back({std::string("llama_rope_") + scaling, {8, 56}});  // 56 + 16 new: crosses 64
   const int64_t new_tokens = 16;

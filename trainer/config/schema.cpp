@@ -62,6 +62,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       flag("model.qkv_bias", m.qkv_bias, "Biases on the q/k/v projections (llama: HF attention_bias, Qwen2).").with({KeyRole::model_shape, KeyRole::resume}),
       flag("model.o_bias", m.o_bias, "Bias on the attention output projection (llama: HF attention_bias).").with({KeyRole::model_shape, KeyRole::resume}),
       flag("model.mlp_bias", m.mlp_bias, "Biases on gate/up/down (llama: HF mlp_bias).").with({KeyRole::model_shape, KeyRole::resume}),
+      flag("model.qk_norm", m.qk_norm, "RMSNorm over each head's q and k before RoPE (llama: Qwen3).").with({KeyRole::model_shape, KeyRole::resume}),
       flag("model.tie_embeddings", m.tie_embeddings, "The head shares the embedding (llama; gpt2 and bloom always, gpt_neox never).").with({KeyRole::model_shape, KeyRole::resume}),
       real("model.rope.theta", m.rope.theta, above(0), kNoHigh, "RoPE base (gpt_neox, llama).").with({KeyRole::model_shape, KeyRole::resume, KeyRole::stored_model}),
       real("model.rope.rotary_pct", m.rope.rotary_pct, above(0), at_least(1),
