@@ -27,6 +27,18 @@ void read_llama_block(const json& cfg, const std::string& model_type, int64_t de
   read_rope_scaling(cfg, rope, c, source);
 }
 
+std::optional<int64_t> qwen_sliding_window(const json& cfg, int64_t n_layers, const std::string& source) {
+  if (!cfg.contains("sliding_window") || cfg["sliding_window"].is_null()) return std::nullopt;
+  bool slides = field_or<bool>(cfg, "use_sliding_window", false, source) &&
+                field_or<int64_t>(cfg, "max_window_layers", 28, source) < n_layers;
+  if (cfg.contains("layer_types") && cfg["layer_types"].is_array()) {
+    slides = false;
+    for (const auto& layer : cfg["layer_types"]) slides = slides || layer == "sliding_attention";
+  }
+  if (!slides) return std::nullopt;
+  return field<int64_t>(cfg, "sliding_window", source);
+}
+
 json write_llama_block(const ModelConfig& c, const std::string& cls, const std::string& model_type,
                        std::string& note) {
   const RopeExport rope = rope_export(c, 1.0);

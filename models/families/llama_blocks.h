@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "models/config.h"
@@ -16,6 +17,11 @@ namespace segtrain::models {
 // max_position_embeddings defaults to `default_positions`) into `c`.
 void read_llama_block(const nlohmann::json& cfg, const std::string& model_type, int64_t default_positions,
                       ModelConfig& c, const std::string& source);
+
+// Qwen2's and Qwen3's window, nullopt when none is in effect: the layers listed as
+// sliding_attention in layer_types (transformers 5 writes them), or else the layers
+// from max_window_layers on when use_sliding_window is true.
+std::optional<int64_t> qwen_sliding_window(const nlohmann::json& cfg, int64_t n_layers, const std::string& source);
 
 // config.json's Llama-block keys for `c` as transformers' `cls` of `model_type`, with its
 // RoPE settings; `note` gets what transformers does differently, if anything.

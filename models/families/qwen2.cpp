@@ -1,8 +1,5 @@
 // Qwen2ForCausalLM: Llama's block with biases on q, k and v always (never on o).
-// Its sliding window applies to the layers listed as sliding_attention in
-// layer_types (transformers 5 writes them), or else to the layers from
-// max_window_layers on when use_sliding_window is true; segtrain keeps it and
-// refuses longer sequences.
+// Its sliding window (qwen_sliding_window) is kept and longer sequences refused.
 #include "models/families/family.h"
 #include "models/families/hf_config_fields.h"
 #include "models/families/llama_blocks.h"
@@ -21,15 +18,7 @@ class Qwen2 final : public Family {
     ModelConfig c;
     read_llama_block(cfg, model_type(), 32768, c, source);
     c.qkv_bias = true;
-    if (cfg.contains("sliding_window") && !cfg["sliding_window"].is_null()) {
-      bool slides = field_or<bool>(cfg, "use_sliding_window", false, source) &&
-                    field_or<int64_t>(cfg, "max_window_layers", 28, source) < c.n_layers;
-      if (cfg.contains("layer_types") && cfg["layer_types"].is_array()) {
-        slides = false;
-        for (const auto& layer : cfg["layer_types"]) slides = slides || layer == "sliding_attention";
-      }
-      if (slides) c.sliding_window = field<int64_t>(cfg, "sliding_window", source);
-    }
+    c.sliding_window = qwen_sliding_window(cfg, c.n_layers, source);
     return c;
   }
 

@@ -1,9 +1,8 @@
 // Qwen3ForCausalLM: Llama's block with an RMSNorm over each head's q and k before
 // RoPE (q_norm, k_norm: model.qk_norm), head_dim given explicitly (128 when absent,
 // transformers' default, not hidden_size / heads), attention_bias on q/k/v/o as
-// Llama's. Its sliding window is read as Qwen2's (layer_types, else
-// use_sliding_window from max_window_layers on); segtrain keeps it and refuses
-// longer sequences.
+// Llama's. Its sliding window is read as Qwen2's (qwen_sliding_window); segtrain
+// keeps it and refuses longer sequences.
 #include "models/families/family.h"
 #include "models/families/hf_config_fields.h"
 #include "models/families/llama_blocks.h"
@@ -24,15 +23,7 @@ class Qwen3 final : public Family {
     c.head_dim = field_or<int64_t>(cfg, "head_dim", 128, source);
     c.qk_norm = true;
     c.qkv_bias = c.o_bias = field_or<bool>(cfg, "attention_bias", false, source);
-    if (cfg.contains("sliding_window") && !cfg["sliding_window"].is_null()) {
-      bool slides = field_or<bool>(cfg, "use_sliding_window", false, source) &&
-                    field_or<int64_t>(cfg, "max_window_layers", 28, source) < c.n_layers;
-      if (cfg.contains("layer_types") && cfg["layer_types"].is_array()) {
-        slides = false;
-        for (const auto& layer : cfg["layer_types"]) slides = slides || layer == "sliding_attention";
-      }
-      if (slides) c.sliding_window = field<int64_t>(cfg, "sliding_window", source);
-    }
+    c.sliding_window = qwen_sliding_window(cfg, c.n_layers, source);
     return c;
   }
 
