@@ -415,6 +415,18 @@ TEST(Experiment, MoreWindowsKeepTheRecordedOnesAndScoreOnlyTheNew) {
   EXPECT_GT(row(results_of(dir / "few")["corpora"][0], "chunk-0.5")["eval_seconds"].get<double>(),
             row(recorded["corpora"][0], "chunk-0.5")["eval_seconds"].get<double>());
 
+  // More windows than the split holds: every one of them, then nothing to add (the figures stay).
+  auto every = run(kBin, {"experiment", dir / "few.yaml", "--set", "eval.max_sequences=1000"}, 600);
+  ASSERT_EQ(every.exit_code, 0) << every.err;
+  const json all_windows = results_of(dir / "few");
+  auto none_left = run(kBin, {"experiment", dir / "few.yaml", "--set", "eval.max_sequences=2000"}, 600);
+  ASSERT_EQ(none_left.exit_code, 0) << none_left.err;
+  EXPECT_EQ(none_left.err.find("reported as null"), std::string::npos) << none_left.err;
+  const json still = results_of(dir / "few");
+  EXPECT_GT(row(all_windows["corpora"][0], "chunk-0.5")["results"][0]["sequences"].get<int64_t>(), 6);
+  for (const char* key : {"ootb-interpolate", "chunk-0.5"})
+    EXPECT_EQ(row(still["corpora"][0], key)["results"], row(all_windows["corpora"][0], key)["results"]) << key;
+
   // 2. A published results.json of 3 windows, its run folders gone: the rows' models are
   // rebuilt (the OOTB row's is the base), checked on their first window, and scored on
   // the 3 new windows alone; the report says which windows came from where.

@@ -181,7 +181,9 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
         for (int64_t p = 0; p < length - 1; ++p) position_sum[p] += s[p], position_count[p] += c[p];
       }
     }
-    if (r.tokens == 0) {
+    if (r.tokens == 0 && options.first_window > 0) {
+      r.loss = r.ppl = std::numeric_limits<double>::quiet_NaN();  // no window past the recorded ones
+    } else if (r.tokens == 0) {
       log::warn("eval: no validation document has ", length, " tokens; length ", length, " is reported as null");
       r.loss = r.ppl = std::numeric_limits<double>::quiet_NaN();
     } else {
@@ -213,6 +215,10 @@ std::vector<LengthResult> append_windows(const std::vector<LengthResult>& earlie
       throw InputError("windows are added to a perplexity record at L = " + std::to_string(a.length) + " from L = " +
                        std::to_string(b.length) + ", or one of them has no per-window losses");
     LengthResult r = a;
+    if (b.sequences == 0) {  // the split holds no window past the recorded ones
+      out.push_back(std::move(r));
+      continue;
+    }
     r.windows.insert(r.windows.end(), b.windows.begin(), b.windows.end());
     r.sequences = a.sequences + b.sequences;
     r.tokens = a.tokens + b.tokens;
