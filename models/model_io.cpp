@@ -8,6 +8,7 @@
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "models/converters/converter.h"
 #include "models/hf.h"
 #include "models/safetensors.h"
 
@@ -172,7 +173,8 @@ TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig
     if (c.tie_embeddings) tensors.erase("lm_head.weight");  // a saved copy of the tied head
     model->load_tensors(tensors, resolved);
   } else {
-    model->load_tensors(read_safetensors_dir(resolved), resolved);
+    // A converted model's directory (a run's final/) holds what its converters made: folded back.
+    model->load_tensors(fold_converters(read_converters(resolved), read_safetensors_dir(resolved)), resolved);
   }
   return model;
 }

@@ -14,21 +14,20 @@
 #include "models/safetensors.h"
 #include "test_util.h"
 #include "tiny_models.h"
+#include "trainer/train/checkpoint_parts.h"
 #include "trainer/train/checkpoint_writer.h"
 #include "trainer/train/run_checkpoint.h"
 
 namespace segtrain::trainer {
 namespace {
 
+// What a one-rank run saves, from the saved files its parts are made of (checkpoint_parts.h).
 CheckpointContent content_of(const at::Tensor& weight, const at::Tensor& moment, int64_t step) {
-  CheckpointContent c;
-  c.weights = {{"wte.weight", weight}};
-  c.model_config = test::tiny_model_config(models::Arch::gpt2, 32, 64);
-  c.state.step = step;
-  c.config_yaml = "run: {}\n";
-  c.optimizer_steps = step;
-  c.optimizer_pieces = {{"wte.weight", 0, moment.reshape(-1), moment.reshape(-1) * 2}};
-  return c;
+  TrainerState state;
+  state.step = step;
+  return {saved_model(test::tiny_model_config(models::Arch::gpt2, 32, 64), {{"wte.weight", weight}}),
+          saved_optimizer(step, {{"wte.weight", 0, moment.reshape(-1), moment.reshape(-1) * 2}}, 0, 1),
+          saved_texts({{"trainer_state.json", state_to_json(state)}, {"config.yaml", "run: {}\n"}})};
 }
 
 // trainer_state.json: what training cost so far travels with the step; a state

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <regex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <torch/cuda.h>
@@ -214,6 +215,12 @@ TEST_F(TrainCli, ACheckpointWithTheWholeStateInOneFileStillResumesExactly) {
         entry.path().filename().string().rfind("optimizer", 0) == 0)
       fs::remove(entry.path());
   fs::remove(step4 / "optimizer.index.json");
+  {  // nor did that release know train.freeze: a key missing from a checkpoint's config had its default
+    std::string yaml = test::read_file(step4 / "config.yaml");
+    const size_t line = yaml.find("  freeze: []\n");
+    ASSERT_NE(line, std::string::npos) << yaml;
+    test::write_file(step4 / "config.yaml", yaml.erase(line, 13));
+  }
   auto resume = args("legacy");
   resume.push_back("--resume");
   auto resumed = run(kBin, resume);
@@ -1345,6 +1352,108 @@ TEST_F(TrainCli, LossOverSlicesOfTheTokensTrainsAndEvaluatesAsTheWholeLogits) {
                         "--loss-chunk-tokens", "-3", "--out", *dir_ / "bad.json"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("auto or an integer >= 0"), std::string::npos) << bad.err;
+}
+
+// The parameter names of a safetensors file's "exp_avg.<param>@<offset>" keys.
+std::set<std::string> params_with_state(const fs::path& shard) {
+  std::set<std::string> params;
+  for (const auto& [key, t] : models::read_safetensors(shard.string()))
+    if (key.rfind("exp_avg.", 0) == 0) params.insert(key.substr(8, key.find('@') - 8));
+  return params;
+}
+
+// train.freeze (models/converters/freeze.h) on a trained base: "everything but the norms
+// and the embedding". The frozen weights come out of training bit-identical to the base's
+// (also with bf16 storage, whose master weights are the trainable ones only), the optimizer
+// holds state for the trainable ones only, a run stopped at a checkpoint resumes to the same
+// bytes, a resume that changes the patterns is refused, the export writes the base's frozen
+// tensors, and patterns that do not fit the model are refused naming the key.
+TEST_F(TrainCli, FreezeKeepsFrozenWeightsBitIdenticalThroughTrainResumeAndExport) {
+  auto base = run(kBin, {"train", config("freeze-base", "llama", "truncate"), "--set", "train.budget.tokens=4000"});
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const std::string init = "model.init=checkpoint:" + run_dir("freeze-base") + "/final";
+  auto args = [&](const std::string& name, const std::string& more_train_keys = "") {
+    return std::vector<std::string>{
+        "train",
+        tiny_run_config(name, {.arch = "llama", .method = "chunk",
+                               .train_keys = ", freeze: [\"*\", \"!*ln*\", \"!wte.*\"], budget: {tokens: 12000}" +
+                                             more_train_keys}),
+        "--set", init, "--set", "train.checkpoint_every=4", "--set", "train.keep_last=0"};
+  };
+  auto whole = run(kBin, args("freeze-whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_NE(whole.err.find("train.freeze: "), std::string::npos) << "how much trains is logged: " << whole.err;
+  // Independent of the globs: which of llama's names are norms or the embedding.
+  auto trains = [](const std::string& name) {
+    return name == "wte.weight" || name == "ln_f.weight" || name.find(".ln1.") != std::string::npos ||
+           name.find(".ln2.") != std::string::npos;
+  };
+  const auto before = models::read_safetensors(run_dir("freeze-base") + "/final/model.safetensors");
+  auto expect_frozen_kept = [&](const std::string& run_name) {
+    const auto after = models::read_safetensors(run_dir(run_name) + "/final/model.safetensors");
+    ASSERT_EQ(after.size(), before.size());
+    int64_t changed = 0;
+    for (const auto& [name, t] : before) {
+      if (trains(name)) changed += !at::equal(t, after.at(name));
+      else EXPECT_TRUE(at::equal(t, after.at(name))) << run_name << ": frozen " << name << " changed";
+    }
+    EXPECT_GT(changed, 0) << run_name << ": nothing trained";
+  };
+  expect_frozen_kept("freeze-whole");
+  std::set<std::string> trainable;
+  for (const auto& [name, t] : before)
+    if (trains(name)) trainable.insert(name);
+  EXPECT_EQ(params_with_state(run_dir("freeze-whole") + "/checkpoints/step-4/optimizer-00000-of-00001.safetensors"),
+            trainable);
+  const json converters = json::parse(test::read_file(run_dir("freeze-whole") + "/final/converters.json"));
+  EXPECT_EQ(converters["converters"][0]["patterns"], json::parse(R"(["*", "!*ln*", "!wte.*"])"));
+
+  // A run stopped after step 4 (its later checkpoints and final/ gone) resumes to the same bytes.
+  const std::string cut = run_dir("freeze-cut");
+  fs::create_directories(cut + "/checkpoints");
+  fs::copy(run_dir("freeze-whole") + "/checkpoints/step-4", cut + "/checkpoints/step-4", fs::copy_options::recursive);
+  auto resume = args("freeze-cut");
+  resume.push_back("--resume");
+  auto resumed = run(kBin, resume);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(test::read_file(cut + "/final/model.safetensors"),
+            test::read_file(run_dir("freeze-whole") + "/final/model.safetensors"));
+  auto other = run(kBin, {"train", config_path("freeze-cut"), "--resume", "--set", init, "--set",
+                          "train.checkpoint_every=4", "--set", "train.freeze=[\"*\", \"!*ln*\"]"});
+  EXPECT_EQ(other.exit_code, 2) << other.err;
+  EXPECT_NE(other.err.find("train.freeze: checkpoint has"), std::string::npos) << other.err;
+
+  // bf16 storage: the master weights are the trainable ones; the frozen keep their fp32 values.
+  auto bf16 = run(kBin, args("freeze-bf16", ", precision: bf16, param_dtype: bf16"));
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  expect_frozen_kept("freeze-bf16");
+
+  // The export is the base's where frozen: every HF tensor but the norms and the embedding.
+  for (const std::string name : {"freeze-base", "freeze-whole"}) {
+    auto exported = run(kBin, {"export", "--model", run_dir(name), "--out", run_dir(name) + "-hf"});
+    ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  }
+  const auto hf_base = models::read_safetensors(run_dir("freeze-base") + "-hf/model.safetensors");
+  const auto hf_frozen = models::read_safetensors(run_dir("freeze-whole") + "-hf/model.safetensors");
+  int64_t compared = 0;
+  for (const auto& [name, t] : hf_base)
+    if (name.find("layernorm") == std::string::npos && name.find("norm.weight") == std::string::npos &&
+        name.find("embed_tokens") == std::string::npos) {
+      EXPECT_TRUE(at::equal(t, hf_frozen.at(name))) << name;
+      ++compared;
+    }
+  EXPECT_GT(compared, 8);
+
+  // Patterns that do not fit: exit 2 naming the key, before any step.
+  auto typo = run(kBin, {"train", config("freeze-typo", "llama", "chunk"), "--set", init, "--set",
+                         "train.freeze=[\"blocks.*.atn.*\"]"});
+  EXPECT_EQ(typo.exit_code, 2) << typo.err;
+  EXPECT_NE(typo.err.find("train.freeze: the pattern 'blocks.*.atn.*' matches no parameter"), std::string::npos)
+      << typo.err;
+  auto all = run(kBin, {"train", config("freeze-all", "llama", "chunk"), "--set", "train.freeze=[\"*\"]"});
+  EXPECT_EQ(all.exit_code, 2) << all.err;
+  EXPECT_NE(all.err.find("nothing would train"), std::string::npos) << all.err;
+  EXPECT_EQ(all.err.find("terminate called"), std::string::npos) << all.err;
 }
 
 }  // namespace

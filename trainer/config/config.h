@@ -75,6 +75,9 @@ struct TrainConfig {
   Schedule schedule = Schedule::cosine;
   double weight_decay = 0.1;
   std::vector<std::string> no_decay = {"bias", "norm", "ln_"};
+  // Globs over parameter names that do not train ("!glob" trains again, the last match
+  // decides: models/converters/freeze.h); empty: every parameter trains.
+  std::vector<std::string> freeze;
   std::vector<double> betas = {0.9, 0.95};
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0: no clipping

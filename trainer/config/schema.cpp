@@ -129,6 +129,11 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       real("train.weight_decay", t.weight_decay, at_least(0), kNoHigh, "AdamW decoupled weight decay.").with({KeyRole::optimizer}),
       text_list("train.no_decay", t.no_decay,
                 "Parameters whose name contains one of these are not decayed (1-D parameters never are).").with({KeyRole::optimizer}),
+      text_list("train.freeze", t.freeze,
+                "Parameters that do not train: globs over their names (* any run, ? one character); \"!glob\" "
+                "trains what it matches again, the last match deciding, e.g. [\"*\", \"!*norm*\", \"!wte.*\"] "
+                "trains only the norms and the embedding. Frozen weights stay bit-identical and hold no optimizer "
+                "state; a pattern that matches no parameter is refused. Empty: everything trains.").with({KeyRole::resume}),
       real_list("train.betas", t.betas, 2, at_least(0), below(1), "AdamW betas.").with({KeyRole::optimizer}),
       real("train.eps", t.eps, above(0), kNoHigh, "AdamW epsilon.").with({KeyRole::optimizer}),
       real("train.grad_clip", t.grad_clip, at_least(0), kNoHigh, "Global gradient-norm clip; 0 disables.").with({KeyRole::optimizer}),

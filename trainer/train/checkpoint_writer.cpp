@@ -50,19 +50,19 @@ void CheckpointWriter::start(const fs::path& dir, CheckpointContent live, bool b
   job_->dir = dir;
   job_->temp = shared_temp_dir(dir);
   job_->copied = !background;
-  thread_ = std::thread([job = job_, live = std::move(live), rank = rank_, world = world_size_, background]() mutable {
+  thread_ = std::thread([job = job_, live = std::move(live), background]() mutable {
     SavePart part = SavePart::written;
     std::string error;
     try {
       if (background) {
-        live = copied_to_host(live);  // the views of the live state go with the assignment
+        copy_to_host(live);  // each part drops its views of the live state
         {
           const std::lock_guard lock(job->mutex);
           job->copied = true;
         }
         job->changed.notify_all();
       }
-      write_checkpoint_part(job->temp, job->dir, live, rank, world);
+      write_checkpoint_part(job->temp, job->dir, live);
     } catch (const std::exception& e) {
       part = SavePart::failed;
       error = e.what();

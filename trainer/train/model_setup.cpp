@@ -5,6 +5,7 @@
 #include <torch/utils.h>  // torch::manual_seed
 
 #include "data/token_store.h"
+#include "models/converters/freeze.h"
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "trainer/config/model_ref.h"
@@ -37,6 +38,12 @@ models::TransformerLM build_model(const LoadedConfig& loaded, const models::Mode
     return models::TransformerLM(model_config);
   }
   return models::load_model(base_dir, model_config);
+}
+
+models::Converters model_converters(const Config& config) {
+  models::Converters converters;
+  if (!config.train.freeze.empty()) converters.push_back(models::make_freeze(config.train.freeze));
+  return converters;
 }
 
 }  // namespace segtrain::trainer

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "models/config.h"
+#include "models/converters/converter.h"
 #include "models/transformer.h"
 #include "trainer/config/config.h"
 
@@ -24,5 +25,9 @@ Config resolved_run_config(const LoadedConfig& loaded);
 // Builds the model: seeded random init for scratch, else the base's weights
 // (an APE table is interpolated when the extension asks for it).
 models::TransformerLM build_model(const LoadedConfig& loaded, const models::ModelConfig& model_config);
+
+// The model converters the config asks for, in the order they apply
+// (models/converters/): train.freeze.
+models::Converters model_converters(const Config& config);
 
 }  // namespace segtrain::trainer

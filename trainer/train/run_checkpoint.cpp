@@ -5,13 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
-#include "models/model_io.h"
 #include "models/safetensors.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/yaml_text.h"
@@ -88,58 +86,15 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
   }
 }
 
-namespace {
-
-constexpr const char* kOptimizerIndex = "optimizer.index.json";
-
-std::string optimizer_shard_name(int64_t rank, int64_t world_size) {
-  char name[96];  // room for two 19-digit counts
-  std::snprintf(name, sizeof(name), "optimizer-%05lld-of-%05lld.safetensors", static_cast<long long>(rank),
-                static_cast<long long>(world_size));
-  return name;
-}
-
-}  // namespace
-
-CheckpointContent copied_to_host(const CheckpointContent& live) {
-  CheckpointContent host = live;
-  auto copy = [](const at::Tensor& t) { return t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true); };
-  for (auto& [name, t] : host.weights) t = copy(t);
-  for (auto& piece : host.optimizer_pieces) {
-    piece.exp_avg = copy(piece.exp_avg);
-    piece.exp_avg_sq = copy(piece.exp_avg_sq);
-  }
-  return host;
+void copy_to_host(CheckpointContent& content) {
+  for (auto& part : content) part->copy_to_host();
 }
 
 fs::path shared_temp_dir(const fs::path& dir) { return dir.parent_path() / (dir.filename().string() + ".tmp-ranks"); }
 
-void write_checkpoint_part(const fs::path& temp_dir, const fs::path& dir, const CheckpointContent& content,
-                           int64_t rank, int64_t world_size) {
+void write_checkpoint_part(const fs::path& temp_dir, const fs::path& dir, const CheckpointContent& content) {
   try {
-    if (content.with_optimizer_state) {
-      std::map<std::string, at::Tensor> tensors;
-      for (const auto& piece : content.optimizer_pieces) {
-        tensors[piece_key("exp_avg", piece.param, piece.offset)] = piece.exp_avg;
-        tensors[piece_key("exp_avg_sq", piece.param, piece.offset)] = piece.exp_avg_sq;
-      }
-      models::write_safetensors((temp_dir / optimizer_shard_name(rank, world_size)).string(), tensors,
-                                {{"rank", std::to_string(rank)}, {"world_size", std::to_string(world_size)}});
-    }
-    if (rank != 0) return;
-    models::save_model_dir(content.model_config, content.weights, temp_dir.string());
-    if (content.with_optimizer_state) {
-      json files = json::array();
-      for (int64_t r = 0; r < world_size; ++r) files.push_back(optimizer_shard_name(r, world_size));
-      const json index = {{"format", "segtrain AdamW state, one file a rank (trainer/train/optimizer_state.h)"},
-                          {"world_size", world_size},
-                          {"steps", content.optimizer_steps},
-                          {"files", files}};
-      write_file_atomic(temp_dir / kOptimizerIndex, index.dump(2) + "\n");
-    }
-    write_file_atomic(temp_dir / "trainer_state.json", state_to_json(content.state));
-    write_file_atomic(temp_dir / "config.yaml", content.config_yaml);
-    if (!content.store_tokenizer.empty()) write_file_atomic(temp_dir / "store_tokenizer.json", content.store_tokenizer);
+    for (const auto& part : content) part->write(temp_dir);
   } catch (const InputError&) {
     throw;
   } catch (const Interrupted&) {
@@ -200,8 +155,12 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
     }
     return key == "data.store" ? absolute_folder(value) : with_absolute_folder(value);
   };
+  // A key the checkpoint's segtrain did not have yet (train.freeze) had its default then.
+  const YAML::Node defaults = YAML::Load(to_yaml(Config{}));
   for (const auto& key : keys) {
-    const std::string then = key_text(saved, key), now = key_text(current, key);
+    std::string then = key_text(saved, key);
+    if (then == "(missing)") then = key_text(defaults, key);
+    const std::string now = key_text(current, key);
     if (comparable(key, then) != comparable(key, now))
       differences.push_back(key + ": checkpoint has " + then + ", config has " + now);
   }
@@ -270,15 +229,6 @@ std::optional<SavedOptimizerState> read_optimizer_state(const fs::path& dir) {
   SavedOptimizerState saved(steps, single.string());
   saved.add(file.tensors());
   return saved;
-}
-
-bool load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer) {
-  const auto weights = models::read_safetensors((dir / "model.safetensors").string());
-  model->load_tensors(weights, (dir / "model.safetensors").string());
-  const auto saved = read_optimizer_state(dir);  // a final/ keeps it only when asked
-  if (saved) optimizer.load_state(*saved);
-  optimizer.load_master_weights(weights);
-  return saved.has_value();
 }
 
 void prune_checkpoints(const fs::path& run_dir, int64_t keep_last) {

@@ -1,12 +1,13 @@
 #pragma once
 // Run checkpoints (docs/architecture.md, "Run directory"); not to be confused
 // with activation checkpointing (models/activation_checkpoint.h):
-//   <run>/checkpoints/step-<N>/ and <run>/final/ each hold model.safetensors (the
-//   fp32 weights), model_config.json, trainer_state.json, config.yaml,
-//   store_tokenizer.json (which tokenizer the model learned), and AdamW's state
-//   as optimizer.index.json plus one optimizer-<rank>-of-<ranks>.safetensors a
-//   rank, each with that rank's own pieces (optimizer_state.h): no rank gathers
-//   the state. Rank 0 writes the rest.
+//   <run>/checkpoints/step-<N>/ and <run>/final/ each hold the files of the run's
+//   parts (checkpoint_parts.h): model.safetensors (the fp32 weights),
+//   model_config.json, trainer_state.json, config.yaml, store_tokenizer.json
+//   (which tokenizer the model learned), converters.json (a converted model),
+//   and AdamW's state as optimizer.index.json plus one
+//   optimizer-<rank>-of-<ranks>.safetensors a rank, each with that rank's own
+//   pieces (optimizer_state.h): no rank gathers the state. Rank 0 writes the rest.
 // All ranks write into one "<dir>.tmp-ranks" sibling that rank 0 renames in once
 // every rank's part is written (checkpoint_writer.h), so a directory that exists
 // is complete; leftovers of an interrupted write are ignored and pruned.
@@ -18,9 +19,8 @@
 #include <vector>
 
 #include "data/loader.h"
-#include "models/transformer.h"
 #include "trainer/config/config.h"
-#include "trainer/train/optimizer.h"
+#include "trainer/train/checkpoint_part.h"
 #include "trainer/train/optimizer_state.h"
 
 namespace segtrain::trainer {
@@ -46,35 +46,18 @@ struct TrainerState {
 std::string state_to_json(const TrainerState& state);
 TrainerState state_from_json(const std::string& text, const std::string& source);
 
-// What one rank saves of a checkpoint: views of the live state, or the host
-// copies of them (copied_to_host) that the write reads while training goes on.
-struct CheckpointContent {
-  // Rank 0: the model's fp32 weights (its parameters, or the optimizer's master
-  // weights when the parameters are held in bf16) and what describes the run.
-  // Other ranks: empty.
-  std::map<std::string, at::Tensor> weights;
-  models::ModelConfig model_config;
-  TrainerState state;
-  std::string config_yaml;
-  std::string store_tokenizer;  // data/tokenizer_identity.h; empty: the store records none
-  // This rank's AdamW pieces; with_optimizer_state false (a final/ without
-  // train.final_optimizer_state): no optimizer files.
-  bool with_optimizer_state = true;
-  int64_t optimizer_steps = 0;
-  std::vector<StatePiece> optimizer_pieces;
-};
+// The file naming every rank's optimizer shard (checkpoint_parts.h writes them).
+inline constexpr const char* kOptimizerIndex = "optimizer.index.json";
 
-// The same content with every tensor copied to the CPU (one tensor at a time).
-CheckpointContent copied_to_host(const CheckpointContent& live);
+// Copies every part's tensors to the CPU (a background save, checkpoint_writer.h).
+void copy_to_host(CheckpointContent& content);
 
 // The sibling every rank writes its part of `dir` into.
 fs::path shared_temp_dir(const fs::path& dir);
-// Writes this rank's files of the checkpoint into `temp_dir` (each file
-// atomically): rank 0 the model, the run's files and optimizer.index.json, every
-// rank its optimizer shard. Errors say which checkpoint was not saved and that
-// the earlier ones are intact.
-void write_checkpoint_part(const fs::path& temp_dir, const fs::path& dir, const CheckpointContent& content,
-                           int64_t rank, int64_t world_size);
+// Writes this rank's parts of the checkpoint into `temp_dir` (each file
+// atomically). Errors say which checkpoint `dir` was not saved and that the
+// earlier ones are intact.
+void write_checkpoint_part(const fs::path& temp_dir, const fs::path& dir, const CheckpointContent& content);
 // Rank 0, once every rank's part is written: fsyncs and renames the shared
 // directory into `dir` (replacing one that is there).
 void commit_checkpoint(const fs::path& temp_dir, const fs::path& dir);
@@ -100,11 +83,6 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
 // a final/ without train.final_optimizer_state). Reads both this layout and
 // the single optimizer.safetensors of checkpoints saved before it.
 std::optional<SavedOptimizerState> read_optimizer_state(const fs::path& dir);
-
-// Loads the weights and optimizer state of a checkpoint (the weights also
-// into the optimizer's master weights, when it keeps them). Returns whether the
-// checkpoint had optimizer state.
-bool load_checkpoint(const fs::path& dir, models::TransformerLM& model, Optimizer& optimizer);
 
 // Keeps the newest `keep_last` step-* directories (0 keeps all) and removes any
 // leftovers of interrupted writes. Never throws: what it cannot remove stays,

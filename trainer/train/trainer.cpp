@@ -38,6 +38,7 @@
 #include "trainer/runtime/memory.h"
 #include "trainer/train/budget.h"
 #include "trainer/train/cadence.h"
+#include "trainer/train/checkpoint_parts.h"
 #include "trainer/train/checkpoint_writer.h"
 #include "trainer/train/distributed.h"
 #include "trainer/train/flat_buckets.h"
@@ -146,6 +147,8 @@ class Trainer {
  private:
   void check_inputs(const LoadedConfig& loaded);
   void build_model_and_optimizer(const LoadedConfig& loaded);
+  void convert_model(const LoadedConfig& loaded);
+  void assemble_checkpoint_parts();
   void resume_from_checkpoint();
   void plan_steps();
   void set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named);
@@ -177,10 +180,13 @@ class Trainer {
   std::string store_tokenizer_;  // the store's tokenizer record each checkpoint keeps (empty: it records none)
   models::ModelConfig model_config_;
   models::TransformerLM model_;
-  std::vector<at::Tensor> params_;
+  models::Converters converters_;  // train.freeze: what changes the model before it trains
+  std::vector<at::Tensor> params_;  // the trainable ones (models::trainable_parameters)
   std::unique_ptr<FlatBuckets> flat_;  // data parallel: parameters and gradients in flat buckets
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::vector<std::unique_ptr<CheckpointPart>> checkpoint_parts_;  // what a checkpoint is made of
+  OptimizerPart* optimizer_part_ = nullptr;                        // one of them: says whether a resume had its state
   TrainerState state_;
   Clock::time_point started_ = Clock::now();
   int64_t tokens_at_start_ = 0;  // state_.tokens when this process began (after a resume)
@@ -255,30 +261,64 @@ void Trainer::check_inputs(const LoadedConfig& loaded) {
                          " positions; evaluate an extended model (model.extension.method: interpolate) or drop it");
 }
 
-// The model on its device, every rank from rank 0's weights, and its optimizer.
+// The model, converted, on its device, every rank from rank 0's weights; its
+// optimizer over the parameters that train; the parts its checkpoints are made of.
 void Trainer::build_model_and_optimizer(const LoadedConfig& loaded) {
   model_ = build_model(loaded, model_config_);
+  convert_model(loaded);
   model_->to(device_);
   model_->train();
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& item : model_->named_parameters()) {
-    named.emplace_back(item.key(), item.value());
-    params_.push_back(item.value());
-  }
-  if (group_) {  // every rank starts from rank 0's weights
+  const auto named = models::trainable_parameters(model_);
+  for (const auto& [name, p] : named) params_.push_back(p);
+  if (group_) {  // every rank starts from rank 0's weights, frozen ones included
     std::vector<at::Tensor> data;
-    for (const auto& p : params_) data.push_back(p.detach());
+    for (const auto& p : model_->parameters()) data.push_back(p.detach());
     group_->broadcast(data);
   }
   set_up_optimizer(named);
   log_optimizer_memory();
   state_.world_size = dist_.world_size;
+  assemble_checkpoint_parts();
+}
+
+// The model converters of the run's config (models/converters/), applied before
+// the model goes to its device; a pattern that does not fit this model is the
+// config's error (exit 2), named by its key.
+void Trainer::convert_model(const LoadedConfig& loaded) {
+  try {
+    converters_ = model_converters(c_);
+    models::apply_converters(converters_, model_);
+  } catch (const InputError& e) {
+    throw InputError(loaded.locate("train.freeze") + ": " + e.what());
+  }
+  if (converters_.empty()) return;
+  int64_t trainable = 0, total = 0;
+  for (const auto& p : model_->parameters()) {
+    total += p.numel();
+    if (p.requires_grad()) trainable += p.numel();
+  }
+  log::info("train.freeze: ", trainable, " of ", total, " parameters train (", std::fixed, std::setprecision(2),
+            100.0 * static_cast<double>(trainable) / static_cast<double>(std::max<int64_t>(total, 1)), "%)",
+            std::defaultfloat);
+}
+
+void Trainer::assemble_checkpoint_parts() {
+  checkpoint_parts_.push_back(std::make_unique<ModelPart>(model_, *optimizer_));
+  auto optimizer = std::make_unique<OptimizerPart>(*optimizer_);
+  optimizer_part_ = optimizer.get();
+  checkpoint_parts_.push_back(std::move(optimizer));
+  checkpoint_parts_.push_back(std::make_unique<TrainerStatePart>(state_));
+  checkpoint_parts_.push_back(std::make_unique<RunRecordPart>(to_yaml(c_), store_tokenizer_));
+  checkpoint_parts_.push_back(std::make_unique<ConvertersPart>(converters_));
 }
 
 void Trainer::resume_from_checkpoint() {
   if (run_.resume_from) {
-    resumed_optimizer_state_ = load_checkpoint(run_.resume_from->dir, model_, *optimizer_);
-    state_ = run_.resume_from->state;
+    for (const auto& part : checkpoint_parts_) part->load(run_.resume_from->dir);
+    resumed_optimizer_state_ = optimizer_part_->loaded_state();
+    // The counters and cursor go on; the ranks are this run's (a checkpoint of another world size
+    // with the same global batch continues here, and its next one records these ranks).
+    state_.world_size = dist_.world_size;
     tokens_at_start_ = state_.tokens;
     log::info("resuming from ", run_.resume_from->dir.string(), " at step ", state_.step);
   }
@@ -522,7 +562,7 @@ void Trainer::log_step(const StepResult& step) {
   window_save_wait_s_ = 0;
 }
 
-// Every rank saves its own part (run_checkpoint.h); master weights held in
+// Every rank saves its share of each checkpoint part (checkpoint_parts.h); master weights held in
 // bf16 are gathered to rank 0 first, by every rank, as the model file is fp32.
 void Trainer::save(const fs::path& dir, bool with_optimizer_state, bool wait) {
   try {
@@ -536,18 +576,10 @@ void Trainer::save(const fs::path& dir, bool with_optimizer_state, bool wait) {
     log::error(e.what());
   }
   CheckpointContent content;
-  content.weights = optimizer_->master_weights();
-  content.with_optimizer_state = with_optimizer_state;
-  content.optimizer_steps = optimizer_->steps_taken();
-  if (with_optimizer_state) content.optimizer_pieces = optimizer_->state_pieces();
-  if (writer_) {
-    if (content.weights.empty()) content.weights = model_->tensors();
-    content.model_config = model_->config();
-    content.state = state_;
-    content.config_yaml = to_yaml(c_);
-    content.store_tokenizer = store_tokenizer_;
-    checkpoints_->prepare(dir);
-  }
+  const SaveRequest request{dist_.rank, dist_.world_size, with_optimizer_state};
+  for (const auto& part : checkpoint_parts_)
+    if (auto saved = part->save(request)) content.push_back(std::move(saved));
+  if (writer_) checkpoints_->prepare(dir);
   if (group_) group_->barrier();  // the shared directory exists before any rank writes into it
   const bool background = c_.train.save_in_background && !wait;
   checkpoints_->start(dir, std::move(content), background);
@@ -605,7 +637,7 @@ void Trainer::save_final() {
   save(run_.dir / "final", c_.train.final_optimizer_state, /*wait=*/true);
   if (dist_.world_size > 1 || c_.run.log_all_ranks) {
     double checksum = 0;
-    for (const auto& p : params_) checksum += p.detach().to(at::kDouble).sum().item<double>();
+    for (const auto& p : model_->parameters()) checksum += p.detach().to(at::kDouble).sum().item<double>();
     log::info("rank ", dist_.rank, " final parameter checksum ", std::setprecision(17), checksum);
   }
   log::info("trained ", state_.step, " steps, ", state_.tokens, " tokens (", state_.loss_tokens, " in the loss, ",
