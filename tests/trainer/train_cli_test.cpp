@@ -731,6 +731,9 @@ TEST_F(TrainCli, AShardedCheckpointResumesOnTheSameAndAnotherWorldSize) {
     for (size_t i = 0; i < resumed.size(); ++i) EXPECT_NEAR(resumed[i], reference[i + 8], 1e-5) << name << " step " << i + 9;
     EXPECT_LT(weight_difference(run_dir(name), run_dir("zero-whole")), 1e-5) << name;
   }
+  // The one rank that continued records its own world size, so that its checkpoints resume as one rank's.
+  EXPECT_EQ(state_of(run_dir("zero-other") + "/final")["world_size"], 1);
+  EXPECT_EQ(state_of(run_dir("zero-same") + "/final")["world_size"], 2);
 
   auto refused = run(kBin, args("zero-refused", {"--resume"}));
   EXPECT_EQ(refused.exit_code, 2);
