@@ -14,6 +14,14 @@ std::vector<int32_t> PromptTokenizer::encode(std::string_view text) const {
   return ids;
 }
 
+std::vector<int32_t> PromptTokenizer::encode_prompt(std::string_view text) const {
+  std::vector<int32_t> ids;
+  if (bos_id_ >= 0) ids.push_back(bos_id_);
+  const std::vector<int32_t> body = encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
 std::string PromptTokenizer::decode(const std::vector<int32_t>& ids) const { return tokenizer_.decode(ids); }
 
 PromptTokenizer open_prompt_tokenizer(const std::string& store_dir) {

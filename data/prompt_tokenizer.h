@@ -18,6 +18,9 @@ class PromptTokenizer {
  public:
   // The ids of `text` as a store's document holds them between its BOS and EOS (no BOS, no EOS).
   std::vector<int32_t> encode(std::string_view text) const;
+  // A prompt as the store's documents start: the BOS when they have one (bos_id()), then
+  // the text's ids. Passkey's and RULER's prompts alike.
+  std::vector<int32_t> encode_prompt(std::string_view text) const;
   std::string decode(const std::vector<int32_t>& ids) const;
   // The BOS every document of the store starts with (meta.json add_bos), -1 when they do not.
   int32_t bos_id() const { return bos_id_; }

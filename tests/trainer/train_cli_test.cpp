@@ -592,7 +592,8 @@ TEST_F(TrainCli, PeriodicEvalProgressLinesAndTensorBoardScalars) {
   // with loss, lr, speed and ETA; metrics.jsonl and TensorBoard have the same steps.
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(step 5/24  loss \d+\.\d{4}  lr \S+  \d+ tok/s  ETA \d+m\d\ds)")))
       << r.err;
-  EXPECT_NE(r.err.find("step 10 eval L=32 ppl"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("step 10: evaluating perplexity on valid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("eval valid L=32: ppl "), std::string::npos) << r.err;
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(step 1/24  loss \d+\.\d{4})"))) << r.err;
   EXPECT_EQ(values(run_dir("tb"), "step"), (std::vector<double>{1, 5, 10, 15, 20, 24}));
   const std::string script =
@@ -1222,6 +1223,42 @@ TEST_F(TrainCli, PasskeyWithAByteLevelBpeStore) {
     }
   };
   check_passkey(json::parse(test::read_file(run_dir("passkey-bpe") + "/eval.json")), 2, {256, 512});
+
+  // Evaluation during training runs eval.tasks (eval.periodic_tasks: auto), or the subset that
+  // key names; each task's figures are logged and go to TensorBoard, as the final evaluation's.
+  const std::string tags =
+      "import sys\n"
+      "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
+      "acc = EventAccumulator(sys.argv[1]); acc.Reload()\n"
+      "for tag in sorted(acc.Tags()['scalars']): print(tag, [e.step for e in acc.Scalars(tag)])\n";
+  test::write_file(*dir_ / "passkey-tb.py", tags);
+  for (const std::string periodic : {"auto", "[perplexity]"}) {
+    const std::string name = periodic == "auto" ? "passkey-periodic" : "passkey-periodic-ppl";
+    std::vector<std::string> every = {"train", config(name, "gpt_neox", "truncate"), "--set",
+                                      "eval.tasks=[perplexity, passkey]", "--set", "eval.passkey.trials=2", "--set",
+                                      "train.eval_every=5", "--set", "train.tensorboard=true", "--set",
+                                      "eval.periodic_tasks=" + periodic};
+    every.insert(every.end(), sets.begin(), sets.end());
+    auto periodic_run = run(kBin, every);
+    ASSERT_EQ(periodic_run.exit_code, 0) << periodic_run.err;
+    EXPECT_NE(periodic_run.err.find(periodic == "auto" ? "step 5: evaluating perplexity, passkey on valid"
+                                                       : "step 5: evaluating perplexity on valid"),
+              std::string::npos)
+        << periodic_run.err;
+    auto tb = run(SEGTRAIN_PYTHON, {*dir_ / "passkey-tb.py", run_dir(name) + "/tensorboard"});
+    ASSERT_EQ(tb.exit_code, 0) << tb.err;
+    // Steps 5, 10, 15 and the final evaluation's.
+    EXPECT_TRUE(std::regex_search(tb.out, std::regex(R"(eval/ppl@256 \[5, 10, 15, \d+\])"))) << tb.out;
+    EXPECT_TRUE(std::regex_search(tb.out, std::regex(periodic == "auto" ? R"(eval/passkey@512 \[5, 10, 15, \d+\])"
+                                                                        : R"(eval/passkey@512 \[\d+\]\n)")))
+        << periodic << "\n" << tb.out;
+  }
+  std::vector<std::string> not_listed = args;
+  not_listed.insert(not_listed.end(), {"--set", "eval.periodic_tasks=[passkey, niah_single]"});
+  auto refused_periodic = run(kBin, not_listed);
+  EXPECT_EQ(refused_periodic.exit_code, 2);
+  EXPECT_NE(refused_periodic.err.find("eval.periodic_tasks: niah_single is not in eval.tasks"), std::string::npos)
+      << refused_periodic.err;
 
   for (const std::string style : {"digits", "recall"}) {
     const std::string out = *dir_ / ("passkey-bpe-" + style + ".json");

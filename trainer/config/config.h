@@ -117,6 +117,8 @@ struct EvalConfig {
   // What the final evaluation runs, in the catalog's order (trainer/config/eval_tasks.h):
   // perplexity reads the keys above, every other task its own options.
   std::vector<std::string> tasks = {"perplexity"};
+  // What the evaluations during training (train.eval_every) run, a subset of tasks; empty: auto, all of them.
+  std::vector<std::string> periodic_tasks;
   std::map<std::string, TaskOptions> task = default_task_options();  // eval.<task>.*
   EvalPrecision precision = EvalPrecision::train;
 };

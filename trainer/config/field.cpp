@@ -256,6 +256,19 @@ Field word_set(std::string path, std::vector<std::string>& v, std::vector<std::s
           [&v] { return plain_list(v); }};
 }
 
+Field maybe_word_set(std::string path, std::vector<std::string>& v, const char* word, std::vector<std::string> words,
+                     std::string doc) {
+  Field list = word_set(std::move(path), v, std::move(words), std::move(doc));
+  list.type = std::string(word) + " or " + list.type;
+  auto parse_list = list.parse;
+  list.parse = [&v, word, parse_list](const YAML::Node& n) {
+    if (is_null_word(n, word)) v.clear();
+    else parse_list(n);
+  };
+  list.emit = [&v, word] { return v.empty() ? null_or(word) : plain_list(v); };
+  return list;
+}
+
 Field maybe_integer_list(std::string path, std::vector<int64_t>& v, const char* word, int64_t lo, std::string doc) {
   return maybe_list(
       std::move(path), v, word, std::string(word) + " or a non-empty list of integers" + int_range(lo, kMaxInt),

@@ -109,6 +109,9 @@ Field maybe_real_list(std::string path, std::vector<double>& v, const char* word
 Field word_choice(std::string path, std::string& v, std::vector<std::string> words, std::string doc);
 // A non-empty list of `words`, none twice.
 Field word_set(std::string path, std::vector<std::string>& v, std::vector<std::string> words, std::string doc);
+// The same, or `word` as an empty vector (a default the reader works out).
+Field maybe_word_set(std::string path, std::vector<std::string>& v, const char* word, std::vector<std::string> words,
+                     std::string doc);
 
 template <class E, std::size_t N>
 E parse_choice(const YAML::Node& node, const EnumName<E> (&table)[N], const std::string& type) {

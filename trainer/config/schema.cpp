@@ -182,6 +182,10 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                "What the final evaluation (and each row of an experiment) runs: perplexity (the keys above), then "
                "the prompt tasks whose options follow (eval.<task>.*), written with the store's own tokenizer; "
                "always in this table's order."),
+      maybe_word_set("eval.periodic_tasks", c.eval.periodic_tasks, "auto", task_names(),
+                     "What each evaluation during training (train.eval_every) runs, on every rank, with its "
+                     "figures logged and in TensorBoard: some of eval.tasks (e.g. [perplexity] when the prompt "
+                     "tasks are too slow to repeat); auto: all of eval.tasks."),
       choice("eval.precision", c.eval.precision, kEvalPrecisions,
              "train: as train.precision (bf16 autocast when the run trains so); fp32 or bf16 to choose (positions "
              "and the loss stay fp32 either way)."),

@@ -115,6 +115,10 @@ void check_run_and_eval(Checker& ck, const Config& c) {
         !task.empty() && std::find(c.eval.tasks.begin(), c.eval.tasks.end(), task) == c.eval.tasks.end())
       ck.fail(key, task + " is not in eval.tasks; list it there (eval.tasks: [perplexity, " + task +
                        "]) or drop this key");
+  for (const auto& task : c.eval.periodic_tasks)
+    if (std::find(c.eval.tasks.begin(), c.eval.tasks.end(), task) == c.eval.tasks.end())
+      ck.fail("eval.periodic_tasks", task + " is not in eval.tasks; periodic evaluation runs some of the tasks "
+                                     "eval.tasks lists (its options are theirs)");
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ std::string eval_json(const std::string& model_name, const std::vector<TaskResul
   nlohmann::json out = {{"model", model_name}, {"results", nlohmann::json::array()}};
   double perplexity_seconds = 0;
   for (const auto& task : results) {
-    if (task.task == "perplexity") {
+    if (!task.perplexity.empty()) {
       perplexity_seconds = task.seconds;
       for (const auto& r : task.perplexity) {
         nlohmann::json row = {{"length", r.length}, {"sequences", r.sequences}, {"tokens", r.tokens}};
@@ -71,6 +71,12 @@ std::string eval_json(const std::string& model_name, const std::vector<TaskResul
     if (perplexity_seconds > 0) out["perplexity_seconds"] = perplexity_seconds;
   }
   return out.dump(2) + "\n";
+}
+
+const TaskResult* perplexity_result(const std::vector<TaskResult>& results) {
+  for (const auto& r : results)
+    if (!r.perplexity.empty()) return &r;
+  return nullptr;
 }
 
 std::string per_position_csv(const std::vector<LengthResult>& results) {
@@ -107,9 +113,7 @@ void write_eval_outputs(const EvalOutputs& outputs, const std::string& model_nam
                         const std::vector<TaskResult>& results, const EvalDevice& device,
                         const EvalRecord& record) {
   write_file_atomic(outputs.json, eval_json(model_name, results, device, record));
-  const TaskResult* perplexity = nullptr;
-  for (const auto& r : results)
-    if (r.task == "perplexity") perplexity = &r;
+  const TaskResult* perplexity = perplexity_result(results);
   if (!perplexity) return;
   if (!outputs.per_position_csv.empty())
     write_file_atomic(outputs.per_position_csv, per_position_csv(perplexity->perplexity));

@@ -46,6 +46,9 @@ nlohmann::json task_scores_json(const std::vector<TaskScore>& scores);
 // CSV "length,position,loss" of every per-position curve, and an SVG plot of
 // them (one colour per length, raw faint under bucket means, L_t dashed when
 // train_length > 0).
+// The result that holds perplexity by length (the perplexity task's), or nullptr.
+const TaskResult* perplexity_result(const std::vector<TaskResult>& results);
+
 std::string per_position_csv(const std::vector<LengthResult>& results);
 std::string per_position_svg(const std::vector<LengthResult>& results, const std::string& title,
                              int64_t train_length = 0);

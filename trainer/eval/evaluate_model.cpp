@@ -111,13 +111,12 @@ void evaluate_stored_model(const EvalOptions& options) {
     outputs.train_length = stored.config.extension.original_length.value_or(stored.config.max_positions.value_or(0));
   }
   // Each task's figures are written as they come: a later task that fails keeps them.
-  std::vector<TaskResult> results;
-  for (const auto& task : suite.tasks()) {
-    results.push_back(run_task(*task, model, data));
-    task->log(results.back());
+  SuiteRun how;
+  how.on_result = [&](const EvalTask&, const std::vector<TaskResult>& results) {
     write_eval_outputs(outputs, options.model, results, EvalDevice{device, peak_memory(device)});
-  }
-  const bool curve = find_result(results, "perplexity") && !outputs.per_position_csv.empty();
+  };
+  const std::vector<TaskResult> results = run_suite(suite, model, data, how);
+  const bool curve = perplexity_result(results) && !outputs.per_position_csv.empty();
   log::info("wrote ", options.out, curve ? " and " + outputs.per_position_csv.string() : std::string());
 }
 

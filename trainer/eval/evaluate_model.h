@@ -21,7 +21,7 @@ struct EvalOptions {
   int64_t stride = 0;                  // 0: non-overlapping windows
   int64_t max_sequences = kEvalWindows;  // per length, as a run's eval; 0: all
   int64_t windows_per_document = 0;    // 0: every window a document holds
-  std::vector<std::string> tasks = {"perplexity"};  // as eval.tasks
+  std::vector<std::string> tasks = EvalConfig{}.tasks;  // as eval.tasks, with its default
   std::vector<std::string> task_settings;          // --set eval.<task>.<key>=value
   std::string device = "auto";  // auto|cpu|cuda, as run.device
   std::string precision = "fp32";  // fp32|bf16: bf16 autocast (positions and the loss stay fp32)

@@ -20,6 +20,7 @@
 #include "data/document_tokenizer.h"
 #include "models/config_values.h"
 #include "models/model_io.h"
+#include "trainer/eval/eval_mode.h"
 #include "trainer/eval/stored_model.h"
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/memory.h"
@@ -51,8 +52,9 @@ std::vector<int32_t> generate_tokens(models::TransformerLM& model, const std::ve
                                      const Decoding& decoding, c10::Device device, GenerationTimes* times,
                                      bool tell) {
   if (prompt.empty()) throw InputError("generate: the prompt has no tokens");
+  const EvalMode eval_mode(model);
+  // Nothing generated here is ever differentiated: inference tensors skip autograd's bookkeeping too.
   at::InferenceMode inference;
-  model->eval();
   auto generator = at::make_generator<at::CPUGeneratorImpl>(decoding.seed);
   models::KvCache cache;
   cache.reserved_tokens = static_cast<int64_t>(prompt.size()) + decoding.max_new_tokens;

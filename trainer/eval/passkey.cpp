@@ -1,13 +1,12 @@
 #include "trainer/eval/passkey.h"
 
-#include <ATen/core/grad_mode.h>
-
 #include <algorithm>
 #include <random>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "common/signals.h"
+#include "trainer/eval/eval_mode.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -53,24 +52,6 @@ std::string prompt_text(const Template& t, int64_t repeats, int64_t needle_at) {
   return text;
 }
 
-std::vector<int32_t> with_bos(const data::PromptTokenizer& tokenizer, const std::string& text) {
-  std::vector<int32_t> ids;
-  if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
-  const auto t = tokenizer.encode(text);
-  ids.insert(ids.end(), t.begin(), t.end());
-  return ids;
-}
-
-// model->eval() and no autograd for a scope; the model's mode is restored after.
-struct Inference {
-  explicit Inference(models::TransformerLM& m) : model(m), was_training(m->is_training()) { model->eval(); }
-  ~Inference() {
-    if (was_training) model->train();
-  }
-  models::TransformerLM& model;
-  bool was_training;
-  at::NoGradGuard no_grad;
-};
 
 }  // namespace
 
@@ -96,8 +77,8 @@ PasskeyPrompt make_passkey_prompt(const data::PromptTokenizer& tokenizer, Passke
     PasskeyPrompt p;
     const int64_t needle_at = static_cast<int64_t>(depth_draw % static_cast<uint64_t>(r + 1));
     const std::string text = prompt_text(t, r, needle_at);
-    p.tokens = with_bos(tokenizer, text);
-    const auto whole = with_bos(tokenizer, text + " " + t.answer);
+    p.tokens = tokenizer.encode_prompt(text);
+    const auto whole = tokenizer.encode_prompt(text + " " + t.answer);
     if (whole.size() <= p.tokens.size() || !std::equal(p.tokens.begin(), p.tokens.end(), whole.begin()))
       throw InputError("passkey: the store's " + tokenizer.kind() + " tokenizer does not keep the answer ' " + t.answer +
                        "' apart from the question ('" + t.question + "'): the prompt's ids are not a prefix of the "
@@ -132,7 +113,7 @@ PasskeyPrompt make_passkey_prompt(const data::PromptTokenizer& tokenizer, Passke
 // same scoring for every row, within a few tokens of greedy decoding there.
 bool passkey_correct(models::TransformerLM& model, const PasskeyPrompt& prompt) {
   if (prompt.tokens.empty() || prompt.answer_ids.empty()) throw std::invalid_argument("passkey: empty prompt or answer");
-  Inference inference(model);
+  const EvalMode eval_mode(model);
   const auto device = model->parameters().front().device();
   std::vector<int64_t> ids(prompt.tokens.begin(), prompt.tokens.end());
   ids.insert(ids.end(), prompt.answer_ids.begin(), prompt.answer_ids.end() - 1);

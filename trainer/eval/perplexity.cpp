@@ -1,13 +1,12 @@
 #include "trainer/eval/perplexity.h"
 
-#include <ATen/core/grad_mode.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/eval/eval_mode.h"
 #include "common/signals.h"
 #include "models/lm_head_loss.h"
 #include "models/positions.h"
@@ -104,9 +103,7 @@ namespace {
 // options.per_window (1: every prediction, which the prefixes of a longest window are cut from).
 std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const data::IndexedDataset& split,
                                           const PerplexityOptions& options, int64_t block) {
-  at::NoGradGuard no_grad;
-  const bool was_training = model->is_training();
-  model->eval();
+  const EvalMode eval_mode(model);
   const auto device = model->parameters().front().device();
   const int64_t chunk = models::loss_chunk_tokens_for(options.loss_chunk_tokens, model->head_weight().size(0));
   if (options.window_length > 0) check_shared_windows(options);
@@ -117,7 +114,6 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
     const LengthResult whole = evaluate_blocks(model, split, longest, 1).front();
     std::vector<LengthResult> results;
     for (int64_t length : options.lengths) results.push_back(prefix_result(whole, length, options.per_position));
-    if (was_training) model->train();
     return results;
   }
   throw_first(window_problems(options.stride, options.lengths));  // trainer/config/eval_rules.h
@@ -196,7 +192,6 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
                                                     : std::numeric_limits<double>::quiet_NaN());
     results.push_back(std::move(r));
   }
-  if (was_training) model->train();
   return results;
 }
 

@@ -1,6 +1,7 @@
 #include "trainer/eval/perplexity_task.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/log.h"
 
@@ -32,6 +33,13 @@ class PerplexityTask final : public EvalTask {
   void check(const TaskData&) const override {}
   TaskResult run(models::TransformerLM& model, const TaskData& data) const override {
     return {name_, evaluate(model, *data.split, options_), {}, 0};
+  }
+  std::string lengths_key() const override { return "eval.lengths"; }
+  std::vector<std::pair<std::string, double>> scalars(const TaskResult& result) const override {
+    std::vector<std::pair<std::string, double>> out;
+    for (const auto& r : result.perplexity)
+      if (std::isfinite(r.ppl)) out.emplace_back("eval/ppl@" + std::to_string(r.length), r.ppl);
+    return out;
   }
   void log(const TaskResult& result) const override {
     for (const auto& r : result.perplexity)

@@ -105,20 +105,12 @@ struct Draft {
 };
 using Writer = std::function<Draft(int64_t units)>;
 
-std::vector<int32_t> encode(const data::PromptTokenizer& tokenizer, const std::string& text) {
-  std::vector<int32_t> ids;
-  if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
-  const auto body = tokenizer.encode(text);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
-}
-
 // The most units (at least `fewest`) whose prompt fits `budget` tokens: an estimate
 // from a small draft, then doubling and bisection, as RULER's search.
 RulerPrompt fit(const Writer& write, const data::PromptTokenizer& tokenizer, int64_t length, int64_t max_new,
                 int64_t fewest, const std::string& task) {
   const int64_t budget = length - max_new;
-  auto size = [&](int64_t units) { return static_cast<int64_t>(encode(tokenizer, write(units).text).size()); };
+  auto size = [&](int64_t units) { return static_cast<int64_t>(tokenizer.encode_prompt(write(units).text).size()); };
   const int64_t smallest = budget > 0 ? size(fewest) : 0;
   if (budget <= 0 || smallest > budget)
     throw InputError("length " + std::to_string(length) + " is too short for a " + task + " prompt: with " +
@@ -136,7 +128,7 @@ RulerPrompt fit(const Writer& write, const data::PromptTokenizer& tokenizer, int
     (size(mid) <= budget ? lo : hi) = mid;
   }
   const Draft draft = write(lo);
-  return {encode(tokenizer, draft.text), draft.answers, max_new, lo};
+  return {tokenizer.encode_prompt(draft.text), draft.answers, max_new, lo};
 }
 
 // --- needle in a haystack (RULER's niah.py) -------------------------------------

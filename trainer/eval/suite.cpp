@@ -89,6 +89,18 @@ TaskResult run_task(const EvalTask& task, models::TransformerLM& model, const Ta
   return result;
 }
 
+std::vector<TaskResult> run_suite(const EvalSuite& suite, models::TransformerLM& model, const TaskData& data,
+                                  const SuiteRun& how) {
+  std::vector<TaskResult> results;
+  for (const auto& task : suite.tasks()) {
+    if (how.skip && how.skip(*task)) continue;
+    results.push_back(run_task(*task, model, data));
+    if (how.log) task->log(results.back());
+    if (how.on_result) how.on_result(*task, results);
+  }
+  return results;
+}
+
 const TaskResult* find_result(const std::vector<TaskResult>& results, const std::string& task) {
   const auto it = std::find_if(results.begin(), results.end(), [&](const auto& r) { return r.task == task; });
   return it == results.end() ? nullptr : &*it;

@@ -2,6 +2,7 @@
 // The evaluation suite: the tasks of `eval.tasks`, built in one place (suite.cpp
 // registers each task's constructor by name) and run the same way by `Trainer`'s
 // final evaluation, `segtrain eval` and every row of the experiment grid.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,21 @@ class EvalSuite {
 
 // task.run, timed (result.seconds).
 TaskResult run_task(const EvalTask& task, models::TransformerLM& model, const TaskData& data);
+
+// How a caller runs the suite: which tasks it leaves out (figures it already holds,
+// prompt tasks on ranks other than 0), whether each result is logged, and what is done
+// with each as it comes (written, so that a later task that fails keeps them).
+struct SuiteRun {
+  std::function<bool(const EvalTask&)> skip;  // empty: every task runs
+  bool log = true;                            // task.log() of each result
+  // After each task: the results so far, its own last.
+  std::function<void(const EvalTask&, const std::vector<TaskResult>&)> on_result;
+};
+
+// The one way the suite runs (a run's periodic and final evaluation, `segtrain eval`):
+// its tasks in order, each timed, logged and handed to on_result.
+std::vector<TaskResult> run_suite(const EvalSuite& suite, models::TransformerLM& model, const TaskData& data,
+                                  const SuiteRun& how = {});
 
 // The result of `task` in `results`, or nullptr.
 const TaskResult* find_result(const std::vector<TaskResult>& results, const std::string& task);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/token_store.h"
@@ -69,6 +70,15 @@ class EvalTask {
   virtual TaskResult run(models::TransformerLM& model, const TaskData& data) const = 0;
   // Its figures, one log line per length.
   virtual void log(const TaskResult& result) const = 0;
+  // The config key of its lengths, for messages.
+  virtual std::string lengths_key() const { return "eval." + name() + ".lengths"; }
+  // Its figures as TensorBoard scalars (tag, value): a prompt task's accuracy by length,
+  // "eval/<task>@<length>".
+  virtual std::vector<std::pair<std::string, double>> scalars(const TaskResult& result) const {
+    std::vector<std::pair<std::string, double>> out;
+    for (const auto& s : result.scores) out.emplace_back("eval/" + name() + "@" + std::to_string(s.length), s.accuracy());
+    return out;
+  }
 };
 
 }  // namespace segtrain::trainer

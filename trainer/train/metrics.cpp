@@ -56,10 +56,9 @@ void Metrics::record(const nlohmann::json& row, double seconds_left) {
   }
 }
 
-void Metrics::eval_scalars(const std::vector<LengthResult>& results, int64_t step) {
+void Metrics::eval_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step) {
   if (!tb_) return;
-  for (const auto& r : results)
-    if (std::isfinite(r.ppl)) tb_->scalar("eval/ppl@" + std::to_string(r.length), r.ppl, step);
+  for (const auto& [tag, value] : scalars) tb_->scalar(tag, value, step);
   tb_->flush();
 }
 

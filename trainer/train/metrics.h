@@ -9,9 +9,9 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "trainer/eval/perplexity.h"
 #include "common/progress.h"  // format_duration
 #include "trainer/train/tensorboard.h"
 
@@ -27,7 +27,7 @@ class Metrics {
 
   // `row` has step, tokens, loss, lr, grad_norm, tokens_per_s (and more).
   void record(const nlohmann::json& row, double seconds_left);
-  void eval_scalars(const std::vector<LengthResult>& results, int64_t step);
+  void eval_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step);
   // Ends the live progress line before other output.
   void newline();
 

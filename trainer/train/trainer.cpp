@@ -163,6 +163,7 @@ class Trainer {
   int agreed_stop_signal();
   [[noreturn]] void stop_after_step(int signal);
   PerplexityOptions eval_options();
+  void build_suites();
   void evaluate_during_training();
   std::vector<double> global_sum(std::vector<double> values);
   void log_optimizer_memory();
@@ -175,6 +176,7 @@ class Trainer {
   std::unique_ptr<ProcessGroup> group_;
   data::TokenStore store_;
   std::unique_ptr<EvalSuite> suite_;              // eval.tasks, run by the final evaluation
+  std::unique_ptr<EvalSuite> periodic_suite_;     // eval.periodic_tasks, run every train.eval_every steps
   int64_t eval_windows_ = kEvalWindows;           // eval.max_sequences resolved (eval_windows_of)
   std::optional<data::PromptTokenizer> prompts_;  // the store's tokenizer, when a task writes prompts
   std::string store_tokenizer_;  // the store's tokenizer record each checkpoint keeps (empty: it records none)
@@ -248,14 +250,13 @@ void Trainer::check_inputs(const LoadedConfig& loaded) {
   // The store's own tokenizer writes the tasks' prompts: a store without one, or a length too short for a
   // prompt, is refused now, not after training.
   eval_windows_ = c_.eval.max_sequences.value_or(kEvalWindows);  // auto from a base: resolved with the plan
-  suite_ = std::make_unique<EvalSuite>(c_.eval, c_.eval.lengths, eval_options(), c_.eval.split,
-                                       static_cast<uint64_t>(c_.run.seed));
+  build_suites();
   prompts_ = suite_->open_prompts(c_.data.store, store_.split(data::parse_split(c_.eval.split)), loaded.locate("eval.tasks"));
   // A learned table has no rows past its end: say so now, not after training.
   if (models::position_scheme(model_config_.arch) == models::PositionScheme::learned)
     for (const auto& task : suite_->tasks())
       if (task->longest() > models::ape_rows(model_config_))
-        throw InputError(loaded.locate(task->name() == "perplexity" ? "eval.lengths" : "eval." + task->name() + ".lengths") +
+        throw InputError(loaded.locate(task->lengths_key()) +
                          ": length " + std::to_string(task->longest()) + " is longer than the model's " +
                          std::to_string(models::ape_rows(model_config_)) +
                          " positions; evaluate an extended model (model.extension.method: interpolate) or drop it");
@@ -357,8 +358,7 @@ void Trainer::plan_steps() {
   // the plan to check the prompts, is built again with it.
   if (const int64_t windows = eval_windows_of(c_, plan_.total_steps * plan_.tokens_per_step); windows != eval_windows_) {
     eval_windows_ = windows;
-    suite_ = std::make_unique<EvalSuite>(c_.eval, c_.eval.lengths, eval_options(), c_.eval.split,
-                                         static_cast<uint64_t>(c_.run.seed));
+    build_suites();
   }
   const int64_t warmup = warmup_steps_of(c_, plan_.total_steps);
   schedule_ = LrSchedule{c_.train.schedule, lr_of(c_), min_lr_of(c_), warmup, plan_.total_steps};
@@ -615,16 +615,33 @@ PerplexityOptions Trainer::eval_options() {
   return options;
 }
 
+// The final evaluation's suite (eval.tasks) and the periodic one (eval.periodic_tasks, auto: the
+// same tasks), with the run's windows and seed.
+void Trainer::build_suites() {
+  const auto seed = static_cast<uint64_t>(c_.run.seed);
+  suite_ = std::make_unique<EvalSuite>(c_.eval, c_.eval.lengths, eval_options(), c_.eval.split, seed);
+  EvalConfig periodic = c_.eval;
+  if (!c_.eval.periodic_tasks.empty()) periodic.tasks = c_.eval.periodic_tasks;
+  periodic_suite_ = std::make_unique<EvalSuite>(periodic, c_.eval.lengths, eval_options(), c_.eval.split, seed);
+}
+
+// Every rank runs every periodic task (perplexity's windows are split between them; a prompt
+// task on rank 0 alone would leave the others waiting for the next step's collectives); rank 0
+// logs the figures and writes them to TensorBoard.
 void Trainer::evaluate_during_training() {
   metrics_->newline();
-  std::string lengths;
-  for (int64_t length : c_.eval.lengths) lengths += (lengths.empty() ? "" : ", ") + std::to_string(length);
-  log::info("step ", state_.step, ": evaluating ", c_.eval.split, " at L = ", lengths);
+  std::string names;
+  for (const auto& task : periodic_suite_->tasks()) names += (names.empty() ? "" : ", ") + task->name();
+  log::info("step ", state_.step, ": evaluating ", names, " on ", c_.eval.split);
   try {
     const Autocast autocast(evaluates_in_bf16(c_.eval, c_.train.precision), device_.type());
-    const auto results = evaluate(model_, store_.split(data::parse_split(c_.eval.split)), eval_options());
-    metrics_->eval_scalars(results, state_.step);
-    for (const auto& r : results) log::info("step ", state_.step, " eval L=", r.length, " ppl ", r.ppl);
+    const TaskData data{&store_.split(data::parse_split(c_.eval.split)), prompts_ ? &*prompts_ : nullptr};
+    SuiteRun how;
+    how.log = writer_;
+    how.on_result = [this](const EvalTask& task, const std::vector<TaskResult>& results) {
+      metrics_->eval_scalars(task.scalars(results.back()), state_.step);
+    };
+    run_suite(*periodic_suite_, model_, data, how);
   } catch (const Interrupted& stop) {
     save_step_checkpoint(/*wait=*/true);  // every rank was told during the evaluation: keep this step's state
     log::warn("signal ", stop.signal, " during evaluation: saved step ", state_.step, "; continue with --resume");
@@ -667,23 +684,24 @@ void Trainer::evaluate_final() {
       log::warn(outputs.json.string(), " is not readable (", e.what(), "): every task is evaluated again");
     }
   }
-  std::vector<TaskResult> results;
-  for (const auto& task : suite_->tasks()) {
-    if (task->writes_prompts() && !writer_) continue;
-    bool holds = std::find(held.begin(), held.end(), task->name()) != held.end();
-    if (!task->writes_prompts()) holds = global_sum({holds ? 1.0 : 0.0})[0] > 0;  // every rank runs it
+  SuiteRun how;
+  how.log = writer_;
+  how.skip = [&](const EvalTask& task) {
+    if (task.writes_prompts() && !writer_) return true;
+    bool holds = std::find(held.begin(), held.end(), task.name()) != held.end();
+    if (!task.writes_prompts()) holds = global_sum({holds ? 1.0 : 0.0})[0] > 0;  // every rank runs it
     if (holds) {
-      record.kept.push_back(task->name());
-      log::info("eval: ", task->name(), ": ", outputs.json.string(), " holds it for step ", state_.step,
+      record.kept.push_back(task.name());
+      log::info("eval: ", task.name(), ": ", outputs.json.string(), " holds it for step ", state_.step,
                 " with these settings; not evaluated again");
-      continue;
     }
-    results.push_back(run_task(*task, model_, data));
-    if (task->name() == "perplexity") metrics_->eval_scalars(results.back().perplexity, state_.step);
-    if (!writer_) continue;
-    write_eval_outputs(outputs, c_.run.name, results, EvalDevice{device_, peak_memory(device_)}, record);
-    task->log(results.back());
-  }
+    return holds;
+  };
+  how.on_result = [&](const EvalTask& task, const std::vector<TaskResult>& results) {
+    metrics_->eval_scalars(task.scalars(results.back()), state_.step);
+    if (writer_) write_eval_outputs(outputs, c_.run.name, results, EvalDevice{device_, peak_memory(device_)}, record);
+  };
+  run_suite(*suite_, model_, data, how);
 }
 
 // What the final evaluation will read, beside the plan: a run of a minute should not end in an hour
