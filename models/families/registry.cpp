@@ -15,15 +15,16 @@ const Family& llama_family();
 const Family& mistral_family();
 const Family& qwen2_family();
 const Family& qwen3_family();
+const Family& phi3_family();
 
 namespace {
 
 const std::vector<const Family*>& families() {
   // Asked in this order which family exports a model: the first that takes it (after
-  // the family it was read as).
+  // the family it was read as). Phi-3 comes last: it takes only models read as Phi-3.
   static const std::vector<const Family*> all = {&gpt2_family(),    &gpt_neox_family(), &bloom_family(),
                                                  &qwen3_family(),   &llama_family(),    &mistral_family(),
-                                                 &qwen2_family()};
+                                                 &qwen2_family(),   &phi3_family()};
   return all;
 }
 
