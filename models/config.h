@@ -100,6 +100,10 @@ struct ModelConfig {
   // Mistral/Qwen2 sliding-window attention, from an HF folder: segtrain does not
   // implement it and refuses sequences longer than the window (never ignored).
   std::optional<int64_t> sliding_window;
+  // The HF model_type an imported model was read as ("phi3"): its export is written as
+  // that family again where the family can hold it (Phi-3's fused tensors hold Llama's
+  // block, which LlamaForCausalLM would hold too). nullopt: the first family that can.
+  std::optional<std::string> hf_model_type;
   RopeConfig rope;
   ExtensionConfig extension;
   bool activation_checkpointing = false;

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "common/atomic_write.h"
@@ -32,6 +34,89 @@ bool ignored(const HfNameTable& table, const std::string& key) {
   for (const auto& buffer : table.ignored)
     if (key == buffer || key.ends_with("." + buffer)) return true;
   return false;
+}
+
+// The one-to-one row naming HF tensor `name` (without the prefix, found `under_prefix`
+// or not): its value goes to `out` under our name unless a prefixed copy came first.
+// Whether a row took it.
+bool import_row(const HfNameTable& table, const std::string& name, bool under_prefix, const at::Tensor& t,
+                TensorMap& out) {
+  for (const auto& row : table.tensors) {
+    if (under_prefix && !row.prefixed) continue;  // e.g. gpt_neox's embed_out
+    const auto ours = rename_slot(row.hf, row.ours, name);
+    if (!ours) continue;
+    if (out.count(*ours)) return false;
+    const auto value = t.to(at::kFloat);
+    out[*ours] = row.transpose ? value.t().contiguous() : value;
+    return true;
+  }
+  return false;
+}
+
+// The fused row naming HF tensor `name`: split along its dim into our parts, at the
+// sizes the folder's config `c` gives (InputError naming `key` when they do not add
+// up to the tensor's). Whether a row took it.
+bool import_fused(const HfNameTable& table, const std::string& name, bool under_prefix, const at::Tensor& t,
+                  const ModelConfig& c, const std::string& key, TensorMap& out) {
+  for (const auto& row : table.fused) {
+    if (under_prefix && !row.prefixed) continue;
+    std::vector<std::string> ours;
+    for (const auto& part : row.parts)
+      if (auto mine = rename_slot(row.hf, part, name)) ours.push_back(*mine);
+    if (ours.size() != row.parts.size()) continue;
+    if (out.count(ours.front())) return false;
+    const std::vector<int64_t> sizes = row.sizes(c);
+    int64_t total = 0;
+    for (const int64_t size : sizes) total += size;
+    if (t.dim() <= row.dim || t.size(row.dim) != total)
+      throw InputError(key + ": expected " + std::to_string(total) + " rows along dimension " +
+                       std::to_string(row.dim) + " (its parts as config.json sizes them), got shape " +
+                       c10::str(t.sizes()));
+    const auto pieces = t.to(at::kFloat).split_with_sizes(sizes, row.dim);
+    for (size_t i = 0; i < ours.size(); ++i) out[ours[i]] = pieces[i].contiguous();
+    return true;
+  }
+  return false;
+}
+
+// Our parameter `ours` as a part of a fused HF tensor: the row, the fused tensor's
+// full key and the part's index; nullopt when no fused row has it.
+struct FusedPart {
+  const HfFusedTensor* row;
+  std::string key;
+  size_t index;
+};
+std::optional<FusedPart> fused_part(const HfNameTable& table, const std::string& ours) {
+  for (const auto& row : table.fused)
+    for (size_t i = 0; i < row.parts.size(); ++i)
+      if (auto hf = rename_slot(row.parts[i], row.hf, ours))
+        return FusedPart{&row, (row.prefixed ? table.prefix : "") + *hf, i};
+  return std::nullopt;
+}
+
+// The model's tensors under transformers' names, in `dtype`: renamed by the table's
+// rows, and fused ones concatenated from their parts in order.
+TensorMap hf_tensors(const TransformerLM& model, const HfNameTable& table, at::ScalarType dtype) {
+  TensorMap tensors;
+  std::map<std::string, std::pair<const HfFusedTensor*, std::vector<at::Tensor>>> fused;  // key -> row, parts
+  for (const auto& [ours, t] : model->tensors()) {
+    auto value = t.to(at::kCPU, dtype);
+    if (const auto part = fused_part(table, ours)) {
+      auto& [row, slots] = fused[part->key];
+      row = part->row;
+      slots.resize(row->parts.size());
+      slots[part->index] = value;
+      continue;
+    }
+    const auto [row, key] = hf_key(table, ours);
+    tensors[key] = row->transpose ? value.t().contiguous() : value;
+  }
+  for (const auto& [key, entry] : fused) {
+    for (const auto& slot : entry.second)
+      if (!slot.defined()) throw std::logic_error("export: a part of fused tensor " + key + " is missing");
+    tensors[key] = at::cat(entry.second, entry.first->dim);
+  }
+  return tensors;
 }
 
 json read_json(const fs::path& path) {
@@ -68,7 +153,9 @@ ModelConfig read_hf_config(const std::string& dir) {
   const fs::path path = fs::path(dir) / "config.json";
   const std::string source = path.string();
   const json cfg = read_json(path);
-  ModelConfig c = family_of(cfg, source).read_config(cfg, source);
+  const Family& family = family_of(cfg, source);
+  ModelConfig c = family.read_config(cfg, source);
+  c.hf_model_type = family.model_type();
   restore_extension(cfg, c, source);
   check_model_config(c);
   return c;
@@ -76,7 +163,12 @@ ModelConfig read_hf_config(const std::string& dir) {
 
 TensorMap read_hf_tensors(const std::string& dir) {
   const fs::path config = fs::path(dir) / "config.json";
-  const HfNameTable& table = family_of(read_json(config), config.string()).names();
+  const json cfg = read_json(config);
+  const Family& family = family_of(cfg, config.string());
+  const HfNameTable& table = family.names();
+  // Only a table with fused tensors needs the sizes to split them at.
+  const std::optional<ModelConfig> sizes =
+      table.fused.empty() ? std::nullopt : std::optional(family.read_config(cfg, config.string()));
   const TensorMap raw = read_safetensors_dir(dir);
   TensorMap out;
   std::set<std::string> used;
@@ -86,17 +178,9 @@ TensorMap read_hf_tensors(const std::string& dir) {
     for (const auto& [key, t] : raw) {
       if (key.starts_with(table.prefix) != under_prefix) continue;
       const std::string name = under_prefix ? key.substr(table.prefix.size()) : key;
-      for (const auto& row : table.tensors) {
-        if (under_prefix && !row.prefixed) continue;  // e.g. gpt_neox's embed_out
-        const auto ours = rename_slot(row.hf, row.ours, name);
-        if (!ours) continue;
-        if (!out.count(*ours)) {
-          const auto value = t.to(at::kFloat);
-          out[*ours] = row.transpose ? value.t().contiguous() : value;
-          used.insert(key);
-        }
-        break;
-      }
+      if (import_row(table, name, under_prefix, t, out) ||
+          (sizes && import_fused(table, name, under_prefix, t, *sizes, key, out)))
+        used.insert(key);
     }
   }
   for (const auto& [key, t] : raw)
@@ -129,13 +213,7 @@ void export_hf(const TransformerLM& model, const std::string& dir, const HfExpor
   cfg["torch_dtype"] = dtype;  // transformers 4.x
   cfg["dtype"] = dtype;        // transformers 5.x
 
-  TensorMap tensors;
-  const HfNameTable& table = family.names();
-  for (const auto& [ours, t] : model->tensors()) {
-    const auto [row, key] = hf_key(table, ours);
-    auto value = t.to(at::kCPU, options.dtype);
-    tensors[key] = row->transpose ? value.t().contiguous() : value;
-  }
+  const TensorMap tensors = hf_tensors(model, family.names(), options.dtype);
   fs::create_directories(dir);
   write_safetensors_dir(dir, tensors, options.max_shard_bytes);
   write_file_atomic(fs::path(dir) / "config.json", cfg.dump(2) + "\n");

@@ -1,7 +1,7 @@
 #pragma once
 // transformers interop: HF folders (config.json + safetensors) in and out, for every
-// model family of models/families/ (GPT-2, GPT-NeoX, BLOOM, and Llama, Mistral and
-// Qwen2 on Llama's block).
+// model family of models/families/ (GPT-2, GPT-NeoX, BLOOM, and Llama, Mistral, Qwen2,
+// Qwen3 and Phi-3 on Llama's block).
 #include <string>
 
 #include "models/config.h"
@@ -17,14 +17,16 @@ namespace segtrain::models {
 // transformers could not express it (ALiBi methods). Throws InputError naming
 // config.json and the field on an unknown model type or unsupported variant
 // (another rope_type; partial rotary on llama; a hidden_act other than silu). A Mistral/Qwen2 sliding window in effect is kept in
-// ModelConfig::sliding_window; forward refuses longer sequences.
+// ModelConfig::sliding_window; forward refuses longer sequences. ModelConfig::hf_model_type
+// records the family read, which export_hf writes again where it can.
 ModelConfig read_hf_config(const std::string& dir);
 
 // The folder's weights renamed to TransformerLM's parameter names by the table of
 // the family its config.json's model_type names: accepts keys with or without the "transformer." /
 // "gpt_neox." prefix, drops the table's ignored buffers (attention masks,
 // inv_freq, tied lm_head copies) and warns about any other unknown tensor,
-// transposes GPT-2's Conv1D weights, converts to fp32.
+// transposes GPT-2's Conv1D weights, splits fused tensors (Phi-3's qkv_proj, gate_up_proj)
+// at the sizes config.json gives, converts to fp32.
 TensorMap read_hf_tensors(const std::string& dir);
 
 struct HfExportOptions {
@@ -43,8 +45,10 @@ struct HfExportOptions {
 //            llama3 -> "llama3", longrope -> "longrope" (rope_scaling and rope_parameters),
 //            ntk -> default rope with rope_theta = theta * a^(d/(d-2));
 //   bloom    weights as they are; ALiBi extensions cannot be expressed.
-//   llama    LlamaForCausalLM (Qwen2ForCausalLM when only q/k/v have biases,
-//            MistralForCausalLM with a sliding window), RoPE extensions as gpt_neox.
+//   llama    the family it was read as where that family reproduces it (Phi3ForCausalLM
+//            with fused tensors), else LlamaForCausalLM (Qwen3ForCausalLM with q/k norms,
+//            Qwen2ForCausalLM when only q/k/v have biases, MistralForCausalLM with a
+//            sliding window), RoPE extensions as gpt_neox.
 // config.json's "segtrain" field records the extension and whether transformers
 // reproduces it ("transformers_reproduces"), with a note when it does not.
 void export_hf(const TransformerLM& model, const std::string& dir, const HfExportOptions& options = {});

@@ -2,6 +2,7 @@
 // How transformers names a family's tensors: one declarative table per family
 // (models/families/), read by both import (read_hf_tensors) and export (export_hf)
 // so the two directions cannot drift apart.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,12 +19,28 @@ struct HfTensorName {
   bool transpose = false;  // GPT-2's Conv1D stores [in, out]; our Linear is [out, in]
 };
 
+// One HF tensor that holds several of our parameters concatenated along `dim` (Phi-3's
+// qkv_proj is cat(q, k, v), its gate_up_proj cat(gate, up)): import splits it into
+// `parts` (sizes along `dim` from the folder's config), export concatenates them back.
+// The table says it once, so neither direction can split differently from the other.
+struct HfFusedTensor {
+  std::string hf;                  // transformers' name, e.g. "layers.{}.self_attn.qkv_proj.weight"
+  std::vector<std::string> parts;  // ours in concatenation order, e.g. "blocks.{}.q_proj.weight", ...
+  // Each part's size along `dim` for a model of config `c`, in parts' order.
+  std::vector<int64_t> (*sizes)(const ModelConfig& c) = nullptr;
+  int64_t dim = 0;
+  bool prefixed = true;            // lives under the base-model prefix
+};
+
 struct HfNameTable {
   std::string prefix;                // the base-model prefix, with its dot
   std::vector<HfTensorName> tensors;
   // Tensors import drops without a warning, matched as a name's last components:
   // attention mask buffers, rotary inv_freq, the copy of a tied head.
   std::vector<std::string> ignored;
+  // HF tensors that are several of ours (none for most families); a parameter named
+  // here is not also in `tensors`.
+  std::vector<HfFusedTensor> fused = {};
 };
 
 // `name` renamed from `from` to `to` when it has the shape of pattern `from`

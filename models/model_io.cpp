@@ -74,6 +74,7 @@ std::string model_config_to_json(const ModelConfig& c) {
             {"qk_norm", c.qk_norm},
             {"tie_embeddings", c.tie_embeddings},
             {"sliding_window", opt(c.sliding_window)},
+            {"hf_model_type", opt(c.hf_model_type)},
             {"rope", {{"theta", c.rope.theta}, {"rotary_pct", c.rope.rotary_pct}}},
             {"extension",
              {{"method", enum_name(kExtensionMethods, c.extension.method)},
@@ -116,6 +117,7 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& s
     if (j.contains("qk_norm")) get(j, "qk_norm", c.qk_norm);  // from before Qwen3: false
     get(j, "tie_embeddings", c.tie_embeddings);
     get_opt(j, "sliding_window", c.sliding_window);
+    get_opt(j, "hf_model_type", c.hf_model_type);  // absent before Phi-3: the first family that exports
     if (j.contains("rope")) {
       get(j["rope"], "theta", c.rope.theta);
       get(j["rope"], "rotary_pct", c.rope.rotary_pct);

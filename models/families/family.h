@@ -32,7 +32,8 @@ class Family {
   // The ModelConfig of config.json `cfg` (read from `source`, which errors name):
   // InputError naming the field on what segtrain's blocks cannot reproduce.
   virtual ModelConfig read_config(const nlohmann::json& cfg, const std::string& source) const = 0;
-  // Whether this family exports `c` (the registry asks each in turn; the first takes it).
+  // Whether this family exports `c` (the registry asks the family `c` was read as, then
+  // each in turn; the first takes it).
   virtual bool exports(const ModelConfig& c) const = 0;
   virtual HfConfigOut write_config(const ModelConfig& c) const = 0;
   // transformers' tensor names, one table for both directions.
@@ -43,7 +44,8 @@ class Family {
 // and every model_type segtrain reads when none does.
 const Family& family_for_model_type(const std::string& model_type, const std::string& source);
 
-// The family an export of `c` is written as.
+// The family an export of `c` is written as: the one it was read as (c.hf_model_type)
+// when that family exports it, else the first in the registry's order that does.
 const Family& family_for_export(const ModelConfig& c);
 
 // The blocks of `model_type`'s family, nullopt for a model_type segtrain does not read

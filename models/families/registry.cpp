@@ -15,14 +15,16 @@ const Family& llama_family();
 const Family& mistral_family();
 const Family& qwen2_family();
 const Family& qwen3_family();
+const Family& phi3_family();
 
 namespace {
 
 const std::vector<const Family*>& families() {
-  // Asked in this order which family exports a model: the first that takes it.
+  // Asked in this order which family exports a model: the first that takes it (after
+  // the family it was read as). Phi-3 comes last: it takes only models read as Phi-3.
   static const std::vector<const Family*> all = {&gpt2_family(),    &gpt_neox_family(), &bloom_family(),
                                                  &qwen3_family(),   &llama_family(),    &mistral_family(),
-                                                 &qwen2_family()};
+                                                 &qwen2_family(),   &phi3_family()};
   return all;
 }
 
@@ -48,6 +50,9 @@ std::optional<Arch> arch_of_model_type(const std::string& model_type) {
 }
 
 const Family& family_for_export(const ModelConfig& c) {
+  // The family a model was read as writes it again where it can (Phi-3 stays Phi-3).
+  for (const Family* f : families())
+    if (c.hf_model_type == f->model_type() && f->exports(c)) return *f;
   for (const Family* f : families())
     if (f->exports(c)) return *f;
   throw std::logic_error("no model family exports model.arch " + std::string(enum_name(kArchs, c.arch)));

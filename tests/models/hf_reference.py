@@ -1,7 +1,8 @@
 """References from HF transformers for the model tests (nothing is downloaded).
 
   hf_reference.py make OUT        tiny random GPT-2 / GPT-NeoX / BLOOM / Llama (GQA;
-                                  biases, head_dim, tied) / Qwen2 / Mistral folders
+                                  biases, head_dim, tied) / Qwen2 / Qwen3 / Mistral /
+                                  Phi-3 (fused q/k/v and gate/up; LongRoPE) folders
                                   with reference logits (Llama family also on chunk-like
                                   position ids, and the loss at L_t), RoPE tables from
                                   transformers' rope init functions, seed 001's NTK-ALiBi
@@ -25,8 +26,8 @@ import transformers  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig,
-    GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-    Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+    GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config,
+    Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor  # noqa: E402
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding  # noqa: E402
@@ -100,7 +101,43 @@ def llama_family():
         # Mistral with its default 4096-token sliding window (longer than any sequence here).
         "mistral": MistralForCausalLM(MistralConfig(hidden_size=48, num_attention_heads=6, num_key_value_heads=2,
                                                     sliding_window=4096, **common)),
+        # Phi-3: q/k/v fused in qkv_proj (4 query heads, 2 key/value heads: unequal parts),
+        # gate/up in gate_up_proj; pad_token_id inside the 97 tokens (Phi3Config's 32000 is not).
+        "phi3": Phi3ForCausalLM(Phi3Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                           original_max_position_embeddings=64, pad_token_id=0, **common)),
+        # Phi-3 with LongRoPE from 64 to 128 positions (one key/value head, tied head as
+        # Phi-4-mini); make() rewrites its config.json as Phi-3 hub checkpoints write it.
+        "phi3_longrope": Phi3ForCausalLM(Phi3Config(
+            hidden_size=64, num_attention_heads=4, num_key_value_heads=1, original_max_position_embeddings=64,
+            pad_token_id=0, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": PHI3_SHORT,
+                             "long_factor": PHI3_LONG}, **dict(common, max_position_embeddings=128))),
     }
+
+
+PHI3_SHORT = [1.0 + 0.03 * i for i in range(8)]
+PHI3_LONG = [1.0 + 0.5 * i for i in range(8)]
+# Chunk-like position ids run up to this many positions (default 64, L_t): past the
+# original 64 for LongRoPE, so its long factors are checked too.
+CHUNK_TOTAL = {"phi3_longrope": 128}
+
+
+def phi3_hub_layout(folder):
+    """Rewrites a saved Phi-3 config.json with LongRoPE as Phi-3 hub checkpoints (and transformers 4.x)
+    write it: rope_scaling {type, short_factor, long_factor} beside top-level rope_theta and
+    original_max_position_embeddings; returns the model transformers loads from it."""
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        saved = json.load(f)
+    params = saved.pop("rope_parameters")
+    saved["rope_theta"] = params["rope_theta"]
+    saved["rope_scaling"] = {"type": "longrope", "short_factor": params["short_factor"],
+                             "long_factor": params["long_factor"]}
+    with open(path, "w") as f:
+        json.dump(saved, f, indent=2)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    model.eval()
+    return model
 
 
 # Every rope scaling transformers knows on the "llama" weights: L_t = 64 and a factor
@@ -211,7 +248,9 @@ def make(out):
         folder = os.path.join(out, name)
         model.save_pretrained(folder)
         save_word_tokenizer(folder)
-        positions = chunk_positions(2, 24, 64)
+        if name == "phi3_longrope":
+            model = phi3_hub_layout(folder)
+        positions = chunk_positions(2, 24, CHUNK_TOTAL.get(name, 64))
         ppl_tokens = torch.randint(0, VOCAB, (2, 64))
         with torch.no_grad():
             logits = model(tokens).logits

@@ -1,6 +1,7 @@
 // The Llama family (model.arch llama) against transformers itself: tiny random
 // LlamaForCausalLM (GQA; head_dim, biases, tied head), Qwen2ForCausalLM (q/k/v
-// biases, tied head) and MistralForCausalLM made by tests/models/hf_reference.py
+// biases, tied head), Qwen3ForCausalLM, MistralForCausalLM and Phi3ForCausalLM
+// (fused q/k/v and gate/up; LongRoPE) made by tests/models/hf_reference.py
 // give the same logits here on contiguous and on chunk-like position ids and the
 // same loss at L_t; exports (also after a training step, and with the RoPE
 // extensions transformers can express) load in transformers with the same logits
@@ -26,7 +27,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kFamily = {"llama", "llama_bias", "qwen2", "qwen3", "mistral"};
+const std::vector<std::string> kFamily = {"llama", "llama_bias", "qwen2", "qwen3", "mistral", "phi3", "phi3_longrope"};
 
 at::Tensor logits_at(TransformerLM& model, const at::Tensor& tokens, const at::Tensor& positions) {
   torch::NoGradGuard no_grad;
@@ -99,6 +100,114 @@ TEST(LlamaImport, LogitsAndLossMatchTransformersOnContiguousAndChunkPositions) {
     const double theirs = expected.at("loss").item<double>();
     EXPECT_NEAR(std::exp(loss), std::exp(theirs), 1e-5 * std::exp(theirs)) << name;
   }
+}
+
+// Phi-3's fused tensors become Llama's q/k/v and gate/up: q the first n_heads *
+// head_dim rows of qkv_proj, then k and v (n_kv_heads * head_dim each), gate the first
+// half of gate_up_proj. Its hub-style LongRoPE (rope_scaling of type and factors, the
+// original length at the top) is read with transformers' Phi-3 defaults.
+TEST(Phi3Import, FusedTensorsSplitIntoLlamasBlockAndLongRopeIsRead) {
+  const auto ref = test::reference_dir();
+  const auto phi3 = read_model_config(ref + "/phi3");
+  EXPECT_EQ(phi3.arch, Arch::llama);
+  EXPECT_EQ(phi3.hf_model_type, "phi3");
+  EXPECT_EQ(n_kv_heads_of(phi3), 2);
+  EXPECT_FALSE(phi3.qkv_bias || phi3.o_bias || phi3.mlp_bias || phi3.qk_norm || phi3.tie_embeddings);
+  EXPECT_FALSE(phi3.sliding_window);
+  EXPECT_EQ(phi3.extension.method, ExtensionMethod::none);
+  const auto hf = read_safetensors(ref + "/phi3/model.safetensors");
+  auto model = load_model(ref + "/phi3");
+  auto block = model->blocks[1]->as<LlamaBlockImpl>();
+  const auto& qkv = hf.at("model.layers.1.self_attn.qkv_proj.weight");
+  EXPECT_TRUE(at::equal(block->q_proj->weight, qkv.slice(0, 0, 64)));
+  EXPECT_TRUE(at::equal(block->k_proj->weight, qkv.slice(0, 64, 96)));
+  EXPECT_TRUE(at::equal(block->v_proj->weight, qkv.slice(0, 96, 128)));
+  const auto& gate_up = hf.at("model.layers.1.mlp.gate_up_proj.weight");
+  EXPECT_TRUE(at::equal(block->gate_proj->weight, gate_up.slice(0, 0, 96)));
+  EXPECT_TRUE(at::equal(block->up_proj->weight, gate_up.slice(0, 96, 192)));
+  const auto longrope = read_model_config(ref + "/phi3_longrope");
+  EXPECT_EQ(longrope.extension.method, ExtensionMethod::longrope);
+  EXPECT_DOUBLE_EQ(factor_of(longrope), 2.0);
+  EXPECT_EQ(original_length_of(longrope), 64);
+  EXPECT_EQ(longrope.extension.longrope.long_factor.size(), 8u);
+  EXPECT_FALSE(longrope.extension.longrope.attention_factor);
+  EXPECT_TRUE(longrope.tie_embeddings);
+  EXPECT_EQ(n_kv_heads_of(longrope), 1);
+}
+
+// What transformers' Phi-3 reads differently from Llama, and what segtrain refuses.
+TEST(Phi3Import, Phi3ConfigKeysAreReadAsTransformersReadsThem) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  const auto base = json::parse(test::read_file(ref + "/phi3_longrope/config.json"));
+  auto folder = [&](const std::string& name, const std::function<void(json&)>& edit) {
+    auto cfg = base;
+    edit(cfg);
+    fs::create_directories(dir / name);
+    test::write_file(dir / name + "/config.json", cfg.dump());
+    fs::copy_file(ref + "/phi3_longrope/model.safetensors", dir / name + "/model.safetensors");
+    return std::string(dir / name);
+  };
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  // "su" and "yarn" are old names of longrope in Phi3Config, not YaRN.
+  for (const std::string old : {"su", "yarn"})
+    EXPECT_EQ(read_model_config(folder(old, [&](json& c) { c["rope_scaling"]["type"] = old; })).extension.method,
+              ExtensionMethod::longrope) << old;
+  // Without the top-level length, Phi3Config's default 4096 is the original length
+  // (and the factor max_position_embeddings / 4096).
+  const auto no_original = read_model_config(folder("no_original", [](json& c) {
+    c.erase("original_max_position_embeddings");
+    c.erase("rms_norm_eps");
+    c["max_position_embeddings"] = 16384;
+  }));
+  EXPECT_EQ(original_length_of(no_original), 4096);
+  EXPECT_DOUBLE_EQ(factor_of(no_original), 4.0);
+  EXPECT_DOUBLE_EQ(no_original.layer_norm_eps, 1e-5) << "Phi3Config's default, not Llama's 1e-6";
+  const auto linear = error_of([&] {
+    read_model_config(folder("linear", [](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; }));
+  });
+  EXPECT_NE(linear.find("rope_scaling type \"linear\""), std::string::npos) << linear;
+  const auto partial = error_of([&] { read_model_config(folder("partial", [](json& c) { c["partial_rotary_factor"] = 0.75; })); });
+  EXPECT_NE(partial.find("partial_rotary_factor"), std::string::npos) << partial;
+  const auto dropout = error_of([&] { read_model_config(folder("dropout", [](json& c) { c["resid_pdrop"] = "x"; })); });
+  EXPECT_NE(dropout.find("resid_pdrop"), std::string::npos) << dropout;
+  // Phi-3 mini's window is kept and longer sequences refused.
+  const auto window = folder("window", [](json& c) { c["sliding_window"] = 16; });
+  EXPECT_EQ(*read_model_config(window).sliding_window, 16);
+  auto model = load_model(window);
+  auto tokens = at::randint(97, {1, 24});
+  EXPECT_NE(error_of([&] { logits_at(model, tokens, arange_positions(tokens)); }).find("sliding_window"),
+            std::string::npos);
+  // A fused tensor whose rows do not add up to its parts names the tensor.
+  const auto heads = folder("heads", [](json& c) { c["num_key_value_heads"] = 2; });
+  const auto sizes = error_of([&] { load_model(heads); });
+  EXPECT_NE(sizes.find("qkv_proj.weight"), std::string::npos) << sizes;
+}
+
+// A Phi-3 model Phi3ForCausalLM cannot reproduce is written as LlamaForCausalLM: an
+// explicit longrope attention_factor (4.x's Phi-3 block holds none), a factor whose
+// extended length is no whole number of positions.
+TEST(Phi3Export, WhatPhi3CannotExpressIsExportedAsLlama) {
+  const auto ref = test::reference_dir();
+  test::TempDir out;
+  auto config = read_model_config(ref + "/phi3_longrope");
+  config.extension.longrope.attention_factor = 1.3;
+  export_hf(load_model(ref + "/phi3_longrope", config), out / "attention");
+  config.extension.longrope.attention_factor.reset();
+  config.extension.factor = 2.01;
+  export_hf(load_model(ref + "/phi3_longrope", config), out / "fraction");
+  for (const char* name : {"attention", "fraction"}) {
+    const auto cfg = json::parse(test::read_file(out / (std::string(name) + "/config.json")));
+    EXPECT_EQ(cfg["architectures"][0], "LlamaForCausalLM") << name;
+  }
+  EXPECT_DOUBLE_EQ(*read_model_config(out / "attention").extension.longrope.attention_factor, 1.3);
 }
 
 // A checkpoint whose config.json carries a rope scaling (transformers 5's
@@ -240,6 +349,16 @@ struct Exports {
       {"qwen2_yarn", "qwen2", ExtensionMethod::yarn, 2.0, 120, true, "Qwen2ForCausalLM"},
       {"llama_llama3", "llama", ExtensionMethod::llama3, 2.0, 120, true, "LlamaForCausalLM"},
       {"llama_longrope", "llama", ExtensionMethod::longrope, 2.0, 120, true, "LlamaForCausalLM"},
+      // Phi-3 stays Phi-3 where Phi3ForCausalLM reproduces the RoPE (default, a grown
+      // theta, longrope), and is written as Llama for the scalings it does not have.
+      {"phi3_trained", "phi3", ExtensionMethod::none, 1.0, 40, true, "Phi3ForCausalLM"},
+      {"phi3_ntk", "phi3", ExtensionMethod::ntk, 2.0, 120, false, "Phi3ForCausalLM"},
+      {"phi3_longrope", "phi3", ExtensionMethod::longrope, 2.0, 120, true, "Phi3ForCausalLM"},
+      {"phi3_longrope_base", "phi3_longrope", ExtensionMethod::longrope, 2.0, 120, true, "Phi3ForCausalLM"},
+      {"phi3_linear", "phi3", ExtensionMethod::interpolate, 2.0, 120, true, "LlamaForCausalLM"},
+      {"phi3_dynamic", "phi3", ExtensionMethod::dynamic_ntk, 2.0, 120, false, "LlamaForCausalLM"},
+      {"phi3_yarn", "phi3_longrope", ExtensionMethod::yarn, 2.0, 120, true, "LlamaForCausalLM"},
+      {"phi3_llama3", "phi3", ExtensionMethod::llama3, 2.0, 120, true, "LlamaForCausalLM"},
   };
   std::vector<std::string> dirs;
   std::map<std::string, at::Tensor> ours, before, positions_of;
@@ -314,6 +433,19 @@ TEST(LlamaExport, TransformersLoadsExportsWithTheSameLogitsAndSegtrainReloadsThe
   EXPECT_EQ(longrope["rope_scaling"]["long_factor"], json(kLongFactor));
   EXPECT_EQ(longrope["original_max_position_embeddings"], 64);
   EXPECT_TRUE(json::parse(test::read_file(out / "llama/config.json"))["rope_scaling"].is_null());
+  // Phi-3's longrope block as 4.x's Phi3Config validates it (exactly these keys), its
+  // fused tensors written fused, and the export read back as Phi-3 again.
+  const auto phi3 = json::parse(test::read_file(out / "phi3_longrope/config.json"));
+  EXPECT_EQ(phi3["model_type"], "phi3");
+  EXPECT_EQ(phi3["rope_scaling"], json({{"type", "longrope"}, {"short_factor", kShortFactor}, {"long_factor", kLongFactor}}));
+  EXPECT_EQ(phi3["max_position_embeddings"], 128);
+  EXPECT_EQ(phi3["original_max_position_embeddings"], 64);
+  const auto weights = read_safetensors(out / "phi3_longrope/model.safetensors");
+  EXPECT_EQ(weights.at("model.layers.1.self_attn.qkv_proj.weight").sizes(), (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(weights.at("model.layers.1.mlp.gate_up_proj.weight").sizes(), (std::vector<int64_t>{192, 64}));
+  EXPECT_EQ(weights.count("model.layers.1.self_attn.q_proj.weight"), 0u);
+  EXPECT_EQ(read_model_config(out / "phi3_yarn").hf_model_type, "llama");
+  EXPECT_EQ(read_model_config(out / "phi3_trained").hf_model_type, "phi3");
 }
 
 // transformers 4.x (installed beside the venv by scripts/setup.sh) loads the same

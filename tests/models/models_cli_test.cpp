@@ -34,7 +34,7 @@ void expect_close(const json& got, const std::vector<double>& want, double rtol,
 }
 
 // `segtrain generate` writes what transformers' generate(do_sample=False) writes, with
-// its own KV cache, on a tiny model of every architecture and every RoPE scaling:
+// its own KV cache, on a tiny model of every architecture and family and every RoPE scaling:
 // prompts within the base's context and, for the scalings, one whose continuation
 // crosses the original 64 positions (dynamic NTK and LongRoPE switch frequencies
 // mid-generation, their cached keys keeping the old ones, as transformers' do).
@@ -53,7 +53,11 @@ TEST(Generate, GreedyTokensEqualTransformersGenerateOnEveryArchitectureAndScalin
   };
   std::vector<Case> cases = {{"gpt2", {3, 12}}, {"gpt_neox", {4, 14}}, {"bloom", {5, 30}},   {"llama", {6, 40}},
                              {"llama_bias", {7, 20}}, {"qwen2", {9, 33}}, {"mistral", {10, 25}},
-                             {"qwen3", {11, 30}}};
+                             {"qwen3", {11, 30}}, {"phi3", {6, 40}},
+                             // Prompts that stay below 64 positions or start past them: at the 65th
+                             // token transformers' Phi-3 (not its Llama) drops its cache and recomputes
+                             // every key with the long factors, where segtrain keeps the cached keys.
+                             {"phi3_longrope", {8, 70}}};
   for (const char* scaling : {"none", "linear", "dynamic", "yarn", "llama3", "longrope"})
     cases.push_back({std::string("llama_rope_") + scaling, {8, 56}});  // 56 + 16 new: crosses 64
   const int64_t new_tokens = 16;
@@ -377,6 +381,49 @@ TEST(FactorAuto, ReachesLeFromTheLengthTheBaseWasTrainedAt) {
     EXPECT_EQ(positions["extension"]["original_length"], 64) << what;
     EXPECT_DOUBLE_EQ(positions["extension"]["factor"].get<double>(), factor) << what;
   }
+}
+
+// A chunk run from an hf: Phi-3 base keeps its LongRoPE, and its export is Phi-3 again
+// (the checkpoint remembers the family it was read as) with fused q/k/v and gate/up,
+// which transformers loads with segtrain's logits on positions past the original 64.
+TEST(Phi3Cli, ChunkRunFromAnHfPhi3ExportsPhi3ThatTransformersLoads) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  auto synth = run(kBin, {"synth", "--out", dir / "corpus", "--docs", "24", "--min-tokens", "300", "--max-tokens",
+                          "600", "--seed", "3"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  auto prepare = run(kBin, {"prepare", "--input", dir / "corpus/train.jsonl", dir / "corpus/valid.jsonl", "--out",
+                            dir / "store", "--vocab-size", "64"});
+  ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
+  test::write_file(dir / "phi3.yaml",
+                   "run: {name: phi3, output_dir: " + (dir / "phi3") + ", threads: 1}\n"
+                   "model: {init: \"hf:" + ref + "/phi3_longrope\"}\n"
+                   "data:\n  store: " + (dir / "store") + "\n  train_length: 64\n  extended_length: 128\n"
+                   "  sampler: {method: chunk, alpha: 0.25}\n"
+                   "train: {micro_batch_size: 2, lr: 1.0e-3, warmup_steps: 1, log_every: 1, checkpoint_every: 0,"
+                   " tensorboard: false, budget: {tokens: 256}}\n"
+                   "eval: {lengths: [64, 128], max_sequences: 2}\n");
+  auto train = run(kBin, {"train", dir / "phi3.yaml"});
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  EXPECT_EQ(read_model_config(dir / "phi3").extension.method, ExtensionMethod::longrope);
+  auto exported = run(kBin, {"export", "--model", dir / "phi3", "--out", dir / "export"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const auto cfg = json::parse(test::read_file(dir / "export/config.json"));
+  EXPECT_EQ(cfg["architectures"][0], "Phi3ForCausalLM");
+  EXPECT_EQ(cfg["rope_scaling"]["type"], "longrope");
+  EXPECT_EQ(read_safetensors(dir / "export/model.safetensors").count("model.layers.0.self_attn.qkv_proj.weight"), 1u);
+  auto tokens = at::randint(64, {2, 64});
+  auto positions = at::cat({at::arange(0, 16), at::arange(40, 56), at::arange(70, 86), at::arange(100, 116)}).repeat({2, 1});
+  write_safetensors(dir / "export/input.safetensors", {{"tokens", tokens}, {"positions", positions}});
+  test::hf_logits({dir / "export"});
+  auto model = load_model(dir / "phi3");
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto ours = model->forward(tokens, positions);
+  EXPECT_LT(test::max_abs_diff(ours, read_safetensors(dir / "export/hf_logits.safetensors").at("logits")), 1e-4);
+  auto before = load_model(ref + "/phi3_longrope");
+  before->eval();
+  EXPECT_GT(test::max_abs_diff(before->forward(tokens, positions), ours), 1e-6) << "the run changed nothing";
 }
 
 // model.arch llama end to end through the binary: a chunk run from an hf: Llama
