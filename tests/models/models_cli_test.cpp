@@ -383,18 +383,23 @@ TEST(FactorAuto, ReachesLeFromTheLengthTheBaseWasTrainedAt) {
   }
 }
 
-// A chunk run from an hf: Phi-3 base keeps its LongRoPE, and its export is Phi-3 again
-// (the checkpoint remembers the family it was read as) with fused q/k/v and gate/up,
-// which transformers loads with segtrain's logits on positions past the original 64.
-TEST(Phi3Cli, ChunkRunFromAnHfPhi3ExportsPhi3ThatTransformersLoads) {
-  const auto ref = test::reference_dir();
-  test::TempDir dir;
+// A synthetic corpus of 24 documents and its store (vocabulary 64) in dir/store, as a user makes them.
+void make_small_store(const test::TempDir& dir) {
   auto synth = run(kBin, {"synth", "--out", dir / "corpus", "--docs", "24", "--min-tokens", "300", "--max-tokens",
                           "600", "--seed", "3"});
   ASSERT_EQ(synth.exit_code, 0) << synth.err;
   auto prepare = run(kBin, {"prepare", "--input", dir / "corpus/train.jsonl", dir / "corpus/valid.jsonl", "--out",
                             dir / "store", "--vocab-size", "64"});
   ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
+}
+
+// A chunk run from an hf: Phi-3 base keeps its LongRoPE, and its export is Phi-3 again
+// (the checkpoint remembers the family it was read as) with fused q/k/v and gate/up,
+// which transformers loads with segtrain's logits on positions past the original 64.
+TEST(Phi3Cli, ChunkRunFromAnHfPhi3ExportsPhi3ThatTransformersLoads) {
+  const auto ref = test::reference_dir();
+  test::TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(make_small_store(dir));
   test::write_file(dir / "phi3.yaml",
                    "run: {name: phi3, output_dir: " + (dir / "phi3") + ", threads: 1}\n"
                    "model: {init: \"hf:" + ref + "/phi3_longrope\"}\n"
@@ -433,12 +438,7 @@ TEST(Phi3Cli, ChunkRunFromAnHfPhi3ExportsPhi3ThatTransformersLoads) {
 TEST(LlamaCli, ChunkRunFromAnHfLlamaTrainsAndExportsWhatTransformersLoads) {
   const auto ref = test::reference_dir();
   test::TempDir dir;
-  auto synth = run(kBin, {"synth", "--out", dir / "corpus", "--docs", "24", "--min-tokens", "300", "--max-tokens",
-                          "600", "--seed", "3"});
-  ASSERT_EQ(synth.exit_code, 0) << synth.err;
-  auto prepare = run(kBin, {"prepare", "--input", dir / "corpus/train.jsonl", dir / "corpus/valid.jsonl", "--out",
-                            dir / "store", "--vocab-size", "64"});
-  ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
+  ASSERT_NO_FATAL_FAILURE(make_small_store(dir));
   // No model.arch: a run takes its hf: base's architecture from config.json.
   auto config = [&](const std::string& name, const std::string& base) {
     const std::string path = dir / (name + ".yaml");

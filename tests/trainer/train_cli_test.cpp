@@ -74,6 +74,18 @@ class TrainCli : public test::SyntheticStoreSuite {
     second.join();
     return {first, other};
   }
+  // Each TensorBoard scalar tag of run `name` with the steps it was written at, a line each:
+  // "eval/ppl@32 [10, 20, 24]" (read by TensorBoard's own EventAccumulator).
+  static std::string tensorboard_steps(const std::string& name) {
+    test::write_file(*dir_ / "tb.py",
+                     "import sys\n"
+                     "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
+                     "acc = EventAccumulator(sys.argv[1]); acc.Reload()\n"
+                     "for tag in sorted(acc.Tags()['scalars']): print(tag, [e.step for e in acc.Scalars(tag)])\n");
+    auto tb = run(SEGTRAIN_PYTHON, {*dir_ / "tb.py", run_dir(name) + "/tensorboard"});
+    EXPECT_EQ(tb.exit_code, 0) << tb.err;
+    return tb.out;
+  }
   // The largest difference between two runs' final weights.
   static double weight_difference(const std::string& a, const std::string& b) {
     const auto x = models::read_safetensors(a + "/final/model.safetensors");
@@ -596,17 +608,10 @@ TEST_F(TrainCli, PeriodicEvalProgressLinesAndTensorBoardScalars) {
   EXPECT_NE(r.err.find("eval valid L=32: ppl "), std::string::npos) << r.err;
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(step 1/24  loss \d+\.\d{4})"))) << r.err;
   EXPECT_EQ(values(run_dir("tb"), "step"), (std::vector<double>{1, 5, 10, 15, 20, 24}));
-  const std::string script =
-      "import sys\n"
-      "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
-      "acc = EventAccumulator(sys.argv[1]); acc.Reload()\n"
-      "for tag in sorted(acc.Tags()['scalars']): print(tag, [e.step for e in acc.Scalars(tag)])\n";
-  test::write_file(*dir_ / "tb.py", script);
-  auto tb = run(SEGTRAIN_PYTHON, {*dir_ / "tb.py", run_dir("tb") + "/tensorboard"});
-  ASSERT_EQ(tb.exit_code, 0) << tb.err;
-  EXPECT_NE(tb.out.find("eval/ppl@32 [10, 20, 24]"), std::string::npos) << tb.out;
-  EXPECT_NE(tb.out.find("train/loss [1, 5, 10, 15, 20, 24]"), std::string::npos) << tb.out;
-  EXPECT_NE(tb.out.find("train/lr [1, 5, 10, 15, 20, 24]"), std::string::npos) << tb.out;
+  const std::string tags = tensorboard_steps("tb");
+  EXPECT_NE(tags.find("eval/ppl@32 [10, 20, 24]"), std::string::npos) << tags;
+  EXPECT_NE(tags.find("train/loss [1, 5, 10, 15, 20, 24]"), std::string::npos) << tags;
+  EXPECT_NE(tags.find("train/lr [1, 5, 10, 15, 20, 24]"), std::string::npos) << tags;
 }
 
 // Two Gloo ranks with micro-batch 2 (or 1 with grad_accum 2) read the same
@@ -1226,12 +1231,6 @@ TEST_F(TrainCli, PasskeyWithAByteLevelBpeStore) {
 
   // Evaluation during training runs eval.tasks (eval.periodic_tasks: auto), or the subset that
   // key names; each task's figures are logged and go to TensorBoard, as the final evaluation's.
-  const std::string tags =
-      "import sys\n"
-      "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
-      "acc = EventAccumulator(sys.argv[1]); acc.Reload()\n"
-      "for tag in sorted(acc.Tags()['scalars']): print(tag, [e.step for e in acc.Scalars(tag)])\n";
-  test::write_file(*dir_ / "passkey-tb.py", tags);
   for (const std::string periodic : {"auto", "[perplexity]"}) {
     const std::string name = periodic == "auto" ? "passkey-periodic" : "passkey-periodic-ppl";
     std::vector<std::string> every = {"train", config(name, "gpt_neox", "truncate"), "--set",
@@ -1245,13 +1244,12 @@ TEST_F(TrainCli, PasskeyWithAByteLevelBpeStore) {
                                                        : "step 5: evaluating perplexity on valid"),
               std::string::npos)
         << periodic_run.err;
-    auto tb = run(SEGTRAIN_PYTHON, {*dir_ / "passkey-tb.py", run_dir(name) + "/tensorboard"});
-    ASSERT_EQ(tb.exit_code, 0) << tb.err;
+    const std::string tags = tensorboard_steps(name);
     // Steps 5, 10, 15 and the final evaluation's.
-    EXPECT_TRUE(std::regex_search(tb.out, std::regex(R"(eval/ppl@256 \[5, 10, 15, \d+\])"))) << tb.out;
-    EXPECT_TRUE(std::regex_search(tb.out, std::regex(periodic == "auto" ? R"(eval/passkey@512 \[5, 10, 15, \d+\])"
-                                                                        : R"(eval/passkey@512 \[\d+\]\n)")))
-        << periodic << "\n" << tb.out;
+    EXPECT_TRUE(std::regex_search(tags, std::regex(R"(eval/ppl@256 \[5, 10, 15, \d+\])"))) << tags;
+    EXPECT_TRUE(std::regex_search(tags, std::regex(periodic == "auto" ? R"(eval/passkey@512 \[5, 10, 15, \d+\])"
+                                                                      : R"(eval/passkey@512 \[\d+\]\n)")))
+        << periodic << "\n" << tags;
   }
   std::vector<std::string> not_listed = args;
   not_listed.insert(not_listed.end(), {"--set", "eval.periodic_tasks=[passkey, niah_single]"});

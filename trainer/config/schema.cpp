@@ -48,7 +48,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
 
       text("model.init", c.model.init, "scratch, hf:DIR (a transformers folder) or checkpoint:DIR.").with({KeyRole::grid, KeyRole::resume}),
       choice("model.arch", m.arch, models::kArchs,
-             "Block layout and HF naming: gpt2 (learned APE), gpt_neox (RoPE), bloom (ALiBi), llama (RoPE, RMSNorm, SwiGLU, GQA; also Mistral and Qwen2).").with({KeyRole::model_shape, KeyRole::resume}),
+             "Block layout and HF naming: gpt2 (learned APE), gpt_neox (RoPE), bloom (ALiBi), llama (RoPE, RMSNorm, SwiGLU, GQA; also Mistral, Qwen2, Qwen3 and Phi-3).").with({KeyRole::model_shape, KeyRole::resume}),
       maybe_integer("model.vocab_size", m.vocab_size, "auto", 1, "auto takes the token store's vocabulary.").with({KeyRole::model_shape, KeyRole::resume}),
       integer("model.d_model", m.d_model, 1, kMaxInt, "Hidden size.").with({KeyRole::model_shape, KeyRole::resume}),
       integer("model.n_layers", m.n_layers, 1, kMaxInt, "Transformer blocks.").with({KeyRole::model_shape, KeyRole::resume}),
