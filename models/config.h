@@ -7,24 +7,9 @@
 #include <vector>
 
 #include "common/enum_names.h"
+#include "models/arch.h"  // Arch, its layout and position scheme
 
 namespace segtrain::models {
-
-// Block layout and HF naming; each implies its position scheme.
-enum class Arch { gpt2, gpt_neox, bloom, llama };
-inline constexpr EnumName<Arch> kArchs[] = {
-    {"gpt2", Arch::gpt2}, {"gpt_neox", Arch::gpt_neox}, {"bloom", Arch::bloom}, {"llama", Arch::llama}};
-
-enum class PositionScheme { learned, rope, alibi };
-inline PositionScheme position_scheme(Arch arch) {
-  switch (arch) {
-    case Arch::gpt2: return PositionScheme::learned;
-    case Arch::gpt_neox: return PositionScheme::rope;
-    case Arch::bloom: return PositionScheme::alibi;
-    case Arch::llama: return PositionScheme::rope;
-  }
-  return PositionScheme::learned;
-}
 
 // How positions past the pretrained length are handled (seeds 000-004).
 //   interpolate : APE table interpolation, RoPE linear PI, ALiBi slope interpolation
@@ -81,15 +66,16 @@ struct ExtensionConfig {
 };
 
 struct ModelConfig {
-  Arch arch = Arch::gpt2;
+  Arch arch = kDefaultArch;
   std::optional<int64_t> vocab_size;     // nullopt ("auto"): from the token store
   int64_t d_model = 128;
   int64_t n_layers = 4;
   int64_t n_heads = 4;
   std::optional<int64_t> d_ff;           // nullopt ("auto"): 4 * d_model
   std::optional<int64_t> max_positions;  // nullopt ("auto"): data.train_length
-  double layer_norm_eps = 1e-5;          // RMSNorm's epsilon for llama
-  // Llama family only (gpt2, gpt_neox and bloom fix these by their layout):
+  double layer_norm_eps = 1e-5;          // also RMSNorm's epsilon
+  // The Llama block's only (arch_layout(arch).block == BlockKind::llama; Megatron blocks fix
+  // these by their layout):
   std::optional<int64_t> n_kv_heads;     // nullopt ("auto"): n_heads (grouped-query attention when fewer)
   std::optional<int64_t> head_dim;       // nullopt ("auto"): d_model / n_heads
   bool qkv_bias = false;                 // biases on q/k/v (Llama attention_bias, Qwen2)

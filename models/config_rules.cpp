@@ -14,7 +14,14 @@ void fail(std::vector<ConfigProblem>& out, const char* key, std::string message)
 }
 std::string n(int64_t v) { return std::to_string(v); }
 
-// Sizes that hold together; the Llama-family keys only on llama.
+std::string archs_with_block(BlockKind block) {
+  std::string out;
+  for (const auto& layout : kArchLayouts)
+    if (layout.block == block) out += (out.empty() ? "" : "|") + std::string(enum_name(kArchs, layout.arch));
+  return out;
+}
+
+// Sizes that hold together; the Llama block's keys only on the archs built of it.
 void check_sizes(std::vector<ConfigProblem>& out, const ModelConfig& c) {
   if (c.d_model <= 0) fail(out, "model.d_model", "must be positive, got " + n(c.d_model));
   if (c.n_layers <= 0) fail(out, "model.n_layers", "must be positive, got " + n(c.n_layers));
@@ -31,14 +38,16 @@ void check_sizes(std::vector<ConfigProblem>& out, const ModelConfig& c) {
     fail(out, "model.n_kv_heads", "n_heads = " + n(c.n_heads) + " is not divisible by n_kv_heads = " + n(*c.n_kv_heads));
   if (c.sliding_window && *c.sliding_window <= 0)
     fail(out, "model.sliding_window", "must be positive, got " + n(*c.sliding_window));
-  if (c.arch == Arch::llama) {
-    if (c.rope.rotary_pct != 1.0)
-      fail(out, "model.rope.rotary_pct", "llama rotates the whole head (transformers' Llama, Mistral and Qwen2); use 1");
-    return;
-  }
-  // Their defaults (auto, false) are what the other architectures do; a value that
-  // asks for more is refused rather than ignored.
-  const std::string llama_only = "applies to model.arch llama only, not " + std::string(enum_name(kArchs, c.arch));
+  const ArchLayout& layout = arch_layout(c.arch);
+  if (layout.positions == PositionScheme::rope && !layout.partial_rotary && c.rope.rotary_pct != 1.0)
+    fail(out, "model.rope.rotary_pct", std::string("model.arch ") + enum_name(kArchs, c.arch) +
+                                           " rotates the whole head (transformers' Llama, Mistral, Qwen2, Qwen3 and "
+                                           "Phi-3 do); use 1");
+  if (layout.block == BlockKind::llama) return;
+  // Their defaults (auto, false) are what Megatron blocks do; a value that asks for
+  // more is refused rather than ignored.
+  const std::string llama_only = "applies to model.arch " + archs_with_block(BlockKind::llama) + " only, not " +
+                                 enum_name(kArchs, c.arch);
   const std::pair<const char*, bool> asked[] = {
       {"model.n_kv_heads", c.n_kv_heads.has_value()}, {"model.head_dim", c.head_dim.has_value()},
       {"model.qkv_bias", c.qkv_bias},                 {"model.o_bias", c.o_bias},

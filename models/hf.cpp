@@ -188,7 +188,7 @@ TensorMap read_hf_tensors(const std::string& dir) {
   return out;
 }
 
-void export_hf(const TransformerLM& model, const std::string& dir, const HfExportOptions& options) {
+HfExported export_hf(const TransformerLM& model, const std::string& dir, const HfExportOptions& options) {
   const ModelConfig& c = model->config();
   const auto method = c.extension.method;
   const Family& family = family_for_export(c);
@@ -217,6 +217,7 @@ void export_hf(const TransformerLM& model, const std::string& dir, const HfExpor
   fs::create_directories(dir);
   write_safetensors_dir(dir, tensors, options.max_shard_bytes);
   write_file_atomic(fs::path(dir) / "config.json", cfg.dump(2) + "\n");
+  return {out.transformers_reproduces, out.note};
 }
 
 }  // namespace segtrain::models

@@ -50,7 +50,12 @@ struct HfExportOptions {
 //            Qwen2ForCausalLM when only q/k/v have biases, MistralForCausalLM with a
 //            sliding window), RoPE extensions as gpt_neox.
 // config.json's "segtrain" field records the extension and whether transformers
-// reproduces it ("transformers_reproduces"), with a note when it does not.
-void export_hf(const TransformerLM& model, const std::string& dir, const HfExportOptions& options = {});
+// reproduces it ("transformers_reproduces"), with a note when it does not; the same
+// is returned, for the caller to tell the user.
+struct HfExported {
+  bool transformers_reproduces = true;
+  std::string note;
+};
+HfExported export_hf(const TransformerLM& model, const std::string& dir, const HfExportOptions& options = {});
 
 }  // namespace segtrain::models

@@ -25,7 +25,7 @@ torch::nn::LayerNorm layer_norm(const ModelConfig& c) {
 }  // namespace
 
 BlockImpl::BlockImpl(const ModelConfig& c)
-    : arch(c.arch), n_heads(c.n_heads), head_dim(head_dim_of(c)) {
+    : layout(arch_layout(c.arch)), n_heads(c.n_heads), head_dim(head_dim_of(c)) {
   ln1 = register_module("ln1", layer_norm(c));
   ln2 = register_module("ln2", layer_norm(c));
   qkv = register_module("qkv", torch::nn::Linear(c.d_model, 3 * c.d_model));
@@ -40,7 +40,7 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
     const int64_t b = h.size(0), t = h.size(1), d = h.size(2);
     auto packed = qkv(h);
     at::Tensor q, k, v;
-    if (arch == Arch::gpt2) {
+    if (layout.qkv == QkvPacking::concatenated) {
       auto parts = packed.split(d, -1);
       q = parts[0].view({b, t, n_heads, head_dim}).transpose(1, 2);
       k = parts[1].view({b, t, n_heads, head_dim}).transpose(1, 2);
@@ -57,12 +57,10 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
     auto y = causal_attention(q, k, v, mask);
     return proj(y.transpose(1, 2).reshape({b, t, d}));
   };
-  // gpt2 and bloom use the tanh approximation, gpt_neox the exact erf GELU.
-  const bool tanh_gelu = arch != Arch::gpt_neox;
   auto mlp = [&](const at::Tensor& h) {
-    return fc_out(F::gelu(fc(h), F::GELUFuncOptions().approximate(tanh_gelu ? "tanh" : "none")));
+    return fc_out(F::gelu(fc(h), F::GELUFuncOptions().approximate(layout.exact_gelu ? "none" : "tanh")));
   };
-  if (arch == Arch::gpt_neox) return x + attention(ln1(x)) + mlp(ln2(x));
+  if (layout.parallel_residual) return x + attention(ln1(x)) + mlp(ln2(x));
   auto h = x + attention(ln1(x));
   return h + mlp(ln2(h));
 }
@@ -70,18 +68,20 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
 TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(config)) {
   const auto& c = config_;
   check_model_config(c);
+  const ArchLayout& layout = arch_layout(c.arch);
   const int64_t vocab = vocab_size_of(c);
   wte = register_module("wte", torch::nn::Embedding(vocab, c.d_model));
-  if (c.arch == Arch::gpt2) wpe = register_module("wpe", torch::nn::Embedding(ape_rows(c), c.d_model));
-  if (c.arch == Arch::bloom) emb_ln = register_module("emb_ln", layer_norm(c));
+  if (layout.positions == PositionScheme::learned)
+    wpe = register_module("wpe", torch::nn::Embedding(ape_rows(c), c.d_model));
+  if (layout.embedding_norm) emb_ln = register_module("emb_ln", layer_norm(c));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    if (c.arch == Arch::llama) blocks->push_back(LlamaBlock(c));
+    if (layout.block == BlockKind::llama) blocks->push_back(LlamaBlock(c));
     else blocks->push_back(Block(c));
   }
-  if (c.arch == Arch::llama) rms_f = register_module("ln_f", RMSNorm(c.d_model, c.layer_norm_eps));
+  if (layout.norm == Norm::rms_norm) rms_f = register_module("ln_f", RMSNorm(c.d_model, c.layer_norm_eps));
   else ln_f = register_module("ln_f", layer_norm(c));
-  if (c.arch == Arch::gpt_neox || (c.arch == Arch::llama && !c.tie_embeddings))
+  if (layout.head == HeadTying::untied || (layout.head == HeadTying::by_config && !c.tie_embeddings))
     lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, vocab).bias(false)));
 
   // GPT-2 initialisation, residual projections scaled by 1/sqrt(2 * layers) so

@@ -1,6 +1,6 @@
 #pragma once
-// One decoder-only TransformerLM with four block layouts (seed 004's models and
-// the Llama family):
+// One decoder-only TransformerLM built as model.arch's layout says
+// (models/arch.h), never by asking which arch it is:
 //   gpt2     learned APE, pre-LN, tanh GELU, tied head
 //   gpt_neox RoPE on rotary_pct of each head, parallel residual, exact GELU, untied head
 //   bloom    ALiBi, LayerNorm after the embedding, tanh GELU, tied head
@@ -30,16 +30,16 @@
 
 namespace segtrain::models {
 
-// gpt2, gpt_neox and bloom blocks (LayerNorm, GELU MLP, one fused qkv).
+// Megatron's block (gpt2, gpt_neox, bloom): LayerNorm, GELU MLP, one fused qkv.
 struct BlockImpl : DecoderBlock {
   BlockImpl(const ModelConfig& config);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
                      const at::Tensor& mask, KvLayer* kv = nullptr) override;
 
-  Arch arch;
+  const ArchLayout& layout;
   int64_t n_heads, head_dim;
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
-  // qkv keeps each arch's HF layout: gpt2 [q|k|v], gpt_neox and bloom per head [q,k,v].
+  // qkv keeps each arch's HF layout (layout.qkv): [q|k|v], or [q,k,v] per head.
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, fc_out{nullptr};
 };
 TORCH_MODULE(Block);
@@ -80,9 +80,9 @@ struct TransformerLMImpl : torch::nn::Module {
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::LayerNorm emb_ln{nullptr}, ln_f{nullptr};
-  RMSNorm rms_f{nullptr};  // llama's final norm, registered as "ln_f" (ln_f is then null)
+  RMSNorm rms_f{nullptr};  // the final norm of an RMSNorm layout, registered as "ln_f" (ln_f is then null)
   torch::nn::ModuleList blocks;
-  torch::nn::Linear lm_head{nullptr};  // gpt_neox and untied llama; the others reuse wte
+  torch::nn::Linear lm_head{nullptr};  // an untied head; a tied one reuses wte
 
  private:
   // hidden() and decode(): the blocks over the new tokens, attending over `cache` too when given.

@@ -371,6 +371,36 @@ TEST(Model, Bf16AutocastRunsEveryArchCloseToFp32) {
   }
 }
 
+// Each arch has transformers' modules, as its layout row (models/arch.h) declares
+// them: GPT-2's position table, BLOOM's embedding LayerNorm, GPT-NeoX's own head, Llama's
+// RMSNorm (no bias) and its head tied as model.tie_embeddings says.
+TEST(Model, EachArchBuildsTheModulesOfItsHfModel) {
+  struct Expected {
+    Arch arch;
+    bool tie;
+    bool wpe, emb_ln, lm_head, ln_f_bias, q_proj;
+  };
+  const Expected cases[] = {{Arch::gpt2, false, true, false, false, true, false},
+                            {Arch::gpt_neox, false, false, false, true, true, false},
+                            {Arch::bloom, false, false, true, false, true, false},
+                            {Arch::llama, false, false, false, true, false, true},
+                            {Arch::llama, true, false, false, false, false, true}};
+  for (const auto& e : cases) {
+    auto config = test::tiny_model_config(e.arch, 50, 64);
+    config.tie_embeddings = e.tie;
+    TransformerLM model(config);
+    const auto names = model->named_parameters();
+    const std::string what = std::string(enum_name(kArchs, e.arch)) + (e.tie ? " tied" : "");
+    EXPECT_EQ(names.contains("wpe.weight"), e.wpe) << what;
+    EXPECT_EQ(names.contains("emb_ln.weight"), e.emb_ln) << what;
+    EXPECT_EQ(names.contains("lm_head.weight"), e.lm_head) << what;
+    EXPECT_EQ(names.contains("ln_f.bias"), e.ln_f_bias) << what;
+    EXPECT_EQ(names.contains("blocks.0.q_proj.weight"), e.q_proj) << what;
+    EXPECT_EQ(names.contains("blocks.0.qkv.weight"), !e.q_proj) << what;
+    EXPECT_TRUE(model->head_weight().is_same(e.lm_head ? model->lm_head->weight : model->wte->weight)) << what;
+  }
+}
+
 TEST(Model, ActivationCheckpointingGivesTheSameGradients) {
   for (Arch arch : {Arch::gpt2, Arch::gpt_neox, Arch::bloom}) {
     at::manual_seed(7);

@@ -284,6 +284,16 @@ TEST(Export, FromHfFolderAndModelDirWithOverrides) {
   r = run(kBin, {"export", "--model", dir / "run", "--out", dir / "bloom_hf"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(test::read_file(dir / "bloom_hf/config.json"))["model_type"], "bloom");
+  EXPECT_EQ((r.out + r.err).find("will not reproduce"), std::string::npos) << r.err;
+  // An extension transformers' BLOOM cannot apply: written, recorded, and said (the family's note).
+  r = run(kBin, {"export", "--model", dir / "run", "--out", dir / "bloom_ntk", "--set",
+                 "model.extension.method=ntk_alibi", "--set", "model.extension.factor=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE((r.out + r.err).find("transformers will not reproduce this model: transformers' BLOOM uses fixed ALiBi "
+                                 "slopes"),
+            std::string::npos)
+      << r.out << r.err;
+  EXPECT_FALSE(json::parse(test::read_file(dir / "bloom_ntk/config.json"))["segtrain"]["transformers_reproduces"]);
 }
 
 // `segtrain export` never deletes or replaces what it did not write (issue 33's cases):

@@ -264,7 +264,7 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
   options.trained_length = trained_length(stored.dir);
   // Built beside `out` and renamed in: a full disk or a kill never leaves half an export.
   AtomicDir staged(out);
-  models::export_hf(models::load_model(stored.dir, c), staged.path().string(), options);
+  const auto exported = models::export_hf(models::load_model(stored.dir, c), staged.path().string(), options);
   if (fs::is_directory(origin)) copy_tokenizer_files(origin, staged.path());
   // A model trained from scratch on a sentencepiece store: that store's model, as transformers reads it.
   if (origin.empty())
@@ -277,10 +277,7 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
   staged.commit();
   log::info("exported ", path, " (", enum_name(models::kArchs, c.arch), ", extension ",
             enum_name(models::kExtensionMethods, c.extension.method), ") to ", out);
-  if (c.arch == models::Arch::bloom && c.extension.method != models::ExtensionMethod::none)
-    log::warn("transformers' BLOOM cannot reproduce ALiBi extension ",
-              enum_name(models::kExtensionMethods, c.extension.method),
-              "; config.json records it under \"segtrain\" and segtrain applies it on load");
+  if (!exported.transformers_reproduces) log::warn("transformers will not reproduce this model: ", exported.note);
 }
 
 }  // namespace segtrain::trainer
