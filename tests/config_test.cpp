@@ -112,6 +112,24 @@ TEST_F(ConfigTest, EveryKeyIsEmittedAndDocumented) {
   }
 }
 
+// Which task scores windows and which option belongs to an unlisted task: asked of the
+// catalog by what the task does, never by comparing its name.
+TEST(EvalTasks, WindowTaskAndUnlistedOptionsComeFromTheCatalog) {
+  int window_tasks = 0;
+  for (const auto& task : eval_task_catalog()) {
+    EXPECT_EQ(scores_windows(task.name), !task.writes_prompts) << task.name;
+    window_tasks += scores_windows(task.name);
+  }
+  EXPECT_EQ(window_tasks, 1) << "eval.json's \"results\" and an experiment's tables are one task's";
+  EXPECT_TRUE(scores_windows("perplexity"));
+  EXPECT_FALSE(scores_windows("passkey"));
+  EXPECT_FALSE(scores_windows("no_such_task"));
+  EXPECT_EQ(unlisted_task_of_key("eval.passkey.trials", {"perplexity"}), "passkey");
+  EXPECT_EQ(unlisted_task_of_key("eval.passkey.trials", {"perplexity", "passkey"}), "");
+  EXPECT_EQ(unlisted_task_of_key("eval.lengths", {"perplexity"}), "") << "the eval section's own key";
+  EXPECT_EQ(unlisted_task_of_key("eval.cwe.lengths", {}), "cwe");
+}
+
 TEST_F(ConfigTest, ResolvedYamlRoundTrips) {
   auto path = file("full.yaml", "data:\n  store: " + store() +
                                     "\n  train_length: 128\n  extended_length: 512\n"

@@ -2,8 +2,10 @@
 # trainer/'s libraries include only downward (docs/architecture.md):
 #   config -> runtime -> eval -> train -> experiment -> cli
 # and trainer/config sees no LibTorch header; nor do the model families (models/families/,
-# which the config reads) or what they include. data/ never includes models/. Prints every
-# violation; exit 1 if any.
+# which the config reads) or what they include. data/ never includes models/. Outside
+# models/families/ and the archs' own table (models/arch.h), product code never names an
+# architecture (Arch::...): it reads the arch's layout or asks its family; and no code compares an evaluation
+# task's name (it asks the task). Prints every violation; exit 1 if any.
 set -euo pipefail
 root=${1:?usage: layout_test.sh SOURCE_DIR}
 cd "$root"
@@ -33,5 +35,17 @@ fi
 if hits=$(grep -rnE '#include "models/' data); then
   echo "data/ includes models/:"; echo "$hits"; status=1
 fi
-[[ $status == 0 ]] && echo "layout: trainer/{${order[*]}} include only downward; trainer/config and models/families are torch-free; data/ does not include models/"
+if hits=$(grep -rnE '\bArch::[a-z]' common data models trainer launch --include='*.cpp' --include='*.h' |
+           grep -vE '^models/(families/|arch\.h:)'); then
+  echo "product code outside models/families/ and models/arch.h branches on an architecture (read arch_layout instead):"
+  echo "$hits"; status=1
+fi
+# An evaluation task is one type: only its own file (and its registration) names it.
+tasks='(perplexity|passkey|niah_[a-z]+|vt|cwe)'
+if hits=$(grep -rnE "(==|!=) *\"$tasks\"|\"$tasks\" *(==|!=)|find\(.*\"$tasks\"\)" common data models trainer launch \
+             --include='*.cpp' --include='*.h'); then
+  echo "product code compares an evaluation task's name (ask the task, or scores_windows, instead):"
+  echo "$hits"; status=1
+fi
+[[ $status == 0 ]] && echo "layout: trainer/{${order[*]}} include only downward; trainer/config and models/families are torch-free; data/ does not include models/; only models/families/ and models/arch.h name an arch; no code compares a task's name"
 exit $status

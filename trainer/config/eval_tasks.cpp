@@ -1,5 +1,7 @@
 #include "trainer/config/eval_tasks.h"
 
+#include <algorithm>
+
 namespace segtrain::trainer {
 
 namespace {
@@ -48,6 +50,16 @@ const EvalTaskInfo* find_eval_task(const std::string& name) {
   for (const auto& task : eval_task_catalog())
     if (task.name == name) return &task;
   return nullptr;
+}
+
+std::string unlisted_task_of_key(const std::string& key, const std::vector<std::string>& tasks) {
+  std::string task = task_of_key(key);
+  return task.empty() || std::find(tasks.begin(), tasks.end(), task) != tasks.end() ? "" : task;
+}
+
+bool scores_windows(const std::string& task) {
+  const EvalTaskInfo* info = find_eval_task(task);
+  return info && !info->writes_prompts;
 }
 
 std::string eval_task_names() {

@@ -35,10 +35,16 @@ struct EvalTaskInfo {
 const std::vector<EvalTaskInfo>& eval_task_catalog();
 // nullptr when `name` is no task.
 const EvalTaskInfo* find_eval_task(const std::string& name);
+// Whether `task` scores the store's windows (perplexity by length) rather than prompts: its
+// figures are eval.json's "results" and an experiment's tables, and more windows continue it.
+bool scores_windows(const std::string& task);
 // "perplexity, passkey, ...".
 std::string eval_task_names();
 // The task whose option `key` is ("eval.passkey.trials" -> "passkey"); "" for any other key.
 std::string task_of_key(const std::string& key);
+// The task whose option `key` is when `tasks` does not list it (its option would be read
+// and never used: the run config and `segtrain eval` refuse it); "" otherwise.
+std::string unlisted_task_of_key(const std::string& key, const std::vector<std::string>& tasks);
 // Each prompt task's options at their defaults.
 std::map<std::string, TaskOptions> default_task_options();
 

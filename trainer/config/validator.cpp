@@ -111,8 +111,7 @@ void check_run_and_eval(Checker& ck, const Config& c) {
   for (const auto& problem : window_problems(c.eval.stride, c.eval.lengths)) ck.fail(problem.key, problem.message);
   // A task's options without the task would be read and never used.
   for (const auto& [key, where] : ck.loaded.origins)
-    if (const std::string task = task_of_key(key);
-        !task.empty() && std::find(c.eval.tasks.begin(), c.eval.tasks.end(), task) == c.eval.tasks.end())
+    if (const std::string task = unlisted_task_of_key(key, c.eval.tasks); !task.empty())
       ck.fail(key, task + " is not in eval.tasks; list it there (eval.tasks: [perplexity, " + task +
                        "]) or drop this key");
   for (const auto& task : c.eval.periodic_tasks)

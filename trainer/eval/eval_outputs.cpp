@@ -32,7 +32,7 @@ std::vector<std::string> tasks_already_evaluated(const nlohmann::json& prior, co
       before.value("precision", nlohmann::json()) != evaluated["precision"] || !before.contains("tasks"))
     return kept;
   for (const auto& [task, settings] : evaluated["tasks"].items()) {
-    const bool measured = task == "perplexity" ? prior.contains("results") && !prior["results"].empty()
+    const bool measured = scores_windows(task) ? prior.contains("results") && !prior["results"].empty()
                                                : prior.contains("tasks") && prior["tasks"].contains(task);
     if (measured && before["tasks"].contains(task) && before["tasks"][task] == settings) kept.push_back(task);
   }
@@ -57,7 +57,7 @@ std::string eval_json(const std::string& model_name, const std::vector<TaskResul
     out["tasks"][task.task] = {{"seconds", task.seconds}, {"by_length", task_scores_json(task.scores)}};
   }
   for (const auto& task : record.kept) {
-    if (task != "perplexity") {
+    if (!scores_windows(task)) {
       out["tasks"][task] = record.prior["tasks"][task];
     } else {
       out["results"] = record.prior["results"];

@@ -41,8 +41,7 @@ EvalConfig suite_config(const EvalOptions& options) {
     apply_override(loaded, assignment);
   }
   for (const auto& [key, where] : loaded.origins)
-    if (const std::string task = task_of_key(key);
-        !task.empty() && std::find(options.tasks.begin(), options.tasks.end(), task) == options.tasks.end()) {
+    if (const std::string task = unlisted_task_of_key(key, options.tasks); !task.empty()) {
       std::string tasks;
       for (const auto& t : options.tasks) tasks += t + ",";
       throw InputError(where + ": " + task + " is not among --tasks; add it (--tasks " + tasks + task + ")");

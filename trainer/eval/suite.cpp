@@ -94,6 +94,7 @@ std::vector<TaskResult> run_suite(const EvalSuite& suite, models::TransformerLM&
   std::vector<TaskResult> results;
   for (const auto& task : suite.tasks()) {
     if (how.skip && how.skip(*task)) continue;
+    if (how.on_start) how.on_start(*task);
     results.push_back(run_task(*task, model, data));
     if (how.log) task->log(results.back());
     if (how.on_result) how.on_result(*task, results);

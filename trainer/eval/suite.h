@@ -48,12 +48,14 @@ TaskResult run_task(const EvalTask& task, models::TransformerLM& model, const Ta
 // with each as it comes (written, so that a later task that fails keeps them).
 struct SuiteRun {
   std::function<bool(const EvalTask&)> skip;  // empty: every task runs
+  std::function<void(const EvalTask&)> on_start;  // before each task that runs (what it is about to do)
   bool log = true;                            // task.log() of each result
   // After each task: the results so far, its own last.
   std::function<void(const EvalTask&, const std::vector<TaskResult>&)> on_result;
 };
 
-// The one way the suite runs (a run's periodic and final evaluation, `segtrain eval`):
+// The one way the suite runs (a run's periodic and final evaluation, `segtrain eval`, a
+// grid row's and an imported row's more windows):
 // its tasks in order, each timed, logged and handed to on_result.
 std::vector<TaskResult> run_suite(const EvalSuite& suite, models::TransformerLM& model, const TaskData& data,
                                   const SuiteRun& how = {});

@@ -3,8 +3,9 @@
 // model, what its figures depend on (the experiment grid's cache key) and how it
 // logs them. Perplexity and every prompt task are one type; the suite
 // (suite.h) builds them from `eval.tasks`, and `Trainer`, `segtrain eval` and the
-// grid loop over it. A new task is its own file plus a row in suite.cpp and in
-// trainer/config/eval_tasks.cpp (its name and options).
+// grid run it through run_suite. Callers ask a task what it does (writes_prompts,
+// scores_windows), never its name. A new task is its own file plus a row in
+// suite.cpp and in trainer/config/eval_tasks.cpp (its name and options).
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -33,9 +34,11 @@ struct TaskScore {
   double accuracy() const { return trials ? correct / static_cast<double>(trials) : 0.0; }
 };
 
+// What any task measured: by length, the loss over windows of a task that scores the
+// store's windows (perplexity), else the prompts' scores.
 struct TaskResult {
   std::string task;
-  std::vector<LengthResult> perplexity;  // the perplexity task's
+  std::vector<LengthResult> perplexity;  // a window task's, by length
   std::vector<TaskScore> scores;         // a prompt task's, by length
   double seconds = 0;                    // wall time of run()
 };
@@ -60,6 +63,8 @@ class EvalTask {
   virtual ~EvalTask() = default;
   virtual const std::string& name() const = 0;
   virtual bool writes_prompts() const = 0;
+  // It scores the store's windows (perplexity by length; scores_windows in eval_tasks.h).
+  bool scores_windows() const { return !writes_prompts(); }
   // The longest sequence it gives the model (factor auto stretches a model to it).
   virtual int64_t longest() const = 0;
   // What its figures depend on besides the model: equal settings, equal figures.

@@ -18,6 +18,7 @@
 #include "trainer/experiment/schema.h"
 #include "models/config_rules.h"
 #include "models/model_io.h"
+#include "trainer/config/eval_tasks.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/yaml_text.h"
 
@@ -280,7 +281,7 @@ ExperimentConfig load_experiment(const std::string& file, const std::vector<std:
                      "beside the run sections; see configs/experiments/");
   read_experiment_section(root["experiment"], x, errors, use);
   const auto& tasks = x.base_template.config.eval.tasks;
-  if (std::find(tasks.begin(), tasks.end(), "perplexity") == tasks.end())
+  if (std::none_of(tasks.begin(), tasks.end(), [](const std::string& t) { return scores_windows(t); }))
     errors.push_back(x.base_template.locate("eval.tasks") + ": an experiment scores every row's perplexity (its "
                      "tables and intervals are perplexity's): list perplexity among them");
   if (!errors.empty()) throw InputError(join(errors, "\n"));

@@ -215,7 +215,7 @@ EvalSuite row_suite(const ExperimentConfig& x, const RowResult& row, int64_t fir
   PerplexityOptions eval = row_perplexity(x, row);
   eval.first_window = first_window;
   EvalConfig tasks = templ.eval;
-  if (row.kind == "base") tasks.tasks = {"perplexity"};
+  if (row.kind == "base") std::erase_if(tasks.tasks, [](const std::string& t) { return !scores_windows(t); });
   return EvalSuite(tasks, row.lengths, eval, templ.eval.split, kEvalPromptSeed);
 }
 
@@ -239,12 +239,20 @@ std::map<std::string, nlohmann::json> task_settings(const ExperimentConfig& x, c
   return out;
 }
 
-// What of a row's suite is still to evaluate: the tasks, and for perplexity the windows
-// already recorded, which are kept (more windows asked for since: more_windows.h).
+// What of a row's suite is still to evaluate: the tasks, and for the task that scores
+// windows those already recorded, which are kept (more windows asked for since: more_windows.h).
 struct RowTodo {
-  std::vector<const EvalTask*> tasks;
+  std::set<std::string> tasks;
   int64_t kept_windows = 0;
 };
+
+// The settings, among a row's tasks' (`with`), of the task that scores windows (an
+// experiment lists one: read_experiment checks it).
+const std::string& window_settings(const std::map<std::string, std::string>& with) {
+  for (const auto& [name, settings] : with)
+    if (scores_windows(name)) return settings;
+  throw std::logic_error("an experiment row's tasks score no windows");
+}
 
 // Takes into `row` each task's figures that its record holds with the same settings
 // (`with`: each task's settings as JSON), and the perplexity windows of a record that
@@ -256,7 +264,7 @@ RowTodo tasks_to_run(RowResult& row, const fs::path& record, const EvalSuite& su
   RowTodo todo;
   for (const auto& task : suite.tasks()) {
     const std::string& name = task->name();
-    if (name == "perplexity" && saved && !saved->evaluated_with.empty() &&
+    if (task->scores_windows() && saved && !saved->evaluated_with.empty() &&
         (saved->evaluated_with == with.at(name) ||
          adds_windows(nlohmann::json::parse(saved->evaluated_with), nlohmann::json::parse(with.at(name))))) {
       row.results = saved->results;
@@ -267,12 +275,13 @@ RowTodo tasks_to_run(RowResult& row, const fs::path& record, const EvalSuite& su
       row.imported_windows = saved->imported_windows;
       if (saved->evaluated_with != with.at(name)) {
         todo.kept_windows = row.results.empty() ? 0 : row.results.front().sequences;
-        todo.tasks.push_back(task.get());
+        todo.tasks.insert(name);
       }
-    } else if (name != "perplexity" && saved && saved->tasks.count(name) && saved->tasks.at(name).with == with.at(name)) {
+    } else if (!task->scores_windows() && saved && saved->tasks.count(name) &&
+               saved->tasks.at(name).with == with.at(name)) {
       row.tasks[name] = saved->tasks.at(name);
     } else {
-      todo.tasks.push_back(task.get());
+      todo.tasks.insert(name);
     }
   }
   return todo;
@@ -280,14 +289,14 @@ RowTodo tasks_to_run(RowResult& row, const fs::path& record, const EvalSuite& su
 
 // An imported row continued on more windows starts from its record as this grid would
 // have written it: its model's folder and files (here) in every task's settings, the
-// perplexity's with the windows it holds. `with`: each task's settings here.
+// window task's with the windows it holds. `with`: each task's settings here.
 RowResult continued_record(const RowResult& imported, const std::string& model_dir,
                            const std::map<std::string, std::string>& with) {
   RowResult row = imported;
   const auto recorded = nlohmann::json::parse(imported.evaluated_with);
   row.model = model_dir;
   row.evaluated_with =
-      with_max_sequences(nlohmann::json::parse(with.at("perplexity")), recorded.at("max_sequences")).dump();
+      with_max_sequences(nlohmann::json::parse(window_settings(with)), recorded.at("max_sequences")).dump();
   for (auto& [name, task] : row.tasks)
     if (with.count(name)) task.with = with.at(name);  // the same settings (ImportedRows::find), this model's names
   row.imported_windows = imported.results.empty() ? 0 : imported.results.front().sequences;
@@ -328,6 +337,19 @@ void check_rebuilt_model(models::TransformerLM& model, const RowResult& imported
                      " to a loss of " + digits(a) + ", recorded " + digits(b) +
                      " (more than 1e-4 apart): the recorded windows are another model's; to score every window "
                      "with this one, delete the row from that file");
+}
+
+// What a row's task is about to do: the windows of the row's lengths (after `kept_windows`
+// recorded ones), or a prompt task.
+void log_row_task(const EvalTask& task, const RowResult& row, const std::string& model_dir, int64_t kept_windows) {
+  if (!task.scores_windows()) {
+    log::info("experiment: ", task.name(), " of ", row.label, " (", model_dir, ")");
+    return;
+  }
+  log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", row.lengths.front(), "..",
+            row.lengths.back(),
+            kept_windows > 0 ? " on the windows after the " + std::to_string(kept_windows) + " recorded" : "",
+            kept_windows > 0 && row.imported_windows ? " (imported from " + row.imported_from + ")" : "");
 }
 
 // Evaluates one row's model: each task of the suite unless row.json holds its
@@ -385,26 +407,16 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
   loaded();
   const auto prompts = suite.open_prompts(store_path, split, x.file + ": eval.tasks");
   const TaskData data{&split, prompts ? &*prompts : nullptr};
-  // The perplexity of windows past the kept ones: a suite of its own (the same settings).
-  const EvalSuite more = row_suite(x, row, todo.kept_windows);
+  // The same suite scoring windows from after the kept ones on (the same settings).
+  const EvalSuite todo_suite = row_suite(x, row, todo.kept_windows);
   fs::create_directories(row_dir);
-  for (const EvalTask* task : todo.tasks) {
-    const bool perplexity = task->name() == "perplexity";
-    if (perplexity && todo.kept_windows > 0) {
-      for (const auto& t : more.tasks())
-        if (t->name() == "perplexity") task = t.get();
-      log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", row.lengths.front(), "..",
-                row.lengths.back(), " on the windows after the ", todo.kept_windows, " recorded",
-                row.imported_windows ? " (imported from " + row.imported_from + ")" : "");
-    } else if (perplexity) {
-      log::info("experiment: evaluating ", row.label, " (", model_dir, ") at L = ", row.lengths.front(), "..",
-                row.lengths.back());
-    } else {
-      log::info("experiment: ", task->name(), " of ", row.label, " (", model_dir, ")");
-    }
-    const Autocast autocast(bf16, device.type());
-    TaskResult result = run_task(*task, *model, data);
-    if (perplexity) {
+  SuiteRun how;
+  how.skip = [&](const EvalTask& task) { return !todo.tasks.count(task.name()); };
+  how.on_start = [&](const EvalTask& task) { log_row_task(task, row, model_dir, todo.kept_windows); };
+  how.log = false;  // on_result logs each task's figures, a row's kept windows joined
+  how.on_result = [&](const EvalTask& task, const std::vector<TaskResult>& results) {
+    TaskResult result = results.back();
+    if (task.scores_windows()) {
       if (todo.kept_windows > 0) {
         result.perplexity = append_windows(row.results, result.perplexity);
         result.seconds += row.eval_seconds;
@@ -412,15 +424,17 @@ RowResult evaluate_row(RowResult row, const fs::path& row_dir, const std::string
       row.results = result.perplexity;
       row.eval_seconds = result.seconds;
       row.model = model_dir;
-      row.evaluated_with = with.at(task->name());
+      row.evaluated_with = with.at(task.name());
       write_file_atomic(row_dir / "eval.json", eval_json(model_dir, {result}));
     } else {
-      row.tasks[task->name()] = {result.scores, with.at(task->name()), result.seconds};
+      row.tasks[task.name()] = {result.scores, with.at(task.name()), result.seconds};
     }
     write_file_atomic(record, row_to_json(row));  // each task's figures are kept even if a later one fails
-    task->log(result);
-    log::info("  ", task->name(), " in ", static_cast<int64_t>(result.seconds), " s");
-  }
+    task.log(result);  // with the kept windows: the row's figures
+    log::info("  ", task.name(), " in ", static_cast<int64_t>(results.back().seconds), " s");
+  };
+  const Autocast autocast(bf16, device.type());
+  run_suite(todo_suite, *model, data, how);
   return row;
 }
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "trainer/config/eval_tasks.h"
 #include "trainer/experiment/more_windows.h"
 
 namespace segtrain::trainer {
@@ -77,7 +78,7 @@ ImportedRows::Found ImportedRows::find(const std::string& corpus, int64_t factor
   for (const auto& [task, here] : settings) {
     const json mine = settings_only(here);
     json recorded;
-    if (task == "perplexity") {
+    if (scores_windows(task)) {
       recorded = settings_only(row.evaluated_with.empty() ? json::object() : json::parse(row.evaluated_with));
     } else {
       const auto t = row.tasks.find(task);
@@ -86,7 +87,7 @@ ImportedRows::Found ImportedRows::find(const std::string& corpus, int64_t factor
                          "evaluate it here (delete the row from that file) or leave the task out");
       recorded = settings_only(json::parse(t->second.with));
     }
-    if (task == "perplexity" && adds_windows(recorded, mine)) {
+    if (scores_windows(task) && adds_windows(recorded, mine)) {
       found.more_windows = true;
       continue;
     }
