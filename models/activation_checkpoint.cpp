@@ -32,6 +32,12 @@ struct AutocastState {
 #endif
     return s;
   }
+  bool enabled() const {
+#if SEGTRAIN_WITH_CUDA
+    if (cuda) return true;
+#endif
+    return cpu;
+  }
   void apply() const {
     at::autocast::set_autocast_enabled(at::kCPU, cpu);
     at::autocast::set_autocast_dtype(at::kCPU, cpu_dtype);
@@ -57,6 +63,9 @@ struct CheckpointBackward : torch::autograd::Node {
       y = fn(x);
     }
     outer.apply();
+    // The recomputation's bf16 casts of the weights (autocast's cache) must not outlive it:
+    // the optimizer updates the weights in place next, and the next forward would read them.
+    if (autocast.enabled()) at::autocast::clear_cache();
     torch::autograd::backward({y}, {grads[0]});
     input.reset();
     return {x.grad()};
