@@ -14,9 +14,7 @@ at::Tensor rotate_half(const at::Tensor& x) {
   return at::cat({-halves[1], halves[0]}, -1);
 }
 
-torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-}
+Projection linear(int64_t in, int64_t out, bool bias) { return Projection(in, out, bias); }
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 
 #include "models/config.h"
 #include "models/kv_cache.h"
+#include "models/projection.h"
 
 namespace segtrain::models {
 
@@ -47,9 +48,9 @@ struct LlamaBlockImpl : DecoderBlock {
 
   int64_t n_heads, n_kv_heads, head_dim;
   RMSNorm ln1{nullptr}, ln2{nullptr};
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // model.qk_norm (Qwen3): over each head, before RoPE
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(LlamaBlock);
 

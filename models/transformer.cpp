@@ -28,10 +28,10 @@ BlockImpl::BlockImpl(const ModelConfig& c)
     : layout(arch_layout(c.arch)), n_heads(c.n_heads), head_dim(head_dim_of(c)) {
   ln1 = register_module("ln1", layer_norm(c));
   ln2 = register_module("ln2", layer_norm(c));
-  qkv = register_module("qkv", torch::nn::Linear(c.d_model, 3 * c.d_model));
-  proj = register_module("proj", torch::nn::Linear(c.d_model, c.d_model));
-  fc = register_module("fc", torch::nn::Linear(c.d_model, d_ff_of(c)));
-  fc_out = register_module("fc_out", torch::nn::Linear(d_ff_of(c), c.d_model));
+  qkv = register_module("qkv", Projection(c.d_model, 3 * c.d_model, true));
+  proj = register_module("proj", Projection(c.d_model, c.d_model, true));
+  fc = register_module("fc", Projection(c.d_model, d_ff_of(c), true));
+  fc_out = register_module("fc_out", Projection(d_ff_of(c), c.d_model, true));
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,

@@ -40,7 +40,7 @@ struct BlockImpl : DecoderBlock {
   int64_t n_heads, head_dim;
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   // qkv keeps each arch's HF layout (layout.qkv): [q|k|v], or [q,k,v] per head.
-  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, fc_out{nullptr};
+  Projection qkv{nullptr}, proj{nullptr}, fc{nullptr}, fc_out{nullptr};
 };
 TORCH_MODULE(Block);
 

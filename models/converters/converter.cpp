@@ -6,11 +6,40 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "models/converters/freeze.h"
+#include "models/converters/lora.h"
 
 namespace segtrain::models {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+namespace {
+
+bool string_list(const json& entry, const char* key) {
+  return entry.contains(key) && entry[key].is_array() &&
+         std::all_of(entry[key].begin(), entry[key].end(), [](const json& v) { return v.is_string(); });
+}
+
+std::unique_ptr<ModelConverter> lora_from_json(const json& entry, const std::string& source) {
+  const bool fits = entry.contains("rank") && entry["rank"].is_number_integer() && entry.contains("alpha") &&
+                    entry["alpha"].is_number() && entry.contains("dropout") && entry["dropout"].is_number() &&
+                    string_list(entry, "targets") && string_list(entry, "trainable");
+  if (!fits)
+    throw InputError(source + ": the lora converter needs \"rank\" (an integer), \"alpha\", \"dropout\" (numbers), "
+                     "\"targets\" and \"trainable\" (lists of strings)");
+  LoraConfig lora;
+  lora.rank = entry["rank"].get<int64_t>();
+  lora.alpha = entry["alpha"].get<double>();
+  lora.dropout = entry["dropout"].get<double>();
+  lora.targets = entry["targets"].get<std::vector<std::string>>();
+  try {
+    return make_lora(lora, entry["trainable"].get<std::vector<std::string>>());
+  } catch (const InputError& e) {
+    throw InputError(source + ": " + e.what());
+  }
+}
+
+}  // namespace
 
 void apply_converters(const Converters& converters, TransformerLM& model) {
   for (const auto& converter : converters) converter->convert(model);
@@ -50,12 +79,13 @@ Converters converters_from_json(const std::string& text, const std::string& sour
     if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) throw InputError(expected);
     const auto name = entry["name"].get<std::string>();
     if (name == "freeze") {
-      if (!entry.contains("patterns") || !entry["patterns"].is_array() ||
-          !std::all_of(entry["patterns"].begin(), entry["patterns"].end(), [](const json& p) { return p.is_string(); }))
+      if (!string_list(entry, "patterns"))
         throw InputError(source + ": the freeze converter needs \"patterns\": a list of strings");
       converters.push_back(make_freeze(entry["patterns"].get<std::vector<std::string>>()));
+    } else if (name == "lora") {
+      converters.push_back(lora_from_json(entry, source));
     } else {
-      throw InputError(source + ": unknown converter '" + name + "' (this segtrain knows: freeze)");
+      throw InputError(source + ": unknown converter '" + name + "' (this segtrain knows: freeze, lora)");
     }
   }
   return converters;

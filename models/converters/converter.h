@@ -29,6 +29,8 @@ class ModelConverter {
   virtual ~ModelConverter() = default;
   // Its name in converters.json and in messages.
   virtual std::string name() const = 0;
+  // The run config's key that asks for it ("train.freeze"), which its errors are reported at.
+  virtual std::string config_key() const = 0;
   // Changes `model` in place (freezes, wraps, adds parameters). Throws
   // InputError when its settings do not fit this model.
   virtual void convert(TransformerLM& model) const = 0;

@@ -49,6 +49,7 @@ class Freeze final : public ModelConverter {
   }
 
   std::string name() const override { return "freeze"; }
+  std::string config_key() const override { return "train.freeze"; }
 
   void convert(TransformerLM& model) const override {
     std::vector<int64_t> matched(rules_.size(), 0);

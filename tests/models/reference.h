@@ -14,11 +14,13 @@
 
 namespace segtrain::test {
 
-// python_path: a folder put first on PYTHONPATH (another transformers), or empty.
-inline std::string python_command(const std::string& args, const std::string& python_path = "") {
+// python_path: a folder put first on PYTHONPATH (another transformers), or empty;
+// script: the reference script (hf_reference.py, or peft_reference.py).
+inline std::string python_command(const std::string& args, const std::string& python_path = "",
+                                  const std::string& script = HF_REFERENCE_SCRIPT) {
   return "env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error " +
          (python_path.empty() ? std::string() : "PYTHONPATH=" + shell_quote(python_path) + " ") +
-         shell_quote(SEGTRAIN_PYTHON) + " " + shell_quote(HF_REFERENCE_SCRIPT) + " " + args;
+         shell_quote(SEGTRAIN_PYTHON) + " " + shell_quote(script) + " " + args;
 }
 
 inline std::string reference_dir() {

@@ -1420,7 +1420,7 @@ TEST_F(TrainCli, FreezeKeepsFrozenWeightsBitIdenticalThroughTrainResumeAndExport
   };
   auto whole = run(kBin, args("freeze-whole"));
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
-  EXPECT_NE(whole.err.find("train.freeze: "), std::string::npos) << "how much trains is logged: " << whole.err;
+  EXPECT_NE(whole.err.find("model converted (freeze): "), std::string::npos) << "how much trains is logged: " << whole.err;
   // Independent of the globs: which of llama's names are norms or the embedding.
   auto trains = [](const std::string& name) {
     return name == "wte.weight" || name == "ln_f.weight" || name.find(".ln1.") != std::string::npos ||
@@ -1492,6 +1492,104 @@ TEST_F(TrainCli, FreezeKeepsFrozenWeightsBitIdenticalThroughTrainResumeAndExport
   EXPECT_EQ(all.exit_code, 2) << all.err;
   EXPECT_NE(all.err.find("nothing would train"), std::string::npos) << all.err;
   EXPECT_EQ(all.err.find("terminate called"), std::string::npos) << all.err;
+}
+
+// LoRA (model.adapters.lora, train.trainable) on a trained base: the base's weights come out
+// of training bit-identical, the adapters and the norms (LoRA+ without the embedding) train and
+// alone hold optimizer state, a run stopped at a checkpoint resumes to the same bytes, and the
+// export is the merged model: each adapted weight W + (alpha / rank) B A of the run's adapters.
+TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
+  auto base = run(kBin, {"train", config("lora-base", "llama", "truncate"), "--set", "train.budget.tokens=4000"});
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const std::string init = "model.init=checkpoint:" + run_dir("lora-base") + "/final";
+  auto args = [&](const std::string& name) {
+    return std::vector<std::string>{
+        "train", tiny_run_config(name, {.arch = "llama", .method = "chunk", .train_keys = ", budget: {tokens: 12000}"}),
+        "--set", init, "--set", "model.adapters.lora.rank=4", "--set", "model.adapters.lora.alpha=8", "--set",
+        "model.adapters.lora.targets=[q, v, down]", "--set", "train.trainable=[adapters, norms]", "--set",
+        "train.checkpoint_every=4", "--set", "train.keep_last=0"};
+  };
+  auto whole = run(kBin, args("lora-whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_NE(whole.err.find("model converted (lora): "), std::string::npos) << whole.err;
+  const auto before = models::read_safetensors(run_dir("lora-base") + "/final/model.safetensors");
+  const auto after = models::read_safetensors(run_dir("lora-whole") + "/final/model.safetensors");
+  auto is_norm = [](const std::string& name) {
+    return name == "ln_f.weight" || name.find(".ln1.") != std::string::npos || name.find(".ln2.") != std::string::npos;
+  };
+  std::set<std::string> trainable;
+  for (const auto& [name, t] : after) {
+    if (name.find(".lora_") != std::string::npos) {
+      trainable.insert(name);
+    } else if (is_norm(name)) {
+      trainable.insert(name);
+      EXPECT_FALSE(at::equal(t, before.at(name))) << name << " did not train";
+    } else {
+      EXPECT_TRUE(at::equal(t, before.at(name))) << "the base's " << name << " changed";
+    }
+  }
+  EXPECT_EQ(trainable.size(), 2u * 3u * 2u + 2u * 2u + 1u) << "2 layers x 3 targets x (A, B), 2 x 2 norms, ln_f";
+  EXPECT_EQ(params_with_state(run_dir("lora-whole") + "/checkpoints/step-4/optimizer-00000-of-00001.safetensors"),
+            trainable);
+  for (const std::string b : {"blocks.0.q_proj", "blocks.1.down_proj"})
+    EXPECT_FALSE(at::equal(after.at(b + ".lora_B.weight"), at::zeros_like(after.at(b + ".lora_B.weight")))) << b;
+
+  // Stopped after step 4, it resumes to the same bytes.
+  const std::string cut = run_dir("lora-cut");
+  fs::create_directories(cut + "/checkpoints");
+  fs::copy(run_dir("lora-whole") + "/checkpoints/step-4", cut + "/checkpoints/step-4", fs::copy_options::recursive);
+  auto resume = args("lora-cut");
+  resume.push_back("--resume");
+  auto resumed = run(kBin, resume);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(test::read_file(cut + "/final/model.safetensors"),
+            test::read_file(run_dir("lora-whole") + "/final/model.safetensors"));
+
+  // The export merges: q_proj of layer 0 is the base's plus 2 B A; k_proj (no adapter) is the base's.
+  auto exported = run(kBin, {"export", "--model", run_dir("lora-whole"), "--out", run_dir("lora-whole") + "-hf"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const auto hf = models::read_safetensors(run_dir("lora-whole") + "-hf/model.safetensors");
+  const auto merged = before.at("blocks.0.q_proj.weight") +
+                      2.0 * at::matmul(after.at("blocks.0.q_proj.lora_B.weight"), after.at("blocks.0.q_proj.lora_A.weight"));
+  EXPECT_LT((hf.at("model.layers.0.self_attn.q_proj.weight") - merged).abs().max().item<double>(), 1e-6);
+  EXPECT_TRUE(at::equal(hf.at("model.layers.0.self_attn.k_proj.weight"), before.at("blocks.0.k_proj.weight")));
+  for (const auto& [name, t] : hf) EXPECT_EQ(name.find("lora"), std::string::npos) << name;
+
+  // --adapter: a PEFT folder that peft.PeftModel.from_pretrained loads on the base's HF export
+  // with every key, and that gives the merged export's logits (in transformers, at chunk positions).
+  auto base_hf = run(kBin, {"export", "--model", run_dir("lora-base"), "--out", run_dir("lora-base") + "-hf"});
+  ASSERT_EQ(base_hf.exit_code, 0) << base_hf.err;
+  const std::string adapter = run_dir("lora-whole") + "-peft";
+  auto peft = run(kBin, {"export", "--model", run_dir("lora-whole"), "--out", adapter, "--adapter"});
+  ASSERT_EQ(peft.exit_code, 0) << peft.err;
+  const json adapter_config = json::parse(test::read_file(adapter + "/adapter_config.json"));
+  EXPECT_EQ(adapter_config["r"], 4);
+  EXPECT_EQ(adapter_config["lora_alpha"], 8.0);
+  EXPECT_EQ(adapter_config["target_modules"].size(), 6u) << "q, v and down of 2 layers, by their full paths";
+  EXPECT_EQ(adapter_config["modules_to_save"].size(), 5u) << "2 x (input, post-attention) norms and model.norm";
+  auto loaded = run(SEGTRAIN_PYTHON, {PEFT_REFERENCE_SCRIPT, "load", run_dir("lora-base") + "-hf", adapter,
+                                      run_dir("lora-whole") + "-hf"});
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.out << loaded.err;
+  const json compared = json::parse(loaded.out);
+  EXPECT_LT(compared["max_diff"].get<double>(), 1e-5) << loaded.out;
+  EXPECT_GT(compared["base_diff"].get<double>(), 1e-3) << "the adapter changes the model: " << loaded.out;
+  auto again = run(kBin, {"export", "--model", run_dir("lora-whole"), "--out", adapter, "--adapter"});
+  EXPECT_EQ(again.exit_code, 2) << again.err;
+  EXPECT_NE(again.err.find("holds a previous export; add --overwrite"), std::string::npos) << again.err;
+  auto not_lora = run(kBin, {"export", "--model", run_dir("lora-base"), "--out", run_dir("lora-base") + "-peft",
+                             "--adapter"});
+  EXPECT_EQ(not_lora.exit_code, 2) << not_lora.err;
+  EXPECT_NE(not_lora.err.find("was not trained with LoRA adapters"), std::string::npos) << not_lora.err;
+
+  // Settings that do not fit: exit 2 naming the key, before any step.
+  auto qkv = run(kBin, {"train", config("lora-qkv", "llama", "chunk"), "--set", "model.adapters.lora.rank=4", "--set",
+                        "model.adapters.lora.targets=[qkv]"});
+  EXPECT_EQ(qkv.exit_code, 2) << qkv.err;
+  EXPECT_NE(qkv.err.find("model.adapters.lora.targets: qkv is no projection of model.arch llama"), std::string::npos)
+      << qkv.err;
+  auto without = run(kBin, {"train", config("lora-without", "llama", "chunk"), "--set", "train.trainable=[adapters, norms]"});
+  EXPECT_EQ(without.exit_code, 2) << without.err;
+  EXPECT_NE(without.err.find("train.trainable: applies to a LoRA run"), std::string::npos) << without.err;
 }
 
 }  // namespace

@@ -18,6 +18,9 @@ void add_export(CLI::App& app, Chosen& chosen) {
       ->check(CLI::IsMember({"float32", "bfloat16"}));
   x->add_option("--max-shard-size", o->request.max_shard_size,
                 "Largest safetensors file before sharding with model.safetensors.index.json (default 5GB)");
+  x->add_flag("--adapter", o->request.adapter,
+              "A LoRA run's adapters (and what else trained) as a PEFT folder, adapter_config.json and "
+              "adapter_model.safetensors, for peft.PeftModel.from_pretrained on its base; default: the merged model");
   x->add_flag("--overwrite", o->request.overwrite,
               "Replace a previous export at --out (a folder segtrain export wrote); never anything else");
   add_overrides(x, o->overrides,

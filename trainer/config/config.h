@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "data/config.h"
 #include "models/config.h"
+#include "models/converters/lora_config.h"
 #include "trainer/config/eval_tasks.h"
 
 namespace segtrain::trainer {
@@ -55,9 +56,15 @@ struct RunConfig {
   bool log_all_ranks = false;  // every rank logs to output_dir/logs/rank-<r>.log
 };
 
+// Adapters a run adds to its model (model.adapters.*): each one a model converter.
+struct Adapters {
+  models::LoraConfig lora;  // rank 0: none
+};
+
 struct ModelSection {
   std::string init = "scratch";  // scratch | hf:DIR | checkpoint:DIR
   models::ModelConfig spec;
+  Adapters adapters;
 };
 
 struct Budget {
@@ -78,6 +85,8 @@ struct TrainConfig {
   // Globs over parameter names that do not train ("!glob" trains again, the last match
   // decides: models/converters/freeze.h); empty: every parameter trains.
   std::vector<std::string> freeze;
+  // What trains in a LoRA run (models/converters/lora_config.h kTrainableGroups).
+  std::vector<std::string> trainable = {"adapters"};
   std::vector<double> betas = {0.9, 0.95};
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0: no clipping

@@ -90,6 +90,19 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                  "longrope attention scaling; auto is sqrt(1 + ln(factor) / ln(original_length)).").with({KeyRole::resume, KeyRole::stored_model}),
       flag("model.activation_checkpointing", m.activation_checkpointing,
            "Recompute each block in backward to save activation memory.").with({KeyRole::stored_model}),
+      integer("model.adapters.lora.rank", c.model.adapters.lora.rank, 0, kMaxInt,
+              "LoRA (a model converter): a rank-r adapter on each projection model.adapters.lora.targets names, "
+              "the base's weights frozen (stored in train.param_dtype), train.trainable besides; merged into the "
+              "weights on export. 0: no adapters, every weight trains.").with({KeyRole::resume}),
+      real("model.adapters.lora.alpha", c.model.adapters.lora.alpha, above(0), kNoHigh,
+           "The adapters' output is scaled by alpha / rank (PEFT's lora_alpha).").with({KeyRole::resume}),
+      real("model.adapters.lora.dropout", c.model.adapters.lora.dropout, at_least(0), below(1),
+           "Dropout on each adapter's input while training (PEFT's lora_dropout); 0 with "
+           "model.activation_checkpointing.").with({KeyRole::resume}),
+      word_set("model.adapters.lora.targets", c.model.adapters.lora.targets, models::kLoraTargets,
+               "The projections adapted in every block: q, k, v, o, gate, up, down (the Llama block's), or qkv, o, "
+               "up, down (gpt2, gpt_neox, bloom, whose q, k and v are one projection). Default: LongLoRA's "
+               "[q, k, v, o].").with({KeyRole::resume}),
 
       text("data.store", c.data.store, "Token store directory written by `segtrain prepare` (required).").with({KeyRole::grid, KeyRole::resume}),
       integer("data.train_length", c.data.train_length, 1, kMaxInt, "L_t: length of every training sequence.").with({KeyRole::resume}),
@@ -134,6 +147,11 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                 "trains what it matches again, the last match deciding, e.g. [\"*\", \"!*norm*\", \"!wte.*\"] "
                 "trains only the norms and the embedding. Frozen weights stay bit-identical and hold no optimizer "
                 "state; a pattern that matches no parameter is refused. Empty: everything trains.").with({KeyRole::resume}),
+      word_set("train.trainable", t.trainable, models::kTrainableGroups,
+               "What trains in a LoRA run (model.adapters.lora.rank > 0): adapters, and besides them norms (every "
+               "norm's weights), embeddings (the token and learned position tables), head (the LM head; the token "
+               "table when tied). LongLoRA's LoRA+ is [adapters, norms, embeddings]. The rest stays the base's.")
+          .with({KeyRole::resume}),
       real_list("train.betas", t.betas, 2, at_least(0), below(1), "AdamW betas.").with({KeyRole::optimizer}),
       real("train.eps", t.eps, above(0), kNoHigh, "AdamW epsilon.").with({KeyRole::optimizer}),
       real("train.grad_clip", t.grad_clip, at_least(0), kNoHigh, "Global gradient-norm clip; 0 disables.").with({KeyRole::optimizer}),

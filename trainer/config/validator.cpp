@@ -86,6 +86,9 @@ void check_model(Checker& ck, const Config& c) {
 
 void check_train(Checker& ck, const Config& c) {
   const auto& t = c.train;
+  for (const auto& problem : models::lora_problems(c.model.adapters.lora, t.trainable, c.model.spec.arch,
+                                                   c.model.spec.activation_checkpointing))
+    ck.fail(problem.key, problem.message);
   if (!t.budget.compute_equivalent && !t.budget.tokens)
     ck.fail("train.budget.compute_equivalent", "is false but train.budget.tokens is not set; give one budget");
   if (t.min_lr && *t.min_lr > lr_of(c))

@@ -15,8 +15,11 @@
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/numbers.h"
+#include "models/converters/converter.h"
 #include "models/hf.h"
 #include "models/model_io.h"
+#include "models/peft_adapter.h"
+#include "models/safetensors.h"
 #include "models/positions.h"
 #include "trainer/config/config.h"
 #include "trainer/config/model_ref.h"
@@ -210,11 +213,21 @@ void check_store_tokenizer(const std::string& store_dir, const std::string& mode
 std::optional<std::string> not_an_export(const fs::path& dir) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && (name == "adapter_config.json" || name == "adapter_model.safetensors")) continue;
     const bool ours = entry.is_regular_file() &&
                       (name == "config.json" || name == "model.safetensors.index.json" ||
                        (name.rfind("model", 0) == 0 && entry.path().extension() == ".safetensors") ||
                        std::find(std::begin(kTokenizerFiles), std::end(kTokenizerFiles), name) != std::end(kTokenizerFiles));
     if (!ours) return name;
+  }
+  if (!fs::exists(dir / "config.json")) {  // a PEFT folder of --adapter: PEFT's own config says so
+    try {
+      const auto cfg = nlohmann::json::parse(read_file(dir / "adapter_config.json", "adapter config"));
+      if (cfg.is_object() && cfg.value("peft_type", "") == "LORA" && fs::exists(dir / "adapter_model.safetensors"))
+        return std::nullopt;
+    } catch (const std::exception&) {
+    }
+    return "no config.json of segtrain export";
   }
   try {
     const auto cfg = nlohmann::json::parse(read_file(dir / "config.json", "config"));
@@ -223,6 +236,24 @@ std::optional<std::string> not_an_export(const fs::path& dir) {
     return "no config.json of segtrain export";
   }
   return std::nullopt;
+}
+
+// A LoRA model directory's adapters as a PEFT folder: the model converted as its
+// converters.json says and its tensors as saved (not folded).
+void export_lora_adapter(const StoredModel& stored, const fs::path& out, const std::string& origin,
+                         at::ScalarType dtype) {
+  const models::Converters converters = models::read_converters(stored.dir);
+  const nlohmann::json record = nlohmann::json::parse(models::converters_to_json(converters));
+  const auto lora = std::find_if(record["converters"].begin(), record["converters"].end(),
+                                 [](const nlohmann::json& c) { return c["name"] == "lora"; });
+  if (lora == record["converters"].end())
+    throw InputError("--adapter: " + stored.dir + " was not trained with LoRA adapters (model.adapters.lora); "
+                     "export it without --adapter");
+  models::TransformerLM model(stored.config);
+  models::apply_converters(converters, model);
+  model->load_tensors(models::read_safetensors_dir(stored.dir), stored.dir);
+  models::export_peft_adapter(model, (*lora)["rank"].get<int64_t>(), (*lora)["alpha"].get<double>(),
+                              (*lora)["dropout"].get<double>(), out.string(), {origin, dtype});
 }
 
 // The export's target, checked before any work: see export_stored_model in the header.
@@ -262,6 +293,17 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
   if (!origin.empty() && !fs::is_directory(origin))
     log::warn("the model's HF origin ", origin, " is gone: its tokenizer files are not copied to the export");
   options.trained_length = trained_length(stored.dir);
+  if (request.adapter) {
+    if (!overrides.empty())
+      throw InputError("--set: applies to the merged model's export; a PEFT adapter holds no extension (its base's "
+                       "config.json does)");
+    AtomicDir staged(out);
+    export_lora_adapter(stored, staged.path(), origin, options.dtype);
+    staged.commit();
+    log::info("exported the LoRA adapter of ", path, " as a PEFT folder to ", out,
+              origin.empty() ? "" : " (its base: " + origin + ")");
+    return;
+  }
   // Built beside `out` and renamed in: a full disk or a kill never leaves half an export.
   AtomicDir staged(out);
   const auto exported = models::export_hf(models::load_model(stored.dir, c), staged.path().string(), options);

@@ -50,6 +50,8 @@ struct ExportRequest {
   std::string dtype = "float32";       // float32 | bfloat16
   std::string max_shard_size = "5GB";  // as transformers' save_pretrained: 5GB, 500MB, 2GiB, bytes
   bool overwrite = false;  // replace a previous export of segtrain at `out` (recognised by its content)
+  // A LoRA model's adapters as a PEFT folder (models/peft_adapter.h) instead of the merged model.
+  bool adapter = false;
 };
 
 // `segtrain export`: an HF folder transformers loads (models/hf.h), with the

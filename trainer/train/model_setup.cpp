@@ -6,6 +6,7 @@
 
 #include "data/token_store.h"
 #include "models/converters/freeze.h"
+#include "models/converters/lora.h"
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "trainer/config/model_ref.h"
@@ -42,6 +43,9 @@ models::TransformerLM build_model(const LoadedConfig& loaded, const models::Mode
 
 models::Converters model_converters(const Config& config) {
   models::Converters converters;
+  // LoRA first: it freezes the base, and train.freeze may then freeze some of what it trains.
+  if (config.model.adapters.lora.rank > 0)
+    converters.push_back(models::make_lora(config.model.adapters.lora, config.train.trainable));
   if (!config.train.freeze.empty()) converters.push_back(models::make_freeze(config.train.freeze));
   return converters;
 }

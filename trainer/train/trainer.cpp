@@ -286,11 +286,13 @@ void Trainer::build_model_and_optimizer(const LoadedConfig& loaded) {
 // the model goes to its device; a pattern that does not fit this model is the
 // config's error (exit 2), named by its key.
 void Trainer::convert_model(const LoadedConfig& loaded) {
-  try {
-    converters_ = model_converters(c_);
-    models::apply_converters(converters_, model_);
-  } catch (const InputError& e) {
-    throw InputError(loaded.locate("train.freeze") + ": " + e.what());
+  converters_ = model_converters(c_);
+  for (const auto& converter : converters_) {
+    try {
+      converter->convert(model_);
+    } catch (const InputError& e) {
+      throw InputError(loaded.locate(converter->config_key()) + ": " + e.what());
+    }
   }
   if (converters_.empty()) return;
   int64_t trainable = 0, total = 0;
@@ -298,7 +300,9 @@ void Trainer::convert_model(const LoadedConfig& loaded) {
     total += p.numel();
     if (p.requires_grad()) trainable += p.numel();
   }
-  log::info("train.freeze: ", trainable, " of ", total, " parameters train (", std::fixed, std::setprecision(2),
+  std::string names;
+  for (const auto& converter : converters_) names += (names.empty() ? "" : ", ") + converter->name();
+  log::info("model converted (", names, "): ", trainable, " of ", total, " parameters train (", std::fixed, std::setprecision(2),
             100.0 * static_cast<double>(trainable) / static_cast<double>(std::max<int64_t>(total, 1)), "%)",
             std::defaultfloat);
 }

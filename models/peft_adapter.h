@@ -1,0 +1,31 @@
+#pragma once
+// A LoRA model's adapters as PEFT writes them (adapter_config.json and
+// adapter_model.safetensors), so that peft.PeftModel.from_pretrained(base, DIR) on the HF
+// export of the model's base gives the model segtrain trained:
+//   adapters     "base_model.model.<HF module>.lora_A.weight" / ".lora_B.weight"; the
+//                adapted modules listed by their full HF paths in target_modules (GPT-2's
+//                attention output and MLP down are both "c_proj": a suffix would adapt both)
+//   the rest of  what trained (train.trainable's norms, embeddings, head) as PEFT's
+//                modules_to_save, saved as "base_model.model.<HF name>"
+// GPT-2's Conv1D holds its weight transposed: fan_in_fan_out, as PEFT sets it there.
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "models/transformer.h"
+
+namespace segtrain::models {
+
+struct PeftAdapterOptions {
+  std::string base_model;  // adapter_config.json's base_model_name_or_path ("" : null)
+  at::ScalarType dtype = at::kFloat;
+};
+
+// `model` converted by a LoRA converter of `rank`, `alpha`, `dropout` (its parameters that
+// require a gradient are what trained). InputError when the model has no adapter, or when
+// the family fuses an adapted projection with others (Phi-3's qkv_proj: PEFT would adapt
+// the fused one; export the merged model instead).
+void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha, double dropout,
+                         const std::string& dir, const PeftAdapterOptions& options = {});
+
+}  // namespace segtrain::models

@@ -1,0 +1,216 @@
+// The LoRA converter (models/converters/lora.h) against PEFT itself
+// (tests/models/peft_reference.py): on a tiny random Llama saved by transformers and chunk
+// position ids past nothing but L_t's window, the same logits, loss and gradients of every
+// parameter that trains (adapters; with LongLoRA's LoRA+ also the norms and the token
+// table), and merge_and_unload()'s weights from fold. Also which parameters train on each
+// block, the refusals, and a converted directory loading as the merged model.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <set>
+#include <string>
+
+#include "common/error.h"
+#include "models/converters/converter.h"
+#include "models/converters/lora.h"
+#include "models/model_io.h"
+#include "models/safetensors.h"
+#include "reference.h"
+#include "test_util.h"
+#include "tiny_models.h"
+
+namespace segtrain::models {
+namespace {
+
+using nlohmann::json;
+
+std::set<std::string> trainable_names(const TransformerLM& model) {
+  std::set<std::string> names;
+  for (const auto& [name, p] : trainable_parameters(model)) names.insert(name);
+  return names;
+}
+
+std::string refusal(const std::function<void()>& what) {
+  try {
+    what();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(not refused)";
+}
+
+// Every adapter drawn at random (B is zero after conversion, which would leave A without
+// a gradient), the same draws for the same seed.
+void randomize_adapters(TransformerLM& model, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  at::manual_seed(seed);
+  for (auto& item : model->named_parameters())
+    if (item.key().find(".lora_") != std::string::npos) item.value().copy_(at::randn_like(item.value()) * 0.1);
+}
+
+struct PeftCase {
+  std::string what;
+  LoraConfig lora;
+  std::vector<std::string> trainable;
+  std::vector<std::string> target_modules;   // PEFT's names of lora.targets
+  std::vector<std::string> modules_to_save;  // PEFT's names of what trainable adds
+};
+
+TEST(Lora, SameLogitsLossGradientsAndMergedWeightsAsPeftOnChunkPositions) {
+  const std::string ref = test::reference_dir();
+  const auto reference = read_safetensors(ref + "/llama/reference.safetensors");
+  const at::Tensor tokens = reference.at("tokens"), positions = reference.at("positions");
+  ASSERT_GT(positions.max().item<int64_t>(), tokens.size(1)) << "chunk positions reach past the sequence's length";
+  PeftCase all{"adapters on every projection", {}, {"adapters"}, {}, {}};
+  all.lora.rank = 4;
+  all.lora.alpha = 8;
+  all.lora.targets = {"q", "k", "v", "o", "gate", "up", "down"};
+  all.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  PeftCase plus{"LoRA+: adapters on q and v, norms and embeddings", {}, {"adapters", "norms", "embeddings"}, {}, {}};
+  plus.lora.rank = 2;
+  plus.lora.alpha = 5;
+  plus.lora.targets = {"q", "v"};
+  plus.target_modules = {"q_proj", "v_proj"};
+  plus.modules_to_save = {"embed_tokens", "input_layernorm", "post_attention_layernorm", "norm"};
+  for (const auto& c : {all, plus}) {
+    SCOPED_TRACE(c.what);
+    test::TempDir dir;
+    TransformerLM model = load_model(ref + "/llama");
+    const auto converter = make_lora(c.lora, c.trainable);
+    converter->convert(model);
+    randomize_adapters(model, 3);
+    TensorMap input = {{"tokens", tokens}, {"positions", positions}};
+    for (const auto& [name, t] : model->tensors())
+      if (name.find(".lora_") != std::string::npos) input[name] = t.contiguous();
+    write_safetensors((dir.path() / "input.safetensors").string(), input);
+    test::write_file(dir.path() / "request.json",
+                     json{{"base", ref + "/llama"}, {"rank", c.lora.rank}, {"alpha", c.lora.alpha},
+                          {"target_modules", c.target_modules}, {"modules_to_save", c.modules_to_save}}
+                         .dump());
+    const std::string cmd = test::python_command("lora " + test::shell_quote(dir.path().string()), "",
+                                                 PEFT_REFERENCE_SCRIPT) +
+                            " >/dev/null 2>" + test::shell_quote((dir.path() / "python.err").string());
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(dir.path() / "python.err");
+    const auto peft = read_safetensors((dir.path() / "peft.safetensors").string());
+
+    model->train();
+    const auto logits = model->forward(tokens, positions);
+    const int64_t vocab = logits.size(-1);
+    const auto loss = at::cross_entropy_loss(logits.slice(1, 0, -1).reshape({-1, vocab}),
+                                             tokens.slice(1, 1).reshape({-1}));
+    loss.backward();
+    EXPECT_LT(test::max_abs_diff(logits, peft.at("logits")), 1e-5);
+    EXPECT_NEAR(loss.item<double>(), peft.at("loss").item<double>(), 1e-6);
+    // The same parameters train, with the same gradients.
+    std::set<std::string> peft_trainable;
+    for (const auto& [key, t] : peft)
+      if (key.starts_with("grad/")) peft_trainable.insert(key.substr(5));
+    EXPECT_EQ(trainable_names(model), peft_trainable);
+    for (const auto& [name, p] : trainable_parameters(model)) {
+      ASSERT_TRUE(p.grad().defined()) << name;
+      if (peft.count("grad/" + name)) {
+        EXPECT_LT(test::max_abs_diff(p.grad(), peft.at("grad/" + name)), 1e-5) << name;
+      }
+    }
+    // fold is merge_and_unload.
+    const auto folded = converter->fold(model->tensors());
+    int64_t merged_weights = 0;
+    for (const auto& [key, merged] : peft) {
+      if (!key.starts_with("merged/")) continue;
+      EXPECT_LT(test::max_abs_diff(folded.at(key.substr(7)), merged), 1e-6) << key;
+      ++merged_weights;
+    }
+    EXPECT_EQ(merged_weights, 2 * static_cast<int64_t>(c.lora.targets.size())) << "every adapted weight of 2 layers";
+    for (const auto& [name, t] : folded) EXPECT_EQ(name.find("lora_"), std::string::npos) << name;
+  }
+}
+
+// Adapters start as a no-op (B zero): the converted model is the base until it trains.
+// On Megatron's block the fused q/k/v projection, the output and the MLP's two are the
+// targets; only the adapters (and what trainable adds) train.
+TEST(Lora, StartsAsTheBaseAndTrainsOnlyWhatItAdds) {
+  for (const Arch arch : {Arch::gpt2, Arch::gpt_neox, Arch::bloom, Arch::llama}) {
+    SCOPED_TRACE(enum_name(kArchs, arch));
+    at::manual_seed(1);
+    TransformerLM model(test::tiny_model_config(arch, 40, 16));
+    const auto tokens = at::randint(40, {2, 12});
+    const auto positions = at::arange(0, 16, 4).repeat_interleave(3).view({1, 12}).repeat({2, 1});
+    const auto before = model->forward(tokens, positions);
+    LoraConfig lora;
+    lora.rank = 2;
+    lora.targets = arch == Arch::llama ? std::vector<std::string>{"q", "down"} : std::vector<std::string>{"qkv", "down"};
+    make_lora(lora, {"adapters", "head"})->convert(model);
+    EXPECT_TRUE(torch::equal(model->forward(tokens, positions), before));
+    std::set<std::string> expected;
+    const std::string q = arch == Arch::llama ? "q_proj" : "qkv", down = arch == Arch::llama ? "down_proj" : "fc_out";
+    for (int layer = 0; layer < 2; ++layer)
+      for (const auto& module : {q, down})
+        for (const char* part : {".lora_A.weight", ".lora_B.weight"})
+          expected.insert("blocks." + std::to_string(layer) + "." + module + part);
+    expected.insert(model->lm_head ? "lm_head.weight" : "wte.weight");  // a tied head is the token table
+    EXPECT_EQ(trainable_names(model), expected);
+  }
+}
+
+TEST(Lora, RefusesTargetsItsBlockLacksAndSettingsThatCannotTrain) {
+  LoraConfig lora;
+  lora.rank = 2;
+  lora.targets = {"q"};
+  TransformerLM gpt2(test::tiny_model_config(Arch::gpt2, 40, 16));
+  const std::string q = refusal([&] { make_lora(lora, {"adapters"})->convert(gpt2); });
+  EXPECT_NE(q.find("model.adapters.lora.targets: q is no projection of model.arch gpt2's block (it has o, up, down, "
+                   "qkv; q, k and v are one projection, qkv)"),
+            std::string::npos)
+      << q;
+  lora.targets = {"qkv"};
+  TransformerLM llama(test::tiny_model_config(Arch::llama, 40, 16));
+  EXPECT_NE(refusal([&] { make_lora(lora, {"adapters"})->convert(llama); }).find("qkv is no projection of model.arch llama"),
+            std::string::npos);
+  lora.targets = {"q"};
+  EXPECT_NE(refusal([&] { make_lora(lora, {"norms"})->convert(llama); }).find("train.trainable: must list adapters"),
+            std::string::npos);
+  lora.dropout = 0.1;
+  auto checkpointed = test::tiny_model_config(Arch::llama, 40, 16);
+  checkpointed.activation_checkpointing = true;
+  TransformerLM recomputed(checkpointed);
+  EXPECT_NE(refusal([&] { make_lora(lora, {"adapters"})->convert(recomputed); }).find("another dropout mask"),
+            std::string::npos);
+  lora.rank = 0;
+  EXPECT_NE(refusal([&] { make_lora(lora, {"adapters"}); }).find("needs a rank > 0"), std::string::npos);
+}
+
+// A converted model's directory (its tensors with the adapters, converters.json) loads as
+// the plain model with each adapter merged: W + (alpha / rank) B A, computed here by hand.
+TEST(Lora, ADirectoryWithAdaptersLoadsMergedAndItsRecordRoundTrips) {
+  test::TempDir tmp;
+  TransformerLM model(test::tiny_model_config(Arch::llama, 40, 16));
+  LoraConfig lora;
+  lora.rank = 3;
+  lora.alpha = 6;
+  lora.targets = {"o", "up"};
+  Converters converters;
+  converters.push_back(make_lora(lora, {"adapters", "norms"}));
+  apply_converters(converters, model);
+  randomize_adapters(model, 5);
+  save_model_dir(model, (tmp.path() / "m").string());
+  const std::string record = converters_to_json(converters);
+  EXPECT_EQ(converters_to_json(converters_from_json(record, "c.json")), record);
+  test::write_file(tmp.path() / "m" / kConvertersFile, record);
+  const TransformerLM loaded = load_model((tmp.path() / "m").string());
+  const auto weights = model->tensors();
+  for (const auto& [name, t] : loaded->tensors()) {
+    at::Tensor expected = weights.at(name);
+    const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+    if (weights.count(prefix + ".lora_A.weight"))
+      expected = expected + 2.0 * at::matmul(weights.at(prefix + ".lora_B.weight"), weights.at(prefix + ".lora_A.weight"));
+    EXPECT_LT(test::max_abs_diff(t, expected), 1e-6) << name;
+  }
+  EXPECT_EQ(loaded->tensors().size(), weights.size() - 8) << "2 layers x 2 projections x (A, B) folded away";
+  const std::string bad = refusal([] {
+    converters_from_json(R"({"converters": [{"name": "lora", "rank": "4"}]})", "c.json");
+  });
+  EXPECT_NE(bad.find("c.json: the lora converter needs \"rank\" (an integer)"), std::string::npos) << bad;
+}
+
+}  // namespace
+}  // namespace segtrain::models
