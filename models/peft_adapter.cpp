@@ -28,9 +28,9 @@ std::pair<std::string, bool> hf_name(const Family& family, const std::string& ou
     if (auto hf = rename_slot(row.ours, row.hf, ours)) return {(row.prefixed ? table.prefix : "") + *hf, row.transpose};
   for (const auto& row : table.fused)
     for (const auto& part : row.parts)
-      if (rename_slot(part, row.hf, ours))
+      if (const auto hf = rename_slot(part, row.hf, ours))
         throw InputError("export --adapter: " + ours + " is part of " + family.model_type() + "'s fused tensor " +
-                         row.hf + ", which PEFT would adapt as one projection; export the merged model (without "
+                         (row.prefixed ? table.prefix : "") + *hf + ", which PEFT would adapt as one projection; export the merged model (without "
                          "--adapter) instead");
   throw std::logic_error("no HF name for parameter " + ours);
 }
@@ -40,6 +40,15 @@ std::pair<std::string, bool> hf_name(const Family& family, const std::string& ou
 void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha, double dropout,
                          const std::string& dir, const PeftAdapterOptions& options) {
   const Family& family = family_for_export(model->config());
+  // PEFT's modules_to_save wraps a copy of a module: an LM head (tied or not) does not come back
+  // as trained there (checked against PEFT 0.21 on GPT-2, GPT-NeoX and BLOOM), nor does a
+  // trained token table whose head is tied to it.
+  const bool tied_head = !model->lm_head;
+  for (const auto& [name, p] : trainable_parameters(model))
+    if (name == "lm_head.weight" || (tied_head && name == "wte.weight"))
+      throw InputError("export --adapter: the run trained " + std::string(tied_head ? "the token table, which the "
+                       "head is tied to" : "the LM head") + " (train.trainable), which PEFT's modules_to_save does "
+                       "not give back as trained; export the merged model (without --adapter) instead");
   TensorMap tensors;
   std::set<std::string> targets, saved_modules;
   bool transposed = false;

@@ -22,9 +22,10 @@ struct PeftAdapterOptions {
 };
 
 // `model` converted by a LoRA converter of `rank`, `alpha`, `dropout` (its parameters that
-// require a gradient are what trained). InputError when the model has no adapter, or when
-// the family fuses an adapted projection with others (Phi-3's qkv_proj: PEFT would adapt
-// the fused one; export the merged model instead).
+// require a gradient are what trained). InputError when the model has no adapter, when the
+// family fuses an adapted projection with others (Phi-3's qkv_proj: PEFT would adapt the
+// fused one), or when the head trained (or the token table a head is tied to): PEFT's
+// modules_to_save does not give those back; export the merged model instead.
 void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha, double dropout,
                          const std::string& dir, const PeftAdapterOptions& options = {});
 

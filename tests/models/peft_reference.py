@@ -51,6 +51,13 @@ def our_name(peft_name):
     return our_module(m.group(1)) + m.group(2)
 
 
+def chunk_positions(batch, length, total):
+    """4 runs of length/4 positions spread evenly over 0..total-1, in order (hf_reference.py's)."""
+    seg = length // 4
+    starts = torch.linspace(0, total - seg, 4).round().long()
+    return torch.cat([torch.arange(s, s + seg) for s in starts.tolist()]).repeat(batch, 1)
+
+
 def lora(folder):
     with open(os.path.join(folder, "request.json")) as f:
         request = json.load(f)
@@ -90,8 +97,9 @@ def load(base_dir, adapter_dir, merged_dir):
     base = AutoModelForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32).eval()
     merged = AutoModelForCausalLM.from_pretrained(merged_dir, torch_dtype=torch.float32).eval()
     tokens = torch.randint(0, base.config.vocab_size, (2, 24))
-    seg = 6
-    positions = torch.cat([torch.arange(s, s + seg) for s in (0, 30, 60, 90)]).repeat(2, 1)
+    # 4 runs of 6 positions spread over the base's positions (up to 96: 4x the sequence).
+    total = min(96, getattr(base.config, "max_position_embeddings", None) or getattr(base.config, "n_positions", 96))
+    positions = chunk_positions(2, 24, total)
     with torch.no_grad():
         base_logits = base(input_ids=tokens, position_ids=positions).logits
     with warnings.catch_warnings(record=True) as caught:
