@@ -35,6 +35,7 @@
 #endif
 
 #include "models/attention.h"
+#include "models/converters/lora.h"
 #include "models/safetensors.h"
 #include "models/transformer.h"
 #include "test_util.h"
@@ -127,8 +128,8 @@ StepOutcome one_step(models::TransformerLM& model, const c10::Device& device, bo
                      LossPath path = LossPath::plain) {
   model->to(device);
   model->train();
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
+  // What trains: every parameter, or what a converter (LoRA) left training.
+  const std::vector<std::pair<std::string, at::Tensor>> named = models::trainable_parameters(model);
   trainer::AdamWOptions options;
   options.lr = 1e-3;
   options.no_decay = {"bias", "norm", "ln_"};
@@ -176,20 +177,40 @@ struct Tolerance {
   double loss, grads, updates;
 };
 
+// Rank-4 adapters on every projection of the block, the norms trained too (LoRA+ without
+// the embedding), B drawn at random so that A has a gradient from the first step.
+void convert_to_lora(models::TransformerLM& model) {
+  models::LoraConfig lora;
+  lora.rank = 4;
+  lora.alpha = 8;
+  lora.targets = models::arch_layout(model->config().arch).block == models::BlockKind::llama
+                     ? std::vector<std::string>{"q", "k", "v", "o", "gate", "up", "down"}
+                     : std::vector<std::string>{"qkv", "o", "up", "down"};
+  models::make_lora(lora, {"adapters", "norms"})->convert(model);
+}
+
 // The tested step (on the device under test, in `path`) against the reference:
-// fp32 on the CPU, whole logits, no checkpointing.
-void expect_step_matches_cpu(models::Arch arch, bool bf16, Tolerance tol, LossPath path = LossPath::plain) {
+// fp32 on the CPU, whole logits, no checkpointing. With `lora`, both converted alike.
+void expect_step_matches_cpu(models::Arch arch, bool bf16, Tolerance tol, LossPath path = LossPath::plain,
+                             bool lora = false) {
   const c10::Device device(device_under_test());
   torch::manual_seed(11);
   models::TransformerLM reference(tiny(arch));
   auto tested_config = tiny(arch);
   tested_config.activation_checkpointing = path == LossPath::trainer;
   models::TransformerLM tested(tested_config);
+  if (lora) {
+    convert_to_lora(reference);
+    convert_to_lora(tested);
+    torch::NoGradGuard no_grad;
+    for (auto& item : reference->named_parameters())
+      if (item.key().find(".lora_B") != std::string::npos) item.value().normal_(0.0, 0.05);
+  }
   tested->load_tensors(reference->tensors(), "the CPU model");
   const StepOutcome want = one_step(reference, c10::Device(c10::kCPU), /*bf16=*/false);
   const StepOutcome got = one_step(tested, device, bf16, path);
   const std::string what =
-      std::string(enum_name(models::kArchs, arch)) + (bf16 ? " bf16" : " fp32") +
+      std::string(enum_name(models::kArchs, arch)) + (lora ? " LoRA" : "") + (bf16 ? " bf16" : " fp32") +
       (path == LossPath::trainer ? " (trainer loss path: chunks of 7 tokens, activation checkpointing)" : "") +
       " on " + device.str() + " vs fp32 on cpu";
   ASSERT_TRUE(std::isfinite(got.loss)) << what;
@@ -219,6 +240,13 @@ class OneStep : public ::testing::TestWithParam<models::Arch> {};
 TEST_P(OneStep, Fp32OnTheDeviceEqualsTheCpu) {
   REQUIRE_DEVICE(1);
   expect_step_matches_cpu(GetParam(), /*bf16=*/false, kFp32);
+}
+
+// LoRA (issue 50): the adapters' and the norms' step on the device, through the trainer's loss
+// path (activation checkpointing recomputes the adapted projections), equals the CPU's.
+TEST_P(OneStep, LoraStepOnTheDeviceEqualsTheCpu) {
+  REQUIRE_DEVICE(1);
+  expect_step_matches_cpu(GetParam(), /*bf16=*/false, kFp32, LossPath::trainer, /*lora=*/true);
 }
 
 TEST_P(OneStep, Bf16AutocastOnTheDeviceStaysWithinBf16ToleranceOfFp32OnTheCpu) {

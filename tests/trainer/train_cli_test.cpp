@@ -1554,6 +1554,17 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
   EXPECT_LT((hf.at("model.layers.0.self_attn.q_proj.weight") - merged).abs().max().item<double>(), 1e-6);
   EXPECT_TRUE(at::equal(hf.at("model.layers.0.self_attn.k_proj.weight"), before.at("blocks.0.k_proj.weight")));
   for (const auto& [name, t] : hf) EXPECT_EQ(name.find("lora"), std::string::npos) << name;
+  // `segtrain eval` of the run scores what the merged export scores.
+  for (const std::string& model : {run_dir("lora-whole"), run_dir("lora-whole") + "-hf"}) {
+    auto scored = run(kBin, {"eval", "--model", model, "--data", *dir_ / "store", "--lengths", "32,64", "--out",
+                             model + "-eval.json", "--max-sequences", "4"});
+    ASSERT_EQ(scored.exit_code, 0) << scored.err;
+  }
+  const json eval_run = json::parse(test::read_file(run_dir("lora-whole") + "-eval.json"));
+  const json eval_hf = json::parse(test::read_file(run_dir("lora-whole") + "-hf-eval.json"));
+  ASSERT_EQ(eval_run["results"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_NEAR(eval_run["results"][i]["loss"].get<double>(), eval_hf["results"][i]["loss"].get<double>(), 1e-5);
 
   // --adapter: a PEFT folder that peft.PeftModel.from_pretrained loads on the base's HF export
   // with every key, and that gives the merged export's logits (in transformers, at chunk positions).
