@@ -39,9 +39,6 @@ struct CorpusFile {
 // directory recursively in sorted path order. InputError for a missing input.
 std::vector<CorpusFile> corpus_files(const std::vector<std::string>& inputs);
 
-// FNV-1a (64-bit) of a file's bytes as 16 hex digits: a store's record of the
-// contents it was made from. InputError naming the file if unreadable.
-std::string file_digest(const std::filesystem::path& file);
 
 // Every input in order; the files of a directory in sorted path order, so the
 // document order (and so the store) is reproducible.

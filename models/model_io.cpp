@@ -8,6 +8,7 @@
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "models/base_record.h"
 #include "models/converters/converter.h"
 #include "models/hf.h"
 #include "models/safetensors.h"
@@ -176,9 +177,18 @@ TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig
     model->load_tensors(tensors, resolved);
   } else {
     // A converted model's directory (a run's final/) holds what its converters made: folded back.
-    model->load_tensors(fold_converters(read_converters(resolved), read_safetensors_dir(resolved)), resolved);
+    model->load_tensors(fold_converters(read_converters(resolved), converted_tensors(resolved, c)), resolved);
   }
   return model;
+}
+
+std::map<std::string, at::Tensor> converted_tensors(const std::string& dir, const ModelConfig& config) {
+  auto saved = read_safetensors_dir(dir);
+  const auto base = read_base_record(dir);
+  if (!base) return saved;
+  auto tensors = load_model(base->folder, config)->tensors();
+  for (auto& [name, t] : saved) tensors[name] = std::move(t);
+  return tensors;
 }
 
 void save_model_dir(const TransformerLM& model, const std::string& dir) {

@@ -30,6 +30,11 @@ ModelConfig read_model_config(const std::string& dir);
 // table of the original length is interpolated when the config extends it.
 TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig>& config = std::nullopt);
 
+// The tensors of a converted model's directory as its converters made them (not folded):
+// what it saved, over its base's when it saved only what trained (base.json,
+// models/base_record.h: the base is read with `config` after its files are checked).
+std::map<std::string, at::Tensor> converted_tensors(const std::string& dir, const ModelConfig& config);
+
 // segtrain model directory: model.safetensors + model_config.json, each written
 // to a temporary sibling and renamed.
 void save_model_dir(const TransformerLM& model, const std::string& dir);

@@ -17,6 +17,7 @@
 
 #include "data/token_store.h"
 #include "data/windows.h"
+#include "models/model_io.h"
 #include "models/safetensors.h"
 #include "test_util.h"
 #include "tokenizer_folders.h"
@@ -1427,11 +1428,17 @@ TEST_F(TrainCli, FreezeKeepsFrozenWeightsBitIdenticalThroughTrainResumeAndExport
            name.find(".ln2.") != std::string::npos;
   };
   const auto before = models::read_safetensors(run_dir("freeze-base") + "/final/model.safetensors");
+  // final/ keeps only what trained (and base.json naming the base); loaded, it is the base's
+  // frozen weights bit for bit with the trained ones over them.
   auto expect_frozen_kept = [&](const std::string& run_name) {
-    const auto after = models::read_safetensors(run_dir(run_name) + "/final/model.safetensors");
+    const std::string final_dir = run_dir(run_name) + "/final";
+    const auto saved = models::read_safetensors(final_dir + "/model.safetensors");
+    EXPECT_TRUE(fs::exists(final_dir + "/base.json")) << run_name;
+    const auto after = models::load_model(final_dir)->tensors();
     ASSERT_EQ(after.size(), before.size());
     int64_t changed = 0;
     for (const auto& [name, t] : before) {
+      EXPECT_EQ(saved.count(name), trains(name) ? 1u : 0u) << run_name << ": " << name;
       if (trains(name)) changed += !at::equal(t, after.at(name));
       else EXPECT_TRUE(at::equal(t, after.at(name))) << run_name << ": frozen " << name << " changed";
     }
@@ -1461,7 +1468,8 @@ TEST_F(TrainCli, FreezeKeepsFrozenWeightsBitIdenticalThroughTrainResumeAndExport
   EXPECT_EQ(other.exit_code, 2) << other.err;
   EXPECT_NE(other.err.find("train.freeze: checkpoint has"), std::string::npos) << other.err;
 
-  // bf16 storage: the master weights are the trainable ones; the frozen keep their fp32 values.
+  // bf16 storage: the master weights are the trainable ones; the frozen, held in bf16 while training,
+  // are the base's (fp32) wherever the run is loaded.
   auto bf16 = run(kBin, args("freeze-bf16", ", precision: bf16, param_dtype: bf16"));
   ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
   expect_frozen_kept("freeze-bf16");
@@ -1529,6 +1537,9 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
     }
   }
   EXPECT_EQ(trainable.size(), 2u * 3u * 2u + 2u * 2u + 1u) << "2 layers x 3 targets x (A, B), 2 x 2 norms, ln_f";
+  EXPECT_EQ(after.size(), trainable.size()) << "final/ keeps only what trained";
+  const json base_record = json::parse(test::read_file(run_dir("lora-whole") + "/final/base.json"));
+  EXPECT_EQ(fs::path(base_record["folder"].get<std::string>()), fs::absolute(run_dir("lora-base") + "/final"));
   EXPECT_EQ(params_with_state(run_dir("lora-whole") + "/checkpoints/step-4/optimizer-00000-of-00001.safetensors"),
             trainable);
   for (const std::string b : {"blocks.0.q_proj", "blocks.1.down_proj"})
@@ -1591,6 +1602,23 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
                              "--adapter"});
   EXPECT_EQ(not_lora.exit_code, 2) << not_lora.err;
   EXPECT_NE(not_lora.err.find("was not trained with LoRA adapters"), std::string::npos) << not_lora.err;
+
+  // The base changed after training: loading the run (eval) and resuming it are refused, naming the file.
+  const std::string cut2 = run_dir("lora-cut2");
+  fs::create_directories(cut2 + "/checkpoints");
+  fs::copy(run_dir("lora-whole") + "/checkpoints/step-4", cut2 + "/checkpoints/step-4", fs::copy_options::recursive);
+  test::write_file(run_dir("lora-base") + "/final/model_config.json",
+                   test::read_file(run_dir("lora-base") + "/final/model_config.json") + " ");
+  auto stale = run(kBin, {"eval", "--model", run_dir("lora-whole"), "--data", *dir_ / "store", "--lengths", "32",
+                          "--out", run_dir("lora-stale.json")});
+  EXPECT_EQ(stale.exit_code, 2) << stale.err;
+  EXPECT_NE(stale.err.find("base.json: this model holds only what trained on its base"), std::string::npos) << stale.err;
+  EXPECT_NE(stale.err.find("whose model_config.json changed since"), std::string::npos) << stale.err;
+  auto resume2 = args("lora-cut2");
+  resume2.push_back("--resume");
+  auto stale_resume = run(kBin, resume2);
+  EXPECT_EQ(stale_resume.exit_code, 2) << stale_resume.err;
+  EXPECT_NE(stale_resume.err.find("whose model_config.json changed since"), std::string::npos) << stale_resume.err;
 
   // Settings that do not fit: exit 2 naming the key, before any step.
   auto qkv = run(kBin, {"train", config("lora-qkv", "llama", "chunk"), "--set", "model.adapters.lora.rank=4", "--set",

@@ -251,7 +251,7 @@ void export_lora_adapter(const StoredModel& stored, const fs::path& out, const s
                      "export it without --adapter");
   models::TransformerLM model(stored.config);
   models::apply_converters(converters, model);
-  model->load_tensors(models::read_safetensors_dir(stored.dir), stored.dir);
+  model->load_tensors(models::converted_tensors(stored.dir, stored.config), stored.dir);
   models::export_peft_adapter(model, (*lora)["rank"].get<int64_t>(), (*lora)["alpha"].get<double>(),
                               (*lora)["dropout"].get<double>(), out.string(), {origin, dtype});
 }

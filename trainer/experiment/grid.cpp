@@ -17,6 +17,7 @@
 #include "common/atomic_write.h"
 #include "common/dir_lock.h"
 #include "common/error.h"
+#include "common/file_digest.h"
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/output_path.h"
@@ -62,7 +63,7 @@ nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
     j["tokenizer"] = {{"base", tokenizer}, {"files", nlohmann::json::array()}};
     for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"})
       if (const fs::path file = fs::path(tokenizer) / name; fs::exists(file))
-        j["tokenizer"]["files"].push_back({{"name", name}, {"fnv1a64", data::file_digest(file)}});
+        j["tokenizer"]["files"].push_back({{"name", name}, {"fnv1a64", file_digest(file)}});
   }
   if (corpus.synthetic)
     j["synthetic"] = {{"docs", corpus.synthetic->documents},
@@ -75,7 +76,7 @@ nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
     for (const auto& file : data::corpus_files(corpus.inputs))
       j["files"].push_back({{"path", file.path.string()},
                             {"bytes", static_cast<int64_t>(fs::file_size(file.path))},
-                            {"fnv1a64", data::file_digest(file.path)}});
+                            {"fnv1a64", file_digest(file.path)}});
   }
   return j;
 }

@@ -7,6 +7,8 @@
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "models/base_record.h"
+#include "models/converters/converter.h"
 #include "models/model_io.h"
 #include "models/safetensors.h"
 
@@ -30,8 +32,9 @@ class SavedTexts final : public SavedPart {
 
 class SavedModel final : public SavedPart {
  public:
-  SavedModel(models::ModelConfig config, std::map<std::string, at::Tensor> weights)
-      : config_(std::move(config)), weights_(std::move(weights)) {}
+  SavedModel(models::ModelConfig config, std::map<std::string, at::Tensor> weights,
+             std::map<std::string, std::string> texts)
+      : config_(std::move(config)), weights_(std::move(weights)), texts_(std::move(texts)) {}
   void copy_to_host() override {
     for (auto& [name, t] : weights_) t = host_copy(t);
   }
@@ -40,11 +43,13 @@ class SavedModel final : public SavedPart {
   void write(const fs::path& temp_dir) const override {
     models::write_safetensors((temp_dir / "model.safetensors").string(), weights_, {{"format", "pt"}});
     write_file_atomic(temp_dir / "model_config.json", models::model_config_to_json(config_));
+    for (const auto& [name, text] : texts_) write_file_atomic(temp_dir / name, text);
   }
 
  private:
   models::ModelConfig config_;
   std::map<std::string, at::Tensor> weights_;
+  std::map<std::string, std::string> texts_;
 };
 
 std::string optimizer_shard_name(int64_t rank, int64_t world_size) {
@@ -94,8 +99,9 @@ std::shared_ptr<SavedPart> saved_texts(std::map<std::string, std::string> files)
   return std::make_shared<SavedTexts>(std::move(files));
 }
 
-std::shared_ptr<SavedPart> saved_model(models::ModelConfig config, std::map<std::string, at::Tensor> weights) {
-  return std::make_shared<SavedModel>(std::move(config), std::move(weights));
+std::shared_ptr<SavedPart> saved_model(models::ModelConfig config, std::map<std::string, at::Tensor> weights,
+                                       std::map<std::string, std::string> texts) {
+  return std::make_shared<SavedModel>(std::move(config), std::move(weights), std::move(texts));
 }
 
 std::shared_ptr<SavedPart> saved_optimizer(int64_t steps, std::vector<StatePiece> pieces, int64_t rank,
@@ -107,14 +113,23 @@ std::shared_ptr<SavedPart> ModelPart::save(const SaveRequest& request) {
   // Every rank: bf16 parameters' master weights are gathered to rank 0.
   const std::map<std::string, at::Tensor> master = optimizer_.master_weights();
   if (request.rank != 0) return nullptr;
-  std::map<std::string, at::Tensor> weights = model_->tensors();
+  std::map<std::string, at::Tensor> weights;
+  if (base_json_.empty()) {
+    weights = model_->tensors();
+  } else {
+    for (const auto& [name, p] : models::trainable_parameters(model_)) weights[name] = p.detach();
+  }
   for (const auto& [name, t] : master) weights[name] = t;  // frozen parameters have none: their own values
-  return saved_model(model_->config(), std::move(weights));
+  if (base_json_.empty()) return saved_model(model_->config(), std::move(weights));
+  return saved_model(model_->config(), std::move(weights), {{models::kBaseFile, base_json_}});
 }
 
 void ModelPart::load(const fs::path& dir) {
   const fs::path file = dir / "model.safetensors";
-  const auto weights = models::read_safetensors(file.string());
+  auto weights = models::read_safetensors(file.string());
+  // Only what trained, on the base this run was built from (checked unchanged): the rest is the model's own.
+  if (models::read_base_record(dir.string()))
+    for (auto& [name, t] : model_->tensors()) weights.try_emplace(name, t);
   model_->load_tensors(weights, file.string());
   optimizer_.load_master_weights(weights);
 }

@@ -24,23 +24,30 @@ namespace segtrain::trainer {
 // Saved files, for the parts below and for tests.
 // Text files by name.
 std::shared_ptr<SavedPart> saved_texts(std::map<std::string, std::string> files);
-// A segtrain model directory's two files (models/model_io.h save_model_dir).
-std::shared_ptr<SavedPart> saved_model(models::ModelConfig config, std::map<std::string, at::Tensor> weights);
+// A segtrain model directory's two files (models/model_io.h save_model_dir), and text files
+// beside them (base.json).
+std::shared_ptr<SavedPart> saved_model(models::ModelConfig config, std::map<std::string, at::Tensor> weights,
+                                       std::map<std::string, std::string> texts = {});
 // This rank's AdamW shard, and on rank 0 the index naming every rank's.
 std::shared_ptr<SavedPart> saved_optimizer(int64_t steps, std::vector<StatePiece> pieces, int64_t rank,
                                            int64_t world_size);
 
 // The model's weights in fp32: its parameters, or the optimizer's master weights
-// where it keeps them (they are the model's weights, and load back with them).
+// where it keeps them (they are the model's weights, and load back with them). Given
+// its base's record (base_json: models/base_record.h, a converted run from a base), only
+// the parameters that train are saved, with base.json; the rest are the base's.
 class ModelPart final : public CheckpointPart {
  public:
-  ModelPart(models::TransformerLM model, Optimizer& optimizer) : model_(std::move(model)), optimizer_(optimizer) {}
+  ModelPart(models::TransformerLM model, Optimizer& optimizer, std::string base_json = "")
+      : model_(std::move(model)), optimizer_(optimizer), base_json_(std::move(base_json)) {}
   std::shared_ptr<SavedPart> save(const SaveRequest& request) override;
+  // A checkpoint of the trainable part: its base must be unchanged (InputError naming the file).
   void load(const fs::path& dir) override;
 
  private:
   models::TransformerLM model_;
   Optimizer& optimizer_;
+  std::string base_json_;  // empty: every weight is saved
 };
 
 // AdamW's moments of the trainable parameters, each rank its own pieces.

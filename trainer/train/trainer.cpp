@@ -26,6 +26,7 @@
 #include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
 #include "data/tokenizer_identity.h"
+#include "models/base_record.h"
 #include "models/positions.h"
 #include "trainer/eval/eval_outputs.h"
 #include "trainer/eval/suite.h"
@@ -180,6 +181,8 @@ class Trainer {
   int64_t eval_windows_ = kEvalWindows;           // eval.max_sequences resolved (eval_windows_of)
   std::optional<data::PromptTokenizer> prompts_;  // the store's tokenizer, when a task writes prompts
   std::string store_tokenizer_;  // the store's tokenizer record each checkpoint keeps (empty: it records none)
+  // A converted model's base (models/base_record.h): checkpoints then keep only what trains.
+  std::string base_json_;
   models::ModelConfig model_config_;
   models::TransformerLM model_;
   models::Converters converters_;  // train.freeze: what changes the model before it trains
@@ -267,6 +270,13 @@ void Trainer::check_inputs(const LoadedConfig& loaded) {
 void Trainer::build_model_and_optimizer(const LoadedConfig& loaded) {
   model_ = build_model(loaded, model_config_);
   convert_model(loaded);
+  // The frozen weights of a run converted from a base are the base's, which its checkpoints
+  // do not keep: with bf16 parameters they are held in bf16 too (converted before they move).
+  if (c_.train.param_dtype == Precision::bf16 && !base_json_.empty()) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model_->parameters())
+      if (!p.requires_grad()) p.set_data(p.detach().to(at::kBFloat16));
+  }
   model_->to(device_);
   model_->train();
   const auto named = models::trainable_parameters(model_);
@@ -295,6 +305,14 @@ void Trainer::convert_model(const LoadedConfig& loaded) {
     }
   }
   if (converters_.empty()) return;
+  if (const std::string base = model_ref_dir(c_.model.init); !base.empty()) {
+    const auto started = Clock::now();
+    const models::BaseRecord record = models::record_base(base);
+    base_json_ = models::base_record_to_json(record);
+    log::info("checkpoints keep only what trains, on the base ", record.folder, " (", record.files.size(),
+              " files, ", record.bytes() >> 20, " MiB, recorded in ",
+              static_cast<int64_t>(std::chrono::duration<double>(Clock::now() - started).count()), " s)");
+  }
   int64_t trainable = 0, total = 0;
   for (const auto& p : model_->parameters()) {
     total += p.numel();
@@ -308,7 +326,7 @@ void Trainer::convert_model(const LoadedConfig& loaded) {
 }
 
 void Trainer::assemble_checkpoint_parts() {
-  checkpoint_parts_.push_back(std::make_unique<ModelPart>(model_, *optimizer_));
+  checkpoint_parts_.push_back(std::make_unique<ModelPart>(model_, *optimizer_, base_json_));
   auto optimizer = std::make_unique<OptimizerPart>(*optimizer_);
   optimizer_part_ = optimizer.get();
   checkpoint_parts_.push_back(std::move(optimizer));

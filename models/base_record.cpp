@@ -1,0 +1,70 @@
+#include "models/base_record.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/file_digest.h"
+#include "common/file_io.h"
+
+namespace segtrain::models {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+}  // namespace
+
+int64_t BaseRecord::bytes() const {
+  int64_t total = 0;
+  for (const auto& f : files) total += f.bytes;
+  return total;
+}
+
+BaseRecord record_base(const std::string& folder) {
+  BaseRecord record{fs::absolute(folder).lexically_normal().string(), {}};
+  for (const auto& entry : fs::directory_iterator(folder))
+    if (entry.is_regular_file())
+      record.files.push_back({entry.path().filename().string(), static_cast<int64_t>(entry.file_size()),
+                              file_digest(entry.path())});
+  std::sort(record.files.begin(), record.files.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return record;
+}
+
+std::string base_record_to_json(const BaseRecord& record) {
+  json files = json::array();
+  for (const auto& f : record.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"fnv1a64", f.fnv1a64}});
+  return json{{"folder", record.folder}, {"files", files}}.dump(2) + "\n";
+}
+
+std::optional<BaseRecord> read_base_record(const std::string& dir) {
+  const fs::path path = fs::path(dir) / kBaseFile;
+  if (!fs::exists(path)) return std::nullopt;
+  const std::string expected = path.string() + ": expected {\"folder\": ..., \"files\": [{\"name\", \"bytes\", \"fnv1a64\"}, ...]}";
+  BaseRecord record;
+  try {
+    const json j = json::parse(read_file(path, "base record"));
+    record.folder = j.at("folder").get<std::string>();
+    for (const auto& f : j.at("files"))
+      record.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("fnv1a64").get<std::string>()});
+  } catch (const json::exception& e) {
+    throw InputError(expected + " (" + e.what() + ")");
+  }
+  const std::string what = path.string() + ": this model holds only what trained on its base " + record.folder;
+  for (const auto& f : record.files) {
+    const fs::path file = fs::path(record.folder) / f.name;
+    if (!fs::is_regular_file(file)) throw InputError(what + ", whose " + f.name + " is gone");
+    const auto bytes = static_cast<int64_t>(fs::file_size(file));
+    if (bytes != f.bytes || file_digest(file) != f.fnv1a64)
+      throw InputError(what + ", whose " + f.name + " changed since (" +
+                       (bytes != f.bytes ? std::to_string(bytes) + " bytes, recorded " + std::to_string(f.bytes)
+                                         : "another digest") +
+                       "); restore the base, or train again from this one");
+  }
+  return record;
+}
+
+}  // namespace segtrain::models

@@ -1,0 +1,36 @@
+#pragma once
+// What a model directory that holds only what trained completes: a run converted from a
+// base (model.init hf: or checkpoint: with LoRA or train.freeze) saves its trainable
+// tensors alone, and base.json names the base's folder with each file's size and digest.
+// Loading such a directory (model_io.h) reads the base again, after checking that it is
+// still the one the run trained on.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace segtrain::models {
+
+inline constexpr const char* kBaseFile = "base.json";
+
+struct BaseFile {
+  std::string name;  // in the base's folder
+  int64_t bytes = 0;
+  std::string fnv1a64;  // common/file_digest.h
+};
+
+struct BaseRecord {
+  std::string folder;  // absolute
+  std::vector<BaseFile> files;
+  int64_t bytes() const;
+};
+
+// Every regular file at the top of `folder`, read whole for its digest.
+BaseRecord record_base(const std::string& folder);
+std::string base_record_to_json(const BaseRecord& record);
+
+// `dir`'s base.json, nullopt when it has none. InputError naming base.json when it is
+// malformed, and naming the base's file that is gone or changed since (size, then digest).
+std::optional<BaseRecord> read_base_record(const std::string& dir);
+
+}  // namespace segtrain::models
