@@ -57,24 +57,15 @@ TEST(Freeze, TheLastMatchingPatternDecidesWhatTrains) {
   EXPECT_EQ(trainable_names(again), (std::set<std::string>{"blocks.0.ln1.weight", "blocks.0.ln2.weight", "ln_f.weight"}));
 }
 
-std::string refusal(const std::function<void()>& what) {
-  try {
-    what();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(not refused)";
-}
-
 TEST(Freeze, RefusesAPatternThatMatchesNothingFreezingEverythingAndEmptyPatterns) {
   TransformerLM model(test::tiny_model_config(Arch::gpt2, 40, 16));
-  const std::string typo = refusal([&] { make_freeze({"blocks.*.atn.*"})->convert(model); });
+  const std::string typo = test::input_error_of([&] { make_freeze({"blocks.*.atn.*"})->convert(model); });
   EXPECT_NE(typo.find("the pattern 'blocks.*.atn.*' matches no parameter of this model"), std::string::npos) << typo;
   EXPECT_NE(typo.find("wte.weight"), std::string::npos) << "the names it is matched against: " << typo;
-  const std::string everything = refusal([&] { make_freeze({"*", "!wpe.*", "wpe.*"})->convert(model); });
+  const std::string everything = test::input_error_of([&] { make_freeze({"*", "!wpe.*", "wpe.*"})->convert(model); });
   EXPECT_NE(everything.find("nothing would train"), std::string::npos) << everything;
-  EXPECT_NE(refusal([] { make_freeze({"!"}); }).find("is empty"), std::string::npos);
-  EXPECT_NE(refusal([] { make_freeze({""}); }).find("is empty"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { make_freeze({"!"}); }).find("is empty"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { make_freeze({""}); }).find("is empty"), std::string::npos);
 }
 
 TEST(Converters, RoundTripThroughConvertersJsonAndUnknownOnesAreRefused) {
@@ -85,12 +76,12 @@ TEST(Converters, RoundTripThroughConvertersJsonAndUnknownOnesAreRefused) {
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0]->name(), "freeze");
   EXPECT_EQ(converters_to_json(back), text);
-  const std::string unknown = refusal([] { converters_from_json(R"({"converters": [{"name": "qlora"}]})", "c.json"); });
+  const std::string unknown = test::input_error_of([] { converters_from_json(R"({"converters": [{"name": "qlora"}]})", "c.json"); });
   EXPECT_NE(unknown.find("c.json: unknown converter 'qlora' (this segtrain knows: freeze, lora)"), std::string::npos) << unknown;
-  EXPECT_NE(refusal([] { converters_from_json(R"({"converters": [{"name": "freeze"}]})", "c.json"); })
+  EXPECT_NE(test::input_error_of([] { converters_from_json(R"({"converters": [{"name": "freeze"}]})", "c.json"); })
                 .find("c.json: the freeze converter needs \"patterns\""),
             std::string::npos);
-  EXPECT_NE(refusal([] { converters_from_json("[1,", "c.json"); }).find("c.json: expected"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { converters_from_json("[1,", "c.json"); }).find("c.json: expected"), std::string::npos);
 }
 
 // A frozen model's directory loads as the plain model (freezing adds nothing to fold),
@@ -105,7 +96,7 @@ TEST(Converters, ADirectoryWithConvertersJsonLoadsAndABadOneIsRefused) {
   const TransformerLM loaded = load_model((tmp.path() / "m").string());
   for (const auto& [name, t] : model->tensors()) EXPECT_TRUE(torch::equal(t, loaded->tensors().at(name))) << name;
   test::write_file(tmp.path() / "m" / kConvertersFile, R"({"converters": [{"name": "qlora"}]})");
-  const std::string bad = refusal([&] { load_model((tmp.path() / "m").string()); });
+  const std::string bad = test::input_error_of([&] { load_model((tmp.path() / "m").string()); });
   EXPECT_NE(bad.find("converters.json: unknown converter 'qlora'"), std::string::npos) << bad;
 }
 

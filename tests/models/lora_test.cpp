@@ -32,15 +32,6 @@ std::set<std::string> trainable_names(const TransformerLM& model) {
   return names;
 }
 
-std::string refusal(const std::function<void()>& what) {
-  try {
-    what();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(not refused)";
-}
-
 // Every adapter drawn at random (B is zero after conversion, which would leave A without
 // a gradient), the same draws for the same seed.
 void randomize_adapters(TransformerLM& model, uint64_t seed) {
@@ -204,7 +195,7 @@ TEST(Lora, MegatronBlocksGoToPeftAndPhi3sFusedProjectionsAreRefused) {
     lora.targets = {"qkv"};
     make_lora(lora, {"adapters", trainable})->convert(model);
     test::TempDir dir;
-    const std::string head = refusal([&] { export_peft_adapter(model, 2, 16, 0, (dir.path() / "p").string()); });
+    const std::string head = test::input_error_of([&] { export_peft_adapter(model, 2, 16, 0, (dir.path() / "p").string()); });
     EXPECT_NE(head.find("PEFT's modules_to_save does not give back as trained"), std::string::npos) << head;
   }
   TransformerLM phi3 = load_model(ref + "/phi3");
@@ -213,7 +204,7 @@ TEST(Lora, MegatronBlocksGoToPeftAndPhi3sFusedProjectionsAreRefused) {
   lora.targets = {"q", "o"};
   make_lora(lora, {"adapters"})->convert(phi3);
   test::TempDir dir;
-  const std::string fused = refusal([&] { export_peft_adapter(phi3, 2, 16, 0, (dir.path() / "p").string()); });
+  const std::string fused = test::input_error_of([&] { export_peft_adapter(phi3, 2, 16, 0, (dir.path() / "p").string()); });
   EXPECT_NE(fused.find("blocks.0.q_proj.weight is part of phi3's fused tensor model.layers.0.self_attn.qkv_proj.weight"), std::string::npos)
       << fused;
 }
@@ -223,26 +214,26 @@ TEST(Lora, RefusesTargetsItsBlockLacksAndSettingsThatCannotTrain) {
   lora.rank = 2;
   lora.targets = {"q"};
   TransformerLM gpt2(test::tiny_model_config(Arch::gpt2, 40, 16));
-  const std::string q = refusal([&] { make_lora(lora, {"adapters"})->convert(gpt2); });
+  const std::string q = test::input_error_of([&] { make_lora(lora, {"adapters"})->convert(gpt2); });
   EXPECT_NE(q.find("model.adapters.lora.targets: q is no projection of model.arch gpt2's block (it has o, up, down, "
                    "qkv; q, k and v are one projection, qkv)"),
             std::string::npos)
       << q;
   lora.targets = {"qkv"};
   TransformerLM llama(test::tiny_model_config(Arch::llama, 40, 16));
-  EXPECT_NE(refusal([&] { make_lora(lora, {"adapters"})->convert(llama); }).find("qkv is no projection of model.arch llama"),
+  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"adapters"})->convert(llama); }).find("qkv is no projection of model.arch llama"),
             std::string::npos);
   lora.targets = {"q"};
-  EXPECT_NE(refusal([&] { make_lora(lora, {"norms"})->convert(llama); }).find("train.trainable: must list adapters"),
+  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"norms"})->convert(llama); }).find("train.trainable: must list adapters"),
             std::string::npos);
   lora.dropout = 0.1;
   auto checkpointed = test::tiny_model_config(Arch::llama, 40, 16);
   checkpointed.activation_checkpointing = true;
   TransformerLM recomputed(checkpointed);
-  EXPECT_NE(refusal([&] { make_lora(lora, {"adapters"})->convert(recomputed); }).find("another dropout mask"),
+  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"adapters"})->convert(recomputed); }).find("another dropout mask"),
             std::string::npos);
   lora.rank = 0;
-  EXPECT_NE(refusal([&] { make_lora(lora, {"adapters"}); }).find("needs a rank > 0"), std::string::npos);
+  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"adapters"}); }).find("needs a rank > 0"), std::string::npos);
 }
 
 // A converted model's directory (its tensors with the adapters, converters.json) loads as
@@ -272,7 +263,7 @@ TEST(Lora, ADirectoryWithAdaptersLoadsMergedAndItsRecordRoundTrips) {
     EXPECT_LT(test::max_abs_diff(t, expected), 1e-6) << name;
   }
   EXPECT_EQ(loaded->tensors().size(), weights.size() - 8) << "2 layers x 2 projections x (A, B) folded away";
-  const std::string bad = refusal([] {
+  const std::string bad = test::input_error_of([] {
     converters_from_json(R"({"converters": [{"name": "lora", "rank": "4"}]})", "c.json");
   });
   EXPECT_NE(bad.find("c.json: the lora converter needs \"rank\" (an integer)"), std::string::npos) << bad;

@@ -1394,6 +1394,25 @@ TEST_F(TrainCli, LossOverSlicesOfTheTokensTrainsAndEvaluatesAsTheWholeLogits) {
 }
 
 // The parameter names of a safetensors file's "exp_avg.<param>@<offset>" keys.
+// A run stopped after checkpoint `step`: run `to` holds a copy of run `from`'s step-<step>
+// checkpoint and nothing after it.
+void stopped_after(const std::string& from, const std::string& to, int step) {
+  const std::string checkpoint = "/checkpoints/step-" + std::to_string(step);
+  fs::create_directories(to + "/checkpoints");
+  fs::copy(from + checkpoint, to + checkpoint, fs::copy_options::recursive);
+}
+
+// Run `cut`, stopped after checkpoint `step` of run `whole`, resumed with `args` + --resume,
+// ends with `whole`'s final model, byte for byte.
+void expect_resumes_to_the_same_bytes(std::vector<std::string> args, const std::string& whole, const std::string& cut,
+                                      int step) {
+  stopped_after(whole, cut, step);
+  args.push_back("--resume");
+  auto resumed = run(kBin, args);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(test::read_file(cut + "/final/model.safetensors"), test::read_file(whole + "/final/model.safetensors"));
+}
+
 std::set<std::string> params_with_state(const fs::path& shard) {
   std::set<std::string> params;
   for (const auto& [key, t] : models::read_safetensors(shard.string()))
@@ -1454,15 +1473,7 @@ TEST_F(TrainCli, FreezeKeepsFrozenWeightsBitIdenticalThroughTrainResumeAndExport
   EXPECT_EQ(converters["converters"][0]["patterns"], json::parse(R"(["*", "!*ln*", "!wte.*"])"));
 
   // A run stopped after step 4 (its later checkpoints and final/ gone) resumes to the same bytes.
-  const std::string cut = run_dir("freeze-cut");
-  fs::create_directories(cut + "/checkpoints");
-  fs::copy(run_dir("freeze-whole") + "/checkpoints/step-4", cut + "/checkpoints/step-4", fs::copy_options::recursive);
-  auto resume = args("freeze-cut");
-  resume.push_back("--resume");
-  auto resumed = run(kBin, resume);
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  EXPECT_EQ(test::read_file(cut + "/final/model.safetensors"),
-            test::read_file(run_dir("freeze-whole") + "/final/model.safetensors"));
+  expect_resumes_to_the_same_bytes(args("freeze-cut"), run_dir("freeze-whole"), run_dir("freeze-cut"), 4);
   auto other = run(kBin, {"train", config_path("freeze-cut"), "--resume", "--set", init, "--set",
                           "train.checkpoint_every=4", "--set", "train.freeze=[\"*\", \"!*ln*\"]"});
   EXPECT_EQ(other.exit_code, 2) << other.err;
@@ -1546,15 +1557,7 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
     EXPECT_FALSE(at::equal(after.at(b + ".lora_B.weight"), at::zeros_like(after.at(b + ".lora_B.weight")))) << b;
 
   // Stopped after step 4, it resumes to the same bytes.
-  const std::string cut = run_dir("lora-cut");
-  fs::create_directories(cut + "/checkpoints");
-  fs::copy(run_dir("lora-whole") + "/checkpoints/step-4", cut + "/checkpoints/step-4", fs::copy_options::recursive);
-  auto resume = args("lora-cut");
-  resume.push_back("--resume");
-  auto resumed = run(kBin, resume);
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  EXPECT_EQ(test::read_file(cut + "/final/model.safetensors"),
-            test::read_file(run_dir("lora-whole") + "/final/model.safetensors"));
+  expect_resumes_to_the_same_bytes(args("lora-cut"), run_dir("lora-whole"), run_dir("lora-cut"), 4);
 
   // The export merges: q_proj of layer 0 is the base's plus 2 B A; k_proj (no adapter) is the base's.
   auto exported = run(kBin, {"export", "--model", run_dir("lora-whole"), "--out", run_dir("lora-whole") + "-hf"});
@@ -1604,9 +1607,7 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
   EXPECT_NE(not_lora.err.find("was not trained with LoRA adapters"), std::string::npos) << not_lora.err;
 
   // The base changed after training: loading the run (eval) and resuming it are refused, naming the file.
-  const std::string cut2 = run_dir("lora-cut2");
-  fs::create_directories(cut2 + "/checkpoints");
-  fs::copy(run_dir("lora-whole") + "/checkpoints/step-4", cut2 + "/checkpoints/step-4", fs::copy_options::recursive);
+  stopped_after(run_dir("lora-whole"), run_dir("lora-cut2"), 4);
   test::write_file(run_dir("lora-base") + "/final/model_config.json",
                    test::read_file(run_dir("lora-base") + "/final/model_config.json") + " ");
   auto stale = run(kBin, {"eval", "--model", run_dir("lora-whole"), "--data", *dir_ / "store", "--lengths", "32",
