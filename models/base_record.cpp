@@ -40,19 +40,29 @@ std::string base_record_to_json(const BaseRecord& record) {
   return json{{"folder", record.folder}, {"files", files}}.dump(2) + "\n";
 }
 
-std::optional<BaseRecord> read_base_record(const std::string& dir) {
-  const fs::path path = fs::path(dir) / kBaseFile;
-  if (!fs::exists(path)) return std::nullopt;
-  const std::string expected = path.string() + ": expected {\"folder\": ..., \"files\": [{\"name\", \"bytes\", \"fnv1a64\"}, ...]}";
+BaseRecord base_record_from_json(const std::string& text, const std::string& source) {
+  const std::string expected = source + ": expected {\"folder\": ..., \"files\": [{\"name\", \"bytes\", \"fnv1a64\"}, ...]}";
   BaseRecord record;
   try {
-    const json j = json::parse(read_file(path, "base record"));
+    const json j = json::parse(text);
     record.folder = j.at("folder").get<std::string>();
-    for (const auto& f : j.at("files"))
-      record.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("fnv1a64").get<std::string>()});
+    for (const auto& f : j.at("files")) {
+      BaseFile file{f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("fnv1a64").get<std::string>()};
+      // A name is one file of the base's folder, never a path out of it.
+      if (file.name.empty() || file.name == "." || file.name == ".." || file.name.find('/') != std::string::npos)
+        throw InputError(expected + " (file name '" + file.name + "' is not a file of the base's folder)");
+      record.files.push_back(std::move(file));
+    }
   } catch (const json::exception& e) {
     throw InputError(expected + " (" + e.what() + ")");
   }
+  return record;
+}
+
+std::optional<BaseRecord> read_base_record(const std::string& dir) {
+  const fs::path path = fs::path(dir) / kBaseFile;
+  if (!fs::exists(path)) return std::nullopt;
+  const BaseRecord record = base_record_from_json(read_file(path, "base record"), path.string());
   const std::string what = path.string() + ": this model holds only what trained on its base " + record.folder;
   for (const auto& f : record.files) {
     const fs::path file = fs::path(record.folder) / f.name;

@@ -29,6 +29,10 @@ struct BaseRecord {
 BaseRecord record_base(const std::string& folder);
 std::string base_record_to_json(const BaseRecord& record);
 
+// base.json's text as a record (`source` names it in errors); InputError when malformed.
+// Nothing is read from the base.
+BaseRecord base_record_from_json(const std::string& text, const std::string& source);
+
 // `dir`'s base.json, nullopt when it has none. InputError naming base.json when it is
 // malformed, and naming the base's file that is gone or changed since (size, then digest).
 std::optional<BaseRecord> read_base_record(const std::string& dir);

@@ -16,7 +16,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=1
 
-for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer optimizer_state; do
+for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer optimizer_state converters base_record; do
   rm -rf "${OUT:?}/$t"
   mkdir -p "$OUT/$t"
 done
@@ -42,6 +42,15 @@ for arch in gpt2 gpt_neox bloom; do
   cp "runs/$arch/final/trainer_state.json" "$OUT/trainer_state/final_$arch.json"
 done
 cp runs/gpt2/checkpoints/step-*/trainer_state.json "$OUT/trainer_state/step.json" 2>/dev/null || true
+# Converted runs from the gpt_neox run: LoRA (adapters and norms) and train.freeze.
+"$BIN" train run_gpt_neox.yaml --set run.output_dir=runs/lora --set model.init=checkpoint:runs/gpt_neox/final \
+  --set model.adapters.lora.rank=2 --set "model.adapters.lora.targets=[qkv, o]" \
+  --set "train.trainable=[adapters, norms]" >/dev/null 2>&1
+"$BIN" train run_gpt_neox.yaml --set run.output_dir=runs/freeze --set model.init=checkpoint:runs/gpt_neox/final \
+  --set 'train.freeze=["*", "!*ln*"]' >/dev/null 2>&1
+cp runs/lora/final/converters.json "$OUT/converters/lora.json"
+cp runs/freeze/final/converters.json "$OUT/converters/freeze.json"
+cp runs/lora/final/base.json "$OUT/base_record/lora.json"
 cp runs/gpt_neox/final/model.safetensors "$OUT/safetensors/segtrain_gpt_neox.safetensors"
 last_step=$(ls -d runs/bloom/checkpoints/step-* | sort -t- -k2 -n | tail -1)
 cp "$last_step/optimizer-00000-of-00001.safetensors" "$OUT/safetensors/segtrain_optimizer_bloom.safetensors"
