@@ -181,7 +181,9 @@ class Trainer {
   int64_t eval_windows_ = kEvalWindows;           // eval.max_sequences resolved (eval_windows_of)
   std::optional<data::PromptTokenizer> prompts_;  // the store's tokenizer, when a task writes prompts
   std::string store_tokenizer_;  // the store's tokenizer record each checkpoint keeps (empty: it records none)
-  // A converted model's base (models/base_record.h): checkpoints then keep only what trains.
+  // A model converted from a base: checkpoints keep only what trains, and rank 0 writes
+  // the base's record (models/base_record.h) beside it.
+  bool converted_from_base_ = false;
   std::string base_json_;
   models::ModelConfig model_config_;
   models::TransformerLM model_;
@@ -272,7 +274,7 @@ void Trainer::build_model_and_optimizer(const LoadedConfig& loaded) {
   convert_model(loaded);
   // The frozen weights of a run converted from a base are the base's, which its checkpoints
   // do not keep: with bf16 parameters they are held in bf16 too (converted before they move).
-  if (c_.train.param_dtype == Precision::bf16 && !base_json_.empty()) {
+  if (c_.train.param_dtype == Precision::bf16 && converted_from_base_) {
     torch::NoGradGuard no_grad;
     for (auto& p : model_->parameters())
       if (!p.requires_grad()) p.set_data(p.detach().to(at::kBFloat16));
@@ -306,12 +308,15 @@ void Trainer::convert_model(const LoadedConfig& loaded) {
   }
   if (converters_.empty()) return;
   if (const std::string base = model_ref_dir(c_.model.init); !base.empty()) {
-    const auto started = Clock::now();
-    const models::BaseRecord record = models::record_base(base);
-    base_json_ = models::base_record_to_json(record);
-    log::info("checkpoints keep only what trains, on the base ", record.folder, " (", record.files.size(),
-              " files, ", record.bytes() >> 20, " MiB, recorded in ",
-              static_cast<int64_t>(std::chrono::duration<double>(Clock::now() - started).count()), " s)");
+    converted_from_base_ = true;
+    if (writer_) {  // the record is rank 0's to write: the base is read once
+      const auto started = Clock::now();
+      const models::BaseRecord record = models::record_base(base);
+      base_json_ = models::base_record_to_json(record);
+      log::info("checkpoints keep only what trains, on the base ", record.folder, " (", record.files.size(),
+                " files, ", record.bytes() >> 20, " MiB, recorded in ",
+                static_cast<int64_t>(std::chrono::duration<double>(Clock::now() - started).count()), " s)");
+    }
   }
   int64_t trainable = 0, total = 0;
   for (const auto& p : model_->parameters()) {
