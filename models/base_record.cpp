@@ -16,6 +16,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// What loading a model folder reads (models/model_io.h, models/hf.h).
+bool read_by_loading(const std::string& name) {
+  return name.ends_with(".safetensors") || name == "model.safetensors.index.json" || name == "config.json" ||
+         name == "model_config.json" || name == "converters.json" || name == kBaseFile;
+}
+
 }  // namespace
 
 int64_t BaseRecord::bytes() const {
@@ -27,7 +33,7 @@ int64_t BaseRecord::bytes() const {
 BaseRecord record_base(const std::string& folder) {
   BaseRecord record{fs::absolute(folder).lexically_normal().string(), {}};
   for (const auto& entry : fs::directory_iterator(folder))
-    if (entry.is_regular_file())
+    if (entry.is_regular_file() && read_by_loading(entry.path().filename().string()))
       record.files.push_back({entry.path().filename().string(), static_cast<int64_t>(entry.file_size()),
                               file_digest(entry.path())});
   std::sort(record.files.begin(), record.files.end(), [](const auto& a, const auto& b) { return a.name < b.name; });

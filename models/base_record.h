@@ -25,7 +25,10 @@ struct BaseRecord {
   int64_t bytes() const;
 };
 
-// Every regular file at the top of `folder`, read whole for its digest.
+// The files of model folder `folder` (a checkpoint or an HF folder, as model.init names it)
+// that loading it reads, each read whole for its digest: its weights
+// (*.safetensors and their index) and its records (config.json or model_config.json,
+// converters.json, base.json). Its README or tokenizer files may change without refusal.
 BaseRecord record_base(const std::string& folder);
 std::string base_record_to_json(const BaseRecord& record);
 

@@ -1606,7 +1606,12 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
   EXPECT_EQ(not_lora.exit_code, 2) << not_lora.err;
   EXPECT_NE(not_lora.err.find("was not trained with LoRA adapters"), std::string::npos) << not_lora.err;
 
-  // The base changed after training: loading the run (eval) and resuming it are refused, naming the file.
+  // A file loading does not read may change in the base (a note beside its weights); the base's
+  // weights may not: loading the run (eval) and resuming it are then refused, naming the file.
+  test::write_file(run_dir("lora-base") + "/final/NOTES.md", "trained for the LoRA test\n");
+  auto noted = run(kBin, {"eval", "--model", run_dir("lora-whole"), "--data", *dir_ / "store", "--lengths", "32",
+                          "--out", run_dir("lora-noted.json")});
+  EXPECT_EQ(noted.exit_code, 0) << noted.err;
   stopped_after(run_dir("lora-whole"), run_dir("lora-cut2"), 4);
   test::write_file(run_dir("lora-base") + "/final/model_config.json",
                    test::read_file(run_dir("lora-base") + "/final/model_config.json") + " ");
