@@ -243,17 +243,16 @@ std::optional<std::string> not_an_export(const fs::path& dir) {
 void export_lora_adapter(const StoredModel& stored, const fs::path& out, const std::string& origin,
                          at::ScalarType dtype) {
   const models::Converters converters = models::read_converters(stored.dir);
-  const nlohmann::json record = nlohmann::json::parse(models::converters_to_json(converters));
-  const auto lora = std::find_if(record["converters"].begin(), record["converters"].end(),
-                                 [](const nlohmann::json& c) { return c["name"] == "lora"; });
-  if (lora == record["converters"].end())
+  const auto lora = std::find_if(converters.begin(), converters.end(), [](const auto& c) { return c->name() == "lora"; });
+  if (lora == converters.end())
     throw InputError("--adapter: " + stored.dir + " was not trained with LoRA adapters (model.adapters.lora); "
                      "export it without --adapter");
+  const nlohmann::json settings = (*lora)->to_json();
   models::TransformerLM model(stored.config);
   models::apply_converters(converters, model);
   model->load_tensors(models::converted_tensors(stored.dir, stored.config), stored.dir);
-  models::export_peft_adapter(model, (*lora)["rank"].get<int64_t>(), (*lora)["alpha"].get<double>(),
-                              (*lora)["dropout"].get<double>(), out.string(), {origin, dtype});
+  models::export_peft_adapter(model, settings["rank"].get<int64_t>(), settings["alpha"].get<double>(),
+                              settings["dropout"].get<double>(), out.string(), {origin, dtype});
 }
 
 // The export's target, checked before any work: see export_stored_model in the header.
