@@ -812,6 +812,80 @@ TEST(ExperimentPlan, AMethodsOwnSettingsAndBudgetsReachItsRunsAlone) {
   EXPECT_NE(error_of("{budgets: [10]}").find("experiment.methods[0].name: required"), std::string::npos);
 }
 
+// experiment.variants: the rows they name trained again with their settings after the row's own
+// (its budget, its method's settings), as <row>+<variant>, after every method's row.
+TEST(ExperimentPlan, AVariantTrainsItsRowsAgainWithItsSettingsAfterTheirOwn) {
+  test::TempDir dir;
+  const std::string methods = "  methods: [da, full, chunk-0.5, prefix-0.5, randompos]\n";
+  auto with = [&](const std::string& variants) {
+    std::string text = tiny_experiment(dir / "out", "llama", "  train_tokens: 4096\n");
+    text.replace(text.find(methods), methods.size(),
+                 "  methods:\n"
+                 "    - {name: full, set: {model.activation_checkpointing: true, train.warmup_steps: 0}}\n"
+                 "    - {name: chunk-0.5, budgets: [8192]}\n" +
+                     variants);
+    return text;
+  };
+  test::write_file(dir / "x.yaml", with("  variants:\n"
+                                        "    - {name: lora, of: [chunk-0.5@8192, full], set: {model.adapters.lora.rank: 4,"
+                                        " train.trainable: [adapters, norms], train.lr: 2.0e-3}}\n"));
+  const auto x = trainer::load_experiment(dir / "x.yaml", {});
+  std::vector<std::string> names;
+  for (const auto& m : x.methods) names.push_back(m.name + "<" + m.variant_of);
+  EXPECT_EQ(names, (std::vector<std::string>{"full<", "chunk-0.5<", "chunk-0.5@8192<", "chunk-0.5@8192+lora<chunk-0.5@8192",
+                                             "full+lora<full"}));
+  int variants = 0;
+  for (const auto& run : trainer::plan_training_runs(x, x.corpora[0])) {
+    if (!run.method) continue;
+    const auto& c = run.config.config;
+    const auto& m = *run.method;
+    const bool variant = !m.variant_of.empty();
+    const std::string row = variant ? m.variant_of : m.name;
+    variants += variant;
+    EXPECT_EQ(c.model.adapters.lora.rank, variant ? 4 : 0) << m.name;
+    EXPECT_EQ(c.train.trainable, variant ? std::vector<std::string>({"adapters", "norms"}) : std::vector<std::string>{"adapters"})
+        << m.name;
+    EXPECT_DOUBLE_EQ(c.train.lr.value(), variant ? 2e-3 : 1e-3) << m.name;
+    // Its row's own settings and budget.
+    EXPECT_EQ(c.model.spec.activation_checkpointing, row == "full") << m.name;
+    EXPECT_EQ(c.train.warmup_steps, row == "full" ? 0 : 2) << m.name;
+    EXPECT_EQ(c.train.budget.tokens, row == "chunk-0.5@8192" ? 8192 : 4096) << m.name;
+    EXPECT_EQ(c.data.sampler.alpha, row.rfind("chunk", 0) == 0 ? 0.5 : 0.25) << m.name;
+    EXPECT_EQ(fs::path(c.run.output_dir).filename(), m.name);
+  }
+  EXPECT_EQ(variants, 2);
+  auto error_of = [&](const std::string& variants) {
+    test::write_file(dir / "bad.yaml", with(variants));
+    try {
+      trainer::load_experiment(dir / "bad.yaml", {});
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string unknown = error_of("  variants: [{name: lora, of: [chunk-0.5@4096], set: {train.lr: 1.0e-3}}]\n");
+  EXPECT_NE(unknown.find("bad.yaml:8:27: experiment.variants[0].of: 'chunk-0.5@4096' is not a trained row of "
+                         "experiment.methods; expected one of full, chunk-0.5, chunk-0.5@8192"),
+            std::string::npos)
+      << unknown;
+  const std::string path = error_of("  variants: [{name: ../x, of: [full], set: {train.lr: 1.0e-3}}]\n");
+  EXPECT_NE(path.find("experiment.variants[0].name: '../x' must be letters, digits, - and _"), std::string::npos) << path;
+  const std::string twice = error_of("  variants: [{name: a, of: [full, full], set: {train.lr: 1.0e-3}}]\n");
+  EXPECT_NE(twice.find("experiment.variants[0].of: 'full' is listed twice"), std::string::npos) << twice;
+  const std::string same = error_of("  variants: [{name: a, of: [full], set: {train.lr: 1.0e-3}},"
+                                    " {name: a, of: [chunk-0.5], set: {train.lr: 1.0e-3}}]\n");
+  EXPECT_NE(same.find("experiment.variants[1].name: 'a' is used by experiment.variants[0]"), std::string::npos) << same;
+  const std::string no_set = error_of("  variants: [{name: a, of: [full]}]\n");
+  EXPECT_NE(no_set.find("experiment.variants[0].set: required"), std::string::npos) << no_set;
+  const std::string budget = error_of("  variants: [{name: a, of: [full], set: {train.budget.tokens: 10}}]\n");
+  EXPECT_NE(budget.find("experiment.variants[0].set.train.budget.tokens: every trained row has the same budget"),
+            std::string::npos)
+      << budget;
+  // Its settings are checked as every run's are: a LoRA rank below 0 names the variant's row.
+  const std::string rank = error_of("  variants: [{name: a, of: [full], set: {model.adapters.lora.rank: -1}}]\n");
+  EXPECT_NE(rank.find("model.adapters.lora.rank"), std::string::npos) << rank;
+}
+
 TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {
   using trainer::parse_trained_method;
   EXPECT_EQ(parse_trained_method("chunk-0.125")->sampler, data::SamplerMethod::chunk);
@@ -1095,7 +1169,9 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
             make_row("chunk-0.25", "trained", 1.0, -0.3, 65536, 0), make_row("full", "trained", 1.0, -0.3, 65536, 0),
             make_row("chunk-0.25@1048576", "trained", 1.0, -0.6, 1048576, 1048576),
             make_row("chunk-0.25@262144", "trained", 1.0, -0.5, 262144, 262144),
-            make_row("pose", "trained", 1.0, -0.3, 65536, 0, /*only_doc=*/0)};
+            make_row("pose", "trained", 1.0, -0.3, 65536, 0, /*only_doc=*/0),
+            make_row("chunk-0.25@262144+lora", "trained", 1.0, -0.3, 262144, 262144)};
+  c.rows.back().variant_of = "chunk-0.25@262144";
   c.rows[2].tasks["passkey"] = {{{16384, 3, 3, "", {}}}, "{}", 1.0};
   trainer::write_reports(x, {c});
   const std::string md = test::read_file(dir / "out/results.md");
@@ -1138,6 +1214,17 @@ TEST(ExperimentReport, ComparisonsStateOnlyWhatTheirIntervalsFindAndTheBudgetCur
   std::ostringstream ootb;  // the row's own perplexity at 2048 (above 10: two decimals), then its interval
   ootb << "| OOTB | " << std::fixed << std::setprecision(2) << c.rows[0].results[0].ppl << " [";
   EXPECT_NE(md.find(ootb.str()), std::string::npos) << ootb.str() << "\n" << md;
+  // A variant: beside its row, and against it (0.2 nats higher at 8192), in neither the main table nor the curve.
+  const size_t variants = md.find("Variants (experiment.variants)");
+  ASSERT_NE(variants, std::string::npos) << md;
+  EXPECT_EQ(md.substr(0, variants).find("+lora"), std::string::npos) << md;
+  EXPECT_NE(md.find("| chunk-0.25@262144 | 262,144 |", variants), std::string::npos) << md;
+  EXPECT_NE(md.find("| chunk-0.25@262144+lora | 262,144 |", variants), std::string::npos) << md;
+  std::ostringstream variant;
+  variant << "- chunk-0.25@262144+lora vs chunk-0.25@262144: higher perplexity at 8192 (" << std::showpos << std::fixed
+          << std::setprecision(1) << 100 * (std::exp(0.2) - 1) << "% [";
+  EXPECT_NE(md.find(variant.str(), variants), std::string::npos) << variant.str() << "\n" << md;
+  EXPECT_NE(md.find("4 of 4 windows higher); no difference found at 2048.", variants), std::string::npos) << md;
   const std::string budget_svg = test::read_file(dir / "out/plots/code-x4-budget.svg");
   EXPECT_NE(budget_svg.find(">band: 95% interval</text>"), std::string::npos);
   EXPECT_NE(budget_svg.find(">1,048,576</text>"), std::string::npos);
@@ -1194,10 +1281,17 @@ TEST(ExperimentReport, RowRecordsRoundTripAndMissingLengthsStayMissing) {
   trainer::LengthResult at_le{512, NAN, NAN, 0, 0, {2.0, NAN, 1.0}, {}};  // no validation document is 512 long
   at_lt.windows = {{2, 64, {100.25, 27.5}}};
   row.budget = 262144;
+  row.variant_of = "chunk-0.25@262144";
   row.train_seconds = 321.5;
   row.results = {at_lt, at_le};
   const auto back = trainer::row_from_json(trainer::row_to_json(row), "row.json");
   EXPECT_EQ(back.budget, 262144);
+  EXPECT_EQ(back.variant_of, "chunk-0.25@262144");
+  EXPECT_EQ(trainer::row_from_json(R"({"key": "a", "label": "a", "kind": "trained", "factor": 2, "lengths": [8],
+                                       "model": "m", "train_tokens": 1, "results": []})",
+                                   "row.json")
+                .variant_of,
+            "");  // a record from before variants: a method's own row
   EXPECT_DOUBLE_EQ(back.train_seconds, 321.5);
   ASSERT_EQ(back.results[0].windows.size(), 1u);
   EXPECT_EQ(back.results[0].windows[0].doc, 2);

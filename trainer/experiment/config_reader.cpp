@@ -66,6 +66,47 @@ void resolve_methods(const std::vector<MethodItem>& items, schema::FieldReader& 
   for (const auto& [point, origin] : curve) add(point, origin);
 }
 
+// experiment.variants -> rows after every method's: each row it names trained again with its
+// settings after the row's own, as <row>+<name>, which the report compares with the row.
+void resolve_variants(const std::vector<VariantItem>& items, schema::FieldReader& reader, ExperimentConfig& x) {
+  const size_t method_rows = x.methods.size();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const VariantItem& item = items[i];
+    const std::string path = "experiment.variants[" + std::to_string(i) + "]";
+    if (item.name.empty()) continue;  // reported by the reader
+    if (item.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
+        std::string::npos) {
+      reader.errors().push_back(reader.where(path + ".name") + ": " + path + ".name: '" + item.name +
+                                "' must be letters, digits, - and _ (it names the rows <row>+" + item.name +
+                                " and their folders)");
+      continue;
+    }
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].name == item.name)
+        reader.errors().push_back(reader.where(path + ".name") + ": " + path + ".name: '" + item.name +
+                                  "' is used by experiment.variants[" + std::to_string(j) + "]");
+    for (const auto& of : item.of) {
+      const auto row = std::find_if(x.methods.begin(), x.methods.begin() + static_cast<std::ptrdiff_t>(method_rows),
+                                     [&](const TrainedMethod& m) { return m.name == of; });
+      if (row == x.methods.begin() + static_cast<std::ptrdiff_t>(method_rows)) {
+        std::vector<std::string> names;
+        for (size_t m = 0; m < method_rows; ++m) names.push_back(x.methods[m].name);
+        reader.errors().push_back(reader.where(path + ".of") + ": " + path + ".of: '" + of +
+                                  "' is not a trained row of experiment.methods; expected one of " + join(names, ", "));
+        continue;
+      }
+      TrainedMethod variant = *row;
+      variant.name = row->name + "+" + item.name;
+      variant.variant_of = row->name;
+      variant.set.insert(variant.set.end(), item.set.begin(), item.set.end());
+      if (std::any_of(x.methods.begin(), x.methods.end(), [&](const auto& m) { return m.name == variant.name; }))
+        reader.errors().push_back(reader.where(path + ".of") + ": " + path + ".of: '" + of + "' is listed twice");
+      else
+        x.methods.push_back(variant);
+    }
+  }
+}
+
 // A corpus's keys together: one source, a plain name, a usable base.
 // `use`: a report written again reads no corpus or base from disk.
 void check_corpus(const CorpusSpec& corpus, size_t index, schema::FieldReader& reader, const ExperimentConfig& x,
@@ -186,7 +227,8 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
   Origins origins;
   schema::FieldReader reader(x.file, errors, origins);
   auto items = default_method_items();
-  schema::FieldTable table(experiment_fields(x, items, reader));
+  std::vector<VariantItem> variants;
+  schema::FieldTable table(experiment_fields(x, items, variants, reader));
   table.note("experiment.passkey", "replaced by the evaluation tasks of the run sections: eval.tasks: [perplexity, "
                                    "passkey] and eval.passkey: {lengths: [...], trials: N, style: digits|recall}");
   reader.read(node, "experiment", table);
@@ -194,6 +236,7 @@ void read_experiment_section(const YAML::Node& node, ExperimentConfig& x, std::v
   if (x.output_dir.empty()) x.output_dir = "runs/experiments/" + x.name;
   check_factors(x, reader);
   resolve_methods(items, reader, x);
+  resolve_variants(variants, reader, x);
   check_eval_lengths(x, reader);
   if (!node["corpora"])
     errors.push_back(location(x.file, node.Mark()) +

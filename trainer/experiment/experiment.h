@@ -15,6 +15,7 @@
 //   experiment:
 //     name, output_dir, factors: [2, 4], ootb: [...],
 //     methods: [da, chunk-0.25, {name: full, set: {...}, budgets: [262144, ...]}, ...],
+//     variants: [{name: lora, of: [chunk-0.25@262144], set: {...}}],
 //     train_extension: auto | <method>, train_tokens: N,
 //     eval_lengths: [...], eval_from_longest: false,
 //     corpora: [{name, synthetic: {docs, min_tokens, max_tokens, seed} | inputs: [...] | store: DIR,
@@ -54,8 +55,12 @@ struct TrainedMethod {
   // nullopt: the experiment's budget, shared by every row the text compares.
   std::optional<int64_t> budget;
   // methods[].set: settings of this method's runs only (e.g. activation checkpointing
-  // for `full`, whose sequences are L_e long), applied after extend.set.
+  // for `full`, whose sequences are L_e long), applied after extend.set; a variant's
+  // settings follow its row's.
   std::vector<Assignment> set;
+  // A row of experiment.variants: the name of the row it trains again with its settings
+  // ("chunk-0.25@262144" for "chunk-0.25@262144+lora"); empty: a method's own row.
+  std::string variant_of;
 };
 
 struct CorpusSpec {

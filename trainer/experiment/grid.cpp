@@ -541,6 +541,7 @@ std::vector<PlannedRow> plan_rows(const ExperimentConfig& x, const CorpusSpec& c
       PlannedRow p{new_row(m.name, label, "trained", factor, row_lengths(x, factor)), (run_dir / "final").string(),
                    {}, run_dir, &run};
       p.row.budget = m.budget.value_or(0);
+      p.row.variant_of = m.variant_of;
       const auto ootb_extension = default_train_extension(base_arch(x, corpus));
       if (m.domain_adaptation && ootb_extension != models::ExtensionMethod::none)
         p.overrides = {extension_override(ootb_extension), factor_set};

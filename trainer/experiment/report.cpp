@@ -52,6 +52,7 @@ json row_json(const RowResult& row) {
               {"train_tokens", row.train_tokens}, {"train_seconds", row.train_seconds},
               {"eval_seconds", row.eval_seconds}, {"results", results}};
   if (row.budget) out["budget"] = row.budget;
+  if (!row.variant_of.empty()) out["variant_of"] = row.variant_of;
   if (!row.imported_from.empty()) out["imported_from"] = row.imported_from;
   if (row.imported_windows) out["imported_windows"] = row.imported_windows;
   // The curve at the longest length is the one the plots show.
@@ -89,11 +90,15 @@ std::string cell(double ppl) {
   return out.str();
 }
 
-// Labels of the rows at the experiment's budget (the budget curve has its own table).
+// A row the main tables compare: at the experiment's budget and no variant (the budget
+// curve and the variants have tables of their own).
+bool compared_row(const RowResult& row) { return row.budget == 0 && row.variant_of.empty(); }
+
+// Labels of the rows the main tables compare.
 std::vector<std::string> row_labels(const CorpusResults& c) {
   std::vector<std::string> labels;
   for (const auto& row : c.rows)
-    if (row.budget == 0 && std::find(labels.begin(), labels.end(), row.label) == labels.end()) labels.push_back(row.label);
+    if (compared_row(row) && std::find(labels.begin(), labels.end(), row.label) == labels.end()) labels.push_back(row.label);
   return labels;
 }
 
@@ -162,7 +167,7 @@ void length_table(std::ostringstream& md, const CorpusResults& c, int64_t factor
   for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
   md << "\n";
   for (const auto& row : c.rows) {
-    if (row.factor != factor || row.budget != 0) continue;
+    if (row.factor != factor || !compared_row(row)) continue;
     md << "| " << row.label << " |";
     for (int64_t l : lengths) md << " " << ppl_cell(row, l) << " |";
     md << "\n";
@@ -297,14 +302,14 @@ std::string percent(double ratio) {
 // The row labelled `label` at `factor` and the experiment's budget, with results; or nullptr.
 const RowResult* main_row(const CorpusResults& c, const std::string& label, int64_t factor) {
   for (const auto& row : c.rows)
-    if (row.label == label && row.factor == factor && row.budget == 0 && !row.results.empty()) return &row;
+    if (row.label == label && row.factor == factor && compared_row(row) && !row.results.empty()) return &row;
   return nullptr;
 }
 
 // Seed 004's chunk row at `factor`: the first chunk-<alpha> at the experiment's budget.
 const RowResult* chunk_row(const CorpusResults& c, int64_t factor) {
   for (const auto& row : c.rows)
-    if (row.factor == factor && row.budget == 0 && row.label.rfind("chunk-", 0) == 0 &&
+    if (row.factor == factor && compared_row(row) && row.label.rfind("chunk-", 0) == 0 &&
         row.label.rfind("chunk-ring-", 0) != 0 && !row.results.empty())
       return &row;
   return nullptr;
@@ -347,7 +352,7 @@ std::vector<Comparison> comparisons(const CorpusResults& c, int64_t factor) {
       if (other) out.push_back({chunk->label + " vs " + other->label, chunk, same_b(other)});
   }
   for (const auto& row : c.rows) {
-    if (row.factor != factor || row.kind != "trained" || row.budget != 0 || row.results.empty()) continue;
+    if (row.factor != factor || row.kind != "trained" || !compared_row(row) || row.results.empty()) continue;
     Comparison cmp{row.label + " vs the best untrained row", &row, {}};
     for (int64_t l : lengths)
       if (const RowResult* best = best_untrained(c, factor, l)) cmp.b[l] = best;
@@ -386,19 +391,21 @@ std::optional<Finding> difference_at(const Comparison& cmp, int64_t length) {
   return Finding{paired_difference(a, b), window_agreement(a, b)};
 }
 
-// The comparisons the text draws, as paired differences with their 95% intervals, and
-// what they find: a difference is written as found only where its interval excludes 0.
-void comparison_section(std::ostringstream& md, const CorpusResults& c, int64_t factor) {
-  const auto all = comparisons(c, factor);
-  const auto lengths = factor_lengths(c, factor);
-  if (all.empty()) return;
-  md << "\nPaired differences at " << factor << "·L_t = " << factor * c.train_length
-     << ": ppl(A) - ppl(B) with its 95% interval, the same as a percentage of B, and in how many windows "
-     << "(each from another document) A is on that side. Intervals: a paired two-stage bootstrap of "
-     << kBootstrapResamples << " resamples, the windows drawn with replacement, then blocks of L/" << kUnitsPerWindow
+// What the bootstrap is and when a difference counts as found, before a table of paired differences.
+std::string paired_method_text() {
+  std::ostringstream md;
+  md << "Intervals: a paired two-stage bootstrap of " << kBootstrapResamples
+     << " resamples, the windows drawn with replacement, then blocks of L/" << kUnitsPerWindow
      << " contiguous positions within each drawn window (the same blocks for both rows), percentile intervals. "
      << "**bold**: found, the interval excludes 0 and, with " << kUnanimousUpTo
-     << " windows or fewer, every window agrees.\n\n| A vs B |";
+     << " windows or fewer, every window agrees.";
+  return md.str();
+}
+
+// The comparisons `all` as a table of paired differences at `lengths`, then what they find:
+// a difference is written as found only where its interval excludes 0 (and the windows agree).
+void difference_table(std::ostringstream& md, const std::vector<Comparison>& all, const std::vector<int64_t>& lengths) {
+  md << "| A vs B |";
   for (int64_t l : lengths) md << " " << l << " |";
   md << "\n|---|";
   for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
@@ -447,11 +454,23 @@ void comparison_section(std::ostringstream& md, const CorpusResults& c, int64_t 
   md << "\n";
 }
 
+// The comparisons the text draws, as paired differences with their 95% intervals.
+void comparison_section(std::ostringstream& md, const CorpusResults& c, int64_t factor) {
+  const auto all = comparisons(c, factor);
+  if (all.empty()) return;
+  md << "\nPaired differences at " << factor << "·L_t = " << factor * c.train_length
+     << ": ppl(A) - ppl(B) with its 95% interval, the same as a percentage of B, and in how many windows "
+     << "(each from another document) A is on that side. " << paired_method_text() << "\n\n";
+  difference_table(md, all, factor_lengths(c, factor));
+}
+
 // A trained method at more than one budget (methods[].budgets): its rows by budget.
 std::vector<std::pair<std::string, std::vector<const RowResult*>>> budget_curves(const CorpusResults& c, int64_t factor) {
   std::vector<std::pair<std::string, std::vector<const RowResult*>>> curves;
   for (const auto& row : c.rows) {
-    if (row.factor != factor || row.kind != "trained" || row.budget == 0 || row.results.empty()) continue;
+    if (row.factor != factor || row.kind != "trained" || row.budget == 0 || !row.variant_of.empty() ||
+        row.results.empty())
+      continue;
     const std::string method = row.label.substr(0, row.label.find('@'));
     auto it = std::find_if(curves.begin(), curves.end(), [&](const auto& e) { return e.first == method; });
     if (it == curves.end()) {
@@ -522,6 +541,48 @@ void budget_section(std::ostringstream& md, const CorpusResults& c, int64_t fact
   md << "\nWhat more budget changes (paired differences, as above; stated only where found):\n\n";
   for (const auto& f : found) md << f;
   md << "\n";  // the plots that follow are paragraphs of their own
+}
+
+// The rows of experiment.variants at `factor`, each beside the row it trains again with other
+// settings, and each against that row as paired differences: what the variant's settings change.
+void variant_section(std::ostringstream& md, const CorpusResults& c, int64_t factor) {
+  std::vector<std::pair<const RowResult*, const RowResult*>> pairs;  // variant, its row
+  for (const auto& row : c.rows) {
+    if (row.factor != factor || row.variant_of.empty() || row.results.empty()) continue;
+    const auto of = std::find_if(c.rows.begin(), c.rows.end(), [&](const RowResult& r) {
+      return r.factor == factor && r.key == row.variant_of && !r.results.empty();
+    });
+    pairs.emplace_back(&row, of == c.rows.end() ? nullptr : &*of);
+  }
+  if (pairs.empty()) return;
+  const auto lengths = factor_lengths(c, factor);
+  md << "\nVariants (experiment.variants): each row trained again from the base with the variant's settings on the "
+        "same data, budget and schedule, beside its row; perplexity [95% interval] at "
+     << factor << "·L_t = " << factor * c.train_length << ":\n\n| row | training tokens |";
+  for (int64_t l : lengths) md << " " << l << " |";
+  md << "\n|---|---:|";
+  for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
+  md << "\n";
+  std::vector<const RowResult*> listed;
+  std::vector<Comparison> all;
+  for (const auto& [variant, of] : pairs)
+    for (const RowResult* row : {of, variant}) {
+      if (!row || std::find(listed.begin(), listed.end(), row) != listed.end()) continue;
+      listed.push_back(row);
+      md << "| " << row->label << " | " << thousands(row->train_tokens) << " |";
+      for (int64_t l : lengths) md << " " << ppl_cell(*row, l) << " |";
+      md << "\n";
+    }
+  for (const auto& [variant, of] : pairs) {
+    if (!of) continue;
+    Comparison cmp{variant->label + " vs " + of->label, variant, {}};
+    for (int64_t l : lengths) cmp.b[l] = of;
+    all.push_back(cmp);
+  }
+  if (all.empty()) return void(md << "\n");
+  md << "\nEach variant against its row: ppl(A) - ppl(B) [95% interval] (% of B; windows on that side). "
+     << paired_method_text() << "\n\n";
+  difference_table(md, all, lengths);
 }
 
 // Which rows this grid took as another invocation recorded them (--import-rows), and
@@ -763,6 +824,7 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     row.model = j.at("model");
     row.train_tokens = j.at("train_tokens");
     row.budget = j.value("budget", int64_t{0});
+    row.variant_of = j.value("variant_of", std::string());
     row.train_seconds = j.value("train_seconds", 0.0);
     row.eval_seconds = j.value("eval_seconds", 0.0);
     row.imported_from = j.value("imported_from", std::string());
@@ -852,7 +914,7 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
     std::vector<std::string> tokens;
     for (int64_t f : c.factors)
       for (const auto& row : c.rows)
-        if (row.factor == f && row.kind == "trained" && row.budget == 0) {
+        if (row.factor == f && row.kind == "trained" && compared_row(row)) {
           tokens.push_back(thousands(row.train_tokens) + " at " + std::to_string(f) + "·L_t");
           break;
         }
@@ -860,6 +922,7 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
     for (int64_t f : c.factors) {
       comparison_section(md, c, f);
       budget_section(md, c, f);
+      variant_section(md, c, f);
     }
     ring_section(md, c);
     cost_section(md, c);
@@ -963,7 +1026,7 @@ void write_reports(const ExperimentConfig& x, const std::vector<CorpusResults>& 
       options.band_note = "band: lowest to highest window";
       std::vector<PlotSeries> series;
       for (const auto& row : c.rows)
-        if (row.factor == f && row.budget == 0 && !row.results.empty()) {
+        if (row.factor == f && compared_row(row) && !row.results.empty()) {
           series.push_back(row_curve(row.label, row.results.back(), bucket));
           series.back().band = window_band(row.results.back(), bucket);
         }

@@ -79,6 +79,32 @@ std::vector<Field> method_fields(const std::string& prefix, MethodItem& m, Field
   };
 }
 
+Field row_names(std::string path, std::vector<std::string>& v, std::string doc) {
+  std::string type = "a non-empty list of row names";
+  return {path, type, std::move(doc),
+          [&v, type](const YAML::Node& n) {
+            std::vector<std::string> out;
+            for (const auto& item : sequence(n, type)) out.push_back(scalar(item, type));
+            if (out.empty()) expected(type, n);
+            v = out;
+          },
+          [&v] { return plain_list(v); }};
+}
+
+std::vector<Field> variant_fields(const std::string& prefix, VariantItem& v, FieldReader& reader) {
+  return {
+      text(prefix + ".name", v.name,
+           "Names the variant (required; letters, digits, - and _): its rows are <row>+<name>, e.g. "
+           "chunk-0.25@262144+lora."),
+      row_names(prefix + ".of", v.of,
+                "The trained rows it varies (required), by their names in experiment.methods: chunk-0.25, or a "
+                "budget-curve point chunk-0.25@262144."),
+      assignments(prefix + ".set", v.set, /*budget_fixed=*/true, reader,
+                  "Settings of the variant's runs, applied after its row's own (e.g. model.adapters.lora.rank, "
+                  "train.trainable): the one thing its comparison with the row measures."),
+  };
+}
+
 std::vector<Field> corpus_fields(const std::string& prefix, CorpusSpec& c, data::SynthOptions& s) {
   return {
       text(prefix + ".name", c.name, "Names the corpus's folder and table (required; a plain folder name)."),
@@ -143,6 +169,30 @@ Field method_list(std::vector<MethodItem>& methods, FieldReader& reader) {
       });
 }
 
+Field variant_list(std::vector<VariantItem>& variants, FieldReader& reader) {
+  const std::string type = "a non-empty list of {name, of, set} mappings";
+  auto read = [&reader, type](const YAML::Node& item, const std::string& prefix) {
+    VariantItem v;
+    v.origin = location(reader.source(), item.Mark());
+    if (!item.IsMap()) expected(type, item);
+    FieldTable table(variant_fields(prefix, v, reader));
+    reader.read(item, prefix, table);
+    for (const char* key : {".name", ".of", ".set"})
+      if (!reader.given(prefix + key))
+        reader.fail(item.Mark(), prefix + key + ": required (a variant is {name, of: [rows], set: {key: value}})");
+    return v;
+  };
+  return item_list("experiment.variants", variants, type,
+                   "Rows trained again with other settings, each compared with its row by paired intervals (e.g. "
+                   "LoRA against full fine-tuning at the same budget): {name, of: [rows], set: {key: value}} "
+                   "(experiment.variants[].*).",
+                   read, [&variants] {
+                     auto list = flow_list();
+                     for (const auto& v : variants) list.push_back(plain(v.name));
+                     return list;
+                   });
+}
+
 Field corpus_list(std::vector<CorpusSpec>& corpora, FieldReader& reader) {
   auto read = [&reader](const YAML::Node& item, const std::string& prefix) {
     CorpusSpec c;
@@ -169,7 +219,8 @@ std::vector<MethodItem> default_method_items() {
   return out;
 }
 
-std::vector<Field> experiment_fields(ExperimentConfig& x, std::vector<MethodItem>& methods, FieldReader& reader) {
+std::vector<Field> experiment_fields(ExperimentConfig& x, std::vector<MethodItem>& methods,
+                                     std::vector<VariantItem>& variants, FieldReader& reader) {
   return {
       text_or("experiment.name", x.name, "auto", "Names the output folder and the report; auto: the file's stem."),
       text_or("experiment.output_dir", x.output_dir, "auto", "Where everything goes; auto: runs/experiments/NAME."),
@@ -179,6 +230,7 @@ std::vector<Field> experiment_fields(ExperimentConfig& x, std::vector<MethodItem
                     "training split, seed 004 eq. 2). Either way every row the report compares sees the same number "
                     "(a method's budgets add rows beside them)."),
       method_list(methods, reader),
+      variant_list(variants, reader),
       maybe_choice_list("experiment.ootb", x.ootb, "auto", models::kExtensionMethods,
                         "Out-of-the-box rows (no training), as model.extension.method names; auto: every method that "
                         "applies to the base."),
@@ -206,15 +258,18 @@ std::vector<Field> experiment_fields(ExperimentConfig& x, std::vector<MethodItem
 std::string experiment_reference_rows() {
   ExperimentConfig x;
   auto methods = default_method_items();
+  std::vector<VariantItem> variants;
   std::vector<std::string> errors;
   Origins origins;
   FieldReader reader("", errors, origins);
   MethodItem method;
+  VariantItem variant;
   CorpusSpec corpus;
   data::SynthOptions synthetic;
-  return reference_rows(experiment_fields(x, methods, reader)) +
+  return reference_rows(experiment_fields(x, methods, variants, reader)) +
          reference_rows(corpus_fields("experiment.corpora[]", corpus, synthetic)) +
-         reference_rows(method_fields("experiment.methods[]", method, reader));
+         reference_rows(method_fields("experiment.methods[]", method, reader)) +
+         reference_rows(variant_fields("experiment.variants[]", variant, reader));
 }
 
 }  // namespace segtrain::trainer

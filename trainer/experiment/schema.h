@@ -21,17 +21,26 @@ struct MethodItem {
   std::string origin;  // file:line:col of the item
 };
 
+// One item of experiment.variants: the rows `of` trained again with `set` applied after their
+// own settings, each as the row <row>+<name>, compared with its row.
+struct VariantItem {
+  std::string name;
+  std::vector<std::string> of;
+  std::vector<Assignment> set;
+  std::string origin;  // file:line:col of the item
+};
+
 // The rows a file without experiment.methods trains: seed 004's Table 1 and 4 rows.
 std::vector<MethodItem> default_method_items();
 
-// The section's keys bound to `x` (and the method items to `methods`); the list
+// The section's keys bound to `x` (and the method and variant items to `methods`, `variants`); the list
 // keys read their items' own keys through `reader`, each under its index
 // ("experiment.corpora[0].name").
 std::vector<schema::Field> experiment_fields(ExperimentConfig& x, std::vector<MethodItem>& methods,
-                                             schema::FieldReader& reader);
+                                             std::vector<VariantItem>& variants, schema::FieldReader& reader);
 
-// Rows of `segtrain config reference`: the section's keys, then a corpus's and a
-// method's ("experiment.corpora[].name").
+// Rows of `segtrain config reference`: the section's keys, then a corpus's, a
+// method's and a variant's ("experiment.corpora[].name").
 std::string experiment_reference_rows();
 
 }  // namespace segtrain::trainer
