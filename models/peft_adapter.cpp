@@ -3,6 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
+#include <sstream>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -35,7 +38,59 @@ std::pair<std::string, bool> hf_name(const Family& family, const std::string& ou
   throw std::logic_error("no HF name for parameter " + ours);
 }
 
+std::string shape_text(const at::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+// The parameter of ours that the HF tensor `hf` (without PEFT's prefix) is, with whether
+// transformers holds it transposed; nullopt for none.
+std::optional<std::pair<std::string, bool>> our_name(const Family& family, const std::string& hf) {
+  const HfNameTable& table = family.names();
+  for (const auto& row : table.tensors)
+    if (auto ours = rename_slot((row.prefixed ? table.prefix : "") + row.hf, row.ours, hf))
+      return std::pair{*ours, row.transpose};
+  return std::nullopt;
+}
+
 }  // namespace
+
+int64_t load_peft_adapter(TransformerLM& model, const std::string& dir) {
+  const std::string file = (fs::path(dir) / "adapter_model.safetensors").string();
+  const Family& family = family_for_export(model->config());
+  std::map<std::string, at::Tensor> trainable;
+  for (const auto& [name, p] : trainable_parameters(model)) trainable.emplace(name, p);
+  std::set<std::string> loaded;
+  at::NoGradGuard no_grad;
+  for (const auto& [key, value] : read_safetensors(file)) {
+    if (!key.starts_with(kPeftPrefix)) throw InputError(file + ": tensor " + key + " is not a PEFT model's (" + kPeftPrefix + "...)");
+    std::string hf = key.substr(std::string(kPeftPrefix).size());
+    // PEFT writes the default adapter's tensors without its name; a named one would be another adapter.
+    std::string lora_part;
+    for (const char* part : {".lora_A.weight", ".lora_B.weight"})
+      if (hf.ends_with(part)) lora_part = part, hf = hf.substr(0, hf.size() - lora_part.size()) + ".weight";
+    const auto ours = our_name(family, hf);
+    if (!ours) throw InputError(file + ": tensor " + key + " is no weight of the " + family.model_type() + " base");
+    const std::string name = lora_part.empty() ? ours->first
+                                               : ours->first.substr(0, ours->first.size() - 7) + lora_part;  // "…q_proj" + ".lora_A.weight"
+    const auto target = trainable.find(name);
+    if (target == trainable.end())
+      throw InputError(file + ": tensor " + key + " (" + name + ") is not a parameter this run trains; its "
+                       "adapter_config.json says otherwise");
+    const at::Tensor source = lora_part.empty() && ours->second ? value.t() : value;
+    if (source.sizes() != target->second.sizes())
+      throw InputError(file + ": tensor " + key + " has shape " + shape_text(source) + ", the model's " + name + " " +
+                       shape_text(target->second));
+    target->second.copy_(source.to(target->second.scalar_type()));
+    loaded.insert(name);
+  }
+  // Every adapter comes from the file; a trained norm or embedding missing there would train from the base's.
+  for (const auto& [name, p] : trainable)
+    if (!loaded.count(name))
+      throw InputError(file + ": holds no " + name + ", which the adapter's settings train");
+  return static_cast<int64_t>(loaded.size());
+}
 
 void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha, double dropout,
                          const std::string& dir, const PeftAdapterOptions& options) {

@@ -1,5 +1,5 @@
 #pragma once
-// A LoRA model's adapters as PEFT writes them (adapter_config.json and
+// A LoRA model's adapters as PEFT writes them and reads them back (adapter_config.json and
 // adapter_model.safetensors), so that peft.PeftModel.from_pretrained(base, DIR) on the HF
 // export of the model's base gives the model segtrain trained:
 //   adapters     "base_model.model.<HF module>.lora_A.weight" / ".lora_B.weight"; the
@@ -28,5 +28,12 @@ struct PeftAdapterOptions {
 // modules_to_save does not give those back; export the merged model instead.
 void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha, double dropout,
                          const std::string& dir, const PeftAdapterOptions& options = {});
+
+// Loads DIR/adapter_model.safetensors into `model`, converted by the LoRA converter of the
+// adapter's settings (peft_config.h read_peft_adapter_config): each adapter's lora_A and
+// lora_B, and each modules_to_save weight over the base's. InputError naming the file and
+// tensor when one is missing, has another shape, or is no parameter the model trains.
+// Returns how many tensors it loaded.
+int64_t load_peft_adapter(TransformerLM& model, const std::string& dir);
 
 }  // namespace segtrain::models

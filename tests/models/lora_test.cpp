@@ -16,6 +16,7 @@
 #include "models/hf.h"
 #include "models/model_io.h"
 #include "models/peft_adapter.h"
+#include "models/peft_config.h"
 #include "models/safetensors.h"
 #include "reference.h"
 #include "test_util.h"
@@ -24,6 +25,7 @@
 namespace segtrain::models {
 namespace {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::set<std::string> trainable_names(const TransformerLM& model) {
@@ -234,6 +236,108 @@ TEST(Lora, RefusesTargetsItsBlockLacksAndSettingsThatCannotTrain) {
             std::string::npos);
   lora.rank = 0;
   EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"adapters"}); }).find("needs a rank > 0"), std::string::npos);
+}
+
+// An adapter PEFT made (random A and B, saved modules moved off the base), continued:
+// adapter_config.json read as segtrain's settings (targets by list or by regular expression,
+// modules_to_save as train.trainable's groups), its weights loaded over the converted base,
+// and the model gives PEFT's logits. What segtrain cannot continue as it is, refused naming
+// the key; the base found as transformers finds it offline.
+TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
+  const std::string ref = test::reference_dir();
+  const auto reference = read_safetensors(ref + "/llama/reference.safetensors");
+  const at::Tensor tokens = reference.at("tokens"), positions = reference.at("positions");
+  struct Case {
+    json target_modules, modules_to_save;
+    int64_t rank;
+    double alpha;
+    std::vector<std::string> targets, trainable;
+  };
+  const std::vector<Case> cases = {
+      {{"q_proj", "v_proj", "down_proj"}, {"input_layernorm", "post_attention_layernorm", "norm"}, 4, 8,
+       {"q", "v", "down"}, {"adapters", "norms"}},
+      {R"(.*\.(k_proj|o_proj|gate_proj))", nullptr, 2, 5, {"k", "o", "gate"}, {"adapters"}}};
+  test::TempDir keep;  // case 1's adapter, for the refusals below
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.target_modules.dump());
+    test::TempDir dir;
+    write_safetensors((dir.path() / "input.safetensors").string(), {{"tokens", tokens}, {"positions", positions}});
+    test::write_file(dir.path() / "request.json",
+                     json{{"base", ref + "/llama"}, {"rank", c.rank}, {"alpha", c.alpha},
+                          {"target_modules", c.target_modules}, {"modules_to_save", c.modules_to_save},
+                          {"base_model_name_or_path", ref + "/llama"}}
+                         .dump());
+    const std::string cmd = test::python_command("save " + test::shell_quote(dir.path().string()), "",
+                                                 PEFT_REFERENCE_SCRIPT) +
+                            " >/dev/null 2>" + test::shell_quote((dir.path() / "python.err").string());
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(dir.path() / "python.err");
+    const std::string adapter = (dir.path() / "adapter").string();
+    TransformerLM model = load_model(ref + "/llama");
+    const PeftAdapterConfig config = read_peft_adapter_config(adapter, model->config());
+    EXPECT_EQ(config.lora.rank, c.rank);
+    EXPECT_EQ(config.lora.alpha, c.alpha);
+    EXPECT_EQ(config.lora.targets, c.targets);
+    EXPECT_EQ(config.trainable, c.trainable);
+    EXPECT_EQ(find_peft_base(adapter, config.base_model), ref + "/llama");
+    make_lora(config.lora, config.trainable)->convert(model);
+    EXPECT_EQ(load_peft_adapter(model, adapter), static_cast<int64_t>(trainable_parameters(model).size()));
+    model->eval();
+    const auto logits = model->forward(tokens, positions);
+    EXPECT_LT(test::max_abs_diff(logits, read_safetensors((dir.path() / "peft.safetensors").string()).at("logits")), 1e-5);
+    if (c.rank == 4) fs::copy(adapter, keep.path() / "adapter");
+  }
+
+  TransformerLM base = load_model(ref + "/llama");
+  const std::string adapter = (keep.path() / "adapter").string();
+  const auto original = json::parse(test::read_file(keep.path() / "adapter/adapter_config.json"));
+  auto refusal = [&](const std::string& key, const json& value) {
+    json edited = original;
+    edited[key] = value;
+    test::write_file(keep.path() / "adapter/adapter_config.json", edited.dump());
+    return test::input_error_of([&] { read_peft_adapter_config(adapter, base->config()); });
+  };
+  EXPECT_NE(refusal("use_dora", true).find("adapter_config.json: use_dora: true is not supported"), std::string::npos);
+  EXPECT_NE(refusal("layers_to_transform", {0}).find("segtrain adapts every layer"), std::string::npos);
+  const std::string nope = refusal("target_modules", {"q_proj", "nope"});
+  EXPECT_NE(nope.find("target_modules: 'nope' matches no projection segtrain adapts (q, k, v, o, gate, up, down)"),
+            std::string::npos) << nope;
+  const std::string one_layer = refusal("target_modules", {"model.layers.1.self_attn.q_proj"});
+  EXPECT_NE(one_layer.find("adapt layers.{}.self_attn.q_proj on 1 of the base's 2 layers"), std::string::npos) << one_layer;
+  refusal("modules_to_save", {"embed_tokens"});
+  EXPECT_EQ(read_peft_adapter_config(adapter, base->config()).trainable, (std::vector<std::string>{"adapters", "embeddings"}));
+  ModelConfig tied_config = base->config();  // this base's head is its own; a tied one's is the token table
+  tied_config.tie_embeddings = true;
+  const std::string tied = test::input_error_of([&] { read_peft_adapter_config(adapter, tied_config); });
+  EXPECT_NE(tied.find("holds the token table, which the base's head is tied to"), std::string::npos) << tied;
+  const std::string mlp = refusal("modules_to_save", {"gate_proj"});
+  EXPECT_NE(mlp.find("'gate_proj' holds model.layers.0.mlp.gate_proj, which segtrain does not train besides adapters"),
+            std::string::npos) << mlp;
+  EXPECT_NE(refusal("peft_type", "IA3").find("peft_type: \"IA3\"; segtrain continues LORA adapters"), std::string::npos);
+  // Weights that do not fit the settings: r 3 in the config, 4 in the file.
+  refusal("r", 3);
+  LoraConfig three;
+  three.rank = 3;
+  three.targets = {"q", "v", "down"};
+  make_lora(three, {"adapters", "norms"})->convert(base);
+  const std::string shape = test::input_error_of([&] { load_peft_adapter(base, adapter); });
+  EXPECT_NE(shape.find("adapter_model.safetensors: tensor base_model.model.model.layers.0."), std::string::npos) << shape;
+  EXPECT_NE(shape.find(".lora_A.weight has shape [4, "), std::string::npos) << shape;
+  EXPECT_NE(shape.find(".lora_A.weight [3, "), std::string::npos) << shape;
+
+  // The base by model id in the hub cache (HF_HUB_CACHE), as transformers finds it offline; by a path
+  // relative to the adapter's folder.
+  test::TempDir cache;
+  const fs::path snapshot = cache.path() / "models--org--tiny-llama/snapshots/abc123";
+  fs::create_directories(snapshot);
+  test::write_file(snapshot / "config.json", "{}");
+  test::write_file(cache.path() / "models--org--tiny-llama/refs/main", "abc123\n");
+  setenv("HF_HUB_CACHE", cache.path().c_str(), 1);
+  EXPECT_EQ(find_peft_base(adapter, "org/tiny-llama"), snapshot.string());
+  EXPECT_EQ(find_peft_base(adapter, "org/absent"), "");
+  unsetenv("HF_HUB_CACHE");
+  fs::create_directories(keep.path() / "base");
+  test::write_file(keep.path() / "base/config.json", "{}");
+  EXPECT_EQ(find_peft_base(adapter, "../base"), (fs::path(adapter) / "../base").string());
 }
 
 // A converted model's directory (its tensors with the adapters, converters.json) loads as

@@ -2,6 +2,7 @@
 
     peft_reference.py lora DIR
     peft_reference.py load BASE ADAPTER MERGED
+    peft_reference.py save DIR
 
 DIR/request.json: {"base": an HF Llama folder, "rank", "alpha", "target_modules" (PEFT's names:
 q_proj, ...), "modules_to_save" (PEFT's, e.g. ["embed_tokens", "norm"])}; DIR/input.safetensors:
@@ -114,6 +115,38 @@ def load(base_dir, adapter_dir, merged_dir):
     sys.exit(1 if problems else 0)
 
 
+def save(folder):
+    """An adapter as PEFT users make them, for segtrain to continue (model.init: peft:DIR): DIR/request.json
+    {"base", "rank", "alpha", "target_modules" (a list or a regular expression), "modules_to_save",
+    "base_model_name_or_path" (written into its adapter_config.json)} -> DIR/adapter (save_pretrained) with
+    random A and B and the saved modules moved off the base's, and DIR/peft.safetensors: "logits" of
+    DIR/input.safetensors' "tokens" at its "positions" through the PeftModel."""
+    with open(os.path.join(folder, "request.json")) as f:
+        request = json.load(f)
+    inputs = load_file(os.path.join(folder, "input.safetensors"))
+    base = AutoModelForCausalLM.from_pretrained(request["base"], torch_dtype=torch.float32)
+    config = LoraConfig(r=request["rank"], lora_alpha=request["alpha"], lora_dropout=0.0,
+                        target_modules=request["target_modules"], modules_to_save=request["modules_to_save"] or None,
+                        init_lora_weights=False)  # A and B drawn at random: the adapter is not the base
+    model = get_peft_model(base, config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "modules_to_save.default" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    adapter = os.path.join(folder, "adapter")
+    model.save_pretrained(adapter)
+    path = os.path.join(adapter, "adapter_config.json")
+    with open(path) as f:
+        written = json.load(f)
+    written["base_model_name_or_path"] = request["base_model_name_or_path"]
+    with open(path, "w") as f:
+        json.dump(written, f, indent=2)
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=inputs["tokens"], position_ids=inputs["positions"]).logits
+    save_file({"logits": logits.float().contiguous()}, os.path.join(folder, "peft.safetensors"))
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
-    {"lora": lora, "load": load}[sys.argv[1]](*sys.argv[2:])
+    {"lora": lora, "load": load, "save": save}[sys.argv[1]](*sys.argv[2:])

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <torch/cuda.h>
+#include <yaml-cpp/yaml.h>
 
 #include "data/token_store.h"
 #include "data/windows.h"
@@ -1605,6 +1606,50 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
                              "--adapter"});
   EXPECT_EQ(not_lora.exit_code, 2) << not_lora.err;
   EXPECT_NE(not_lora.err.find("was not trained with LoRA adapters"), std::string::npos) << not_lora.err;
+
+  // model.init: peft:DIR continues the adapter on its base (found through adapter_config.json's
+  // base_model_name_or_path, here relative to the adapter's folder), with its settings: at a learning
+  // rate too small to move it, the run is the adapter's model (it evaluates as lora-whole does).
+  json pointed = adapter_config;
+  pointed["base_model_name_or_path"] = "../" + fs::path(run_dir("lora-base")).filename().string() + "-hf";
+  test::write_file(adapter + "/adapter_config.json", pointed.dump());
+  auto continued = run(kBin, {"train", tiny_run_config("lora-continued", {.arch = "llama", .method = "chunk",
+                                                                          .train_keys = ", budget: {tokens: 1000}"}),
+                              "--set", "model.init=peft:" + adapter, "--set", "train.lr=1e-12"});
+  ASSERT_EQ(continued.exit_code, 0) << continued.err;
+  EXPECT_NE(continued.err.find("continuing the PEFT adapter " + adapter + " (" + std::to_string(trainable.size()) + " tensors)"),
+            std::string::npos) << continued.err;
+  const auto saved = YAML::LoadFile(run_dir("lora-continued") + "/config.yaml");
+  EXPECT_EQ(saved["model"]["adapters"]["lora"]["rank"].as<int>(), 4);
+  EXPECT_EQ(saved["model"]["adapters"]["lora"]["targets"].as<std::vector<std::string>>(),
+            (std::vector<std::string>{"q", "v", "down"}));
+  EXPECT_EQ(saved["train"]["trainable"].as<std::vector<std::string>>(), (std::vector<std::string>{"adapters", "norms"}));
+  auto scored = run(kBin, {"eval", "--model", run_dir("lora-continued"), "--data", *dir_ / "store", "--lengths", "32,64",
+                           "--out", run_dir("lora-continued") + "-eval.json", "--max-sequences", "4"});
+  ASSERT_EQ(scored.exit_code, 0) << scored.err;
+  const json eval_continued = json::parse(test::read_file(run_dir("lora-continued") + "-eval.json"));
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_NEAR(eval_continued["results"][i]["loss"].get<double>(), eval_run["results"][i]["loss"].get<double>(), 1e-5);
+  // Settings that contradict the adapter are refused at their key, before anything loads.
+  auto contradicted = run(kBin, {"train", tiny_run_config("lora-contradicted", {.arch = "llama", .method = "chunk"}),
+                                 "--set", "model.init=peft:" + adapter, "--set", "model.adapters.lora.rank=8", "--set",
+                                 "train.trainable=[adapters]"});
+  EXPECT_EQ(contradicted.exit_code, 2) << contradicted.err;
+  EXPECT_NE(contradicted.err.find("--set model.adapters.lora.rank=8: model.adapters.lora.rank: the adapter model.init "
+                                  "continues (" + adapter + ") has r 4; leave the key out to take it"),
+            std::string::npos) << contradicted.err;
+  EXPECT_NE(contradicted.err.find("train.trainable: the adapter model.init continues (" + adapter +
+                                  ") trained norms (modules_to_save), which must train on"),
+            std::string::npos) << contradicted.err;
+  pointed["base_model_name_or_path"] = "nobody/absent-model";
+  test::write_file(adapter + "/adapter_config.json", pointed.dump());
+  auto no_base = run(kBin, {"train", tiny_run_config("lora-no-base", {.arch = "llama", .method = "chunk"}), "--set",
+                            "model.init=peft:" + adapter});
+  EXPECT_EQ(no_base.exit_code, 2) << no_base.err;
+  EXPECT_NE(no_base.err.find("model.init: the base of '" + adapter + "' (adapter_config.json's base_model_name_or_path) "
+                             "is neither a folder with config.json nor a model in the Hugging Face cache"),
+            std::string::npos) << no_base.err;
+  test::write_file(adapter + "/adapter_config.json", adapter_config.dump());
 
   // A file loading does not read may change in the base (a note beside its weights); the base's
   // weights may not: loading the run (eval) and resuming it are then refused, naming the file.

@@ -6,33 +6,9 @@
 #include <fstream>
 
 #include "models/families/family.h"
+#include "models/peft_config.h"
 
 namespace segtrain::trainer {
-
-std::optional<ModelRef> parse_model_ref(const std::string& text) {
-  if (text == "scratch") return ModelRef{};
-  if (text.rfind("hf:", 0) == 0) return ModelRef{ModelRef::Kind::hf, text.substr(3)};
-  if (text.rfind("checkpoint:", 0) == 0) return ModelRef{ModelRef::Kind::checkpoint, text.substr(11)};
-  return std::nullopt;
-}
-
-std::string model_ref_dir(const std::string& text) {
-  const auto ref = parse_model_ref(text);
-  return ref ? ref->dir : "";
-}
-
-std::string absolute_folder(const std::string& path) {
-  if (path.empty()) return path;
-  std::error_code ec;
-  const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
-  return ec ? std::filesystem::absolute(path).lexically_normal().string() : resolved.string();
-}
-
-std::string with_absolute_folder(const std::string& text) {
-  const auto ref = parse_model_ref(text);
-  if (!ref || !ref->from_folder()) return text;
-  return text.substr(0, text.find(':') + 1) + absolute_folder(ref->dir);
-}
 
 namespace {
 
@@ -51,12 +27,43 @@ std::optional<std::string> string_field(const std::optional<nlohmann::json>& j, 
 
 }  // namespace
 
+std::optional<ModelRef> parse_model_ref(const std::string& text) {
+  if (text == "scratch") return ModelRef{};
+  if (text.rfind("hf:", 0) == 0) return ModelRef{ModelRef::Kind::hf, text.substr(3), ""};
+  if (text.rfind("checkpoint:", 0) == 0) return ModelRef{ModelRef::Kind::checkpoint, text.substr(11), ""};
+  if (text.rfind("peft:", 0) == 0) {
+    const std::string adapter = text.substr(5);
+    const auto base = string_field(json_file(std::filesystem::path(adapter) / "adapter_config.json"),
+                                   "base_model_name_or_path");
+    return ModelRef{ModelRef::Kind::peft, base ? models::find_peft_base(adapter, *base) : "", adapter};
+  }
+  return std::nullopt;
+}
+
+std::string model_ref_dir(const std::string& text) {
+  const auto ref = parse_model_ref(text);
+  return ref ? ref->dir : "";
+}
+
+std::string absolute_folder(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
+  return ec ? std::filesystem::absolute(path).lexically_normal().string() : resolved.string();
+}
+
+std::string with_absolute_folder(const std::string& text) {
+  const auto ref = parse_model_ref(text);
+  if (!ref || !ref->from_folder()) return text;
+  return text.substr(0, text.find(':') + 1) + absolute_folder(ref->kind == ModelRef::Kind::peft ? ref->adapter : ref->dir);
+}
+
 std::optional<models::Arch> model_ref_arch(const std::string& text) {
   namespace fs = std::filesystem;
   const auto ref = parse_model_ref(text);
   if (!ref || !ref->from_folder()) return std::nullopt;
   fs::path dir = ref->dir;
-  if (ref->kind == ModelRef::Kind::hf) {
+  if (ref->kind == ModelRef::Kind::hf || ref->kind == ModelRef::Kind::peft) {  // a PEFT adapter's: its base's
     const auto type = string_field(json_file(dir / "config.json"), "model_type");
     return type ? models::arch_of_model_type(*type) : std::nullopt;
   }

@@ -8,19 +8,27 @@
 namespace segtrain::trainer {
 
 struct ModelRef {
-  enum class Kind { scratch, hf, checkpoint };
+  enum class Kind { scratch, hf, checkpoint, peft };
   Kind kind = Kind::scratch;
-  std::string dir;  // the folder after "hf:" / "checkpoint:"; empty for scratch
+  // The model's folder after "hf:" / "checkpoint:"; for "peft:" the base its adapter_config.json
+  // names (models/peft_config.h find_peft_base), "" when it is not there. Empty for scratch.
+  std::string dir;
+  std::string adapter;  // peft: the adapter's folder after "peft:"
 
   bool from_folder() const { return kind != Kind::scratch; }
   // What the folder must contain, and what it is, for messages.
-  const char* marker_file() const { return kind == Kind::hf ? "config.json" : "model_config.json"; }
+  const char* marker_file() const {
+    return kind == Kind::checkpoint ? "model_config.json" : kind == Kind::peft ? "adapter_config.json" : "config.json";
+  }
   const char* description() const {
-    return kind == Kind::hf ? "a transformers model" : "a segtrain checkpoint or run";
+    return kind == Kind::hf ? "a transformers model"
+           : kind == Kind::peft ? "a PEFT LoRA adapter"
+                                : "a segtrain checkpoint or run";
   }
 };
 
-// "scratch", "hf:DIR" or "checkpoint:DIR"; nullopt for anything else.
+// "scratch", "hf:DIR", "checkpoint:DIR" or "peft:DIR" (its base found through its
+// adapter_config.json); nullopt for anything else.
 std::optional<ModelRef> parse_model_ref(const std::string& text);
 
 // The folder of a reference that parses, else "" (scratch and malformed ones).

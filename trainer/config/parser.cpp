@@ -10,6 +10,7 @@
 #include "common/strings.h"
 #include "trainer/config/config.h"
 #include "trainer/config/model_ref.h"
+#include "trainer/config/peft_init.h"
 #include "trainer/config/field_reader.h"
 #include "trainer/config/schema.h"
 #include "trainer/config/yaml_text.h"
@@ -149,7 +150,8 @@ LoadedConfig load_config(const std::string& file, const std::vector<std::string>
   // A base folder's own architecture, unless the config names one (which must then match it).
   if (!loaded.origins.count("model.arch"))
     if (const auto arch = model_ref_arch(loaded.config.model.init)) loaded.config.model.spec.arch = *arch;
-  auto errors = validate_config(loaded, /*check_paths=*/true, use);
+  auto errors = adopt_peft_adapter(loaded);
+  for (auto& error : validate_config(loaded, /*check_paths=*/true, use)) errors.push_back(std::move(error));
   if (!errors.empty()) fail(errors);
   return loaded;
 }

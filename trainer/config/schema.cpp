@@ -46,7 +46,10 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       flag("run.log_all_ranks", c.run.log_all_ranks,
            "Every rank logs to output_dir/logs/rank-<r>.log instead of rank 0 alone to train.log; rank 0 keeps the console."),
 
-      text("model.init", c.model.init, "scratch, hf:DIR (a transformers folder) or checkpoint:DIR.").with({KeyRole::grid, KeyRole::resume}),
+      text("model.init", c.model.init,
+           "scratch, hf:DIR (a transformers folder), checkpoint:DIR, or peft:DIR (a PEFT LoRA adapter, continued "
+           "on the base its adapter_config.json names: its r, lora_alpha, targets and modules_to_save become "
+           "model.adapters.lora and train.trainable).").with({KeyRole::grid, KeyRole::resume}),
       choice("model.arch", m.arch, models::kArchs,
              "Block layout and HF naming: gpt2 (learned APE), gpt_neox (RoPE), bloom (ALiBi), llama (RoPE, RMSNorm, SwiGLU, GQA; also Mistral, Qwen2, Qwen3 and Phi-3).").with({KeyRole::model_shape, KeyRole::resume}),
       maybe_integer("model.vocab_size", m.vocab_size, "auto", 1, "auto takes the token store's vocabulary.").with({KeyRole::model_shape, KeyRole::resume}),

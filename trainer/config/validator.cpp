@@ -43,12 +43,33 @@ void check_data(Checker& ck, const Config& c) {
   for (const auto& problem : data::sampler_problems(d)) ck.fail(problem.key, problem.message);
 }
 
+// peft:DIR: an adapter folder PEFT reads, on a base that is here (found through its
+// adapter_config.json's base_model_name_or_path).
+void check_peft_init(Checker& ck, const ModelRef& ref) {
+  const fs::path adapter = ref.adapter;
+  if (ref.adapter.empty()) return ck.fail("model.init", "expected a PEFT adapter directory after peft:");
+  if (!ck.check_paths) return;
+  if (!fs::is_regular_file(adapter / "adapter_config.json"))
+    return ck.fail("model.init", "'" + ref.adapter + "' has no adapter_config.json; expected a PEFT LoRA adapter folder");
+  if (!fs::is_regular_file(adapter / "adapter_model.safetensors"))
+    return ck.fail("model.init", "'" + ref.adapter + "' has no adapter_model.safetensors" +
+                                     (fs::exists(adapter / "adapter_model.bin")
+                                          ? " (only adapter_model.bin: save it again with PEFT's safe_serialization)"
+                                          : ""));
+  if (ref.dir.empty())
+    ck.fail("model.init", "the base of '" + ref.adapter + "' (adapter_config.json's base_model_name_or_path) is "
+                          "neither a folder with config.json nor a model in the Hugging Face cache; set it to the "
+                          "base's folder");
+}
+
 void check_model(Checker& ck, const Config& c) {
   const auto& m = c.model.spec;
   const std::string& init = c.model.init;
   const auto ref = parse_model_ref(init);
   if (!ref) {
-    ck.fail("model.init", "expected scratch, hf:DIR or checkpoint:DIR, got '" + init + "'");
+    ck.fail("model.init", "expected scratch, hf:DIR, checkpoint:DIR or peft:DIR, got '" + init + "'");
+  } else if (ref->kind == ModelRef::Kind::peft) {
+    check_peft_init(ck, *ref);
   } else if (ref->from_folder()) {
     const std::string what = ref->description();
     if (ref->dir.empty()) ck.fail("model.init", "expected " + what + " directory after the colon");

@@ -53,6 +53,9 @@ StoredModel open_stored_model(const std::string& path, const std::vector<std::st
   StoredModel m;
   // `hf:DIR` and `checkpoint:DIR` as model.init writes them, or a plain folder.
   const auto ref = parse_model_ref(path);
+  if (ref && ref->kind == ModelRef::Kind::peft)
+    throw InputError("--model: '" + path + "' is a PEFT adapter: continue it in a run (model.init: " + path +
+                     "), whose model then evaluates and exports, or give its base");
   const std::string dir = ref && ref->from_folder() ? ref->dir : path;
   const auto format = models::detect_model_format(dir, &m.dir);
   if (!format) {

@@ -143,7 +143,7 @@ void check_corpus(const CorpusSpec& corpus, size_t index, schema::FieldReader& r
     const auto ref = parse_model_ref(corpus.base);
     const std::string dir = ref ? ref->dir : "";
     const std::string at = reader.where(path + ".base") + ": " + path + ".base: ";
-    if (!ref || !ref->from_folder())
+    if (!ref || !ref->from_folder() || ref->kind == ModelRef::Kind::peft)
       errors.push_back(at + "expected hf:DIR or checkpoint:DIR, got '" + corpus.base + "'");
     else if (!fs::is_directory(dir))
       errors.push_back(at + "'" + dir + "' does not exist or is not a directory");

@@ -27,6 +27,7 @@
 #include "data/token_store.h"
 #include "data/tokenizer_identity.h"
 #include "models/base_record.h"
+#include "models/peft_adapter.h"
 #include "models/positions.h"
 #include "trainer/eval/eval_outputs.h"
 #include "trainer/eval/suite.h"
@@ -304,6 +305,16 @@ void Trainer::convert_model(const LoadedConfig& loaded) {
       converter->convert(model_);
     } catch (const InputError& e) {
       throw InputError(loaded.locate(converter->config_key()) + ": " + e.what());
+    }
+  }
+  // A PEFT adapter continued: its weights over the converted model's (a resumed run's checkpoint
+  // then replaces what trains).
+  if (const auto ref = parse_model_ref(c_.model.init); ref && ref->kind == ModelRef::Kind::peft) {
+    try {
+      const int64_t tensors = models::load_peft_adapter(model_, ref->adapter);
+      log::info("continuing the PEFT adapter ", ref->adapter, " (", tensors, " tensors) on its base ", ref->dir);
+    } catch (const InputError& e) {
+      throw InputError(loaded.locate("model.init") + ": " + e.what());
     }
   }
   if (converters_.empty()) return;

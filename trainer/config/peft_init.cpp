@@ -1,0 +1,78 @@
+#include "trainer/config/peft_init.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/numbers.h"
+#include "common/strings.h"
+#include "models/families/family.h"
+#include "models/peft_config.h"
+#include "trainer/config/model_ref.h"
+
+namespace segtrain::trainer {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The base's ModelConfig from its config.json, as its family reads it (no weights).
+models::ModelConfig base_config(const std::string& dir) {
+  const std::string file = (fs::path(dir) / "config.json").string();
+  const auto json = nlohmann::json::parse(read_file(file, "base config"), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object() || !json.contains("model_type") || !json.at("model_type").is_string())
+    throw InputError(file + ": not a transformers config.json (no model_type)");
+  return models::family_for_model_type(json.at("model_type").get<std::string>(), file).read_config(json, file);
+}
+
+}  // namespace
+
+std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded) {
+  const auto ref = parse_model_ref(loaded.config.model.init);
+  if (!ref || ref->kind != ModelRef::Kind::peft || ref->dir.empty() ||
+      !fs::is_regular_file(fs::path(ref->adapter) / "adapter_config.json"))
+    return {};  // not a PEFT adapter, or the validator's to refuse
+  models::PeftAdapterConfig adapter;
+  try {
+    adapter = models::read_peft_adapter_config(ref->adapter, base_config(ref->dir));
+  } catch (const InputError& e) {
+    return {loaded.locate("model.init") + ": " + e.what()};
+  }
+  const std::string origin = (fs::path(ref->adapter) / "adapter_config.json").string();
+  std::vector<std::string> problems;
+  auto& lora = loaded.config.model.adapters.lora;
+  // Each key: the adapter's where the config leaves it out; where it is given, the adapter's too
+  // (`must_agree`) or the config's (dropout: how it trains on, not what its weights are).
+  auto adopt = [&](const std::string& key, auto& value, const auto& adapters, const std::string& shown,
+                   bool must_agree) {
+    if (!loaded.origins.count(key)) {
+      value = adapters;
+      loaded.origins[key] = origin;
+    } else if (must_agree && value != adapters) {
+      problems.push_back(loaded.locate(key) + ": the adapter model.init continues (" + ref->adapter + ") has " +
+                         shown + "; leave the key out to take it");
+    }
+  };
+  adopt("model.adapters.lora.rank", lora.rank, adapter.lora.rank, "r " + std::to_string(adapter.lora.rank), true);
+  adopt("model.adapters.lora.alpha", lora.alpha, adapter.lora.alpha, "lora_alpha " + format_double(adapter.lora.alpha), true);
+  adopt("model.adapters.lora.targets", lora.targets, adapter.lora.targets,
+        "targets [" + join(adapter.lora.targets, ", ") + "]", true);
+  adopt("model.adapters.lora.dropout", lora.dropout, adapter.lora.dropout, "", false);
+  auto& trainable = loaded.config.train.trainable;
+  if (!loaded.origins.count("train.trainable")) {
+    trainable = adapter.trainable;
+    loaded.origins["train.trainable"] = origin;
+  } else {
+    for (const auto& group : adapter.trainable)
+      if (std::find(trainable.begin(), trainable.end(), group) == trainable.end())
+        problems.push_back(loaded.locate("train.trainable") + ": the adapter model.init continues (" + ref->adapter +
+                           ") trained " + group + " (modules_to_save), which must train on: a checkpoint keeps only "
+                           "what trains");
+  }
+  return problems;
+}
+
+}  // namespace segtrain::trainer
