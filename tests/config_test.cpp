@@ -267,7 +267,7 @@ TEST_F(ConfigTest, CrossFieldChecks) {
   EXPECT_NE(check({"data.sampler.method=chunk"}).find("set model.extension.method: interpolate"), std::string::npos);
   EXPECT_NE(check({"train.min_lr=1"}).find("is above train.lr"), std::string::npos);
   EXPECT_NE(check({"model.init=hf:/no/such/dir"}).find("does not exist"), std::string::npos);
-  EXPECT_NE(check({"model.init=pretrained"}).find("expected scratch, hf:DIR or checkpoint:DIR"), std::string::npos);
+  EXPECT_NE(check({"model.init=pretrained"}).find("expected scratch, hf:DIR, checkpoint:DIR or peft:DIR"), std::string::npos);
   EXPECT_NE(check({"data.store=/no/such/store"}).find("data.store: '/no/such/store' does not exist"), std::string::npos);
   EXPECT_NE(check({"eval.stride=256"}).find("is not shorter than the evaluation length 256"), std::string::npos);
   // placement ring is chunk's: refused elsewhere, naming the key and the method; uniform passes everywhere.
