@@ -138,6 +138,15 @@ for r in load("gpu_param_dtype_memory_bench"):
         f"{r['device_bytes_per_param']:.3g} B (designed {r['designed_bytes_per_param']:.3g}, rest {r['rest_mb']:+.0f} MiB)",
         f"optimizer as designed: {verdict(r['optimizer_as_designed'])}; device >= designed: "
         f"{verdict(r['device_at_least_designed'])}"))
+for r in load("gpu_lora_8b_bench"):
+    if "peak_gpu_mb" not in r:
+        continue
+    headline.append((
+        f"LoRA on one GPU, Llama-3-8B shape (random weights), chunk-0.25 L_t {r['train_length']} to L_e "
+        f"{r['extended_length']}, rank {r['lora']['rank']} on q, k, v, o + norms, bf16 base",
+        f"peak {r['peak_gpu_gib']:.1f} GiB allocated ({r['peak_gpu_reserved_mb'] / 1024:.1f} reserved) against the "
+        f"table's {r['table_total_gib']:.1f} GiB; {rate(r['tokens_per_s'])} tokens/s",
+        f"fits 24 GB: {verdict(r['fits_24gb'])}"))
 data = load("data_bench")
 samplers = [r for r in data if r.get("measure") == "sampler"]
 if samplers:

@@ -13,14 +13,16 @@
 #   two-ranks the 2-rank tests: both ranks on one GPU over Gloo, and with 2 GPUs, NCCL with one each;
 #   rest      every other gpu test (none today: a test added later is never left out);
 #   storage   train.param_dtype x shard_optimizer memory (bench/gpu_param_dtype_memory_bench.sh);
-#   sdpa      which attention kernels take grouped-query attention (bench/gpu_sdpa_backends_bench.sh).
+#   sdpa      which attention kernels take grouped-query attention (bench/gpu_sdpa_backends_bench.sh);
+#   lora-8b   LoRA at Llama-3-8B's shape and L_t 4,096, peak memory against the computed table
+#             (bench/gpu_lora_8b_bench.sh), in what time the deadline leaves.
 # A benchmark runs whether or not a test failed. Every phase runs under a time limit, so one hang
 # costs that phase alone; with --deadline the whole command ends by itself within that many
 # seconds, each phase taking what is left after the phases that must still run (a phase with
 # too little time is reported as not run, and why).
 #
 # usage: scripts/gpu_check.sh [--out DIR] [--deadline SECONDS]
-#   --out DIR       (default bench/results/gpu-check) written as the command goes, 7 files, so that
+#   --out DIR       (default bench/results/gpu-check) written as the command goes, 8 files, so that
 #                   a command that is killed still leaves what finished:
 #                     report.md   the machine and versions, each phase, each test as it finishes
 #                                 (✓ passed, ✗ failed, ○ not applicable here, and why), the first
@@ -28,7 +30,7 @@
 #                     log.txt     everything the build, the tests and the benchmarks printed;
 #                     measured.txt the figures the tests measured, one a line;
 #                     gpu_speed_bench.json, gpu_memory_bench.json, gpu_param_dtype_memory_bench.json,
-#                     gpu_sdpa_backends_bench.json  each benchmark's JSON.
+#                     gpu_sdpa_backends_bench.json, gpu_lora_8b_bench.json  each benchmark's JSON.
 #   --deadline S    the whole command ends within S seconds (`make gpu-session`: 540, for an
 #                   allocation of 15 minutes with the machine's start and a rerun's margin); the
 #                   benchmarks then run at the sizes that fit (GPT-2 medium, 3 rounds).
@@ -264,6 +266,7 @@ test_phase "two-ranks (one GPU shared over Gloo; a GPU each over NCCL)" 150 0 -R
 test_phase "rest (every other gpu test)" 60 0 -E "$binary|$attention|$one_step|$two_ranks"
 bench_phase "storage (param_dtype x shard_optimizer memory)" 120 0 gpu_param_dtype_memory_bench
 bench_phase "sdpa (attention kernels for grouped-query attention)" 60 0 gpu_sdpa_backends_bench
+bench_phase "lora-8b (LoRA at Llama-3-8B's shape, L_t 4,096)" 240 0 gpu_lora_8b_bench
 
 if [[ -s $MEASURED ]]; then
   report "" "## Measured by the gpu tests" ""
