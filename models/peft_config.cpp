@@ -100,17 +100,10 @@ void expect_default(const json& config, const char* key, const json& fallback, c
   throw InputError(file + ": " + key + ": " + value.dump() + " is not supported: " + why);
 }
 
-}  // namespace
-
-PeftAdapterConfig read_peft_adapter_config(const std::string& dir, const ModelConfig& base) {
-  const std::string file = (fs::path(dir) / "adapter_config.json").string();
-  std::ifstream in(file);
-  if (!in) throw InputError(file + ": cannot be read; expected a PEFT adapter folder (adapter_config.json, adapter_model.safetensors)");
-  const json config = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) throw InputError(file + ": not a JSON object");
+// r, lora_alpha, lora_dropout and base_model_name_or_path; refused: what PEFT's LoRA has and segtrain's has not.
+void read_numbers(const json& config, const std::string& file, PeftAdapterConfig& out) {
   if (field(config, "peft_type") != "LORA")
     throw InputError(file + ": peft_type: " + field(config, "peft_type").dump() + "; segtrain continues LORA adapters");
-  PeftAdapterConfig out;
   const json& r = field(config, "r");
   if (!r.is_number_integer() || r.get<int64_t>() < 1) throw InputError(file + ": r: expected an integer >= 1, got " + r.dump());
   out.lora.rank = r.get<int64_t>();
@@ -132,16 +125,22 @@ PeftAdapterConfig read_peft_adapter_config(const std::string& dir, const ModelCo
   expect_default(config, "target_parameters", nullptr, file, "segtrain adapts modules (target_modules)");
   if (field(config, "base_model_name_or_path").is_string())
     out.base_model = field(config, "base_model_name_or_path").get<std::string>();
+}
 
-  const Family& family = family_for_export(base);
-  const HfNameTable& table = family.names();
-  const BlockKind block = arch_layout(base.arch).block;
-  auto full = [&](bool prefixed, const std::string& hf) { return (prefixed ? table.prefix : "") + hf; };
+// The base's HF names a family's table gives, with its prefix where the row has it.
+struct HfNames {
+  const Family& family;
+  const ModelConfig& base;
+  std::string full(bool prefixed, const std::string& hf) const { return (prefixed ? family.names().prefix : "") + hf; }
+};
 
-  // target_modules: each of segtrain's targets on every layer or on none.
-  ModuleMatcher targets(field(config, "target_modules"), file + ": target_modules");
+// target_modules -> segtrain's targets: each on every layer or on none (and fan_in_fan_out as the family holds them).
+std::vector<std::string> read_targets(const json& config, const std::string& file, const HfNames& names) {
   if (field(config, "target_modules").is_null()) throw InputError(file + ": target_modules: required");
-  out.lora.targets.clear();
+  ModuleMatcher targets(field(config, "target_modules"), file + ": target_modules");
+  const HfNameTable& table = names.family.names();
+  const BlockKind block = arch_layout(names.base.arch).block;
+  std::vector<std::string> out;
   bool transposed = false;
   for (const auto& target : kLoraTargets) {
     const auto module = lora_module(block, target);
@@ -151,57 +150,79 @@ PeftAdapterConfig read_peft_adapter_config(const std::string& dir, const ModelCo
     if (row == table.tensors.end()) {  // a projection transformers fuses with others (Phi-3's qkv_proj)
       for (const auto& fused : table.fused)
         if (std::find(fused.parts.begin(), fused.parts.end(), ours) != fused.parts.end())
-          if (const std::string entry = targets.match(without_last(full(fused.prefixed, at_layer(fused.hf, 0))));
+          if (const std::string entry = targets.match(without_last(names.full(fused.prefixed, at_layer(fused.hf, 0))));
               !entry.empty())
-            throw InputError(file + ": target_modules: '" + entry + "' adapts " + family.model_type() + "'s fused " +
-                             without_last(fused.hf) + " as one projection; segtrain adapts its parts apart");
+            throw InputError(file + ": target_modules: '" + entry + "' adapts " + names.family.model_type() +
+                             "'s fused " + without_last(fused.hf) + " as one projection; segtrain adapts its parts apart");
       continue;
     }
     int64_t layers = 0;
-    for (int64_t layer = 0; layer < base.n_layers; ++layer)
-      if (const std::string entry = targets.match(without_last(full(row->prefixed, at_layer(row->hf, layer))));
+    for (int64_t layer = 0; layer < names.base.n_layers; ++layer)
+      if (const std::string entry = targets.match(without_last(names.full(row->prefixed, at_layer(row->hf, layer))));
           !entry.empty()) {
         targets.matched(entry);
         ++layers;
       }
     if (layers == 0) continue;
-    if (layers != base.n_layers)
+    if (layers != names.base.n_layers)
       throw InputError(file + ": target_modules: adapt " + without_last(row->hf) + " on " + std::to_string(layers) +
-                       " of the base's " + std::to_string(base.n_layers) + " layers; segtrain adapts every layer");
-    out.lora.targets.push_back(target);
+                       " of the base's " + std::to_string(names.base.n_layers) + " layers; segtrain adapts every layer");
+    out.push_back(target);
     transposed = transposed || row->transpose;
   }
-  targets.check_all_used("projection segtrain adapts (" + std::string(block == BlockKind::llama ? "q, k, v, o, gate, up, down" : "qkv, o, up, down") + ")");
+  targets.check_all_used("projection segtrain adapts (" +
+                         std::string(block == BlockKind::llama ? "q, k, v, o, gate, up, down" : "qkv, o, up, down") + ")");
   const json& fan_in_fan_out = field(config, "fan_in_fan_out");
   if (!fan_in_fan_out.is_null() && !fan_in_fan_out.is_boolean())
     throw InputError(file + ": fan_in_fan_out: expected true or false, got " + fan_in_fan_out.dump());
   if (!fan_in_fan_out.is_null() && fan_in_fan_out.get<bool>() != transposed)
-    throw InputError(file + ": fan_in_fan_out: " + fan_in_fan_out.dump() + ", but " + family.model_type() +
-                     "'s adapted projections hold their weights " + (transposed ? "transposed (Conv1D): true" : "as Linear: false"));
+    throw InputError(file + ": fan_in_fan_out: " + fan_in_fan_out.dump() + ", but " + names.family.model_type() +
+                     "'s adapted projections hold their weights " +
+                     (transposed ? "transposed (Conv1D): true" : "as Linear: false"));
+  return out;
+}
 
-  // modules_to_save: the groups of train.trainable they hold.
-  out.trainable = {"adapters"};
+// modules_to_save -> the groups of train.trainable they hold, after "adapters".
+std::vector<std::string> read_saved_groups(const json& config, const std::string& file, const HfNames& names) {
   ModuleMatcher saved(field(config, "modules_to_save"), file + ": modules_to_save");
   std::set<std::string> groups;
-  for (const auto& row : table.tensors) {
+  for (const auto& row : names.family.names().tensors) {
     const bool per_layer = row.hf.find("{}") != std::string::npos;
-    for (int64_t layer = 0; layer < (per_layer ? base.n_layers : 1); ++layer) {
-      const std::string entry = saved.match(without_last(full(row.prefixed, at_layer(row.hf, layer))));
+    for (int64_t layer = 0; layer < (per_layer ? names.base.n_layers : 1); ++layer) {
+      const std::string module = without_last(names.full(row.prefixed, at_layer(row.hf, layer)));
+      const std::string entry = saved.match(module);
       if (entry.empty()) continue;
       saved.matched(entry);
       const std::string group = trainable_group(row.ours);
       if (group.empty())
-        throw InputError(file + ": modules_to_save: '" + entry + "' holds " + without_last(full(row.prefixed, at_layer(row.hf, layer))) +
+        throw InputError(file + ": modules_to_save: '" + entry + "' holds " + module +
                          ", which segtrain does not train besides adapters (norms, embeddings and the head do)");
-      if (group == "embeddings" && base.tie_embeddings)
+      if (group == "embeddings" && names.base.tie_embeddings)
         throw InputError(file + ": modules_to_save: '" + entry + "' holds the token table, which the base's head is "
                          "tied to: PEFT trains a copy of it under the untied head, which segtrain's tied model cannot hold");
       groups.insert(group);
     }
   }
   saved.check_all_used("module");
+  std::vector<std::string> out = {"adapters"};
   for (const auto& group : kTrainableGroups)
-    if (groups.count(group)) out.trainable.push_back(group);
+    if (groups.count(group)) out.push_back(group);
+  return out;
+}
+
+}  // namespace
+
+PeftAdapterConfig read_peft_adapter_config(const std::string& dir, const ModelConfig& base) {
+  const std::string file = (fs::path(dir) / "adapter_config.json").string();
+  std::ifstream in(file);
+  if (!in) throw InputError(file + ": cannot be read; expected a PEFT adapter folder (adapter_config.json, adapter_model.safetensors)");
+  const json config = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) throw InputError(file + ": not a JSON object");
+  PeftAdapterConfig out;
+  read_numbers(config, file, out);
+  const HfNames names{family_for_export(base), base};
+  out.lora.targets = read_targets(config, file, names);
+  out.trainable = read_saved_groups(config, file, names);
   return out;
 }
 
