@@ -556,8 +556,8 @@ void variant_section(std::ostringstream& md, const CorpusResults& c, int64_t fac
   }
   if (pairs.empty()) return;
   const auto lengths = factor_lengths(c, factor);
-  md << "\nVariants (experiment.variants): each row trained again from the base with the variant's settings on the "
-        "same data, budget and schedule, beside its row; perplexity [95% interval] at "
+  md << "\nVariants (experiment.variants): each row trained again from the base on the same data and budget, with "
+        "the variant's settings after its row's own, beside its row; perplexity [95% interval] at "
      << factor << "·L_t = " << factor * c.train_length << ":\n\n| row | training tokens |";
   for (int64_t l : lengths) md << " " << l << " |";
   md << "\n|---|---:|";
