@@ -46,9 +46,8 @@ Field assignments(std::string path, std::vector<Assignment>& v, bool budget_fixe
           }};
 }
 
-// Text inputs: files or folders (that they exist is the grid's check: check_corpus).
-Field input_paths(std::string path, std::vector<std::string>& v, std::string doc) {
-  std::string type = "a non-empty list of existing file or folder paths";
+// A non-empty list of strings, described to the user as `type`.
+Field non_empty_texts(std::string path, std::vector<std::string>& v, std::string type, std::string doc) {
   return {path, type, std::move(doc),
           [&v, type](const YAML::Node& n) {
             std::vector<std::string> out;
@@ -57,6 +56,11 @@ Field input_paths(std::string path, std::vector<std::string>& v, std::string doc
             v = out;
           },
           [&v] { return plain_list(v); }};
+}
+
+// Text inputs: files or folders (that they exist is the grid's check: check_corpus).
+Field input_paths(std::string path, std::vector<std::string>& v, std::string doc) {
+  return non_empty_texts(std::move(path), v, "a non-empty list of existing file or folder paths", std::move(doc));
 }
 
 Field seed(std::string path, uint64_t& v, std::string doc) {
@@ -79,24 +83,12 @@ std::vector<Field> method_fields(const std::string& prefix, MethodItem& m, Field
   };
 }
 
-Field row_names(std::string path, std::vector<std::string>& v, std::string doc) {
-  std::string type = "a non-empty list of row names";
-  return {path, type, std::move(doc),
-          [&v, type](const YAML::Node& n) {
-            std::vector<std::string> out;
-            for (const auto& item : sequence(n, type)) out.push_back(scalar(item, type));
-            if (out.empty()) expected(type, n);
-            v = out;
-          },
-          [&v] { return plain_list(v); }};
-}
-
 std::vector<Field> variant_fields(const std::string& prefix, VariantItem& v, FieldReader& reader) {
   return {
       text(prefix + ".name", v.name,
            "Names the variant (required; letters, digits, - and _): its rows are <row>+<name>, e.g. "
            "chunk-0.25@262144+lora."),
-      row_names(prefix + ".of", v.of,
+      non_empty_texts(prefix + ".of", v.of, "a non-empty list of row names",
                 "The trained rows it varies (required), by their names in experiment.methods: chunk-0.25, or a "
                 "budget-curve point chunk-0.25@262144."),
       assignments(prefix + ".set", v.set, /*budget_fixed=*/true, reader,
@@ -140,6 +132,14 @@ Field item_list(std::string path, std::vector<Item>& v, std::string type, std::s
           std::move(emit)};
 }
 
+// A list's items as their names, as `segtrain config` prints the list.
+template <class Item>
+YAML::Node names_of(const std::vector<Item>& items) {
+  auto list = flow_list();
+  for (const auto& item : items) list.push_back(plain(item.name));
+  return list;
+}
+
 Field method_list(std::vector<MethodItem>& methods, FieldReader& reader) {
   auto read = [&reader](const YAML::Node& item, const std::string& prefix) {
     MethodItem m;
@@ -162,11 +162,7 @@ Field method_list(std::vector<MethodItem>& methods, FieldReader& reader) {
       "extended with a scaling), full, randompos, pose, chunk-α, chunk-ring-α (chunk with "
       "data.sampler.placement: ring), prefix-α; an item {name, budgets, set} adds settings and budgets of "
       "its own (experiment.methods[].*).",
-      read, [&methods] {
-        auto list = flow_list();
-        for (const auto& m : methods) list.push_back(plain(m.name));
-        return list;
-      });
+      read, [&methods] { return names_of(methods); });
 }
 
 Field variant_list(std::vector<VariantItem>& variants, FieldReader& reader) {
@@ -186,11 +182,7 @@ Field variant_list(std::vector<VariantItem>& variants, FieldReader& reader) {
                    "Rows trained again with other settings, each compared with its row by paired intervals (e.g. "
                    "LoRA against full fine-tuning at the same budget): {name, of: [rows], set: {key: value}} "
                    "(experiment.variants[].*).",
-                   read, [&variants] {
-                     auto list = flow_list();
-                     for (const auto& v : variants) list.push_back(plain(v.name));
-                     return list;
-                   });
+                   read, [&variants] { return names_of(variants); });
 }
 
 Field corpus_list(std::vector<CorpusSpec>& corpora, FieldReader& reader) {
