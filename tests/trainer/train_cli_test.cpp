@@ -1613,10 +1613,17 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
   json pointed = adapter_config;
   pointed["base_model_name_or_path"] = "../" + fs::path(run_dir("lora-base")).filename().string() + "-hf";
   test::write_file(adapter + "/adapter_config.json", pointed.dump());
-  auto continued = run(kBin, {"train", tiny_run_config("lora-continued", {.arch = "llama", .method = "chunk",
-                                                                          .train_keys = ", budget: {tokens: 1000}"}),
-                              "--set", "model.init=peft:" + adapter, "--set", "train.lr=1e-12"});
+  auto continued_args = [&](const std::string& name) {
+    return std::vector<std::string>{
+        "train", tiny_run_config(name, {.arch = "llama", .method = "chunk", .train_keys = ", budget: {tokens: 12000}"}),
+        "--set", "model.init=peft:" + adapter, "--set", "train.lr=1e-12", "--set", "train.checkpoint_every=4",
+        "--set", "train.keep_last=0"};
+  };
+  auto continued = run(kBin, continued_args("lora-continued"));
   ASSERT_EQ(continued.exit_code, 0) << continued.err;
+  // Stopped after step 4, it resumes to the same bytes (the adapter read again, then the checkpoint over it).
+  expect_resumes_to_the_same_bytes(continued_args("lora-continued-cut"), run_dir("lora-continued"),
+                                   run_dir("lora-continued-cut"), 4);
   EXPECT_NE(continued.err.find("continuing the PEFT adapter " + adapter + " (" + std::to_string(trainable.size()) + " tensors)"),
             std::string::npos) << continued.err;
   const auto saved = YAML::LoadFile(run_dir("lora-continued") + "/config.yaml");
