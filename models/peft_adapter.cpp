@@ -76,8 +76,8 @@ int64_t load_peft_adapter(TransformerLM& model, const std::string& dir) {
                                                : ours->first.substr(0, ours->first.size() - 7) + lora_part;  // "…q_proj" + ".lora_A.weight"
     const auto target = trainable.find(name);
     if (target == trainable.end())
-      throw InputError(file + ": tensor " + key + " (" + name + ") is not a parameter this run trains; its "
-                       "adapter_config.json says otherwise");
+      throw InputError(file + ": tensor " + key + " (" + name + ") is not a parameter this run trains: "
+                       "adapter_config.json's target_modules and modules_to_save do not name it");
     const at::Tensor source = lora_part.empty() && ours->second ? value.t() : value;
     if (source.sizes() != target->second.sizes())
       throw InputError(file + ": tensor " + key + " has shape " + shape_text(source) + ", the model's " + name + " " +
@@ -85,10 +85,11 @@ int64_t load_peft_adapter(TransformerLM& model, const std::string& dir) {
     target->second.copy_(source.to(target->second.scalar_type()));
     loaded.insert(name);
   }
-  // Every adapter comes from the file; a trained norm or embedding missing there would train from the base's.
+  // Every adapter comes from the file. What else trains may start from the base's weights: a group
+  // train.trainable adds to what the adapter saved (its modules_to_save) was never trained.
   for (const auto& [name, p] : trainable)
-    if (!loaded.count(name))
-      throw InputError(file + ": holds no " + name + ", which the adapter's settings train");
+    if (name.find(".lora_") != std::string::npos && !loaded.count(name))
+      throw InputError(file + ": holds no " + name + ", an adapter its adapter_config.json's target_modules name");
   return static_cast<int64_t>(loaded.size());
 }
 

@@ -31,9 +31,9 @@ void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha,
 
 // Loads DIR/adapter_model.safetensors into `model`, converted by the LoRA converter of the
 // adapter's settings (peft_config.h read_peft_adapter_config): each adapter's lora_A and
-// lora_B, and each modules_to_save weight over the base's. InputError naming the file and
-// tensor when one is missing, has another shape, or is no parameter the model trains.
-// Returns how many tensors it loaded.
+// lora_B, and each modules_to_save weight over the base's (a trainable group the file does not
+// hold keeps the base's). InputError naming the file and tensor when an adapter is missing, a
+// tensor has another shape, or is no parameter the model trains. Returns how many tensors it loaded.
 int64_t load_peft_adapter(TransformerLM& model, const std::string& dir);
 
 }  // namespace segtrain::models

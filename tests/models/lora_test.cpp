@@ -287,8 +287,32 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     if (c.rank == 4) fs::copy(adapter, keep.path() / "adapter");
   }
 
-  TransformerLM base = load_model(ref + "/llama");
   const std::string adapter = (keep.path() / "adapter").string();
+  {
+    // A group train.trainable adds to what the adapter saved starts from the base's weights.
+    TransformerLM more = load_model(ref + "/llama");
+    const auto base_wte = more->tensors().at("wte.weight").clone();
+    LoraConfig lora;
+    lora.rank = 4;
+    lora.alpha = 8;
+    lora.targets = {"q", "v", "down"};
+    make_lora(lora, {"adapters", "norms", "embeddings"})->convert(more);
+    EXPECT_EQ(load_peft_adapter(more, adapter), static_cast<int64_t>(trainable_parameters(more).size()) - 1);
+    EXPECT_TRUE(at::equal(more->tensors().at("wte.weight"), base_wte));
+    // An adapter the settings name but the file lacks is refused.
+    auto tensors = read_safetensors(adapter + "/adapter_model.safetensors");
+    tensors.erase("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight");
+    test::TempDir partial;
+    fs::copy(adapter, partial.path() / "a");
+    write_safetensors((partial.path() / "a/adapter_model.safetensors").string(), tensors);
+    TransformerLM again = load_model(ref + "/llama");
+    make_lora(lora, {"adapters", "norms"})->convert(again);
+    const std::string missing = test::input_error_of([&] { load_peft_adapter(again, (partial.path() / "a").string()); });
+    EXPECT_NE(missing.find("holds no blocks.1.down_proj.lora_B.weight, an adapter its adapter_config.json's "
+                           "target_modules name"),
+              std::string::npos) << missing;
+  }
+  TransformerLM base = load_model(ref + "/llama");
   const auto original = json::parse(test::read_file(keep.path() / "adapter/adapter_config.json"));
   auto refusal = [&](const std::string& key, const json& value) {
     json edited = original;
