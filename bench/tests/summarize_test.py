@@ -1,0 +1,102 @@
+"""bench/summarize.py on what a cut GPU call leaves: it never fails, and says what it could not show.
+
+  summarize_test.py --python PYTHON
+
+A whole LoRA/1B result and a speed result with the torch.compile reference show their headlines (figures and
+verdicts); a file cut mid-way, an empty file, rows without the fields a headline needs, a result whose rows are
+not rows, no rows at all, and a result named with --only that does not exist each show as a line saying so, the
+other results still shown, exit 0.
+"""
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+LORA_ROW = {"phase": "lora", "device": "cuda", "shape": "llama-3-8b", "method": "lora", "train_length": 4096,
+            "extended_length": 65536, "micro_batch": 1, "lora": {"rank": 16}, "tokens_per_s": 5000.0, "mfu": 0.3,
+            "mfu_nominal": 0.25, "peak_gpu_mb": 18944.0, "peak_gpu_reserved_mb": 20480.0,
+            "table_total_gib": 18.28, "base_load_s": 12.5, "start_to_step1_s": 30.1, "gpu": "NVIDIA H200",
+            "target_gib": 22.0, "meets_target": True, "fits_24gb": True}
+FULL_ROW = {"phase": "full-1b", "device": "cuda", "shape": "llama-3.2-1b", "method": "full", "train_length": 4096,
+            "extended_length": 65536, "micro_batch": 4, "tokens_per_s": 40000.0, "mfu": 0.41, "mfu_nominal": 0.33,
+            "peak_gpu_mb": 51200.0, "peak_gpu_reserved_mb": 55000.0, "base_load_s": 3.0, "gpu": "NVIDIA H200"}
+SPEED_ROW = {"model": "gpt2-medium", "params": 355e6, "d_model": 1024, "layers": 24, "heads": 16, "vocab": 50257,
+             "micro_batch": 8, "length": 1024, "gpu": "NVIDIA H200", "segtrain_tokens_per_s": 90000.0,
+             "pytorch_tokens_per_s": 89000.0, "ratio": 1.01, "rounds": 3, "ratio_min": 0.99, "ratio_max": 1.02,
+             "target_ratio": 1.0, "mfu_segtrain": 0.27, "mfu_pytorch": 0.27, "matmul_peak_gflops": 800000.0,
+             "nominal_bf16_tflops": 989.0, "mfu_segtrain_nominal": 0.22, "mfu_pytorch_nominal": 0.22,
+             "gpu_part": "H200", "target_mfu": 0.4, "compiled_tokens_per_s": 120000.0, "ratio_compiled": 0.75,
+             "ratio_compiled_min": 0.74, "ratio_compiled_max": 0.76, "mfu_compiled": 0.36}
+
+
+def summarize(python, folder, *extra):
+    proc = subprocess.run([python, str(ROOT / "bench/summarize.py"), folder, *extra], capture_output=True, text=True)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--python", default=sys.executable)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="summarize-test-") as d:
+        folder = pathlib.Path(d)
+        whole = {"benchmark": "gpu_lora_8b_bench", "setup": "s", "results": [LORA_ROW, FULL_ROW]}
+        (folder / "gpu_lora_8b_bench.json").write_text(json.dumps(whole))
+        (folder / "gpu_speed_bench.json").write_text(json.dumps({"benchmark": "gpu_train_speed", "results": [SPEED_ROW]}))
+        code, out, err = summarize(args.python, d)
+        check(code == 0, f"whole results: exit {code} {err[-800:]}")
+        check("LoRA on one GPU, llama-3-8b shape" in out and "18.5 GiB allocated (20.0 reserved) against the table's "
+              "18.3 GiB" in out and "reserved < 22 GiB: ✓ met" in out, "the LoRA row's headline")
+        check("full fine-tuning on one GPU, llama-3.2-1b shape" in out and "MFU 41.0% of the measured peak (33.0% of "
+              "nominal)" in out, "the 1B row's headline")
+        check("torch.compile 120 K tokens/s, segtrain / compiled **0.75x** (0.74..0.76)" in out
+              and ">= 1.0x compiled: ✗ **not met**" in out, "the compiled reference in the speed headline")
+
+        cases = {
+            "cut mid-way": json.dumps(whole)[:150],
+            "empty": "",
+            "rows without fields": json.dumps({"benchmark": "gpu_lora_8b_bench", "results": [{"phase": "lora"},
+                                                                                             LORA_ROW]}),
+            "rows that are not rows": json.dumps({"benchmark": "gpu_lora_8b_bench", "results": [1, "x", None]}),
+            "results not a list": json.dumps({"benchmark": "gpu_lora_8b_bench", "results": "x"}),
+            "no rows": json.dumps({"benchmark": "gpu_lora_8b_bench", "results": []}),
+            "a list": json.dumps([LORA_ROW, {"train_length": 1}]),
+            "a number": "3",
+        }
+        for what, text in cases.items():
+            (folder / "gpu_lora_8b_bench.json").write_text(text)
+            for extra in ((), ("--brief",), ("--only", "gpu_lora_8b_bench,gpu_speed_bench")):
+                code, out, err = summarize(args.python, d, *extra)
+                check(code == 0 and "Traceback" not in err, f"{what} {' '.join(extra)}: exit {code} {err[-600:]}")
+                check("GPU training speed, gpt2-medium" in out, f"{what} {' '.join(extra)}: the other result shown")
+            code, out, err = summarize(args.python, d)
+            if what in ("cut mid-way", "empty"):
+                check("unreadable: " in out and "is not a whole JSON result" in out, f"{what}: said unreadable")
+            if what == "rows without fields":
+                check("gpu_lora_8b_bench: incomplete row | KeyError: 'shape'" in out and "llama-3-8b shape" in out,
+                      f"{what}: the incomplete row named, the whole one shown")
+            if what == "no rows":
+                check("### gpu_lora_8b_bench\n\nno rows" in out, f"{what}: said")
+        (folder / "gpu_lora_8b_bench.json").unlink()
+        code, out, err = summarize(args.python, d, "--only", "gpu_lora_8b_bench,gpu_speed_bench")
+        check(code == 0 and "gpu_lora_8b_bench | no result: " in out and "does not exist" in out
+              and "GPU training speed" in out, f"--only naming a missing result: exit {code}, said {err[-300:]}")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
