@@ -26,7 +26,14 @@
                           the fp32 logits' size (2,048 x 32,000 x 4 bytes = 250 MiB).
   train_bench.py probe    torch version, its CUDA and the visible GPUs, as JSON.
   train_bench.py peak     the matmul peak of BENCH_DEVICE, as JSON (a child of `speed`).
-  train_bench.py loop ... one PyTorch training run (a child of `speed`).
+  train_bench.py loop STORE SHAPE OUT [eager|compiled]
+                          one PyTorch training run (a child of `speed`); compiled: the same
+                          loop with the model's forward and loss under torch.compile
+                          (BENCH_COMPILE_BACKEND, default inductor; BENCH_COMPILE_MODE,
+                          default "default": no CUDA graphs, no autotuning). With
+                          BENCH_PROFILE_TRACE=FILE it records BENCH_PROFILE_STEPS (3) steps
+                          after BENCH_PROFILE_WAIT (4) and one warm-up step with
+                          torch.profiler into FILE (a Chrome trace: bench/gpu_profile.py).
 
 BENCH_DEVICE=cpu (default) measures on the CPU in fp32; BENCH_DEVICE=cuda on the
 first GPU in bf16: segtrain with run.device cuda and train.precision bf16, the
@@ -43,7 +50,10 @@ Megatron indexed-dataset format segtrain reads (the content does not change spee
 Environment: BENCH_DEVICE (cpu or cuda; default cpu), BUILD_DIR (default build, or
 build-cuda with BENCH_DEVICE=cuda), BENCH_THREADS (default 1), BENCH_ROUNDS
 (default 5), BENCH_SHAPES (the speed or memory shapes to run, e.g. quickstart;
-default all of the device's), BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
+default all of the device's but the "tiny" test shape), BENCH_REFERENCES (the
+PyTorch references of `speed`: eager, compiled or both, comma-separated; default
+eager,compiled on CUDA, eager on the CPU; segtrain / compiled is ratio_compiled),
+BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
 in `speed`: auto, the default, or N; 0 is the whole logits, as the PyTorch loop computes them).
 
 One thread per process by default: on the 2-core machine these figures come from,
@@ -95,6 +105,14 @@ LOSS_CHUNK_TOKENS = os.environ.get("BENCH_LOSS_CHUNK_TOKENS", "auto")
 if LOSS_CHUNK_TOKENS != "auto" and not LOSS_CHUNK_TOKENS.isdigit():
     raise SystemExit(f"train_bench: BENCH_LOSS_CHUNK_TOKENS={LOSS_CHUNK_TOKENS!r}: expected auto or an integer >= 0")
 ROUNDS = positive_env("BENCH_ROUNDS", 5)
+REFERENCES = [r for r in os.environ.get("BENCH_REFERENCES", "eager,compiled" if CUDA else "eager").split(",") if r]
+if "eager" not in REFERENCES or any(r not in ("eager", "compiled") for r in REFERENCES) or len(set(REFERENCES)) != len(REFERENCES):
+    raise SystemExit(f"train_bench: BENCH_REFERENCES={os.environ.get('BENCH_REFERENCES')!r}: expected eager or "
+                     f"eager,compiled (the eager loop is the reference every ratio is read against)")
+COMPILE_BACKEND = os.environ.get("BENCH_COMPILE_BACKEND", "inductor")
+COMPILE_MODE = os.environ.get("BENCH_COMPILE_MODE", "default")
+# Program names in a speed run: segtrain, then the references ("pytorch" is the eager loop, as before).
+PROGRAM = {"eager": "pytorch", "compiled": "compiled"}
 # First steps (allocation, kernel selection, optimizer state; on CUDA also cuBLAS
 # and the caching allocator warming up) are left out of the rates.
 WARMUP_STEPS = 5 if CUDA else 2
@@ -113,6 +131,9 @@ SHAPES = {
                            target_ratio=1.15),
         "gpt2-small": dict(vocab=50257, d_model=768, n_layers=12, n_heads=12, length=256, micro_batch=2, steps=8,
                            target_ratio=1.0),
+        # A few seconds a run: the tests' shape (bench/tests), run only when BENCH_SHAPES names it.
+        "tiny": dict(vocab=256, d_model=64, n_layers=2, n_heads=2, length=64, micro_batch=4, steps=6,
+                     target_ratio=1.0, explicit_only=True),
     },
     # GPT-2 small (124M) and GPT-2 medium (355M) at L_t = 1024, micro-batches
     # sized for an 80 GB H100 (both fit far below it), 30 measured steps.
@@ -321,18 +342,19 @@ def safetensors_numel(path):
     return sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
 
 
-def run_pytorch(work, store, shape, tag):
-    out = os.path.join(work, f"pytorch-{tag}.json")
-    rss = run_child([sys.executable, __file__, "loop", store, json.dumps(shape), out], out + ".log")
+def run_pytorch(work, store, shape, tag, variant="eager"):
+    out = os.path.join(work, f"{PROGRAM[variant]}-{tag}.json")
+    rss = run_child([sys.executable, __file__, "loop", store, json.dumps(shape), out, variant], out + ".log")
     result = json.loads(pathlib.Path(out).read_text())
     return {"tokens_per_s": steady_rate(result["tokens_per_s"]), "peak_rss_mb": rss, "params": result["params"],
-            "peak_gpu_mb": result.get("peak_gpu_mb")}
+            "peak_gpu_mb": result.get("peak_gpu_mb"),
+            "first_step_s": shape["micro_batch"] * shape["length"] / result["tokens_per_s"][0]}
 
 
 # --- the PyTorch loop -------------------------------------------------------------
 
 
-def pytorch_loop(store, shape, out):
+def pytorch_loop(store, shape, out, variant="eager"):
     import torch
     import torch.nn.functional as F
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -369,6 +391,18 @@ def pytorch_loop(store, shape, out):
     windows = [(d, s) for d in range(len(docs)) for s in range(0, len(docs[d]) - L + 1, L)]
     order = np.random.default_rng(1234).permutation(len(windows))
     positions = torch.arange(L, device=dev).repeat(B, 1)
+
+    def summed_loss(batch, targets):
+        # bf16 autocast on CUDA (segtrain's train.precision: bf16); off on the CPU (fp32).
+        with torch.autocast(device_type=DEVICE, dtype=torch.bfloat16, enabled=CUDA):
+            logits = model(input_ids=batch, position_ids=positions, use_cache=False).logits
+        return F.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1), ignore_index=-100, reduction="sum")
+
+    # compiled: the forward and the loss as one torch.compile'd function (the backward through AOTAutograd);
+    # the optimizer and the clip stay as in the eager loop (already one fused kernel a parameter group).
+    step_loss = torch.compile(summed_loss, backend=COMPILE_BACKEND, mode=COMPILE_MODE) if variant == "compiled" \
+        else summed_loss
+    profiler = profile_schedule(torch) if os.environ.get("BENCH_PROFILE_TRACE") else None
     rates = []
     for step in range(shape["steps"]):
         sync()
@@ -383,10 +417,7 @@ def pytorch_loop(store, shape, out):
             targets = targets.pin_memory().to(dev, non_blocking=True)
         for group in optimizer.param_groups:
             group["lr"] = 3e-4 * min(1.0, (step + 1) / 2)
-        # bf16 autocast on CUDA (segtrain's train.precision: bf16); off on the CPU (fp32).
-        with torch.autocast(device_type=DEVICE, dtype=torch.bfloat16, enabled=CUDA):
-            logits = model(input_ids=batch, position_ids=positions, use_cache=False).logits
-        loss = F.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1), ignore_index=-100, reduction="sum")
+        loss = step_loss(batch, targets)
         (loss / loss_tokens).backward()
         loss_value = loss.item() / loss_tokens
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True).item()
@@ -395,11 +426,30 @@ def pytorch_loop(store, shape, out):
         optimizer.zero_grad(set_to_none=True)
         sync()
         rates.append(B * L / (time.perf_counter() - start))
-    result = {"tokens_per_s": rates, "params": params, "loss": loss_value}
+        if profiler:
+            profiler.step()
+    if profiler:
+        profiler.stop()
+    result = {"tokens_per_s": rates, "params": params, "loss": loss_value, "variant": variant}
     if CUDA:
         result["peak_gpu_mb"] = torch.cuda.max_memory_allocated(dev) / 2 ** 20
         result["peak_gpu_reserved_mb"] = torch.cuda.max_memory_reserved(dev) / 2 ** 20
     pathlib.Path(out).write_text(json.dumps(result))
+
+
+def profile_schedule(torch):
+    """torch.profiler over BENCH_PROFILE_STEPS steps after BENCH_PROFILE_WAIT steps and one warm-up step, its
+    Chrome trace written to BENCH_PROFILE_TRACE (the CPU's ops, and on CUDA the GPU's kernels)."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    wait = int(os.environ.get("BENCH_PROFILE_WAIT", "4"))
+    active = int(os.environ.get("BENCH_PROFILE_STEPS", "3"))
+    path = os.environ["BENCH_PROFILE_TRACE"]
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if CUDA else [])
+    prof = profile(activities=activities, schedule=schedule(wait=wait, warmup=1, active=active, repeat=1),
+                   on_trace_ready=lambda p: p.export_chrome_trace(path))
+    prof.start()
+    return prof
 
 
 # --- measurements -----------------------------------------------------------------
@@ -461,7 +511,30 @@ def selected_shapes(table):
     for n in names:
         if n not in table:
             raise SystemExit(f"train_bench: BENCH_SHAPES: no {DEVICE} shape '{n}'; expected some of {', '.join(table)}")
-    return {n: s for n, s in table.items() if not names or n in names}
+    return {n: s for n, s in table.items() if n in names or (not names and not s.get("explicit_only"))}
+
+
+def compiled_fields(runs, seg_rounds, fpt, peak, nominal):
+    """The torch.compile reference's figures, read as the eager loop's: the median of the rounds and of the
+    per-round ratios segtrain_r / compiled_r; its first step (compiling included) apart."""
+    rounds = [r["tokens_per_s"] for r in runs["compiled"]]
+    ratios = [s / c for s, c in zip(seg_rounds, rounds)]
+    rate = statistics.median(rounds)
+    fields = {
+        "compile_backend": COMPILE_BACKEND, "compile_mode": COMPILE_MODE,
+        "compiled_tokens_per_s": round(rate, 1),
+        "ratio_compiled": round(statistics.median(ratios), 3), "ratio_compiled_min": round(min(ratios), 3),
+        "ratio_compiled_max": round(max(ratios), 3),
+        "mfu_compiled": round(rate * fpt / (peak * 1e9), 4),
+        "compiled_first_step_s": round(statistics.median(r["first_step_s"] for r in runs["compiled"]), 2),
+        "compiled_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["compiled"]), 1),
+        "compiled_rounds_tokens_per_s": [round(x, 1) for x in rounds],
+        "ratio_compiled_rounds": [round(x, 3) for x in ratios],
+    }
+    if CUDA:
+        fields["mfu_compiled_nominal"] = round(rate * fpt / (nominal * 1e12), 4) if nominal else None
+        fields["compiled_peak_gpu_mb"] = round(max(r["peak_gpu_mb"] for r in runs["compiled"]), 1)
+    return fields
 
 
 def speed():
@@ -474,13 +547,17 @@ def speed():
         for name, shape in selected_shapes(SHAPES).items():
             store = os.path.join(work, f"store-{name}")
             write_store(store, shape["vocab"], docs=64, doc_tokens=4 * shape["length"] * 4)
-            runs = {"segtrain": [], "pytorch": []}
+            programs = ["segtrain"] + [PROGRAM[v] for v in REFERENCES]
+            runs = {who: [] for who in programs}
             for r in range(ROUNDS):
-                # Alternate who goes first so a slow spell on the machine hits both.
-                order = ("segtrain", "pytorch") if r % 2 == 0 else ("pytorch", "segtrain")
+                # Rotate who goes first so a slow spell on the machine hits every program
+                # (two programs: segtrain first in even rounds).
+                order = programs[r % len(programs):] + programs[:r % len(programs)]
                 for who in order:
-                    fn = run_segtrain if who == "segtrain" else run_pytorch
-                    run = fn(work, store, shape, f"{name}-{r}")
+                    if who == "segtrain":
+                        run = run_segtrain(work, store, shape, f"{name}-{r}")
+                    else:
+                        run = run_pytorch(work, store, shape, f"{name}-{r}", "compiled" if who == "compiled" else "eager")
                     runs[who].append(run)
                     log(f"{name} round {r} {who}: {run['tokens_per_s']:.1f} tokens/s, peak RSS {run['peak_rss_mb']:.0f} MB"
                         + (f", peak GPU {run['peak_gpu_mb']:.0f} MiB" if CUDA else "") + f", {run['params']} parameters")
@@ -528,11 +605,13 @@ def speed():
         row.update({
             "segtrain_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["segtrain"]), 1),
             "pytorch_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["pytorch"]), 1),
-            "first_in_round": [("segtrain" if r % 2 == 0 else "pytorch") for r in range(ROUNDS)],
+            "first_in_round": [list(runs)[r % len(runs)] for r in range(ROUNDS)],
             "segtrain_rounds_tokens_per_s": [round(x, 1) for x in seg_rounds],
             "pytorch_rounds_tokens_per_s": [round(x, 1) for x in py_rounds],
             "ratio_rounds": [round(x, 3) for x in ratios],
         })
+        if "compiled" in runs:
+            row.update(compiled_fields(runs, seg_rounds, fpt, peak, nominal))
         rows.append(row)
     if CUDA:
         compute = (f"bf16 on {gpu['devices'][0]} (segtrain run.device cuda, train.precision bf16; PyTorch "
@@ -547,8 +626,11 @@ def speed():
         "benchmark": benchmark,
         "setup": (f"segtrain train vs a PyTorch loop (transformers GPT2LMHeadModel, sdpa, {ACTIVATION}, "
                   f"fused AdamW, foreach clip) on the same store, shape and micro-batch, {compute}; "
-                  f"tokens/s over the steps after the first {WARMUP_STEPS}; {ROUNDS} interleaved rounds, the order "
-                  f"alternated (segtrain first in even rounds); ratio = median of the per-round ratios "
+                  + (f"and the same loop with its forward and loss under torch.compile (backend {COMPILE_BACKEND}, "
+                     f"mode {COMPILE_MODE}; compiled_*, ratio_compiled = segtrain / compiled); "
+                     if "compiled" in REFERENCES else "")
+                  + f"tokens/s over the steps after the first {WARMUP_STEPS}; {ROUNDS} interleaved rounds, the order "
+                  f"rotated (first_in_round); ratio = median of the per-round ratios "
                   f"segtrain_r / pytorch_r [min, max], tokens/s = median of the rounds; {ceiling}; "
                   f"N = parameters in matmuls (all but the position table)"),
         "matmul_peak_gflops": [round(p["gflops"], 1) for p in peaks],
@@ -671,8 +753,8 @@ eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
 
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "speed"
-    if command == "loop" and len(sys.argv) == 5:
-        pytorch_loop(sys.argv[2], json.loads(sys.argv[3]), sys.argv[4])
+    if command == "loop" and len(sys.argv) in (5, 6) and (len(sys.argv) == 5 or sys.argv[5] in ("eager", "compiled")):
+        pytorch_loop(sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], *sys.argv[5:])
     elif command == "speed":
         speed()
     elif command == "memory":

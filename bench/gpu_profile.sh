@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# A prepared device call for the GPT-2 medium step (issue 57, part 3), on the build-cuda a `make gpu-session` of
+# the same machine left (nothing is built):
+#   1. the profile: GPU time by kernel class of segtrain, the PyTorch eager loop and the same loop under
+#      torch.compile, a few steps each (bench/gpu_profile.py; nsys for segtrain when the machine has it, else a
+#      CUPTI injection library built on the spot): profile.md, profile.json;
+#   2. with the time left (at least 150 s), the speed of the three side by side (bench/gpu_speed_bench.sh,
+#      GPT-2 medium, BENCH_ROUNDS rounds, default 1 here): gpu_speed_bench.json, summary.md.
+#   SEGTRAIN_CUDA=1 bash bench/gpu_profile.sh --out DIR [--deadline SECONDS]   (default 300)
+# report.md says what ran, how long it took, and why anything did not. BENCH_DEVICE=cpu runs step 1 on the CPU
+# with a tiny shape (the table-making code's check; bench/tests/profile_test.py) and skips step 2.
+set -uo pipefail
+CALLER=$PWD
+cd "$(dirname "$0")/.." || exit 2
+OUT=bench/results/gpu-profile
+DEADLINE=300
+while (($#)); do
+  case $1 in
+    --out) OUT=${2:?--out needs a folder}; [[ $OUT == /* ]] || OUT=$CALLER/$OUT; shift 2 ;;
+    --deadline) DEADLINE=${2:?--deadline needs seconds}; shift 2 ;;
+    *) echo "gpu-profile: unknown argument '$1' (usage: bench/gpu_profile.sh --out DIR [--deadline SECONDS])" >&2; exit 2 ;;
+  esac
+done
+[[ $DEADLINE =~ ^[1-9][0-9]*$ ]] || { echo "gpu-profile: --deadline $DEADLINE: expected whole seconds" >&2; exit 2; }
+DEVICE=${BENCH_DEVICE:-cuda}
+[[ $DEVICE == cuda ]] && export SEGTRAIN_CUDA=1
+source bench/env.sh
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+REPORT=$OUT/report.md
+LOG=$OUT/log.txt
+START=$(date +%s)
+END=$((START + DEADLINE - 15))
+rm -f "$REPORT" "$LOG" "$OUT/profile.md" "$OUT/profile.json" "$OUT/gpu_speed_bench.json" "$OUT/summary.md"
+status=0
+report() { printf '%s\n' "$@" >>"$REPORT"; }
+left() { echo $((END - $(date +%s))); }
+report "# gpu-profile report" "" \
+  "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ); segtrain $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)'); deadline $DEADLINE s; device $DEVICE" \
+  "- GPUs (nvidia-smi): $( (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo none) 2>/dev/null | paste -sd';' -)" \
+  "- nsys: $(command -v nsys || echo 'not on PATH (bench/gpu_profile.py also looks in /usr/local/cuda*/bin and /opt/nvidia; else the CUPTI tracer)')" \
+  "- segtrain --version: $("$BUILD_DIR/trainer/segtrain" --version 2>&1 | paste -sd';' -)"
+[[ -x $BUILD_DIR/trainer/segtrain ]] || { report "- $BUILD_DIR/trainer/segtrain does not exist: run make gpu-session (or make build-cuda) first; nothing is built here"; exit 2; }
+
+t0=$(date +%s)
+seconds=$(($(left) < 240 ? $(left) : 240))
+env BENCH_DEVICE="$DEVICE" timeout -k 10 "$seconds" "$BENCH_PYTHON" bench/gpu_profile.py run --out "$OUT" >/dev/null 2>>"$LOG"
+code=$?
+report "- profile: exit $code$( ((code == 124)) && echo ", cut by its limit ($seconds s)") in $(($(date +%s) - t0)) s (profile.md)"
+((code == 0)) || { status=1; tail -5 "$LOG" | sed 's/^/    /' >>"$REPORT"; }
+[[ -f $OUT/profile.md ]] && { report ""; cat "$OUT/profile.md" >>"$REPORT"; report ""; }
+
+if [[ $DEVICE == cuda ]]; then
+  if (($(left) >= 150)); then
+    t0=$(date +%s)
+    env BENCH_SHAPES=gpt2-medium BENCH_ROUNDS="${BENCH_ROUNDS:-1}" BENCH_REFERENCES=eager,compiled \
+      timeout -k 10 "$(left)" bash bench/gpu_speed_bench.sh >"$OUT/gpu_speed_bench.json.tmp" 2>>"$LOG"
+    code=$?
+    if ((code == 0)); then
+      mv "$OUT/gpu_speed_bench.json.tmp" "$OUT/gpu_speed_bench.json"
+      "$BENCH_PYTHON" bench/summarize.py "$OUT" --only gpu_speed_bench >"$OUT/summary.md" 2>>"$LOG"
+      report "- speed (segtrain, eager, torch.compile): $(($(date +%s) - t0)) s" "" && cat "$OUT/summary.md" >>"$REPORT"
+    else
+      rm -f "$OUT/gpu_speed_bench.json.tmp"
+      report "- speed: exit $code after $(($(date +%s) - t0)) s"
+      status=1
+    fi
+  else
+    report "- speed: not run, $(left) s left of the 150 s it needs: \`SEGTRAIN_CUDA=1 BENCH_SHAPES=gpt2-medium BENCH_REFERENCES=eager,compiled bash bench/gpu_speed_bench.sh\`"
+    status=1
+  fi
+fi
+report "" "Took $(($(date +%s) - START)) s of the $DEADLINE s deadline. Files: $OUT/."
+exit "$status"

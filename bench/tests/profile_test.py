@@ -1,0 +1,238 @@
+"""bench/gpu_profile.py's table, on the CPU: the classes of real kernel names, the steps cut out of a whole-run
+trace, the time by class and idle from nsys's CSV, the CUPTI tracer's CSV and a torch.profiler trace, and
+bench/gpu_profile.sh in its CPU mode end to end.
+
+  profile_test.py --build-dir BUILD --python PYTHON
+
+1. KERNEL_CLASSES puts the names that cuBLAS, PyTorch's attention kernels, cuDNN, ATen and Inductor give their
+   kernels (and the CPU's aten:: ops) in the class they are;
+2. a synthetic 7-step trace (steps 1-4 slower, two AdamW kernels ending each step, a memcpy starting it, two
+   kernels on another stream overlapping, idle gaps) read as nsys's cuda_gpu_trace CSV, as cupti_kernel_trace's
+   CSV and as a torch.profiler Chrome trace gives, over steps 5-7, exactly the time by class, idle and overlap
+   the trace was built with (and the CUPTI tracer's dropped records);
+3. bench/gpu_profile.sh with BENCH_DEVICE=cpu profiles the eager and compiled loops (a tiny GPT-2) and says why
+   segtrain is not profiled on the CPU: profile.md and profile.json with 3 steps each, every class's time and
+   idle summing to the window;
+4. bench/cupti_kernel_trace.cpp builds against the CUPTI found here and exports InitializeInjection (when this
+   machine has a CUPTI; said otherwise).
+"""
+import argparse
+import csv
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+NAMES = {
+    "GEMM": [
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT",
+        "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn",
+        "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)",
+        "void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, float, 128, 16, 4, 4, false, false>(cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<__nv_bfloat16 const>, cublasGemvTensorStridedBatched<__nv_bfloat16 const>, cublasGemvTensorStridedBatched<__nv_bfloat16>, float>, float, float)",
+        "void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, false>(cublasSplitKParams<float>, float const*, __nv_bfloat16 const*, __nv_bfloat16*, float const*, float const*, __nv_bfloat16 const*, float const*, __nv_bfloat16*, void*, long, float*, int*)",
+        "triton_tem_fused_mm_0", "aten::addmm", "aten::mm",
+    ],
+    "attention": [
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 128, 64, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false>(pytorch_flash::Flash_fwd_params)",
+        "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, 128, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 128, 128, 8, cutlass::bfloat16_t> >, false, true, false, false, false, true, false>(pytorch_flash::Flash_bwd_params)",
+        "fmha_cutlassB_bf16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<cutlass::arch::Sm80, cutlass::bfloat16_t, true, false, false, 64, 64, 64, false>::Params)",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x64x128_4x1x1_kernel0_0",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+    ],
+    "norm": [
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float, false>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)",
+        "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<c10::BFloat16, float, 32u, 32u, 256u, false, true, false>(long, long, c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, c10::BFloat16*, c10::BFloat16*)",
+        "triton_red_fused__to_copy_add_native_layer_norm_0", "aten::native_layer_norm",
+    ],
+    "loss": [
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)",
+        "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)",
+        "triton_per_fused__log_softmax_backward_data_nll_loss_backward_0", "aten::_log_softmax",
+    ],
+    "optimizer": [
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, float*, float*>(at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, float*, float*)",
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::LpNormFunctor<float, (at::native::(anonymous namespace)::NormType)1, float, float>, float*, int>(at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::LpNormFunctor<float, (at::native::(anonymous namespace)::NormType)1, float, float>, float*, int)",
+        "aten::_fused_adamw_", "aten::_foreach_norm",
+    ],
+    "elementwise": [
+        "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> >(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul>)",
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4>)",
+        "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, unsigned int, unsigned int, long)",
+        "triton_poi_fused_add_gelu_0", "aten::gelu", "aten::add",
+    ],
+    "memory": ["Memcpy HtoD (Pinned -> Device)", "[CUDA memcpy Host-to-Device]", "Memset (Device)",
+               "[CUDA memset]"],
+}
+
+# One step of the synthetic trace: (name, start offset, duration) in microseconds; ADAM ends it.
+GEMM, FLASH, NORM = NAMES["GEMM"][0], NAMES["attention"][0], NAMES["norm"][0]
+GELU, LOSS, ADAM = NAMES["elementwise"][0], NAMES["loss"][0], NAMES["optimizer"][0]
+NVJET = NAMES["GEMM"][1]
+
+
+def step_events(slow):
+    gemm = 1000 if slow else 100
+    return [("Memcpy HtoD", 0, 5), (GEMM, 10, gemm), (FLASH, 10 + gemm, 40), (NORM, 60 + gemm, 10),
+            (GELU, 75 + gemm, 8), (NVJET, 80 + gemm, 50),  # NVJET overlaps GELU by 3 us (another stream)
+            (LOSS, 140 + gemm, 12), (ADAM, 160 + gemm, 20), (ADAM, 185 + gemm, 20)]
+
+
+GAP = 50  # idle between a step's last AdamW and the next step's memcpy
+
+
+def synthetic_trace():
+    """7 steps, 1-4 with slow GEMMs, GAP us idle after each: [(name, start_us, end_us)], and what steps 5-7
+    hold: us by class a step, the window a step (the gap before the step, then the step to its last AdamW),
+    the busy time a step (the union of its intervals)."""
+    events, t = [], 1000.0
+    for step in range(7):
+        for name, offset, duration in step_events(step < 4):
+            events.append((name, t + offset, t + offset + duration))
+        t = max(e for _, _, e in events) + GAP
+    per_step = {"GEMM": 100 + 50, "attention": 40, "norm": 10, "elementwise": 8, "loss": 12, "optimizer": 40,
+                "memory": 5, "other": 0}
+    step_span = GAP + 185 + 100 + 20
+    busy = 5 + 100 + 40 + 10 + (8 + 50 - 3) + 12 + 20 + 20
+    return events, per_step, step_span, busy
+
+
+def write_nsys(path, events):
+    with open(path, "w", newline="") as f:
+        f.write("Generating SQLite file x.sqlite from x.nsys-rep\nProcessing [x.sqlite] with [cuda_gpu_trace.py]...\n\n")
+        w = csv.writer(f)
+        w.writerow(["Start (ns)", "Duration (ns)", "CorrId", "GrdX", "Strm", "Name"])
+        for name, s, e in events:
+            w.writerow([int(s * 1000), int((e - s) * 1000), 1, 1, 7, name if not name.startswith("Memcpy")
+                        else "[CUDA memcpy Host-to-Device]"])
+
+
+def write_cupti(path, events):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, quoting=csv.QUOTE_MINIMAL)
+        w.writerow(["kind", "start_ns", "end_ns", "name"])
+        for name, s, e in events:
+            w.writerow(["memcpy" if name.startswith("Memcpy") else "kernel", int(s * 1000), int(e * 1000), name])
+        w.writerow(["dropped", 0, 0, 5])
+
+
+def write_chrome(path, events):
+    """The last 3 steps as torch.profiler records them (its window starts at a step's start), with CPU ops
+    that the GPU table must leave out."""
+    starts = [s for name, s, e in events if name.startswith("Memcpy")]
+    kept = [ev for ev in events if ev[1] >= starts[4]]
+    trace = [{"ph": "X", "cat": "kernel" if not n.startswith("Memcpy") else "gpu_memcpy", "name": n, "ts": s,
+              "dur": e - s, "pid": 0, "tid": 7} for n, s, e in kept]
+    trace += [{"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": s, "dur": 5000, "pid": 1, "tid": 1}
+              for _, s, _ in kept[:3]]
+    pathlib.Path(path).write_text(json.dumps({"traceEvents": trace}))
+
+
+def check_profile(label, p, per_step, step_span, busy, steps=3, lead=GAP):
+    """lead: the idle the window has before its first step (a whole-run trace: the gap after the step before
+    it; a torch.profiler trace starts at its first activity, so 0 there)."""
+    check(p.get("steps") == steps, f"{label}: {p.get('steps')} steps in the window")
+    for cls, us in per_step.items():
+        got = p["ms"][cls]
+        check(abs(got - steps * us / 1e3) < 1e-6, f"{label}: {cls} {got} ms = {steps} x {us} us")
+    window = steps * step_span - (GAP - lead)
+    check(abs(p["window_ms"] - window / 1e3) < 1e-6, f"{label}: window {p['window_ms']} ms = {window} us")
+    check(abs(p["idle_ms"] - (window - steps * busy) / 1e3) < 1e-6,
+          f"{label}: idle {p['idle_ms']} ms = {window - steps * busy} us")
+    check(abs(p["overlap_ms"] - steps * 3 / 1e3) < 1e-6, f"{label}: overlap {p['overlap_ms']} ms (3 us a step)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--python", default=sys.executable)
+    args = ap.parse_args()
+    import gpu_profile as gp
+
+    # 1. classes
+    for cls, names in NAMES.items():
+        for name in names:
+            got = gp.classify(name)
+            check(got == cls, f"{name[:70]} -> {got} (expected {cls})")
+    check(gp.classify("some_new_kernel_name") == "other", "an unknown name is 'other'")
+
+    with tempfile.TemporaryDirectory(prefix="profile-test-") as d:
+        # 2. the three trace formats
+        events, per_step, step_span, busy = synthetic_trace()
+        write_nsys(f"{d}/nsys.csv", events)
+        write_cupti(f"{d}/cupti.csv", events)
+        write_chrome(f"{d}/chrome.json", events)
+        nsys = gp.profile_of("nsys", f"{d}/nsys.csv", gp.SKIP_STEPS, gp.PROFILE_STEPS)
+        check_profile("nsys CSV, steps 5-7 of 7", nsys, per_step, step_span, busy)
+        cupti = gp.profile_of("cupti", f"{d}/cupti.csv", gp.SKIP_STEPS, gp.PROFILE_STEPS)
+        check_profile("CUPTI CSV, steps 5-7 of 7", cupti, per_step, step_span, busy)
+        check(cupti.get("dropped_records") == 5, "the CUPTI tracer's dropped records are reported")
+        chrome = gp.profile_of("chrome", f"{d}/chrome.json", 0, None)
+        check(chrome["kind"] == "gpu", "a trace with GPU kernels is read for them, its CPU ops left out")
+        check_profile("torch.profiler trace, its 3 steps", chrome, per_step, step_span, busy, lead=0)
+        whole = gp.profile_of("nsys", f"{d}/nsys.csv", 0, None)
+        check(whole["steps"] == 7 and abs(whole["ms"]["GEMM"] - (4 * 1050 + 3 * 150) / 1e3) < 1e-6,
+              f"skip 0: all 7 steps ({whole['ms']['GEMM']} ms of GEMM)")
+        table = subprocess.run([args.python, str(ROOT / "bench/gpu_profile.py"), "table", "--skip", "4", "--steps",
+                                "3", f"segtrain=nsys:{d}/nsys.csv", f"eager=chrome:{d}/chrome.json"],
+                               capture_output=True, text=True)
+        check(table.returncode == 0 and "| GEMM | 0.15 ms (" in table.stdout and "| **idle** |" in table.stdout,
+              f"gpu_profile.py table prints the markdown table {table.stderr[-500:]}")
+
+        # 3. the CPU mode end to end
+        env = dict(os.environ, BUILD_DIR=args.build_dir, BENCH_PYTHON=args.python, BENCH_DEVICE="cpu")
+        started = time.time()
+        proc = subprocess.run(["bash", str(ROOT / "bench/gpu_profile.sh"), "--out", f"{d}/out", "--deadline", "200"],
+                              env=env, capture_output=True, text=True, cwd=ROOT)
+        print(f"bench/gpu_profile.sh on the CPU: {time.time() - started:.1f} s, exit {proc.returncode}")
+        report = pathlib.Path(f"{d}/out/report.md").read_text() if os.path.exists(f"{d}/out/report.md") else ""
+        check(proc.returncode == 0, "exit 0" + ("" if proc.returncode == 0 else f": {report[-1500:]}"))
+        if os.path.exists(f"{d}/out/profile.json"):
+            result = json.loads(pathlib.Path(f"{d}/out/profile.json").read_text())
+            profiles = result["profiles"]
+            check(list(profiles) == ["segtrain", "eager", "compiled"], f"three programs: {list(profiles)}")
+            check("not profiled on the CPU" in profiles["segtrain"].get("why", ""), "why segtrain is not, said")
+            for name in ("eager", "compiled"):
+                p = profiles[name]
+                check(p.get("steps") == 3 and p.get("kind") == "cpu", f"{name}: 3 steps of CPU ops")
+                total = sum(p["ms"].values()) + p["idle_ms"]
+                check(p["ms"]["GEMM"] > 0 and p["ms"]["optimizer"] > 0 and p["ms"]["attention"] > 0,
+                      f"{name}: GEMM, attention and optimizer time found")
+                check(abs(total - p["window_ms"]) < 0.02 * p["window_ms"],
+                      f"{name}: classes + idle = {total:.3f} ms, the window {p['window_ms']} ms")
+            md = pathlib.Path(f"{d}/out/profile.md").read_text()
+            check("| class | segtrain | eager | compiled |" in md and "| **idle** |" in md, "profile.md's table")
+        else:
+            check(False, "profile.json written")
+
+        # 4. the CUPTI tracer
+        dirs = gp.cupti_dirs()
+        if dirs:
+            lib, why = gp.build_cupti_tracer(d)
+            check(lib is not None, f"cupti_kernel_trace.cpp builds against {dirs}: {why}")
+            if lib:
+                nm = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True).stdout
+                check("InitializeInjection" in nm, "the tracer exports InitializeInjection")
+        else:
+            print("(no CUPTI on this machine: the tracer's build is not checked here)")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
