@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/file_digest.h"
+
 namespace segtrain::models {
 
 inline constexpr const char* kBaseFile = "base.json";
@@ -16,17 +18,19 @@ inline constexpr const char* kBaseFile = "base.json";
 struct BaseFile {
   std::string name;  // in the base's folder
   int64_t bytes = 0;
-  std::string fnv1a64;  // common/file_digest.h
+  std::string digest;  // common/file_digest.h, of the record's kind
 };
 
 struct BaseRecord {
   std::string folder;  // absolute
+  // XXH3 ("xxh3_64" in base.json); records of earlier versions say "fnv1a64" and are checked so.
+  DigestKind digest = DigestKind::xxh3_64;
   std::vector<BaseFile> files;
   int64_t bytes() const;
 };
 
 // The files of model folder `folder` (a checkpoint or an HF folder, as model.init names it)
-// that loading it reads, each read whole for its digest: its weights
+// that loading it reads, each read whole for its digest (on several threads): its weights
 // (*.safetensors and their index) and its records (config.json or model_config.json,
 // converters.json, base.json). Its README or tokenizer files may change without refusal.
 BaseRecord record_base(const std::string& folder);

@@ -55,6 +55,7 @@ std::string base_tokenizer(const CorpusSpec& corpus) {
 
 // The corpus settings a store was made from, and for text inputs every file's
 // size and content digest; a store made from others (an edited file) is stale.
+// FNV-1a, as the stores of published grids recorded it: another digest would make them stale.
 nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
   nlohmann::json j = {{"vocab_size", corpus.vocab_size}, {"valid_fraction", corpus.valid_fraction}};
   if (const std::string tokenizer = base_tokenizer(corpus); !tokenizer.empty()) {
@@ -63,7 +64,7 @@ nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
     j["tokenizer"] = {{"base", tokenizer}, {"files", nlohmann::json::array()}};
     for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"})
       if (const fs::path file = fs::path(tokenizer) / name; fs::exists(file))
-        j["tokenizer"]["files"].push_back({{"name", name}, {"fnv1a64", file_digest(file)}});
+        j["tokenizer"]["files"].push_back({{"name", name}, {"fnv1a64", file_digest(file, DigestKind::fnv1a64)}});
   }
   if (corpus.synthetic)
     j["synthetic"] = {{"docs", corpus.synthetic->documents},
@@ -76,7 +77,7 @@ nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
     for (const auto& file : data::corpus_files(corpus.inputs))
       j["files"].push_back({{"path", file.path.string()},
                             {"bytes", static_cast<int64_t>(fs::file_size(file.path))},
-                            {"fnv1a64", file_digest(file.path)}});
+                            {"fnv1a64", file_digest(file.path, DigestKind::fnv1a64)}});
   }
   return j;
 }
