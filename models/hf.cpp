@@ -37,27 +37,27 @@ bool ignored(const HfNameTable& table, const std::string& key) {
 }
 
 // The one-to-one row naming HF tensor `name` (without the prefix, found `under_prefix`
-// or not): its value goes to `out` under our name unless a prefixed copy came first.
+// or not): its source goes to `out` under our name unless a prefixed copy came first.
 // Whether a row took it.
-bool import_row(const HfNameTable& table, const std::string& name, bool under_prefix, const at::Tensor& t,
-                TensorMap& out) {
+bool import_row(const HfNameTable& table, const std::string& name, bool under_prefix, const TensorSource& t,
+                TensorSources& out) {
   for (const auto& row : table.tensors) {
     if (under_prefix && !row.prefixed) continue;  // e.g. gpt_neox's embed_out
     const auto ours = rename_slot(row.hf, row.ours, name);
     if (!ours) continue;
     if (out.count(*ours)) return false;
-    const auto value = t.to(at::kFloat);
-    out[*ours] = row.transpose ? value.t().contiguous() : value;
+    out[*ours] = row.transpose ? TensorSource([t] { return t().t().contiguous(); }) : t;
     return true;
   }
   return false;
 }
 
 // The fused row naming HF tensor `name`: split along its dim into our parts, at the
-// sizes the folder's config `c` gives (InputError naming `key` when they do not add
-// up to the tensor's). Whether a row took it.
-bool import_fused(const HfNameTable& table, const std::string& name, bool under_prefix, const at::Tensor& t,
-                  const ModelConfig& c, const std::string& key, TensorMap& out) {
+// sizes the folder's config `c` gives (InputError naming `key`, when read, if they do
+// not add up to the tensor's). Each part reads the fused tensor when it is loaded.
+// Whether a row took it.
+bool import_fused(const HfNameTable& table, const std::string& name, bool under_prefix, const TensorSource& t,
+                  const ModelConfig& c, const std::string& key, TensorSources& out) {
   for (const auto& row : table.fused) {
     if (under_prefix && !row.prefixed) continue;
     std::vector<std::string> ours;
@@ -66,14 +66,17 @@ bool import_fused(const HfNameTable& table, const std::string& name, bool under_
     if (ours.size() != row.parts.size()) continue;
     if (out.count(ours.front())) return false;
     const std::vector<int64_t> sizes = row.sizes(c);
-    int64_t total = 0;
-    for (const int64_t size : sizes) total += size;
-    if (t.dim() <= row.dim || t.size(row.dim) != total)
-      throw InputError(key + ": expected " + std::to_string(total) + " rows along dimension " +
-                       std::to_string(row.dim) + " (its parts as config.json sizes them), got shape " +
-                       c10::str(t.sizes()));
-    const auto pieces = t.to(at::kFloat).split_with_sizes(sizes, row.dim);
-    for (size_t i = 0; i < ours.size(); ++i) out[ours[i]] = pieces[i].contiguous();
+    for (size_t i = 0; i < ours.size(); ++i)
+      out[ours[i]] = [t, sizes, dim = row.dim, key, i] {
+        const at::Tensor fused = t();
+        int64_t total = 0;
+        for (const int64_t size : sizes) total += size;
+        if (fused.dim() <= dim || fused.size(dim) != total)
+          throw InputError(key + ": expected " + std::to_string(total) + " rows along dimension " +
+                           std::to_string(dim) + " (its parts as config.json sizes them), got shape " +
+                           c10::str(fused.sizes()));
+        return fused.split_with_sizes(sizes, dim)[i].contiguous();
+      };
     return true;
   }
   return false;
@@ -161,7 +164,7 @@ ModelConfig read_hf_config(const std::string& dir) {
   return c;
 }
 
-TensorMap read_hf_tensors(const std::string& dir) {
+TensorSources hf_tensor_sources(const std::string& dir) {
   const fs::path config = fs::path(dir) / "config.json";
   const json cfg = read_json(config);
   const Family& family = family_of(cfg, config.string());
@@ -169,8 +172,8 @@ TensorMap read_hf_tensors(const std::string& dir) {
   // Only a table with fused tensors needs the sizes to split them at.
   const std::optional<ModelConfig> sizes =
       table.fused.empty() ? std::nullopt : std::optional(family.read_config(cfg, config.string()));
-  const TensorMap raw = read_safetensors_dir(dir);
-  TensorMap out;
+  const TensorSources raw = open_safetensors_dir(dir);
+  TensorSources out;
   std::set<std::string> used;
   // Keys under the base-model prefix first, so they win over an unprefixed copy;
   // hub files without the prefix name the same base-model tensors.
@@ -185,6 +188,12 @@ TensorMap read_hf_tensors(const std::string& dir) {
   }
   for (const auto& [key, t] : raw)
     if (!used.count(key) && !ignored(table, key)) log::warn(dir, ": ignoring unexpected tensor ", key);
+  return out;
+}
+
+TensorMap read_hf_tensors(const std::string& dir) {
+  TensorMap out;
+  for (const auto& [name, read] : hf_tensor_sources(dir)) out[name] = read().to(at::kFloat);
   return out;
 }
 

@@ -26,7 +26,9 @@ ModelConfig read_hf_config(const std::string& dir);
 // "gpt_neox." prefix, drops the table's ignored buffers (attention masks,
 // inv_freq, tied lm_head copies) and warns about any other unknown tensor,
 // transposes GPT-2's Conv1D weights, splits fused tensors (Phi-3's qkv_proj, gate_up_proj)
-// at the sizes config.json gives, converts to fp32.
+// at the sizes config.json gives. Each is read when asked, in the dtype stored.
+TensorSources hf_tensor_sources(const std::string& dir);
+// The same, every tensor read at once and converted to fp32.
 TensorMap read_hf_tensors(const std::string& dir);
 
 struct HfExportOptions {

@@ -12,6 +12,7 @@
 #include "models/converters/converter.h"
 #include "models/hf.h"
 #include "models/safetensors.h"
+#include "models/weight_init.h"
 
 namespace segtrain::models {
 
@@ -166,18 +167,24 @@ ModelConfig read_model_config(const std::string& dir) {
   return model_config_from_json(read_file(path, "model config"), path.string());
 }
 
-TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig>& config) {
+TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig>& config, WeightDtype dtype) {
   std::string resolved;
   const auto format = detect_model_format(dir, &resolved);
   const ModelConfig c = config ? *config : read_model_config(dir);
-  TransformerLM model(c);
+  TransformerLM model = [&] {
+    const SkipWeightInit skip;  // every weight comes from the files
+    return TransformerLM(c);
+  }();
   if (format == ModelFormat::hf) {
-    auto tensors = read_hf_tensors(resolved);
+    auto tensors = hf_tensor_sources(resolved);
     if (c.tie_embeddings) tensors.erase("lm_head.weight");  // a saved copy of the tied head
-    model->load_tensors(tensors, resolved);
+    model->load_tensors(tensors, resolved, /*strict=*/true, dtype);
+  } else if (!fs::exists(fs::path(resolved) / kConvertersFile) && !fs::exists(fs::path(resolved) / kBaseFile)) {
+    model->load_tensors(open_safetensors_dir(resolved), resolved, /*strict=*/true, dtype);
   } else {
     // A converted model's directory (a run's final/) holds what its converters made: folded back.
-    model->load_tensors(fold_converters(read_converters(resolved), converted_tensors(resolved, c)), resolved);
+    model->load_tensors(sources_of(fold_converters(read_converters(resolved), converted_tensors(resolved, c))),
+                        resolved, /*strict=*/true, dtype);
   }
   return model;
 }

@@ -26,9 +26,11 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& s
 ModelConfig read_model_config(const std::string& dir);
 
 // Builds a model for `config` (default: the stored one, e.g. after applying
-// --set model.extension... overrides) and loads DIR's weights into it. A gpt2
+// --set model.extension... overrides) and loads DIR's weights into it, drawing no
+// random numbers and reading one tensor at a time (fp32, or as stored: dtype). A gpt2
 // table of the original length is interpolated when the config extends it.
-TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig>& config = std::nullopt);
+TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig>& config = std::nullopt,
+                         WeightDtype dtype = WeightDtype::fp32);
 
 // The tensors of a converted model's directory as its converters made them (not folded):
 // what it saved, over its base's when it saved only what trained (base.json,

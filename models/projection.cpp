@@ -6,6 +6,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "models/weight_init.h"
+
 namespace segtrain::models {
 
 namespace {
@@ -19,6 +21,7 @@ torch::nn::Linear no_bias_linear(int64_t in, int64_t out) {
 ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool with_bias) : in_features(in), out_features(out) {
   weight = register_parameter("weight", at::empty({out, in}));
   if (with_bias) bias = register_parameter("bias", at::empty({out}));
+  if (weight_init_skipped()) return;  // a file fills them (models/weight_init.h)
   // torch::nn::Linear's reset_parameters, draw for draw: a model built from scratch
   // starts from the same random stream whatever module holds its projections.
   torch::NoGradGuard no_grad;

@@ -60,6 +60,15 @@ struct MappedFile {
       data = static_cast<const char*>(p);
     }
   }
+  // Drops the whole pages inside [begin, begin + bytes) from this process: they were
+  // copied out, and a mapping keeps every page it touched resident until unmapped.
+  // A later read of them faults them in again from the page cache.
+  void release(const char* begin, uint64_t bytes) const {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+    if (end > first) ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+  }
   ~MappedFile() {
     if (data) ::munmap(const_cast<char*>(data), size);
     if (fd >= 0) ::close(fd);
@@ -133,11 +142,22 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : file_(std::make_
   }
 }
 
+TensorSources MappedSafetensors::sources() const {
+  TensorSources out;
+  for (const auto& [name, view] : tensors_)
+    out[name] = [file = file_, view] {
+      auto copy = view.clone();
+      file->release(static_cast<const char*>(view.const_data_ptr()), view.nbytes());
+      return copy;
+    };
+  return out;
+}
+
 TensorMap read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
   const MappedSafetensors file(path);
   if (metadata) metadata->insert(file.metadata().begin(), file.metadata().end());
   TensorMap out;
-  for (const auto& [name, view] : file.tensors()) out[name] = view.clone();
+  for (const auto& [name, read] : file.sources()) out[name] = read();
   return out;
 }
 
@@ -170,13 +190,15 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
   file.commit();
 }
 
-bool has_safetensors(const std::string& dir) {
-  return fs::exists(fs::path(dir) / "model.safetensors") || fs::exists(fs::path(dir) / "model.safetensors.index.json");
+TensorMap read_safetensors_dir(const std::string& dir) {
+  TensorMap out;
+  for (const auto& [name, read] : open_safetensors_dir(dir)) out[name] = read();
+  return out;
 }
 
-TensorMap read_safetensors_dir(const std::string& dir) {
+TensorSources open_safetensors_dir(const std::string& dir) {
   const fs::path single = fs::path(dir) / "model.safetensors";
-  if (fs::exists(single)) return read_safetensors(single.string());
+  if (fs::exists(single)) return MappedSafetensors(single.string()).sources();
   const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
   if (!fs::exists(index_path))
     throw InputError(dir + ": no model.safetensors or model.safetensors.index.json (pytorch_model.bin is not supported)");
@@ -193,15 +215,15 @@ TensorMap read_safetensors_dir(const std::string& dir) {
     if (!file.is_string()) throw InputError(index_path.string() + ": weight_map[" + name + "] must be a file name");
     by_file[file.get<std::string>()].push_back(name);
   }
-  TensorMap out;
+  TensorSources out;
   for (const auto& [file, names] : by_file) {
     const fs::path shard_path = path_inside(dir, file, index_path.string(), "weight_map[\"" + names.front() + "\"]");
-    auto shard = read_safetensors(shard_path.string());
+    auto shard = MappedSafetensors(shard_path.string()).sources();
     for (const auto& name : names) {
       auto it = shard.find(name);
       if (it == shard.end()) throw InputError((fs::path(dir) / file).string() + ": missing tensor " + name +
                                               " listed in model.safetensors.index.json");
-      out[name] = it->second;
+      out[name] = std::move(it->second);
     }
   }
   return out;

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "models/tensor_source.h"
+
 namespace segtrain::models {
 
 using TensorMap = std::map<std::string, at::Tensor>;
@@ -26,6 +28,10 @@ class MappedSafetensors {
   explicit MappedSafetensors(const std::string& path);
   const TensorMap& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Each tensor as a source that copies it out and hands the pages it read back to the
+  // kernel (they stay in the page cache): loading a model this way holds its parameters
+  // and one tensor, not the file's pages besides them.
+  TensorSources sources() const;
 
  private:
   std::shared_ptr<MappedFile> file_;
@@ -45,7 +51,8 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
 // A folder's weights: model.safetensors, or the shards listed by
 // model.safetensors.index.json. Throws InputError when neither is there.
 TensorMap read_safetensors_dir(const std::string& dir);
-bool has_safetensors(const std::string& dir);
+// The same as sources, read one at a time when asked (MappedSafetensors::sources).
+TensorSources open_safetensors_dir(const std::string& dir);
 
 // Writes model.safetensors, or shards of at most max_shard_bytes plus the index
 // when the tensors do not fit in one (0: never shard).

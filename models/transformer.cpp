@@ -11,6 +11,7 @@
 #include "models/activation_checkpoint.h"
 #include "models/attention.h"
 #include "models/positions.h"
+#include "models/weight_init.h"
 
 namespace segtrain::models {
 
@@ -70,9 +71,14 @@ TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(con
   check_model_config(c);
   const ArchLayout& layout = arch_layout(c.arch);
   const int64_t vocab = vocab_size_of(c);
-  wte = register_module("wte", torch::nn::Embedding(vocab, c.d_model));
-  if (layout.positions == PositionScheme::learned)
-    wpe = register_module("wpe", torch::nn::Embedding(ape_rows(c), c.d_model));
+  // A table given as its weight is not drawn (models/weight_init.h).
+  const auto embedding = [](int64_t rows, int64_t dim) {
+    auto options = torch::nn::EmbeddingOptions(rows, dim);
+    if (weight_init_skipped()) options._weight(at::empty({rows, dim}));
+    return torch::nn::Embedding(options);
+  };
+  wte = register_module("wte", embedding(vocab, c.d_model));
+  if (layout.positions == PositionScheme::learned) wpe = register_module("wpe", embedding(ape_rows(c), c.d_model));
   if (layout.embedding_norm) emb_ln = register_module("emb_ln", layer_norm(c));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -82,7 +88,8 @@ TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(con
   if (layout.norm == Norm::rms_norm) rms_f = register_module("ln_f", RMSNorm(c.d_model, c.layer_norm_eps));
   else ln_f = register_module("ln_f", layer_norm(c));
   if (layout.head == HeadTying::untied || (layout.head == HeadTying::by_config && !c.tie_embeddings))
-    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, vocab).bias(false)));
+    lm_head = register_module("lm_head", Projection(c.d_model, vocab, /*bias=*/false));
+  if (weight_init_skipped()) return;
 
   // GPT-2 initialisation, residual projections scaled by 1/sqrt(2 * layers) so
   // the residual stream does not grow with depth.
@@ -204,8 +211,8 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
   return ln_f ? ln_f(x) : rms_f(x);
 }
 
-void TransformerLMImpl::load_tensors(const std::map<std::string, at::Tensor>& tensors, const std::string& source,
-                                     bool strict) {
+void TransformerLMImpl::load_tensors(const TensorSources& tensors, const std::string& source, bool strict,
+                                     WeightDtype dtype) {
   torch::NoGradGuard no_grad;
   std::set<std::string> used;
   for (auto& item : named_parameters()) {
@@ -214,7 +221,7 @@ void TransformerLMImpl::load_tensors(const std::map<std::string, at::Tensor>& te
     auto it = tensors.find(name);
     if (it == tensors.end()) throw InputError(source + ": missing tensor for " + name);
     used.insert(name);
-    at::Tensor value = it->second;
+    at::Tensor value = it->second();
     if (name == "wpe.weight" && value.dim() == 2 && value.size(0) != p.size(0) &&
         config_.extension.method == ExtensionMethod::interpolate && value.size(0) == original_length_of(config_))
       value = interpolate_ape_table(value.to(at::kFloat), p.size(0));
@@ -223,7 +230,11 @@ void TransformerLMImpl::load_tensors(const std::map<std::string, at::Tensor>& te
       msg << source << ": tensor " << name << " has shape " << value.sizes() << ", expected " << p.sizes();
       throw InputError(msg.str());
     }
-    p.copy_(value);
+    // As stored: the tensor read becomes the parameter (its placeholder was never touched).
+    if (dtype == WeightDtype::as_stored && value.device() == p.device() && value.is_contiguous())
+      p.set_data(value);
+    else
+      p.copy_(value);  // into the parameter's own dtype
   }
   if (strict)
     for (const auto& [name, value] : tensors)

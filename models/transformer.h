@@ -27,8 +27,14 @@
 #include "models/kv_cache.h"
 #include "models/llama_block.h"
 #include "models/position_bounds.h"
+#include "models/projection.h"
+#include "models/tensor_source.h"
 
 namespace segtrain::models {
+
+// The dtype a loaded parameter takes: fp32 (what trains and evaluates), or the file's
+// own (the trainer then settles each parameter's dtype by whether it trains).
+enum class WeightDtype { fp32, as_stored };
 
 // Megatron's block (gpt2, gpt_neox, bloom): LayerNorm, GELU MLP, one fused qkv.
 struct BlockImpl : DecoderBlock {
@@ -65,12 +71,19 @@ struct TransformerLMImpl : torch::nn::Module {
   // The LM head on hidden states [...,D] -> logits [...,V].
   at::Tensor logits(const at::Tensor& hidden);
 
-  // Copies named tensors into the parameters (names as in named_parameters()).
-  // A gpt2 position table with the original number of rows is interpolated to
-  // the extended table (seed 004). Throws InputError naming `source` on a missing
-  // tensor or shape mismatch; with strict, also on an unexpected name.
+  // Fills the parameters from named tensors (names as in named_parameters()), one
+  // tensor read at a time: each is copied into its fp32 parameter, or with
+  // WeightDtype::as_stored becomes the parameter as read (a bf16 base stays bf16 and is
+  // never copied). A gpt2 position table with the original number of rows is
+  // interpolated to the extended table (the segmented-sequences paper's linear
+  // interpolation). Throws InputError naming `source` on a missing tensor or shape
+  // mismatch; with strict, also on an unexpected name.
+  void load_tensors(const TensorSources& tensors, const std::string& source, bool strict = true,
+                    WeightDtype dtype = WeightDtype::fp32);
   void load_tensors(const std::map<std::string, at::Tensor>& tensors, const std::string& source,
-                    bool strict = true);
+                    bool strict = true) {
+    load_tensors(sources_of(tensors), source, strict);
+  }
   std::map<std::string, at::Tensor> tensors() const;  // named parameters, detached
 
   const ModelConfig& config() const { return config_; }
@@ -82,7 +95,7 @@ struct TransformerLMImpl : torch::nn::Module {
   torch::nn::LayerNorm emb_ln{nullptr}, ln_f{nullptr};
   RMSNorm rms_f{nullptr};  // the final norm of an RMSNorm layout, registered as "ln_f" (ln_f is then null)
   torch::nn::ModuleList blocks;
-  torch::nn::Linear lm_head{nullptr};  // an untied head; a tied one reuses wte
+  Projection lm_head{nullptr};  // an untied head (no bias); a tied one reuses wte
 
  private:
   // hidden() and decode(): the blocks over the new tokens, attending over `cache` too when given.

@@ -111,6 +111,33 @@ TEST(HfExport, AlibiExtensionsAreMarkedAsNotReproducedAndComeBack) {
   EXPECT_LT(test::max_abs_diff(logits_of(model, tokens), logits_of(reloaded, tokens)), 1e-6);
 }
 
+// Loading builds the model without drawing its weights and reads them one tensor at a
+// time: torch's generator is where it was, and with WeightDtype::as_stored a bf16 folder
+// gives bf16 parameters (never expanded) holding the file's values.
+TEST(HfImport, LoadingDrawsNoRandomNumbersAndCanKeepTheStoredDtype) {
+  const auto ref = test::reference_dir();
+  test::TempDir out;
+  for (const std::string name : {"gpt2", "llama", "phi3"}) {
+    const auto fp32 = load_model(ref + "/" + name);
+    const std::string bf16_dir = out / (name + "-bf16");
+    export_hf(fp32, bf16_dir, {.dtype = at::kBFloat16});
+    torch::manual_seed(7);
+    const auto expected = at::rand({8});
+    torch::manual_seed(7);
+    const auto stored = load_model(bf16_dir, std::nullopt, WeightDtype::as_stored);
+    const auto widened = load_model(bf16_dir);
+    EXPECT_TRUE(at::equal(at::rand({8}), expected)) << name << ": loading drew random numbers";
+    const auto file = read_hf_tensors(bf16_dir);
+    for (const auto& [param, t] : stored->tensors()) {
+      EXPECT_EQ(t.scalar_type(), at::kBFloat16) << name << ": " << param;
+      EXPECT_EQ(widened->tensors().at(param).scalar_type(), at::kFloat) << name << ": " << param;
+      EXPECT_TRUE(at::equal(t.to(at::kFloat), file.at(param))) << name << ": " << param;
+      EXPECT_TRUE(at::equal(widened->tensors().at(param), file.at(param))) << name << ": " << param;
+      EXPECT_TRUE(at::equal(t, fp32->tensors().at(param).to(at::kBFloat16))) << name << ": " << param;
+    }
+  }
+}
+
 TEST(ModelDir, SaveAndLoadRoundTripsWeightsAndConfig) {
   const auto ref = test::reference_dir();
   test::TempDir out;

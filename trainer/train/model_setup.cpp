@@ -33,12 +33,12 @@ Config resolved_run_config(const LoadedConfig& loaded) {
 }
 
 models::TransformerLM build_model(const LoadedConfig& loaded, const models::ModelConfig& model_config) {
+  // Every random draw of a run comes from its seed: a scratch model's weights, and a
+  // converted base's new ones (LoRA's A) after a load that draws nothing.
+  torch::manual_seed(static_cast<uint64_t>(loaded.config.run.seed));
   const std::string base_dir = model_ref_dir(loaded.config.model.init);
-  if (base_dir.empty()) {
-    torch::manual_seed(static_cast<uint64_t>(loaded.config.run.seed));
-    return models::TransformerLM(model_config);
-  }
-  return models::load_model(base_dir, model_config);
+  if (base_dir.empty()) return models::TransformerLM(model_config);
+  return models::load_model(base_dir, model_config, models::WeightDtype::as_stored);
 }
 
 models::Converters model_converters(const Config& config) {

@@ -22,8 +22,9 @@ models::ModelConfig run_model_config(const LoadedConfig& loaded, std::optional<i
 // when it is already prepared.
 Config resolved_run_config(const LoadedConfig& loaded);
 
-// Builds the model: seeded random init for scratch, else the base's weights
-// (an APE table is interpolated when the extension asks for it).
+// Builds the model after seeding torch's generator with run.seed: random init for
+// scratch, else the base's weights in the dtype stored (an APE table is interpolated when
+// the extension asks for it); the trainer then gives each parameter its dtype.
 models::TransformerLM build_model(const LoadedConfig& loaded, const models::ModelConfig& model_config);
 
 // The model converters the config asks for, in the order they apply

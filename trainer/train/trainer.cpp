@@ -149,6 +149,7 @@ class Trainer {
  private:
   void check_inputs(const LoadedConfig& loaded);
   void build_model_and_optimizer(const LoadedConfig& loaded);
+  void settle_parameter_dtypes();
   void convert_model(const LoadedConfig& loaded);
   void assemble_checkpoint_parts();
   void resume_from_checkpoint();
@@ -271,15 +272,13 @@ void Trainer::check_inputs(const LoadedConfig& loaded) {
 // The model, converted, on its device, every rank from rank 0's weights; its
 // optimizer over the parameters that train; the parts its checkpoints are made of.
 void Trainer::build_model_and_optimizer(const LoadedConfig& loaded) {
+  const auto started = Clock::now();
   model_ = build_model(loaded, model_config_);
   convert_model(loaded);
-  // The frozen weights of a run converted from a base are the base's, which its checkpoints
-  // do not keep: with bf16 parameters they are held in bf16 too (converted before they move).
-  if (c_.train.param_dtype == Precision::bf16 && converted_from_base_) {
-    torch::NoGradGuard no_grad;
-    for (auto& p : model_->parameters())
-      if (!p.requires_grad()) p.set_data(p.detach().to(at::kBFloat16));
-  }
+  if (!model_ref_dir(c_.model.init).empty())
+    log::info("base loaded and converted in ", std::fixed, std::setprecision(1),
+              std::chrono::duration<double>(Clock::now() - started).count(), " s, peak host memory ",
+              peak_memory(device_).rss_mb, " MiB", std::defaultfloat);
   model_->to(device_);
   model_->train();
   const auto named = models::trainable_parameters(model_);
@@ -295,6 +294,19 @@ void Trainer::build_model_and_optimizer(const LoadedConfig& loaded) {
   assemble_checkpoint_parts();
 }
 
+// A base loads in the dtype stored (model_setup.h). What trains is fp32 (master weights);
+// the frozen weights of a run converted from a base are the base's, which its checkpoints
+// do not keep: with bf16 parameters they are held in bf16 (a bf16 base is never expanded),
+// else in fp32. One tensor at a time, so the host never holds the base twice.
+void Trainer::settle_parameter_dtypes() {
+  torch::NoGradGuard no_grad;
+  const bool bf16_base = c_.train.param_dtype == Precision::bf16 && converted_from_base_;
+  for (auto& p : model_->parameters()) {
+    const auto dtype = !p.requires_grad() && bf16_base ? at::kBFloat16 : at::kFloat;
+    if (p.scalar_type() != dtype) p.set_data(p.detach().to(dtype));
+  }
+}
+
 // The model converters of the run's config (models/converters/), applied before
 // the model goes to its device; a pattern that does not fit this model is the
 // config's error (exit 2), named by its key.
@@ -307,6 +319,8 @@ void Trainer::convert_model(const LoadedConfig& loaded) {
       throw InputError(loaded.locate(converter->config_key()) + ": " + e.what());
     }
   }
+  converted_from_base_ = !converters_.empty() && !model_ref_dir(c_.model.init).empty();
+  settle_parameter_dtypes();  // before an adapter's fp32 weights are copied in
   // A PEFT adapter continued: its weights over the converted model's (a resumed run's checkpoint
   // then replaces what trains).
   if (const auto ref = parse_model_ref(c_.model.init); ref && ref->kind == ModelRef::Kind::peft) {
@@ -319,7 +333,6 @@ void Trainer::convert_model(const LoadedConfig& loaded) {
   }
   if (converters_.empty()) return;
   if (const std::string base = model_ref_dir(c_.model.init); !base.empty()) {
-    converted_from_base_ = true;
     if (writer_) {  // the record is rank 0's to write: the base is read once
       const auto started = Clock::now();
       const models::BaseRecord record = models::record_base(base);
