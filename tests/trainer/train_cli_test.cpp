@@ -1559,6 +1559,13 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
 
   // Stopped after step 4, it resumes to the same bytes.
   expect_resumes_to_the_same_bytes(args("lora-cut"), run_dir("lora-whole"), run_dir("lora-cut"), 4);
+  // A run from a base is a function of its config and seed: the same config again trains the same
+  // adapters to the byte (their A is drawn from run.seed; unseeded, torch's generator starts from a
+  // random seed in every process).
+  auto repeated = run(kBin, args("lora-again"));
+  ASSERT_EQ(repeated.exit_code, 0) << repeated.err;
+  EXPECT_EQ(test::read_file(run_dir("lora-again") + "/final/model.safetensors"),
+            test::read_file(run_dir("lora-whole") + "/final/model.safetensors"));
 
   // The export merges: q_proj of layer 0 is the base's plus 2 B A; k_proj (no adapter) is the base's.
   auto exported = run(kBin, {"export", "--model", run_dir("lora-whole"), "--out", run_dir("lora-whole") + "-hf"});
