@@ -53,6 +53,16 @@ gpu-session:
 	@$(if $(SEGTRAIN_OFFLINE),SEGTRAIN_OFFLINE_PREFIX=$${SEGTRAIN_OFFLINE_PREFIX:-$${TMPDIR:-/tmp}/segtrain-offline-prefix}) \
 	  bash scripts/gpu_check.sh --deadline $(GPU_SESSION_SECONDS) --out $(GPU_OUT)
 
+# The second device call of a short allocation, after `make gpu-session` on the same machine (docs/gpus.md):
+# LoRA at Llama-3-8B's shape (L_t 4,096 and 8,192) and full fine-tuning at Llama-3.2-1B's (L_t 4,096), peak GPU
+# memory, tokens/s and MFU, phase by phase within GPU_BENCH_SECONDS (300), on the build-cuda that call left (not
+# rebuilt; bench/gpu_bench_call.sh). Reports into GPU_OUT (default bench/results/gpu-bench) as it goes.
+GPU_BENCH_SECONDS ?= 300
+.PHONY: gpu-bench
+gpu-bench:
+	@bash bench/gpu_bench_call.sh --deadline $(GPU_BENCH_SECONDS) \
+	  --out $(if $(filter command line environment,$(origin GPU_OUT)),$(GPU_OUT),bench/results/gpu-bench)
+
 # The Debian packages a machine without a registry builds against, into .offline/ (ignored by git).
 gpu-pack:
 	@bash scripts/pack_offline.sh .offline

@@ -38,11 +38,19 @@ def trainable_sets():
     }
 
 
+def parts(trainable, length, state_bytes=16.0):
+    """(frozen base, what trains, activations, loss slices) in bytes: one row of the table."""
+    return (2 * (PARAMS - trainable), (2 + 2 + state_bytes) * trainable, ACTIVATION * length * LAYERS * D,
+            3 * 64 * 2**20)
+
+
+def total_gib(trainable, length, state_bytes=16.0):
+    """The row's total in GiB (what bench/gpu_lora_8b_bench.py measures against)."""
+    return sum(parts(trainable, length, state_bytes)) / GIB
+
+
 def row(name, trainable, length, state_bytes):
-    base = 2 * (PARAMS - trainable)
-    trains = (2 + 2 + state_bytes) * trainable
-    activations = ACTIVATION * length * LAYERS * D
-    loss = 3 * 64 * 2**20
+    base, trains, activations, loss = parts(trainable, length, state_bytes)
     total = base + trains + activations + loss
     fits = [gb for gb in (24, 48, 80) if total < gb * 1e9]
     return (f"| {name} | {length:,} | {trainable / 1e6:,.1f}M | {base / GIB:.1f} | {trains / GIB:.2f} | "
