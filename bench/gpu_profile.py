@@ -407,8 +407,8 @@ def run(out_dir):
                     p = p or {"why": why}
                 else:
                     p = reference_profile(work, store, shape, program)
-            except SystemExit as e:  # a run that failed: said, and the others still run
-                p = {"why": f"failed: {e}"}
+            except (SystemExit, Exception) as e:  # a run or a trace that failed: said, and the others still run
+                p = {"why": f"failed: {type(e).__name__}: {e}"}
             p["seconds"] = round(time.time() - t0, 1)
             profiles[program] = p
             tb.log(f"{program}: {p.get('source') or p.get('why')} ({p['seconds']} s)")

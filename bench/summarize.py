@@ -121,6 +121,8 @@ def gpu_speed(r):
                    f"**{r['ratio_compiled']:.2f}x** ({r['ratio_compiled_min']:.2f}..{r['ratio_compiled_max']:.2f}), "
                    f"compiled MFU {pct(r['mfu_compiled'])}")
         target += f"; >= 1.0x compiled: {verdict(r['ratio_compiled'] >= 1.0)}"
+    elif r.get("compile_error"):
+        figure += f"; torch.compile reference failed: {r['compile_error'][-120:]}"
     if r["target_mfu"]:
         # Against the nominal peak when the GPU is in the table (the usual MFU), else the measured one.
         nominal = r["mfu_segtrain_nominal"] is not None

@@ -514,6 +514,11 @@ def selected_shapes(table):
     return {n: s for n, s in table.items() if n in names or (not names and not s.get("explicit_only"))}
 
 
+def programs_of(runs):
+    """The programs a speed run measured, in their order (segtrain, pytorch, compiled)."""
+    return ["segtrain"] + [PROGRAM[v] for v in REFERENCES if PROGRAM[v] in runs]
+
+
 def compiled_fields(runs, seg_rounds, fpt, peak, nominal):
     """The torch.compile reference's figures, read as the eager loop's: the median of the rounds and of the
     per-round ratios segtrain_r / compiled_r; its first step (compiling included) apart."""
@@ -549,6 +554,7 @@ def speed():
             write_store(store, shape["vocab"], docs=64, doc_tokens=4 * shape["length"] * 4)
             programs = ["segtrain"] + [PROGRAM[v] for v in REFERENCES]
             runs = {who: [] for who in programs}
+            compile_error = None
             for r in range(ROUNDS):
                 # Rotate who goes first so a slow spell on the machine hits every program
                 # (two programs: segtrain first in even rounds).
@@ -556,13 +562,27 @@ def speed():
                 for who in order:
                     if who == "segtrain":
                         run = run_segtrain(work, store, shape, f"{name}-{r}")
+                    elif who == "compiled" and compile_error is None:
+                        try:
+                            run = run_pytorch(work, store, shape, f"{name}-{r}", "compiled")
+                        except SystemExit as e:  # compiling failed: said, and the other programs still measured
+                            compile_error = str(e)
+                            log(f"{name} round {r} compiled: {e}; the compiled reference is left out")
+                            continue
+                    elif who == "compiled":
+                        continue
                     else:
-                        run = run_pytorch(work, store, shape, f"{name}-{r}", "compiled" if who == "compiled" else "eager")
+                        run = run_pytorch(work, store, shape, f"{name}-{r}", "eager")
                     runs[who].append(run)
                     log(f"{name} round {r} {who}: {run['tokens_per_s']:.1f} tokens/s, peak RSS {run['peak_rss_mb']:.0f} MB"
                         + (f", peak GPU {run['peak_gpu_mb']:.0f} MiB" if CUDA else "") + f", {run['params']} parameters")
+            if compile_error is not None:
+                runs.pop("compiled")
+                runs["compile_error"] = compile_error
             expected = param_count(shape)
             for who, rows in runs.items():
+                if who == "compile_error":
+                    continue
                 for row in rows:
                     if row["params"] != expected:
                         raise SystemExit(f"train_bench: {who} {name} has {row['params']} parameters, expected {expected}")
@@ -605,13 +625,15 @@ def speed():
         row.update({
             "segtrain_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["segtrain"]), 1),
             "pytorch_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["pytorch"]), 1),
-            "first_in_round": [list(runs)[r % len(runs)] for r in range(ROUNDS)],
+            "first_in_round": [programs_of(runs)[r % len(programs_of(runs))] for r in range(ROUNDS)],
             "segtrain_rounds_tokens_per_s": [round(x, 1) for x in seg_rounds],
             "pytorch_rounds_tokens_per_s": [round(x, 1) for x in py_rounds],
             "ratio_rounds": [round(x, 3) for x in ratios],
         })
         if "compiled" in runs:
             row.update(compiled_fields(runs, seg_rounds, fpt, peak, nominal))
+        elif "compile_error" in runs:
+            row["compile_error"] = runs["compile_error"][-300:]
         rows.append(row)
     if CUDA:
         compute = (f"bf16 on {gpu['devices'][0]} (segtrain run.device cuda, train.precision bf16; PyTorch "

@@ -1,0 +1,79 @@
+"""bench/train_bench.py speed with the torch.compile reference beside the eager loop, on the CPU (the "tiny"
+shape; compiled with the aot_eager backend: Dynamo and AOTAutograd without Inductor's code generation), so
+that the GPU call's aggregation has run before it meets a GPU:
+
+  speed_references_test.py --build-dir BUILD --python PYTHON
+
+1. two rounds of segtrain, eager and compiled: the row holds the three programs' tokens/s and MFU side by side,
+   ratio_compiled is the median of the rounds' segtrain / compiled ratios, MFU = tokens/s x flops_per_token /
+   the measured peak for each, the order rotates (first_in_round), and speed() itself refuses a program whose
+   parameter count differs;
+2. a compile that fails (a backend that does not exist): the row says so (compile_error) and still holds
+   segtrain's and the eager loop's figures, exit 0.
+"""
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def speed(args, rounds, backend):
+    env = dict(os.environ, BUILD_DIR=args.build_dir, BENCH_DEVICE="cpu", BENCH_SHAPES="tiny",
+               BENCH_ROUNDS=str(rounds), BENCH_REFERENCES="eager,compiled", BENCH_COMPILE_BACKEND=backend)
+    proc = subprocess.run([args.python, str(ROOT / "bench/train_bench.py"), "speed"], env=env,
+                          capture_output=True, text=True, cwd=ROOT)
+    check(proc.returncode == 0, f"speed, backend {backend}: exit {proc.returncode} "
+                                + ("" if proc.returncode == 0 else proc.stderr[-1500:]))
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build-dir", required=True)
+    p.add_argument("--python", default=sys.executable)
+    args = p.parse_args()
+
+    result = speed(args, 2, "aot_eager")
+    if result:
+        r = result["results"][0]
+        check(r["model"] == "tiny" and r["rounds"] == 2, "the tiny shape, 2 rounds")
+        for who in ("segtrain", "pytorch", "compiled"):
+            rate = r[f"{who}_tokens_per_s"]
+            rounds = r[f"{who}_rounds_tokens_per_s"]
+            check(rate > 0 and len(rounds) == 2 and abs(rate - statistics.median(rounds)) < 0.2,
+                  f"{who}: {rate} tokens/s, the median of {rounds}")
+            mfu = rate * r["flops_per_token"] / (r["matmul_peak_gflops"] * 1e9)
+            key = {"segtrain": "mfu_segtrain", "pytorch": "mfu_pytorch", "compiled": "mfu_compiled"}[who]
+            check(abs(r[key] - mfu) < 1e-3, f"{who}: {key} {r[key]} = tokens/s x FLOPs / peak ({mfu:.4f})")
+        ratios = [s / c for s, c in zip(r["segtrain_rounds_tokens_per_s"], r["compiled_rounds_tokens_per_s"])]
+        check(abs(r["ratio_compiled"] - statistics.median(ratios)) < 2e-3
+              and r["ratio_compiled_min"] <= r["ratio_compiled"] <= r["ratio_compiled_max"],
+              f"ratio_compiled {r['ratio_compiled']} = the median of the rounds' ratios {ratios}")
+        check(r["first_in_round"] == ["segtrain", "pytorch"], f"the order rotates: {r['first_in_round']}")
+        check(r["compile_backend"] == "aot_eager" and r["compiled_first_step_s"] > 0, "the backend and first step")
+        check("torch.compile" in result["setup"] and "ratio_compiled" in result["setup"], "the setup says so")
+    failed = speed(args, 1, "no_such_backend")
+    if failed:
+        r = failed["results"][0]
+        check("compile_error" in r and "compiled_tokens_per_s" not in r, "a failed compile is said, no figure")
+        check(r["segtrain_tokens_per_s"] > 0 and r["pytorch_tokens_per_s"] > 0 and r["ratio"] > 0,
+              "segtrain's and the eager loop's figures are kept")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
