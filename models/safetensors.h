@@ -28,12 +28,13 @@ class MappedSafetensors {
   explicit MappedSafetensors(const std::string& path);
   const TensorMap& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  // Each tensor as a source that copies it out and hands the pages it read back to the
-  // kernel (they stay in the page cache): loading a model this way holds its parameters
-  // and one tensor, not the file's pages besides them.
+  // Each tensor as a source that reads it from the file into a tensor of its own (pread,
+  // not the mapping): loading a model this way holds its parameters and one tensor, never
+  // the file's pages besides them.
   TensorSources sources() const;
 
  private:
+  std::string path_;
   std::shared_ptr<MappedFile> file_;
   TensorMap tensors_;
   std::map<std::string, std::string> metadata_;
