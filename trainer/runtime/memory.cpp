@@ -24,12 +24,22 @@ double round_tenth(double mb) { return std::round(mb * 10.0) / 10.0; }
 void init_cuda_allocator() { at::globalContext().lazyInitDevice(c10::DeviceType::CUDA); }
 #endif
 
+// This process's own peak resident memory, MiB: /proc/self/status's VmHWM (the high-water
+// mark of its address space). Not getrusage's ru_maxrss: Linux carries that over exec from the
+// parent's copy at fork, so a run started by a 1 GB Python process reported 1 GB whatever it held.
+double own_peak_rss_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "VmHWM:  1234 kB"
+  rusage usage{};  // no procfs: the closest there is
+  return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<double>(usage.ru_maxrss) / 1024.0 : 0.0;
+}
+
 }  // namespace
 
 PeakMemory peak_memory(const c10::Device& device) {
   PeakMemory peak;
-  rusage usage{};
-  if (getrusage(RUSAGE_SELF, &usage) == 0) peak.rss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB
+  peak.rss_mb = own_peak_rss_mb();
 #if SEGTRAIN_WITH_CUDA
   if (device.is_cuda()) {
     using c10::CachingAllocator::StatType;

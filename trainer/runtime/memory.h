@@ -11,7 +11,7 @@
 namespace segtrain::trainer {
 
 struct PeakMemory {
-  double rss_mb = 0;                           // peak resident set of the process (getrusage), MiB
+  double rss_mb = 0;                           // peak resident set of the process (VmHWM), MiB
   std::optional<double> gpu_allocated_mb;      // CUDA: peak bytes held by tensors since the last reset
   std::optional<double> gpu_reserved_mb;       // CUDA: peak bytes the allocator reserved from the driver
 };
