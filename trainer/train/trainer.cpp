@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <future>
 #include <iomanip>
 #include <memory>
 #include <optional>
@@ -150,7 +151,7 @@ class Trainer {
   void check_inputs(const LoadedConfig& loaded);
   void build_model_and_optimizer(const LoadedConfig& loaded);
   void settle_parameter_dtypes();
-  void convert_model(const LoadedConfig& loaded);
+  void convert_model(const LoadedConfig& loaded, std::future<models::BaseRecord> base_record);
   void assemble_checkpoint_parts();
   void resume_from_checkpoint();
   void plan_steps();
@@ -273,8 +274,13 @@ void Trainer::check_inputs(const LoadedConfig& loaded) {
 // optimizer over the parameters that train; the parts its checkpoints are made of.
 void Trainer::build_model_and_optimizer(const LoadedConfig& loaded) {
   const auto started = Clock::now();
+  // A converted run records its base (rank 0): hashed while the weights load, so the files
+  // come from disk once (the hash reads ahead of the loader) and the two overlap.
+  std::future<models::BaseRecord> base_record;
+  if (const std::string base = model_ref_dir(c_.model.init); writer_ && !base.empty() && !model_converters(c_).empty())
+    base_record = std::async(std::launch::async, [base] { return models::record_base(base); });
   model_ = build_model(loaded, model_config_);
-  convert_model(loaded);
+  convert_model(loaded, std::move(base_record));
   if (!model_ref_dir(c_.model.init).empty())
     log::info("base loaded and converted in ", std::fixed, std::setprecision(1),
               std::chrono::duration<double>(Clock::now() - started).count(), " s, peak host memory ",
@@ -310,7 +316,7 @@ void Trainer::settle_parameter_dtypes() {
 // The model converters of the run's config (models/converters/), applied before
 // the model goes to its device; a pattern that does not fit this model is the
 // config's error (exit 2), named by its key.
-void Trainer::convert_model(const LoadedConfig& loaded) {
+void Trainer::convert_model(const LoadedConfig& loaded, std::future<models::BaseRecord> base_record) {
   converters_ = model_converters(c_);
   for (const auto& converter : converters_) {
     try {
@@ -332,15 +338,11 @@ void Trainer::convert_model(const LoadedConfig& loaded) {
     }
   }
   if (converters_.empty()) return;
-  if (const std::string base = model_ref_dir(c_.model.init); !base.empty()) {
-    if (writer_) {  // the record is rank 0's to write: the base is read once
-      const auto started = Clock::now();
-      const models::BaseRecord record = models::record_base(base);
-      base_json_ = models::base_record_to_json(record);
-      log::info("checkpoints keep only what trains, on the base ", record.folder, " (", record.files.size(),
-                " files, ", record.bytes() >> 20, " MiB, recorded in ",
-                static_cast<int64_t>(std::chrono::duration<double>(Clock::now() - started).count()), " s)");
-    }
+  if (base_record.valid()) {  // the record is rank 0's to write: the base is read once
+    const models::BaseRecord record = base_record.get();
+    base_json_ = models::base_record_to_json(record);
+    log::info("checkpoints keep only what trains, on the base ", record.folder, " (", record.files.size(),
+              " files, ", record.bytes() >> 20, " MiB, recorded)");
   }
   int64_t trainable = 0, total = 0;
   for (const auto& p : model_->parameters()) {
@@ -749,6 +751,10 @@ void Trainer::evaluate_final() {
     return holds;
   };
   how.on_result = [&](const EvalTask& task, const std::vector<TaskResult>& results) {
+    // The task checks for a stop before each batch (prompt), none after its last: a signal during
+    // that one (the whole task, when it is one batch) stops the evaluation before its figures count.
+    // Perplexity runs on every rank (an agreed stop), a prompt task on rank 0 alone.
+    if (const int signal = task.writes_prompts() ? stop_signal() : agreed_stop_signal()) throw Interrupted(signal);
     metrics_->eval_scalars(task.scalars(results.back()), state_.step);
     if (writer_) write_eval_outputs(outputs, c_.run.name, results, EvalDevice{device_, peak_memory(device_)}, record);
   };
