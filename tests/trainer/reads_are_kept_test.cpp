@@ -114,6 +114,70 @@ TEST_F(ReadsAreKept, ARunNeverWritesIntoItsStoreOrItsBase) {
           {"is inside model.init"}, {weights()});
 }
 
+// A run converted from a base reads the base through its base.json (issue 58): no command writes
+// into it (old main: `eval --out BASE/model.safetensors` replaced the base's 538 MB of weights with
+// eval's JSON and exited 0, and every later load of the run exited 2), nor over the PEFT adapter a
+// `peft:` run continues (old main: `export --adapter --overwrite` replaced it, and the run's
+// --resume exited 2), nor does a run's output folder go inside that adapter.
+TEST_F(ReadsAreKept, NothingIsWrittenIntoALoraRunsBaseOrTheAdapterItContinues) {
+  const std::string base = *dir_ / "lora-base-hf";
+  auto exported = run(kBin, {"export", "--model", run_dir("run"), "--out", base});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const std::vector<std::string> lora_sets = {"--set", "model.adapters.lora.rank=2", "--set",
+                                              "model.adapters.lora.targets=[o, down]", "--set",
+                                              "train.budget.tokens=256"};
+  std::vector<std::string> train = {"train", tiny_run_config("lora"), "--set", "model.init=hf:" + base};
+  train.insert(train.end(), lora_sets.begin(), lora_sets.end());
+  auto trained = run(kBin, train);
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  ASSERT_TRUE(fs::exists(run_dir("lora") + "/final/base.json"));
+  const std::string named = "' is inside the base of --model (its base.json) '" + fs::absolute(base).string() +
+                            "', which this command reads";
+  const std::vector<std::string> kept = {base + "/model.safetensors", base + "/config.json"};
+  const std::vector<std::string> eval = {"eval", "--model", run_dir("lora"), "--data", store(), "--lengths", "32"};
+  auto with = [](std::vector<std::string> command, const std::vector<std::string>& more) {
+    command.insert(command.end(), more.begin(), more.end());
+    return command;
+  };
+  refused(with(eval, {"--out", base + "/model.safetensors"}), {"--out '" + base + "/model.safetensors" + named}, kept);
+  refused(with(eval, {"--out", *dir_ / "lora-eval.json", "--per-position", base + "/curve.csv"}),
+          {"--per-position '" + base + "/curve.csv" + named}, kept);
+  refused({"generate", "--model", run_dir("lora"), "--prompt-ids", "1,2,3", "--max-new-tokens", "2", "--out",
+           base + "/model.safetensors"},
+          {"--out '" + base + "/model.safetensors" + named}, kept);
+  refused({"export", "--model", run_dir("lora"), "--out", base + "/merged"}, {"--out '" + base + "/merged" + named},
+          kept);
+  refused({"export", "--model", run_dir("lora"), "--adapter", "--out", base + "/adapter"},
+          {"--out '" + base + "/adapter" + named}, kept);
+  EXPECT_FALSE(fs::exists(*dir_ / "lora-eval.json"));
+  EXPECT_FALSE(fs::exists(base + "/merged"));
+  EXPECT_FALSE(fs::exists(base + "/adapter"));
+  auto evaluated = run(kBin, with(eval, {"--out", *dir_ / "lora-eval.json"}));
+  EXPECT_EQ(evaluated.exit_code, 0) << "the base is whole: " << evaluated.err;
+
+  // The run's adapter as a PEFT folder, continued by a peft: run; exporting that run's adapter over
+  // the folder it continues is refused, --overwrite or not, and so is a run inside it.
+  const std::string adapter = *dir_ / "lora-adapter";
+  auto peft = run(kBin, {"export", "--model", run_dir("lora"), "--adapter", "--out", adapter});
+  ASSERT_EQ(peft.exit_code, 0) << peft.err;
+  auto continued = run(kBin, {"train", tiny_run_config("lora-continued"), "--set", "model.init=peft:" + adapter,
+                              "--set", "train.budget.tokens=256"});
+  ASSERT_EQ(continued.exit_code, 0) << continued.err;
+  const std::vector<std::string> adapter_files = {adapter + "/adapter_model.safetensors",
+                                                  adapter + "/adapter_config.json"};
+  refused({"export", "--model", run_dir("lora-continued"), "--adapter", "--out", adapter, "--overwrite"},
+          {"--out '" + adapter + "' is the PEFT adapter --model continues (its config.yaml's model.init) '" +
+           fs::absolute(adapter).string() + "'"},
+          adapter_files);
+  refused({"train", tiny_run_config("lora-inside"), "--set", "model.init=peft:" + adapter, "--set",
+           "run.output_dir=" + adapter + "/run"},
+          {"run.output_dir '" + adapter + "/run' is inside model.init '" + adapter + "'"}, adapter_files);
+  EXPECT_FALSE(fs::exists(adapter + "/run"));
+  auto resumed = run(kBin, {"train", tiny_run_config("lora-continued"), "--set", "model.init=peft:" + adapter,
+                            "--set", "train.budget.tokens=256", "--resume"});
+  EXPECT_EQ(resumed.exit_code, 0) << "the adapter is whole: " << resumed.err;
+}
+
 // A store's own Megatron files re-split into another store: its vocabulary, EOS and
 // tokenizer, not --vocab-size's default; Megatron files with no store around them: their
 // largest token id + 1, said in a warning.

@@ -77,8 +77,9 @@ void evaluate_stored_model(const EvalOptions& options) {
   // factor auto: stretch the model to the longest sequence a task gives it.
   const int64_t longest = suite.longest();
   const StoredModel stored = open_stored_model(options.model, options.overrides, longest);
-  // Nothing it reads is written over: the model's folder, the store (and their files).
-  const std::vector<CommandInput> reads = {{stored.dir, "--model"}, {options.data, "--data"}};
+  // Nothing it reads is written over: the model's folder and its base, the store (and their files).
+  std::vector<CommandInput> reads = model_inputs(stored.dir, "--model");
+  reads.push_back({options.data, "--data"});
   check_output_is_no_input(options.out, "--out", reads);
   const fs::path per_position_svg = fs::path(options.per_position_csv).replace_extension(".svg");
   if (!options.per_position_csv.empty()) {

@@ -159,11 +159,13 @@ void generate_from_stored_model(const GenerateOptions& options) {
   // factor auto: stretch the model to the longest sequence it will read.
   const int64_t longest = static_cast<int64_t>(prompt.size()) + options.decoding.max_new_tokens;
   const StoredModel stored = open_stored_model(options.model, options.overrides, longest);
-  // Nothing it reads is written over: the model's folder, the prompt, the tokenizer.
-  if (!options.out.empty())
-    check_output_is_no_input(options.out, "--out",
-                             {{stored.dir, "--model"}, {options.prompt_file, "--prompt-file"},
-                              {options.tokenizer, "--tokenizer"}});
+  // Nothing it reads is written over: the model's folder and its base, the prompt, the tokenizer.
+  if (!options.out.empty()) {
+    std::vector<CommandInput> reads = model_inputs(stored.dir, "--model");
+    reads.push_back({options.prompt_file, "--prompt-file"});
+    reads.push_back({options.tokenizer, "--tokenizer"});
+    check_output_is_no_input(options.out, "--out", reads);
+  }
   const int64_t vocab = models::vocab_size_of(stored.config);
   for (const int32_t id : prompt)
     if (id < 0 || id >= vocab)

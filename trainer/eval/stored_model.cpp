@@ -15,6 +15,7 @@
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/numbers.h"
+#include "models/base_record.h"
 #include "models/converters/converter.h"
 #include "models/hf.h"
 #include "models/model_io.h"
@@ -46,7 +47,54 @@ std::string newest_step_checkpoint(const std::string& run_dir) {
   return newest;
 }
 
+// model.init as the config.yaml beside a checkpoint's weights records it (model.init alone: a
+// config of an older release, with keys since retired, still names its base); nullopt when the
+// folder has no config.yaml or the key is no reference. Throws what reading and YAML throw.
+std::optional<ModelRef> saved_model_init(const std::filesystem::path& dir) {
+  const std::filesystem::path saved = dir / "config.yaml";
+  if (!std::filesystem::exists(saved)) return std::nullopt;
+  const YAML::Node init = YAML::Load(read_file(saved, "checkpoint config"))["model"]["init"];
+  return parse_model_ref(init && init.IsScalar() ? init.Scalar() : std::string());
+}
+
+// model_inputs of a folder `depth` bases down; 16 at most (records that name each other in a loop end there).
+void add_model_inputs(const std::string& dir, const std::string& what, int depth, std::vector<CommandInput>& inputs) {
+  inputs.push_back({dir, what});
+  std::string resolved = dir;
+  models::detect_model_format(dir, &resolved);
+  try {
+    if (const auto init = saved_model_init(resolved); init && init->kind == ModelRef::Kind::peft)
+      inputs.push_back({init->adapter, "the PEFT adapter " + what + " continues (its config.yaml's model.init)"});
+  } catch (const std::exception&) {  // a config.yaml that does not read names nothing; its own readers say why
+  }
+  const std::filesystem::path record = std::filesystem::path(resolved) / models::kBaseFile;
+  if (depth >= 16 || !std::filesystem::is_regular_file(record)) return;
+  std::string base;
+  try {
+    base = models::base_record_from_json(read_file(record, "base record"), record.string()).folder;
+  } catch (const std::exception&) {  // loading the model refuses it, naming what is wrong
+    return;
+  }
+  add_model_inputs(base, "the base of " + what + " (its base.json)", depth + 1, inputs);
+}
+
 }  // namespace
+
+std::vector<CommandInput> model_inputs(const std::string& dir, const std::string& what) {
+  std::vector<CommandInput> inputs;
+  add_model_inputs(dir, what, 0, inputs);
+  return inputs;
+}
+
+std::vector<CommandInput> model_init_inputs(const std::string& init, const std::string& what) {
+  const auto ref = parse_model_ref(init);
+  if (!ref || !ref->from_folder()) return {};
+  if (ref->kind != ModelRef::Kind::peft) return model_inputs(ref->dir, what);
+  std::vector<CommandInput> inputs = {{ref->adapter, what}};
+  if (!ref->dir.empty())
+    add_model_inputs(ref->dir, "the base of " + what + " (its adapter_config.json)", 1, inputs);
+  return inputs;
+}
 
 StoredModel open_stored_model(const std::string& path, const std::vector<std::string>& overrides,
                               std::optional<int64_t> target_length) {
@@ -95,15 +143,11 @@ constexpr const char* kTokenizerFiles[] = {"tokenizer.json",     "tokenizer_conf
 std::string tokenizer_origin(std::string dir) {
   for (int depth = 0; depth < 16; ++depth) {
     if (models::detect_model_format(dir, &dir) == models::ModelFormat::hf) return dir;
-    const fs::path saved = fs::path(dir) / "config.yaml";
-    if (!fs::exists(saved)) return "";
-    // model.init alone: a config of an older release (with keys since retired) still names its base.
     std::optional<ModelRef> ref;
     try {
-      const YAML::Node init = YAML::Load(read_file(saved, "checkpoint config"))["model"]["init"];
-      ref = parse_model_ref(init && init.IsScalar() ? init.Scalar() : std::string());
+      ref = saved_model_init(dir);
     } catch (const std::exception& e) {  // the weights export fine without it; say why no tokenizer follows
-      log::warn("tokenizer files not copied: ", saved.string(), ": ", e.what());
+      log::warn("tokenizer files not copied: ", (fs::path(dir) / "config.yaml").string(), ": ", e.what());
       return "";
     }
     if (!ref || !ref->from_folder()) return "";
@@ -289,7 +333,9 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
   const DirectoryLock out_lock = DirectoryLock::hold_enclosing(out, "--out", "segtrain export");
   const StoredModel stored = open_stored_model(path, overrides);
   const std::string given = model_ref_dir(path).empty() ? path : model_ref_dir(path);  // hf:DIR or a plain path
-  check_export_target(out, {{given, "--model"}, {stored.dir, "--model's weights"}}, request.overwrite);
+  std::vector<CommandInput> sources = {{given, "--model"}};
+  for (auto& input : model_inputs(stored.dir, "--model")) sources.push_back(std::move(input));
+  check_export_target(out, sources, request.overwrite);
   const auto& c = stored.config;
   const std::string origin = tokenizer_origin(stored.dir);
   if (!origin.empty() && !fs::is_directory(origin))

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/output_path.h"
 #include "data/tokenizer_identity.h"
 #include "models/config.h"
 
@@ -20,6 +21,18 @@ struct StoredModel {
 // InputError naming `path` when it is no model folder, or an override that does not apply.
 StoredModel open_stored_model(const std::string& path, const std::vector<std::string>& overrides,
                               std::optional<int64_t> target_length = std::nullopt);
+
+// What a command that loads the model folder `dir` reads, and what its run reads to continue
+// (the inputs common/output_path.h's check_output_is_no_input keeps): the folder itself, the
+// base its base.json names (a converted run holds only what trained; that base's own base.json
+// followed in turn), and the PEFT adapter its run continues (model.init: peft:DIR in its
+// config.yaml; --resume reads it again). `what` names the folder as the user gave it ("--model").
+// A record it cannot read adds nothing: loading reports it.
+std::vector<CommandInput> model_inputs(const std::string& dir, const std::string& what);
+
+// The same for a model.init reference ("hf:DIR", "checkpoint:DIR", "peft:DIR"): its folder's, or
+// a PEFT adapter's folder and its base's. None for scratch.
+std::vector<CommandInput> model_init_inputs(const std::string& init, const std::string& what);
 
 // InputError when token ids of a store with `store_vocab_size` would be out of the model's range.
 void check_store_fits(const StoredModel& model, int64_t store_vocab_size, const std::string& store_name);

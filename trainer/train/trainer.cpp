@@ -100,9 +100,11 @@ RunDirectory open_run_directory(const Config& c, const DistributedEnv& dist, Res
     // one may already hold checkpoints/ (a checkpoint copied in to continue with
     // --resume) and logs/ (the other ranks' logs under run.log_all_ranks, made while
     // rank 0 gets here): train's own folders, which it adds to and never replaces.
-    // Nothing a run reads is written into: the store, the model it starts from.
-    check_output_is_no_input(run.dir, "run.output_dir",
-                             {{c.data.store, "data.store"}, {model_ref_dir(c.model.init), "model.init"}});
+    // Nothing a run reads is written into: the store, the model it starts from (and that model's base,
+    // a PEFT adapter's folder).
+    std::vector<CommandInput> reads = {{c.data.store, "data.store"}};
+    for (auto& input : model_init_inputs(c.model.init, "model.init")) reads.push_back(std::move(input));
+    check_output_is_no_input(run.dir, "run.output_dir", reads);
     const bool is_run = fs::exists(run.dir / DirectoryLock::kFileName);
     check_output_folder(run.dir, "run.output_dir", "a run", [is_run](const fs::path& entry) {
       const auto name = entry.filename();
