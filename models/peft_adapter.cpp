@@ -12,6 +12,7 @@
 
 #include "common/atomic_write.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "models/converters/converter.h"
 #include "models/families/family.h"
 #include "models/safetensors.h"
@@ -54,6 +55,44 @@ std::optional<std::pair<std::string, bool>> our_name(const Family& family, const
   return std::nullopt;
 }
 
+// A stored dtype as a user reads it: torch's name and safetensors' ("int8 (I8)").
+std::string dtype_text(at::ScalarType type) {
+  switch (type) {
+    case at::kDouble: return "float64 (F64)";
+    case at::kFloat: return "float32 (F32)";
+    case at::kHalf: return "float16 (F16)";
+    case at::kBFloat16: return "bfloat16 (BF16)";
+    case at::kLong: return "int64 (I64)";
+    case at::kInt: return "int32 (I32)";
+    case at::kShort: return "int16 (I16)";
+    case at::kChar: return "int8 (I8)";
+    case at::kByte: return "uint8 (U8)";
+    case at::kBool: return "bool (BOOL)";
+    default: return c10::toString(type);
+  }
+}
+
+// An adapter's weights are floating point: an integer tensor is refused naming it and its dtype.
+void check_floating(const at::Tensor& value, const std::string& file, const std::string& key) {
+  if (!at::isFloatingType(value.scalar_type()))
+    throw InputError(file + ": tensor " + key + " is " + dtype_text(value.scalar_type()) +
+                     "; an adapter's weights are floating point (float32, bfloat16, float16 or float64)");
+}
+
+// `value` (tensor `key` of `file`) in the parameter's dtype `held`, every value finite there (a
+// float64 past float32's range would be infinite). *rounded: holding it changed a value.
+at::Tensor adapter_weight(const at::Tensor& value, at::ScalarType held, const std::string& file,
+                          const std::string& key, bool* rounded) {
+  at::Tensor out = value.to(held);
+  if (const int64_t bad = value.numel() - at::isfinite(out).sum().item<int64_t>(); bad > 0)
+    throw InputError(file + ": tensor " + key + " holds " + std::to_string(bad) + " NaN or infinite value" +
+                     (bad == 1 ? "" : "s") + " (of " + std::to_string(value.numel()) +
+                     (held == value.scalar_type() ? "" : ", held as " + dtype_text(held)) +
+                     "): a model with them computes nothing; use an adapter whose weights are finite");
+  *rounded = held != value.scalar_type() && !at::equal(out.to(value.scalar_type()), value);
+  return out;
+}
+
 }  // namespace
 
 int64_t load_peft_adapter(TransformerLM& model, const std::string& dir) {
@@ -62,9 +101,11 @@ int64_t load_peft_adapter(TransformerLM& model, const std::string& dir) {
   std::map<std::string, at::Tensor> trainable;
   for (const auto& [name, p] : trainable_parameters(model)) trainable.emplace(name, p);
   std::set<std::string> loaded;
+  std::map<std::string, int64_t> rounded;  // "float64 (F64) as float32 (F32)": tensors
   at::NoGradGuard no_grad;
   for (const auto& [key, value] : read_safetensors(file)) {
     if (!key.starts_with(kPeftPrefix)) throw InputError(file + ": tensor " + key + " is not a PEFT model's (" + kPeftPrefix + "...)");
+    check_floating(value, file, key);
     std::string hf = key.substr(std::string(kPeftPrefix).size());
     // PEFT writes the default adapter's tensors without its name; a named one would be another adapter.
     std::string lora_part;
@@ -82,9 +123,14 @@ int64_t load_peft_adapter(TransformerLM& model, const std::string& dir) {
     if (source.sizes() != target->second.sizes())
       throw InputError(file + ": tensor " + key + " has shape " + shape_text(source) + ", the model's " + name + " " +
                        shape_text(target->second));
-    target->second.copy_(source.to(target->second.scalar_type()));
+    bool changed = false;
+    target->second.copy_(adapter_weight(source, target->second.scalar_type(), file, key, &changed));
+    if (changed) ++rounded[dtype_text(value.scalar_type()) + " are held as " + dtype_text(target->second.scalar_type())];
     loaded.insert(name);
   }
+  // float16, bfloat16 and float32 are held exactly in float32; float64 (or float32 in bf16 weights) is rounded.
+  for (const auto& [how, count] : rounded)
+    log::info(file, ": ", count, " tensor", count == 1 ? "" : "s", " stored as ", how, ", rounded");
   // Every adapter comes from the file. What else trains may start from the base's weights: a group
   // train.trainable adds to what the adapter saved (its modules_to_save) was never trained.
   for (const auto& [name, p] : trainable)

@@ -33,7 +33,10 @@ void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha,
 // adapter's settings (peft_config.h read_peft_adapter_config): each adapter's lora_A and
 // lora_B, and each modules_to_save weight over the base's (a trainable group the file does not
 // hold keeps the base's). InputError naming the file and tensor when an adapter is missing, a
-// tensor has another shape, or is no parameter the model trains. Returns how many tensors it loaded.
+// tensor has another shape, is no parameter the model trains, is not floating point (naming its
+// dtype), or holds a NaN or an infinite value. float16, bfloat16 and float32 are held as the
+// parameter's dtype; a tensor that holding rounds (float64 in float32) is said in a log line.
+// Returns how many tensors it loaded.
 int64_t load_peft_adapter(TransformerLM& model, const std::string& dir);
 
 }  // namespace segtrain::models

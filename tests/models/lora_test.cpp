@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <set>
 #include <string>
 
@@ -362,6 +363,71 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
   fs::create_directories(keep.path() / "base");
   test::write_file(keep.path() / "base/config.json", "{}");
   EXPECT_EQ(find_peft_base(adapter, "../base"), (fs::path(adapter) / "../base").string());
+}
+
+// An adapter's weights as loaded (issue 58): a NaN or an infinite value (also a float64 past
+// float32's range) and an integer tensor are refused naming the file, the tensor and what is
+// wrong (old main: loaded silently, the run then skipped every step, or cast without a word);
+// float16 loads exactly, float64 rounded to the float32 parameter, said once in a log line.
+TEST(Lora, AdapterWeightsThatAreNotFiniteFloatsAreRefusedNamingTheTensor) {
+  test::TempDir tmp;
+  LoraConfig lora;
+  lora.rank = 2;
+  lora.alpha = 4;
+  lora.targets = {"q", "v"};
+  auto converted = [&] {
+    TransformerLM model(test::tiny_model_config(Arch::llama, 40, 16));
+    make_lora(lora, {"adapters"})->convert(model);
+    return model;
+  };
+  TransformerLM trained = converted();
+  randomize_adapters(trained, 3);
+  const std::string adapter = (tmp.path() / "adapter").string();
+  export_peft_adapter(trained, lora.rank, lora.alpha, lora.dropout, adapter);
+  const std::string file = adapter + "/adapter_model.safetensors";
+  const auto saved = read_safetensors(file);
+  const std::string key = "base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight";
+  ASSERT_TRUE(saved.count(key));
+  // The adapter's `key` replaced by `value`; what loading it into a converted model says.
+  auto load_with = [&](const at::Tensor& value) {
+    auto tensors = saved;
+    tensors[key] = value;
+    write_safetensors(file, tensors);
+    TransformerLM model = converted();
+    return test::input_error_of([&] { load_peft_adapter(model, adapter); });
+  };
+  const at::Tensor good = saved.at(key);
+  at::Tensor nan = good.clone();
+  nan[0][1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(load_with(nan), file + ": tensor " + key + " holds 1 NaN or infinite value (of " +
+                                std::to_string(good.numel()) + "): a model with them computes nothing; use an adapter "
+                                "whose weights are finite");
+  at::Tensor inf = good.clone();
+  inf[1][0] = std::numeric_limits<float>::infinity();
+  inf[1][1] = -std::numeric_limits<float>::infinity();
+  EXPECT_NE(load_with(inf).find("tensor " + key + " holds 2 NaN or infinite values"), std::string::npos);
+  at::Tensor huge = good.to(at::kDouble);
+  huge[0][0] = 1e300;
+  EXPECT_NE(load_with(huge).find("tensor " + key + " holds 1 NaN or infinite value (of " + std::to_string(good.numel()) +
+                                 ", held as float32 (F32))"),
+            std::string::npos);
+  for (const auto type : {at::kChar, at::kInt, at::kByte}) {
+    const std::string name = type == at::kChar ? "int8 (I8)" : type == at::kInt ? "int32 (I32)" : "uint8 (U8)";
+    EXPECT_EQ(load_with((good * 100).to(type)), file + ": tensor " + key + " is " + name + "; an adapter's weights are "
+                                                    "floating point (float32, bfloat16, float16 or float64)");
+  }
+  // Floating types load: float16 exactly as stored, float64 rounded to the float32 parameter.
+  const std::string v_a = "blocks.1.v_proj.lora_A.weight";
+  for (const auto type : {at::kHalf, at::kBFloat16, at::kDouble}) {
+    auto tensors = saved;
+    tensors[key] = good.to(type);
+    write_safetensors(file, tensors);
+    TransformerLM model = converted();
+    EXPECT_EQ(load_peft_adapter(model, adapter), 8) << "2 layers x (q, v) x (A, B)";
+    const auto loaded = model->tensors();
+    EXPECT_TRUE(at::equal(loaded.at(v_a), good.to(type).to(at::kFloat))) << c10::toString(type);
+    EXPECT_TRUE(at::equal(loaded.at("blocks.0.q_proj.lora_B.weight"), trained->tensors().at("blocks.0.q_proj.lora_B.weight")));
+  }
 }
 
 // A converted model's directory (its tensors with the adapters, converters.json) loads as
