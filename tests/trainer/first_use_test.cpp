@@ -298,6 +298,29 @@ TEST_F(FirstUse, ARunRecordsItsFoldersSoThatItWorksFromAnyDirectory) {
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
 }
 
+// Run `name` (its config at config_path(name)) with a budget of 256 tokens, and SIGINT it once it
+// logged that final/ is saved, while its final evaluation runs. What it said on stderr; *result its
+// exit; false when the run ended before the signal could be sent.
+bool interrupt_the_final_evaluation(const std::string& config, const std::string& final_dir, const fs::path& dir,
+                                    test::RunResult* result, std::string* said) {
+  const std::string err = (dir / "evaluating.err").string(), pid_file = (dir / "evaluating.pid").string();
+  std::filesystem::remove(err);
+  std::thread command([&] {
+    *result = run("sh", {"-c", "echo $$ > " + test::shell_quote(pid_file) + "; exec " + test::shell_quote(kBin) +
+                                   " train " + test::shell_quote(config) + " --set train.budget.tokens=256 2> " +
+                                   test::shell_quote(err)}, 300);
+  });
+  bool evaluating = false;
+  for (int i = 0; i < 3000 && !evaluating; ++i) {
+    evaluating = test::read_file(err).find("saved " + final_dir) != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (evaluating) ::kill(std::stoi(test::read_file(pid_file)), SIGINT);
+  command.join();
+  *said = test::read_file(err);
+  return evaluating;
+}
+
 // Ctrl-C during a run's final evaluation ends the evaluation within a batch of windows, and the
 // run, whose training is complete and saved, says so and how to evaluate it, not "error:
 // interrupted" (issue 47). Exit 130 all the same: the command did not do all it was asked.
@@ -308,22 +331,10 @@ TEST_F(FirstUse, ASignalDuringTheFinalEvaluationStopsItAndKeepsTheTrainedRun) {
   text = std::regex_replace(text, std::regex("d_model: 32, n_layers: 2"), "d_model: 256, n_layers: 4");
   text = std::regex_replace(text, std::regex("max_sequences: 4\\}"), "max_sequences: 0, split: train}");
   test::write_file(config_path("evaluating"), text);
-  const std::string err = *dir_ / "evaluating.err", pid_file = *dir_ / "evaluating.pid";
   test::RunResult result;
-  std::thread command([&] {
-    result = run("sh", {"-c", "echo $$ > " + test::shell_quote(pid_file) + "; exec " + test::shell_quote(kBin) +
-                                  " train " + test::shell_quote(config_path("evaluating")) +
-                                  " --set train.budget.tokens=256 2> " + test::shell_quote(err)}, 300);
-  });
-  bool evaluating = false;
-  for (int i = 0; i < 3000 && !evaluating; ++i) {
-    evaluating = test::read_file(err).find("saved " + run_dir("evaluating") + "/final") != std::string::npos;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (evaluating) ::kill(std::stoi(test::read_file(pid_file)), SIGINT);
-  command.join();
-  ASSERT_TRUE(evaluating) << test::read_file(err);
-  const std::string said = test::read_file(err);
+  std::string said;
+  ASSERT_TRUE(interrupt_the_final_evaluation(config_path("evaluating"), run_dir("evaluating") + "/final", dir_->path(), &result,
+                                             &said)) << said;
   EXPECT_EQ(result.exit_code, 130) << said;
   EXPECT_EQ(said.find("error"), std::string::npos) << said;
   EXPECT_NE(said.find("signal 2 stopped the final evaluation; the training is complete (2 steps, model " +
@@ -333,6 +344,28 @@ TEST_F(FirstUse, ASignalDuringTheFinalEvaluationStopsItAndKeepsTheTrainedRun) {
       << said;
   EXPECT_TRUE(fs::exists(run_dir("evaluating") + "/final/model.safetensors"));
   EXPECT_FALSE(fs::exists(run_dir("evaluating") + "/eval.json")) << "the evaluation did not finish";
+}
+
+// The same when the whole evaluation is one batch (issue 58: eval.batch_size windows that are all
+// it evaluates): the signal during that batch stops it before its figures are recorded (old main:
+// the batch ran on, then exit 0 saying the signal "came after the run completed").
+TEST_F(FirstUse, ASignalDuringTheOnlyBatchOfTheFinalEvaluationStopsIt) {
+  std::string text = test::read_file(tiny_run_config("one-batch", {.eval_lengths = "[256]"}));
+  text = std::regex_replace(text, std::regex("d_model: 32, n_layers: 2"), "d_model: 256, n_layers: 4");
+  text = std::regex_replace(text, std::regex("max_sequences: 4\\}"), "max_sequences: 48, split: train, batch_size: 48}");
+  test::write_file(config_path("one-batch"), text);
+  test::RunResult result;
+  std::string said;
+  ASSERT_TRUE(interrupt_the_final_evaluation(config_path("one-batch"), run_dir("one-batch") + "/final", dir_->path(), &result,
+                                             &said)) << said;
+  EXPECT_EQ(result.exit_code, 130) << said;
+  EXPECT_EQ(said.find("came after the run completed"), std::string::npos) << said;
+  EXPECT_NE(said.find("signal 2 stopped the final evaluation; the training is complete (2 steps, model " +
+                      run_dir("one-batch") + "/final); evaluate it with: segtrain eval --model " + run_dir("one-batch")),
+            std::string::npos)
+      << said;
+  EXPECT_TRUE(fs::exists(run_dir("one-batch") + "/final/model.safetensors"));
+  EXPECT_FALSE(fs::exists(run_dir("one-batch") + "/eval.json")) << "the evaluation was stopped";
 }
 
 // `--resume` of a trained run evaluates only what its eval.json lacks (old main: the whole final
