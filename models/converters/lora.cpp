@@ -4,10 +4,12 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "models/llama_block.h"
 #include "models/projection.h"
 
@@ -38,6 +40,8 @@ class Lora final : public ModelConverter {
   void convert(TransformerLM& model) const override {
     const auto& c = model->config();
     throw_first(lora_problems(lora_, trainable_, c.arch, c.activation_checkpointing));
+    throw_first(lora_size_problems(lora_, c));  // before any adapter is allocated
+    say_share(model);
     for (auto& p : model->parameters()) p.set_requires_grad(false);
     const BlockKind block = arch_layout(c.arch).block;
     std::set<std::string> modules;
@@ -87,6 +91,19 @@ class Lora final : public ModelConverter {
  private:
   LoraConfig lora_;
   std::vector<std::string> trainable_;
+
+  // A rank whose adapters are a large share of the model (a tenth or more) is said: such a run
+  // trains nearly what full fine-tuning does, at LoRA's cost in memory and steps.
+  void say_share(const TransformerLM& model) const {
+    const double adapters = lora_parameters(lora_, model->config());
+    double base = 0;
+    for (const auto& p : model->parameters()) base += static_cast<double>(p.numel());
+    if (adapters < 0.1 * base) return;
+    log::warn("model.adapters.lora.rank ", lora_.rank, ": the adapters add ", human_count(adapters), " parameters, ",
+              static_cast<int64_t>(std::lround(100 * adapters / base)), "% of the model's ", human_count(base),
+              " (", human_bytes(4 * adapters), " in fp32 before gradients and AdamW's state); a lower rank keeps "
+              "LoRA's savings");
+  }
 };
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "common/numbers.h"
+#include "models/config_values.h"
 
 namespace segtrain::models {
 
@@ -20,7 +22,85 @@ bool listed(const std::vector<std::string>& words, const std::string& word) {
   return std::find(words.begin(), words.end(), word) != words.end();
 }
 
+// A size the arithmetic below may multiply without overflowing: positive and below 2^24 (a
+// projection of 16M features is past any model's; Llama-3-405B's widest has 53,248).
+bool sane(int64_t size) { return size > 0 && size < (int64_t{1} << 24); }
+bool sane(const std::optional<int64_t>& size) { return !size || sane(*size); }
+
 }  // namespace
+
+std::string human_count(double count) {
+  const char* units[] = {"", "K", "M", "B", "T"};
+  int unit = 0;
+  while (std::fabs(count) >= 1000 && unit < 4) count /= 1000, ++unit;
+  char text[64];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f%s" : "%.1f%s", count, units[unit]);
+  return text;
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (std::fabs(bytes) >= 1024 && unit < 6) bytes /= 1024, ++unit;
+  char text[64];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.2f %s", bytes, units[unit]);
+  return text;
+}
+
+std::vector<LoraProjection> lora_projections(const LoraConfig& lora, const ModelConfig& model) {
+  if (!sane(model.d_model) || !sane(model.n_heads) || !sane(model.n_layers) || !sane(model.d_ff) ||
+      !sane(model.n_kv_heads) || !sane(model.head_dim) || !sane(head_dim_of(model)))
+    return {};
+  const int64_t d = model.d_model, ff = d_ff_of(model), heads = model.n_heads * head_dim_of(model),
+                kv = n_kv_heads_of(model) * head_dim_of(model);
+  if (!sane(ff) || !sane(heads) || !sane(kv)) return {};
+  const BlockKind block = arch_layout(model.arch).block;
+  std::vector<LoraProjection> out;
+  for (const auto& target : lora.targets) {
+    if (!lora_module(block, target)) return {};
+    if (block == BlockKind::llama) {
+      if (target == "q") out.push_back({target, d, heads});
+      if (target == "k" || target == "v") out.push_back({target, d, kv});
+      if (target == "o") out.push_back({target, heads, d});
+    } else {
+      if (target == "qkv") out.push_back({target, d, 3 * d});
+      if (target == "o") out.push_back({target, d, d});
+    }
+    if (target == "gate" || target == "up") out.push_back({target, d, ff});
+    if (target == "down") out.push_back({target, ff, d});
+  }
+  return out;
+}
+
+double lora_parameters(const LoraConfig& lora, const ModelConfig& model) {
+  double sides = 0;  // in + out of every adapted projection of a block
+  for (const auto& p : lora_projections(lora, model)) sides += static_cast<double>(p.in + p.out);
+  return static_cast<double>(lora.rank) * sides * static_cast<double>(model.n_layers);
+}
+
+std::vector<ConfigProblem> lora_size_problems(const LoraConfig& lora, const ModelConfig& model) {
+  const auto projections = lora_projections(lora, model);
+  if (lora.rank <= 0 || projections.empty()) return {};
+  // Every size is below 2^26 (3 x d_model for qkv), so no sum or product below overflows; rank x (in + out)
+  // summed is at most the weights summed exactly when rank is at most their quotient.
+  int64_t sides = 0, weights = 0;
+  for (const auto& p : projections) {
+    sides += p.in + p.out;
+    weights += p.in * p.out;
+  }
+  const int64_t largest = weights / sides;
+  if (lora.rank <= largest) return {};
+  const double parameters = lora_parameters(lora, model);
+  std::string targets;
+  for (const auto& p : projections) targets += (targets.empty() ? "" : ", ") + p.target;
+  return {{"model.adapters.lora.rank",
+           std::to_string(lora.rank) + " would make the adapters " + human_bytes(parameters * 4) + " in fp32 (" +
+               human_count(parameters) + " parameters on " + targets + " of " + std::to_string(model.n_layers) +
+               " layers, before gradients and AdamW's state), larger than the projections they adapt (" +
+               human_count(static_cast<double>(weights) * static_cast<double>(model.n_layers)) +
+               " parameters): at most " + std::to_string(largest) +
+               " here; past that, training the projections themselves costs less and learns any update"}};
+}
 
 std::optional<std::string> lora_module(BlockKind block, const std::string& target) {
   if (block == BlockKind::llama) {

@@ -14,6 +14,7 @@
 
 #include "common/config_problem.h"
 #include "models/arch.h"
+#include "models/config.h"
 
 namespace segtrain::models {
 
@@ -37,5 +38,32 @@ std::optional<std::string> lora_module(BlockKind block, const std::string& targe
 // Empty when the settings hold together for `arch` (keys named as in the run config).
 std::vector<ConfigProblem> lora_problems(const LoraConfig& lora, const std::vector<std::string>& trainable, Arch arch,
                                          bool activation_checkpointing);
+
+// One projection an adapter of `target` adapts in each block: its in and out features.
+struct LoraProjection {
+  std::string target;
+  int64_t in = 0, out = 0;
+};
+
+// The projections lora.targets adapts in a block of `model`'s shape (its "auto" sizes as the
+// model reads them); empty where a size is not yet a positive number below 2^24 (the model's
+// own rules refuse those) or a target is no projection of the block (lora_problems' to refuse).
+std::vector<LoraProjection> lora_projections(const LoraConfig& lora, const ModelConfig& model);
+
+// The adapters' size on a model of `model`'s shape, checked before any is allocated: refused
+// on model.adapters.lora.rank when they would hold more parameters than the projections they
+// adapt (rank x (in + out) summed over the targets above in x out summed), saying the bytes
+// they would take and the largest rank that fits. Past that bound, training the projections
+// themselves costs less and can learn any update. A rank above one projection's min(in, out)
+// (PEFT allows it) is refused only with that bound: on it B A can use no more than min(in, out),
+// but one rank serves every target, and the wider ones use it.
+std::vector<ConfigProblem> lora_size_problems(const LoraConfig& lora, const ModelConfig& model);
+
+// The adapters' parameters on every layer of `model` (0 where lora_projections is empty).
+double lora_parameters(const LoraConfig& lora, const ModelConfig& model);
+
+// "1.5M", "2.57 TiB": how the size messages above show counts and bytes.
+std::string human_count(double count);
+std::string human_bytes(double bytes);
 
 }  // namespace segtrain::models

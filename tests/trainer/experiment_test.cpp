@@ -886,6 +886,34 @@ TEST(ExperimentPlan, AVariantTrainsItsRowsAgainWithItsSettingsAfterTheirOwn) {
   EXPECT_NE(rank.find("model.adapters.lora.rank"), std::string::npos) << rank;
 }
 
+// A variant's rank too large for the base (its adapters larger than the projections they adapt) is
+// refused when the experiment is planned, naming the variant's setting and its row: it once aborted
+// (LibTorch asking for terabytes) after every other row had trained.
+TEST(ExperimentPlan, AVariantsAdaptersAreSizedWhenTheExperimentIsPlanned) {
+  test::TempDir dir;
+  const std::string methods = "  methods: [da, full, chunk-0.5, prefix-0.5, randompos]\n";
+  auto error_of = [&](int64_t rank) {
+    std::string text = tiny_experiment(dir / "out", "llama");
+    text.replace(text.find(methods), methods.size(),
+                 "  methods: [full, chunk-0.5]\n  variants:\n    - {name: lora, of: [chunk-0.5], set: "
+                 "{model.adapters.lora.rank: " + std::to_string(rank) + "}}\n");
+    test::write_file(dir / "x.yaml", text);
+    return test::input_error_of([&] { trainer::load_experiment(dir / "x.yaml", {}); });
+  };
+  // d_model 32, 2 heads: q, k, v and o 32 x 32 hold 4,096 weights a layer, an adapter rank x 256: at most 16.
+  EXPECT_EQ(error_of(16), "(no InputError)");
+  const std::string refused = error_of(1'000'000'000);
+  EXPECT_NE(refused.find("x.yaml:7:43: model.adapters.lora.rank: 1000000000 would make"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("model.adapters.lora.rank: 1000000000 would make the adapters 1.86 TiB in fp32"),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("at most 16 here"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("(row synthetic/x2/chunk-0.5+lora)"), std::string::npos) << refused;
+  EXPECT_EQ(refused.find('\n'), std::string::npos) << refused;
+  EXPECT_NE(error_of(17).find("model.adapters.lora.rank: 17 would make the adapters"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
 TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {
   using trainer::parse_trained_method;
   EXPECT_EQ(parse_trained_method("chunk-0.125")->sampler, data::SamplerMethod::chunk);

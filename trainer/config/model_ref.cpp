@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/error.h"
 #include "models/families/family.h"
 #include "models/peft_config.h"
 
@@ -33,9 +34,12 @@ std::optional<ModelRef> parse_model_ref(const std::string& text) {
   if (text.rfind("checkpoint:", 0) == 0) return ModelRef{ModelRef::Kind::checkpoint, text.substr(11), ""};
   if (text.rfind("peft:", 0) == 0) {
     const std::string adapter = text.substr(5);
-    const auto base = string_field(json_file(std::filesystem::path(adapter) / "adapter_config.json"),
-                                   "base_model_name_or_path");
-    return ModelRef{ModelRef::Kind::peft, base ? models::find_peft_base(adapter, *base) : "", adapter};
+    std::string base;  // an adapter_config.json that cannot be read is the validator's to refuse
+    try {
+      base = models::read_peft_base_model(adapter);  // within its bounds (peft_config.h)
+    } catch (const InputError&) {
+    }
+    return ModelRef{ModelRef::Kind::peft, models::find_peft_base(adapter, base), adapter};
   }
   return std::nullopt;
 }

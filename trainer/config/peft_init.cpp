@@ -15,20 +15,15 @@
 
 namespace segtrain::trainer {
 
-namespace {
-
 namespace fs = std::filesystem;
 
-// The base's ModelConfig from its config.json, as its family reads it (no weights).
-models::ModelConfig base_config(const std::string& dir) {
+models::ModelConfig read_hf_base_config(const std::string& dir) {
   const std::string file = (fs::path(dir) / "config.json").string();
   const auto json = nlohmann::json::parse(read_file(file, "base config"), nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object() || !json.contains("model_type") || !json.at("model_type").is_string())
     throw InputError(file + ": not a transformers config.json (no model_type)");
   return models::family_for_model_type(json.at("model_type").get<std::string>(), file).read_config(json, file);
 }
-
-}  // namespace
 
 std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded) {
   const auto ref = parse_model_ref(loaded.config.model.init);
@@ -37,7 +32,7 @@ std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded) {
     return {};  // not a PEFT adapter, or the validator's to refuse
   models::PeftAdapterConfig adapter;
   try {
-    adapter = models::read_peft_adapter_config(ref->adapter, base_config(ref->dir));
+    adapter = models::read_peft_adapter_config(ref->adapter, read_hf_base_config(ref->dir));
   } catch (const InputError& e) {
     return {loaded.locate("model.init") + ": " + e.what()};
   }

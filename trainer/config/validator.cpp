@@ -1,17 +1,25 @@
 // Cross-field and file-system checks on a parsed config. Each message starts
 // with where the offending key was set (file:line:col, the --set argument, or the
 // file for a default) and names the key.
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "common/numbers.h"
 #include "data/sampler_rules.h"
 #include "models/config_rules.h"
+#include "models/converters/lora_config.h"
+#include "models/peft_config.h"
 #include "trainer/config/config.h"
 #include "trainer/config/eval_rules.h"
 #include "trainer/config/model_ref.h"
+#include "trainer/config/peft_init.h"
 #include "trainer/config/schema.h"
 
 namespace segtrain::trainer {
@@ -56,10 +64,15 @@ void check_peft_init(Checker& ck, const ModelRef& ref) {
                                      (fs::exists(adapter / "adapter_model.bin")
                                           ? " (only adapter_model.bin: save it again with PEFT's safe_serialization)"
                                           : ""));
-  if (ref.dir.empty())
-    ck.fail("model.init", "the base of '" + ref.adapter + "' (adapter_config.json's base_model_name_or_path) is "
-                          "neither a folder with config.json nor a model in the Hugging Face cache; set it to the "
-                          "base's folder");
+  if (!ref.dir.empty()) return;
+  try {  // a file that cannot be read names no base: say why
+    models::read_peft_base_model(ref.adapter);
+  } catch (const InputError& e) {
+    return ck.fail("model.init", e.what());
+  }
+  ck.fail("model.init", "the base of '" + ref.adapter + "' (adapter_config.json's base_model_name_or_path) is "
+                        "neither a folder with config.json nor a model in the Hugging Face cache; set it to the "
+                        "base's folder");
 }
 
 void check_model(Checker& ck, const Config& c) {
@@ -105,11 +118,50 @@ void check_model(Checker& ck, const Config& c) {
   }
 }
 
+// A segtrain model folder's sizes (model_config.json, or a run's final/), nullopt when unreadable.
+std::optional<models::ModelConfig> segtrain_model_sizes(fs::path dir) {
+  if (!fs::exists(dir / "model_config.json") && fs::exists(dir / "final" / "model_config.json")) dir /= "final";
+  std::ifstream in(dir / "model_config.json");
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("arch") || !j.at("arch").is_string()) return std::nullopt;
+  models::ModelConfig m;
+  const auto arch = enum_from_name(models::kArchs, j.at("arch").get<std::string>());
+  if (!arch) return std::nullopt;
+  m.arch = *arch;
+  for (auto [key, size] : {std::pair{"d_model", &m.d_model}, {"n_layers", &m.n_layers}, {"n_heads", &m.n_heads}}) {
+    if (!j.contains(key) || !j.at(key).is_number_integer()) return std::nullopt;
+    *size = j.at(key).get<int64_t>();
+  }
+  for (auto [key, size] : {std::pair{"d_ff", &m.d_ff}, {"n_kv_heads", &m.n_kv_heads}, {"head_dim", &m.head_dim}})
+    if (j.contains(key) && j.at(key).is_number_integer()) *size = j.at(key).get<int64_t>();
+  return m;
+}
+
+// The sizes of the model a run builds where they are known before anything loads: the config's
+// own from scratch, a base folder's; nullopt when they are not (a base not there yet, or not
+// readable: other checks say why). A peft: run's adapters are sized by the adapter's reader.
+std::optional<models::ModelConfig> built_sizes(const Checker& ck, const Config& c) {
+  const auto ref = parse_model_ref(c.model.init);
+  if (!ref || ref->kind == ModelRef::Kind::peft) return std::nullopt;
+  if (ref->kind == ModelRef::Kind::scratch) return c.model.spec;
+  if (!ck.check_paths || ref->dir.empty()) return std::nullopt;
+  try {
+    if (ref->kind == ModelRef::Kind::hf) return read_hf_base_config(ref->dir);
+    return segtrain_model_sizes(ref->dir);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 void check_train(Checker& ck, const Config& c) {
   const auto& t = c.train;
-  for (const auto& problem : models::lora_problems(c.model.adapters.lora, t.trainable, c.model.spec.arch,
-                                                   c.model.spec.activation_checkpointing))
-    ck.fail(problem.key, problem.message);
+  const auto lora = models::lora_problems(c.model.adapters.lora, t.trainable, c.model.spec.arch,
+                                          c.model.spec.activation_checkpointing);
+  for (const auto& problem : lora) ck.fail(problem.key, problem.message);
+  // The adapters' size, before anything allocates them (an experiment's rows: its plan).
+  if (const auto sizes = c.model.adapters.lora.rank > 0 && lora.empty() ? built_sizes(ck, c) : std::nullopt)
+    for (const auto& problem : models::lora_size_problems(c.model.adapters.lora, *sizes))
+      ck.fail(problem.key, problem.message);
   if (!t.budget.compute_equivalent && !t.budget.tokens)
     ck.fail("train.budget.compute_equivalent", "is false but train.budget.tokens is not set; give one budget");
   if (t.min_lr && *t.min_lr > lr_of(c))

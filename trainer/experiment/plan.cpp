@@ -3,10 +3,12 @@
 #include "trainer/experiment/plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "common/error.h"
 #include "models/config_values.h"
+#include "models/converters/lora_config.h"
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "trainer/config/model_ref.h"
@@ -80,6 +82,23 @@ void apply_assignments(LoadedConfig& run, const std::vector<Assignment>& assignm
   }
 }
 
+// Every row's adapters against the sizes of the base it starts from (a given base's, or those the
+// grid's base run is built with), when the experiment is planned: a rank too large for the base is
+// refused before any row trains, not when its row's turn comes.
+void check_adapter_sizes(const CorpusSpec& corpus, const std::vector<PlannedRun>& runs) {
+  std::optional<models::ModelConfig> sizes;
+  for (const auto& run : runs) {
+    const auto& lora = run.config.config.model.adapters.lora;
+    if (!run.method || lora.rank <= 0) continue;
+    if (!sizes)
+      sizes = corpus.base.empty() ? runs.front().config.config.model.spec
+                                  : models::read_model_config(model_ref_dir(corpus.base));
+    for (const auto& problem : models::lora_size_problems(lora, *sizes))
+      throw InputError(run.config.locate(problem.key) + ": " + problem.message + " (row " + corpus.name + "/" +
+                       run.label + ")");
+  }
+}
+
 }  // namespace
 
 bool is_grid_key(const std::string& key) { return key_has(key, KeyRole::grid); }
@@ -146,6 +165,7 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
       grid_set(r, "eval.lengths", c.eval.lengths, std::vector<int64_t>{lt}, label);
       runs.push_back(std::move(run));
     }
+  check_adapter_sizes(corpus, runs);
   return runs;
 }
 
