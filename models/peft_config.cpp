@@ -26,11 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A value of the file as a message shows it: on one line, at most 80 characters.
+// A value of the file as a message shows it: on one line, at most 80 bytes, not cut inside a character.
 std::string shown(const std::string& text) {
   std::string out;
   for (const char c : text) {
-    if (out.size() >= 80) return out + "...";
+    if (out.size() >= 80 && (static_cast<unsigned char>(c) & 0xc0) != 0x80) return out + "...";
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
       char escaped[8];
       std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned>(static_cast<unsigned char>(c)));
