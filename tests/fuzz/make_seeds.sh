@@ -16,7 +16,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=1
 
-for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer optimizer_state converters base_record; do
+for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer optimizer_state converters base_record adapter_config; do
   rm -rf "${OUT:?}/$t"
   mkdir -p "$OUT/$t"
 done
@@ -51,6 +51,8 @@ cp runs/gpt2/checkpoints/step-*/trainer_state.json "$OUT/trainer_state/step.json
 cp runs/lora/final/converters.json "$OUT/converters/lora.json"
 cp runs/freeze/final/converters.json "$OUT/converters/freeze.json"
 cp runs/lora/final/base.json "$OUT/base_record/lora.json"
+"$BIN" export --model runs/lora --adapter --out export_lora_adapter >/dev/null 2>&1
+cp export_lora_adapter/adapter_config.json "$OUT/adapter_config/segtrain_export_gpt_neox.json"
 cp runs/gpt_neox/final/model.safetensors "$OUT/safetensors/segtrain_gpt_neox.safetensors"
 last_step=$(ls -d runs/bloom/checkpoints/step-* | sort -t- -k2 -n | tail -1)
 cp "$last_step/optimizer-00000-of-00001.safetensors" "$OUT/safetensors/segtrain_optimizer_bloom.safetensors"
@@ -79,6 +81,7 @@ head -n 2 corpus/train.jsonl | gzip -9n >"$OUT/jsonl/synth_train.jsonl.gz"
 
 # --- transformers, safetensors and hand-made edge cases ---------------------------
 "$PY" "$ROOT/tests/fuzz/make_seeds.py" "$OUT" "$ROOT/tests/fuzz/fixtures" "$WORK/py"
+"$PY" "$ROOT/tests/fuzz/make_adapter_seeds.py" "$OUT" "$WORK/peft"
 
 # --- the repository's configs ------------------------------------------------------
 cd "$ROOT"
