@@ -69,6 +69,42 @@ TEST(Cli, UsageErrorsExitTwo) {
   }
 }
 
+// A command line CLI11 refuses (unknown option or command, missing option or value, bad value)
+// is one line as every other error: `segtrain CMD: error: ...`, exit 2 (issue 58 case 10).
+TEST(Cli, UsageErrorsAreOneLineNamingTheCommand) {
+  struct Bad {
+    std::vector<std::string> args;
+    std::string line;  // what the line says after the prefix (part of it)
+  };
+  const std::vector<Bad> bad = {
+      {{}, "segtrain: error: a command is required: one of synth, prepare,"},
+      {{"fly"}, "segtrain: error: unknown command 'fly'; expected one of synth, prepare,"},
+      {{"--bogus"}, "segtrain: error: a command is required: one of synth,"},
+      {{"synth"}, "segtrain synth: error: --out is required (segtrain synth --help lists its options)"},
+      {{"synth", "--out", "x", "--docs", "-3"}, "segtrain synth: error: --docs: expected an integer >= 1, got '-3'"},
+      {{"synth", "--out", "x", "--docs"}, "segtrain synth: error: --docs: 1 required INT missing"},
+      {{"synth", "--out", "x", "--bogus"}, "segtrain synth: error: the following argument was not expected: --bogus"},
+      {{"eval", "--modle", "m", "--data", "d"}, "segtrain eval: error: --model is required; not expected: --modle m"},
+      {{"eval", "--model", "m", "--data", "d", "--lengths", "256,abc", "--out", "o"},
+       "segtrain eval: error: --lengths: expected an integer >= 1, got 'abc'"},
+      {{"train", "a", "b"}, "segtrain train: error: the following argument was not expected: b"},
+      {{"inspect"}, "segtrain inspect: error: a command is required: one of positions, alibi-precision"},
+      {{"inspect", "fly"}, "segtrain inspect: error: unknown command 'fly'; expected one of positions, alibi-precision"},
+      {{"inspect", "positions", "--bogus"}, "segtrain inspect positions: error: the following argument was not expected"},
+      {{"config", "check"}, "segtrain config check: error: file is required"},
+      {{"config", "check", "c.yaml", "--set"}, "segtrain config check: error: --set: 1 required KEY=VALUE missing"},
+  };
+  for (const auto& b : bad) {
+    auto r = run(kBin, b.args);
+    std::string joined;
+    for (const auto& a : b.args) joined += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined << "\n" << r.err;
+    EXPECT_EQ(r.err.find(b.line), 0u) << joined << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << joined << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << joined << "\n" << r.out;
+  }
+}
+
 // Commands whose owning issue has not landed must say so and exit 2.
 TEST(Cli, ConfigCheckPrintsResolvedYamlThatRoundTrips) {
   TempDir dir;

@@ -3,7 +3,9 @@
 // Nothing escapes run_cli.
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -27,6 +29,54 @@ void print_error(const std::string& command, const std::string& message) {
 std::string message_of(const std::exception& err) {
   const auto* c10 = dynamic_cast<const c10::Error*>(&err);
   return c10 && !log::enabled(log::Level::debug) ? c10->what_without_backtrace() : err.what();
+}
+
+// The command a command line reached ("segtrain", "segtrain inspect", "segtrain inspect
+// positions"): where its usage error is reported.
+CLI::App* reached_command(CLI::App& app) {
+  CLI::App* at = &app;
+  for (auto parsed = at->get_subcommands(); !parsed.empty(); parsed = at->get_subcommands()) at = parsed.back();
+  return at;
+}
+
+std::string command_name(const CLI::App* at) {
+  std::string name;
+  for (; at && at->get_parent(); at = at->get_parent()) name = " " + at->get_name() + name;
+  return "segtrain" + name;
+}
+
+// CLI11's words for a usage error as one line: what was wrong, and where the options are listed.
+// A command that takes a subcommand names its subcommands (and the word that is none of them)
+// where CLI11 says "A subcommand is required"; a missing option also names the arguments the
+// command does not take (a misspelt option is the usual cause), which CLI11 checks only after.
+std::string usage_message(CLI::App* at, const CLI::ParseError& e, const std::string& command) {
+  std::string message = e.what();
+  const auto all = at->get_subcommands([](CLI::App*) { return true; });
+  auto rest = e.get_name() == "RequiredError" ? at->remaining() : std::vector<std::string>{};
+  if (e.get_name() == "RequiredError" && at->get_require_subcommand_min() > 0 && at->get_subcommands().empty() &&
+      !all.empty()) {
+    std::string names;
+    for (const auto* sub : all) names += (names.empty() ? "" : ", ") + sub->get_name();
+    const auto word = std::find_if(rest.begin(), rest.end(), [](const std::string& a) { return a.rfind('-', 0) != 0; });
+    if (word == rest.end()) {
+      message = "a command is required: one of " + names;
+    } else {
+      message = "unknown command '" + *word + "'; expected one of " + names;
+      rest.erase(word);
+    }
+  }
+  if (!rest.empty()) {
+    message += "; not expected:";
+    for (const auto& a : rest) message += " " + a;
+  }
+  for (auto& c : message)
+    if (c == '\n' || c == '\r') c = ' ';
+  // CLI11 begins some sentences with a capital ("The following argument was not expected"); every
+  // other error of segtrain's begins in lower case.
+  if (message.size() > 1 && std::isupper(static_cast<unsigned char>(message[0])) &&
+      std::islower(static_cast<unsigned char>(message[1])))
+    message[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(message[0])));
+  return message + " (" + command + " --help lists " + (all.empty() ? "its options" : "its commands") + ")";
 }
 
 }  // namespace
@@ -84,8 +134,10 @@ int run_cli(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
+  } catch (const CLI::ParseError& e) {  // one line, as every other error: "segtrain CMD: error: ..."
+    CLI::App* at = reached_command(app);
+    const std::string command = command_name(at);
+    print_error(command, usage_message(at, e, command));
     return 2;
   }
 
