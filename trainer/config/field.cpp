@@ -10,7 +10,9 @@ namespace {
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Null: return "nothing (null)";
-    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Sequence:  // its size: "a list" alone said nothing of a list too long, short or empty
+      if (node.size() == 0) return "an empty list";
+      return "a list of " + std::to_string(node.size()) + (node.size() == 1 ? " entry" : " entries");
     case YAML::NodeType::Map: return "a mapping";
     case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
     default: return "an undefined value";
@@ -53,16 +55,19 @@ bool in_range(double v, Bound lo, Bound hi) {
 // A non-empty list, or `word` as an empty vector; each item read by `parse_item`
 // (YAML item, type text) and written back by `text_of`.
 template <class T, class ParseItem, class TextOf>
-Field maybe_list(std::string path, std::vector<T>& v, const char* word, std::string type, std::string doc,
-                 ParseItem parse_item, TextOf text_of) {
+Field maybe_list(std::string path, std::vector<T>& v, const char* word, std::string type, std::string entry_type,
+                 std::string doc, ParseItem parse_item, TextOf text_of) {
   return {path, type, std::move(doc),
-          [&v, type, word, parse_item](const YAML::Node& n) {
+          [&v, type, entry_type, word, parse_item](const YAML::Node& n) {
             if (is_null_word(n, word)) {
               v.clear();
               return;
             }
             std::vector<T> out;
-            for (const auto& item : sequence(n, type)) out.push_back(parse_item(item, type));
+            for (const auto& item : sequence(n, type)) {
+              entry_scalar(item, out.size(), entry_type);
+              out.push_back(parse_item(item, type));
+            }
             if (out.empty()) expected(type, n);
             v = out;
           },
@@ -100,6 +105,13 @@ double parse_real(const YAML::Node& node, const std::string& type, Bound lo, Bou
 const YAML::Node& sequence(const YAML::Node& node, const std::string& type) {
   if (!node.IsSequence()) expected(type, node);
   return node;
+}
+
+const std::string& entry_scalar(const YAML::Node& item, std::size_t index, const std::string& entry_type) {
+  if (!item.IsScalar())
+    throw FieldError("entry " + std::to_string(index + 1) + " is " + describe(item) + "; each entry is " + entry_type,
+                     item.Mark());
+  return item.Scalar();
 }
 
 bool is_null_word(const YAML::Node& node, const char* word) {
@@ -212,7 +224,7 @@ Field text_list(std::string path, std::vector<std::string>& v, std::string doc) 
   return {path, type, std::move(doc),
           [&v, type](const YAML::Node& n) {
             std::vector<std::string> out;
-            for (const auto& item : sequence(n, type)) out.push_back(scalar(item, type));
+            for (const auto& item : sequence(n, type)) out.push_back(entry_scalar(item, out.size(), "a string"));
             v = out;
           },
           [&v] { return plain_list(v); }};
@@ -243,7 +255,7 @@ Field word_set(std::string path, std::vector<std::string>& v, std::vector<std::s
           [&v, words, type](const YAML::Node& n) {
             std::vector<std::string> out;
             for (const auto& item : sequence(n, type)) {
-              const std::string& word = scalar(item, type);
+              const std::string& word = entry_scalar(item, out.size(), "one of " + one_of(words));
               if (std::find(words.begin(), words.end(), word) == words.end())
                 throw FieldError("'" + word + "' is not one of " + one_of(words), item.Mark());
               if (std::find(out.begin(), out.end(), word) != out.end())
@@ -272,7 +284,8 @@ Field maybe_word_set(std::string path, std::vector<std::string>& v, const char* 
 Field maybe_integer_list(std::string path, std::vector<int64_t>& v, const char* word, int64_t lo, std::string doc) {
   return maybe_list(
       std::move(path), v, word, std::string(word) + " or a non-empty list of integers" + int_range(lo, kMaxInt),
-      std::move(doc), [lo](const YAML::Node& item, const std::string& type) { return parse_integer(item, type, lo, kMaxInt); },
+      "an integer" + int_range(lo, kMaxInt), std::move(doc),
+      [lo](const YAML::Node& item, const std::string& type) { return parse_integer(item, type, lo, kMaxInt); },
       [](int64_t x) { return std::to_string(x); });
 }
 
@@ -284,6 +297,7 @@ Field integer_set(std::string path, std::vector<int64_t>& v, const char* word, i
             if (word && is_null_word(n, word)) return v.clear();
             std::vector<int64_t> out;
             for (const auto& item : sequence(n, type)) {
+              entry_scalar(item, out.size(), "an integer" + int_range(lo, kMaxInt));
               const int64_t x = parse_integer(item, type, lo, kMaxInt);
               if (std::find(out.begin(), out.end(), x) != out.end())
                 throw FieldError(std::to_string(x) + " is listed twice", item.Mark());
@@ -305,7 +319,10 @@ Field real_list(std::string path, std::vector<double>& v, std::size_t size, Boun
   return {path, type, std::move(doc),
           [&v, type, size, lo, hi](const YAML::Node& n) {
             std::vector<double> out;
-            for (const auto& item : sequence(n, type)) out.push_back(parse_real(item, type, lo, hi));
+            for (const auto& item : sequence(n, type)) {
+              entry_scalar(item, out.size(), "a number" + real_range(lo, hi));
+              out.push_back(parse_real(item, type, lo, hi));
+            }
             if (out.size() != size) expected(type, n);
             v = out;
           },
@@ -319,7 +336,8 @@ Field real_list(std::string path, std::vector<double>& v, std::size_t size, Boun
 Field maybe_real_list(std::string path, std::vector<double>& v, const char* word, Bound lo, Bound hi, std::string doc) {
   return maybe_list(
       std::move(path), v, word, std::string(word) + " or a non-empty list of numbers" + real_range(lo, hi),
-      std::move(doc), [lo, hi](const YAML::Node& item, const std::string& type) { return parse_real(item, type, lo, hi); },
+      "a number" + real_range(lo, hi), std::move(doc),
+      [lo, hi](const YAML::Node& item, const std::string& type) { return parse_real(item, type, lo, hi); },
       [](double x) { return format_double(x); });
 }
 

@@ -73,6 +73,9 @@ const std::string& scalar(const YAML::Node& node, const std::string& type);
 int64_t parse_integer(const YAML::Node& node, const std::string& type, int64_t lo, int64_t hi);
 double parse_real(const YAML::Node& node, const std::string& type, Bound lo, Bound hi);
 const YAML::Node& sequence(const YAML::Node& node, const std::string& type);
+// Entry `index` (from 0) of a list as a scalar; else FieldError at the entry naming it and what
+// each entry is: "entry 2 is a list of 1 entry; each entry is one of q, k, v".
+const std::string& entry_scalar(const YAML::Node& item, std::size_t index, const std::string& entry_type);
 bool is_null_word(const YAML::Node& node, const char* word);
 std::string int_range(int64_t lo, int64_t hi);
 std::string real_range(Bound lo, Bound hi);
@@ -149,7 +152,9 @@ Field maybe_choice_list(std::string path, std::vector<E>& v, const char* word, c
           [&v, &table, type, word](const YAML::Node& n) {
             if (is_null_word(n, word)) return v.clear();
             std::vector<E> out;
+            const std::string entry_type = "one of " + enum_choices(table);
             for (const auto& item : sequence(n, type)) {
+              entry_scalar(item, out.size(), entry_type);
               const E e = parse_choice(item, table, type);
               if (std::find(out.begin(), out.end(), e) != out.end())
                 throw FieldError(item.Scalar() + " is listed twice", item.Mark());
