@@ -603,7 +603,11 @@ TEST(Experiment, BadFilesExitTwoNamingTheLineAndKey) {
       {"budget of trained rows", corpus + "  extend:\n    set: {train.budget.tokens: 5}\n",
        "experiment.extend.set.train.budget.tokens: every trained row has the same budget so that rows compare: "
        "the compute-equivalent one (seed 004, eq. 2), or experiment.train_tokens"},
-      {"bad value in set", corpus + "  base:\n    set: {train.lr: fast}\n", ":6:11: --set train.lr=fast: train.lr: expected"},
+      // The file, line and `set:` key it was written under, never a --set the user did not give.
+      {"bad value in set", corpus + "  base:\n    set: {train.lr: fast}\n",
+       ":6:11 (experiment.base.set): train.lr: expected auto or a number > 0, got 'fast'"},
+      {"unknown key in set", corpus + "  extend:\n    set: {train.lrr: 1}\n",
+       ":6:11 (experiment.extend.set): unknown key 'train.lrr'"},
   };
   for (const auto& c : cases) {
     test::write_file(dir / "bad.yaml", "experiment:\n" + c.experiment + "model: {arch: " + c.arch + "}\n");
@@ -884,6 +888,21 @@ TEST(ExperimentPlan, AVariantTrainsItsRowsAgainWithItsSettingsAfterTheirOwn) {
   // Its settings are checked as every run's are: a LoRA rank below 0 names the variant's row.
   const std::string rank = error_of("  variants: [{name: a, of: [full], set: {model.adapters.lora.rank: -1}}]\n");
   EXPECT_NE(rank.find("model.adapters.lora.rank"), std::string::npos) << rank;
+  // A value its key does not take names the file, line, the variant and its `set:` key, not --set
+  // (issue 58 case 10); so does a check of the run its setting fails.
+  const std::string value = error_of("  variants: [{name: a, of: [full], set: {model.adapters.lora.rank: abc}}]\n");
+  EXPECT_EQ(value, dir / "bad.yaml:8:42 (experiment.variants[0].set, variant a): model.adapters.lora.rank: expected an "
+                         "integer >= 0, got 'abc'");
+  const std::string key = error_of("  variants: [{name: a, of: [full], set: {model.adapters.lora.rnak: 4}}]\n");
+  EXPECT_EQ(key.find(dir / "bad.yaml:8:42 (experiment.variants[0].set, variant a): unknown key 'model.adapters.lora.rnak'"),
+            0u)
+      << key;
+  const std::string checked = error_of("  variants: [{name: a, of: [full], set: {model.adapters.lora.rank: 4, "
+                                       "model.adapters.lora.targets: [qkv]}}]\n");
+  EXPECT_NE(checked.find("bad.yaml:8:71 (experiment.variants[0].set, variant a): model.adapters.lora.targets: "),
+            std::string::npos)
+      << checked;
+  for (const auto& message : {value, key, checked}) EXPECT_EQ(message.find("--set"), std::string::npos) << message;
 }
 
 // A variant's rank too large for the base (its adapters larger than the projections they adapt) is
@@ -903,7 +922,10 @@ TEST(ExperimentPlan, AVariantsAdaptersAreSizedWhenTheExperimentIsPlanned) {
   // d_model 32, 2 heads: q, k, v and o 32 x 32 hold 4,096 weights a layer, an adapter rank x 256: at most 16.
   EXPECT_EQ(error_of(16), "(no InputError)");
   const std::string refused = error_of(1'000'000'000);
-  EXPECT_NE(refused.find("x.yaml:7:43: model.adapters.lora.rank: 1000000000 would make"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("x.yaml:7:43 (experiment.variants[0].set, variant lora): model.adapters.lora.rank: 1000000000 "
+                         "would make"),
+            std::string::npos)
+      << refused;
   EXPECT_NE(refused.find("model.adapters.lora.rank: 1000000000 would make the adapters 1.86 TiB in fp32"),
             std::string::npos)
       << refused;

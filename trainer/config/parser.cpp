@@ -13,6 +13,7 @@
 #include "trainer/config/peft_init.h"
 #include "trainer/config/field_reader.h"
 #include "trainer/config/schema.h"
+#include "trainer/config/setting.h"
 #include "trainer/config/yaml_text.h"
 
 namespace segtrain::trainer {
@@ -101,7 +102,10 @@ LoadedConfig parse_config_file(const std::string& file) {
 }
 
 void apply_override(LoadedConfig& loaded, const std::string& assignment) {
-  const std::string where = "--set " + assignment;
+  apply_setting(loaded, assignment, "--set " + assignment);
+}
+
+void apply_setting(LoadedConfig& loaded, const std::string& assignment, const std::string& where) {
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
     throw InputError(where + ": expected key=value, for example --set train.lr=1e-4");

@@ -98,7 +98,10 @@ void resolve_variants(const std::vector<VariantItem>& items, schema::FieldReader
       TrainedMethod variant = *row;
       variant.name = row->name + "+" + item.name;
       variant.variant_of = row->name;
-      variant.set.insert(variant.set.end(), item.set.begin(), item.set.end());
+      for (Assignment a : item.set) {  // its origin names the variant: "x.yaml:9:20 (experiment.variants[0].set, variant lora)"
+        a.origin.insert(a.origin.size() - 1, ", variant " + item.name);
+        variant.set.push_back(std::move(a));
+      }
       if (std::any_of(x.methods.begin(), x.methods.end(), [&](const auto& m) { return m.name == variant.name; }))
         reader.errors().push_back(reader.where(path + ".of") + ": " + path + ".of: '" + of + "' is listed twice");
       else

@@ -40,7 +40,7 @@ namespace segtrain::trainer {
 // plus where it was written.
 struct Assignment {
   std::string text;    // "train.lr=1e-3"
-  std::string origin;  // "exp.yaml:12:7"
+  std::string origin;  // "exp.yaml:12:7 (experiment.extend.set)"; a variant's adds ", variant NAME" in the parentheses
 };
 
 struct TrainedMethod {

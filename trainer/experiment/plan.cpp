@@ -12,6 +12,7 @@
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "trainer/config/model_ref.h"
+#include "trainer/config/setting.h"
 
 namespace segtrain::trainer {
 
@@ -71,15 +72,10 @@ void grid_set(LoadedConfig& run, const std::string& key, T& field, const T& valu
   run.origins[key] = run.source + " (experiment grid, run " + label + ")";
 }
 
+// Each error names where the setting was written (file:line:col, the `set:` key holding it, a
+// variant's name), as the key's origin does for the checks of the run after.
 void apply_assignments(LoadedConfig& run, const std::vector<Assignment>& assignments) {
-  for (const auto& a : assignments) {
-    try {
-      apply_override(run, a.text);
-    } catch (const InputError& e) {
-      throw InputError(a.origin + ": " + e.what());
-    }
-    run.origins[a.text.substr(0, a.text.find('='))] = a.origin;
-  }
+  for (const auto& a : assignments) apply_setting(run, a.text, a.origin);
 }
 
 // Every row's adapters against the sizes of the base it starts from (a given base's, or those the

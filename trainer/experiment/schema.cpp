@@ -35,7 +35,8 @@ Field assignments(std::string path, std::vector<Assignment>& v, bool budget_fixe
               } else {
                 YAML::Emitter text;
                 text << YAML::Flow << value;
-                v.push_back({name + "=" + text.c_str(), location(reader.source(), key.Mark())});
+                // Where and under which key: "exp.yaml:6:11 (experiment.base.set)".
+                v.push_back({name + "=" + text.c_str(), location(reader.source(), key.Mark()) + " (" + path + ")"});
               }
             }
           },
