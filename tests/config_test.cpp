@@ -47,7 +47,7 @@ TEST_F(ConfigTest, MinimalConfigTakesDocumentedDefaults) {
 
 // lr and warm-up auto: training from scratch keeps 3e-4 after 100 steps; a pretrained base gets
 // the continued-pretraining recipe (2e-5 after 20 steps, Position Interpolation / YaRN /
-// LongLoRA); an auto warm-up never takes more than a quarter of the run; a value given wins.
+// LongLoRA), its LoRA adapters 2e-4; an auto warm-up never takes more than a quarter of the run; a value given wins.
 TEST_F(ConfigTest, LrAndWarmUpAutoSuitTheBase) {
   Config c = load_config(minimal(), {}).config;
   EXPECT_FALSE(c.train.lr.has_value());
@@ -61,7 +61,17 @@ TEST_F(ConfigTest, LrAndWarmUpAutoSuitTheBase) {
     EXPECT_DOUBLE_EQ(min_lr_of(c), 2e-6) << base;
     EXPECT_EQ(warmup_steps_of(c, 10000), 20) << base;
     EXPECT_EQ(warmup_steps_of(c, 8), 2) << base;  // 8 steps: not 20 (the lr would never reach its peak)
+    // LoRA adapters on that base: 2e-4 (their B starts at zero), after the same warm-up.
+    c.model.adapters.lora.rank = 8;
+    EXPECT_DOUBLE_EQ(lr_of(c), 2e-4) << base;
+    EXPECT_DOUBLE_EQ(min_lr_of(c), 2e-5) << base;
+    EXPECT_EQ(warmup_steps_of(c, 10000), 20) << base;
+    c.model.adapters.lora.rank = 0;
   }
+  c.model.init = "scratch";  // adapters on a model from scratch: training from scratch's rate
+  c.model.adapters.lora.rank = 8;
+  EXPECT_DOUBLE_EQ(lr_of(c), 3e-4);
+  c.model.adapters.lora.rank = 0;
   const Config given = load_config(minimal(), {"train.lr=1e-4", "train.warmup_steps=300"}).config;
   c.train.lr = given.train.lr;
   c.train.warmup_steps = given.train.warmup_steps;

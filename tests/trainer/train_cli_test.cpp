@@ -1644,6 +1644,32 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
   const json eval_continued = json::parse(test::read_file(run_dir("lora-continued") + "-eval.json"));
   for (size_t i = 0; i < 2; ++i)
     EXPECT_NEAR(eval_continued["results"][i]["loss"].get<double>(), eval_run["results"][i]["loss"].get<double>(), 1e-5);
+  // The adapter's data restarts: a PEFT folder keeps no data position, which the run says.
+  EXPECT_NE(continued.err.find("the data starts at its beginning: a PEFT adapter records no data position"),
+            std::string::npos) << continued.err;
+  // eval and generate take the adapter itself (peft:DIR): scored and decoded on its base, it is the
+  // run that trained it, with no run started; what they read (the adapter, its base) is never written.
+  auto on_base = run(kBin, {"eval", "--model", "peft:" + adapter, "--data", *dir_ / "store", "--lengths", "32,64",
+                            "--out", adapter + "-eval.json", "--max-sequences", "4"});
+  ASSERT_EQ(on_base.exit_code, 0) << on_base.err;
+  EXPECT_NE(on_base.err.find("the PEFT adapter " + adapter + " (" + std::to_string(trainable.size()) + " tensors)"),
+            std::string::npos) << on_base.err;
+  const json eval_adapter = json::parse(test::read_file(adapter + "-eval.json"));
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_NEAR(eval_adapter["results"][i]["loss"].get<double>(), eval_run["results"][i]["loss"].get<double>(), 1e-5);
+  auto generated = [&](const std::string& model) {
+    return run(kBin, {"generate", "--model", model, "--prompt-ids", "1,2,3", "--max-new-tokens", "8", "--ignore-eos"});
+  };
+  auto from_adapter = generated("peft:" + adapter), from_run = generated(run_dir("lora-whole"));
+  ASSERT_EQ(from_adapter.exit_code, 0) << from_adapter.err;
+  ASSERT_EQ(from_run.exit_code, 0) << from_run.err;
+  EXPECT_EQ(from_adapter.out, from_run.out);
+  for (const std::string& inside : {adapter + "/eval.json", run_dir("lora-base") + "-hf/eval.json"}) {
+    auto refused = run(kBin, {"eval", "--model", "peft:" + adapter, "--data", *dir_ / "store", "--lengths", "32",
+                              "--out", inside, "--max-sequences", "1"});
+    EXPECT_EQ(refused.exit_code, 2) << inside << ": " << refused.err;
+    EXPECT_FALSE(fs::exists(inside)) << inside;
+  }
   // Settings that contradict the adapter are refused at their key, before anything loads.
   auto contradicted = run(kBin, {"train", tiny_run_config("lora-contradicted", {.arch = "llama", .method = "chunk"}),
                                  "--set", "model.init=peft:" + adapter, "--set", "model.adapters.lora.rank=8", "--set",

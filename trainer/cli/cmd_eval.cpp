@@ -36,7 +36,7 @@ void sort_overrides(EvalOptions& o) {
 void add_eval(CLI::App& app, Chosen& chosen) {
   auto o = std::make_shared<EvalOptions>();
   auto* e = app.add_subcommand("eval", "Perplexity by length (and the tasks of --tasks) of a checkpoint, run or HF folder");
-  e->add_option("--model", o->model, "Checkpoint, run directory or HF folder")->required();
+  e->add_option("--model", o->model, "Checkpoint, run directory, HF folder, or peft:DIR (a PEFT LoRA adapter on its base)")->required();
   e->add_option("--data", o->data, "Token store")->required();
   e->add_option("--split", o->split, "Store split")->check(CLI::IsMember({"train", "valid"}));
   e->add_option("--lengths", o->lengths, "Comma-separated lengths")

@@ -7,7 +7,7 @@ namespace segtrain::trainer::cli {
 void add_generate(CLI::App& app, Chosen& chosen) {
   auto o = std::make_shared<GenerateOptions>();
   auto* g = app.add_subcommand("generate", "Continue a prompt with a checkpoint, run or HF folder (KV-cache decoding)");
-  g->add_option("--model", o->model, "Checkpoint, run directory or HF folder")->required();
+  g->add_option("--model", o->model, "Checkpoint, run directory, HF folder, or peft:DIR (a PEFT LoRA adapter on its base)")->required();
   auto* prompt = g->add_option("--prompt", o->prompt, "The prompt's text");
   auto* file = g->add_option("--prompt-file", o->prompt_file, "A file holding the prompt's text")->excludes(prompt);
   g->add_option("--prompt-ids", o->prompt_ids, "The prompt as comma-separated token ids (no tokenizer needed)")

@@ -159,13 +159,20 @@ struct Config {
 // base (model.init hf: or checkpoint:) 2e-5 after 20 steps: the continued-pretraining recipe with
 // which Position Interpolation, YaRN and LongLoRA extend Llama's context (lr 2e-5, 20 warm-up
 // steps); 3e-4 undoes what the base learnt (SmolLM2's loss 3.52 -> 3.91 in 4 steps). An auto
-// warm-up takes at most a quarter of the run's steps.
+// warm-up takes at most a quarter of the run's steps. LoRA adapters on a base (model.adapters.lora.rank
+// > 0, peft: included) 2e-4, QLoRA's rate and the study's adapter rows': their B starts at zero, and
+// at full fine-tuning's 2e-5 they barely leave the base (bench/lora_lr_bench.sh, docs/training.md).
 inline constexpr double kScratchLr = 3e-4;
 inline constexpr double kPretrainedLr = 2e-5;
+inline constexpr double kAdapterLr = 2e-4;
 inline constexpr int64_t kScratchWarmupSteps = 100;
 inline constexpr int64_t kPretrainedWarmupSteps = 20;
 inline bool from_pretrained(const Config& c) { return c.model.init != "scratch"; }
-inline double lr_of(const Config& c) { return c.train.lr.value_or(from_pretrained(c) ? kPretrainedLr : kScratchLr); }
+inline double lr_of(const Config& c) {
+  if (c.train.lr) return *c.train.lr;
+  if (!from_pretrained(c)) return kScratchLr;
+  return c.model.adapters.lora.rank > 0 ? kAdapterLr : kPretrainedLr;
+}
 // The schedule's final learning rate: min_lr, or lr / 10 when it is auto (so a
 // lower lr, as when extending a pretrained model, never falls below its floor).
 inline double min_lr_of(const Config& c) { return c.train.min_lr.value_or(lr_of(c) / 10.0); }

@@ -136,7 +136,8 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       integer("train.grad_accum", t.grad_accum, 1, kMaxInt, "Micro-batches per optimizer step."),
       maybe_real("train.lr", t.lr, "auto", above(0), kNoHigh,
                  "Peak learning rate; auto is 3e-4 from scratch, 2e-5 from a pretrained base (model.init hf: or "
-                 "checkpoint:, the recipe of Position Interpolation, YaRN and LongLoRA).").with({KeyRole::optimizer}),
+                 "checkpoint:, the recipe of Position Interpolation, YaRN and LongLoRA), 2e-4 for LoRA adapters "
+                 "on a base (model.adapters.lora.rank > 0 or peft:; QLoRA's rate: adapters start from B = 0).").with({KeyRole::optimizer}),
       maybe_real("train.min_lr", t.min_lr, "auto", at_least(0), kNoHigh, "Learning rate at the end of the schedule; <= lr; auto is lr / 10.").with({KeyRole::optimizer}),
       maybe_integer("train.warmup_steps", t.warmup_steps, "auto", 0,
                     "Linear warm-up steps; auto is 100 from scratch, 20 from a pretrained base, at most a quarter "

@@ -76,9 +76,9 @@ void evaluate_stored_model(const EvalOptions& options) {
                         kEvalPromptSeed);
   // factor auto: stretch the model to the longest sequence a task gives it.
   const int64_t longest = suite.longest();
-  const StoredModel stored = open_stored_model(options.model, options.overrides, longest);
-  // Nothing it reads is written over: the model's folder and its base, the store (and their files).
-  std::vector<CommandInput> reads = model_inputs(stored.dir, "--model");
+  const StoredModel stored = open_stored_model(options.model, options.overrides, longest, AdapterUse::on_its_base);
+  // Nothing it reads is written over: the model's folder and its base (a PEFT adapter's too), the store.
+  std::vector<CommandInput> reads = stored.inputs;
   reads.push_back({options.data, "--data"});
   check_output_is_no_input(options.out, "--out", reads);
   const fs::path per_position_svg = fs::path(options.per_position_csv).replace_extension(".svg");
@@ -97,7 +97,7 @@ void evaluate_stored_model(const EvalOptions& options) {
   // The store's own tokenizer writes the prompts; a store without one is refused before evaluating.
   const auto prompts = suite.open_prompts(options.data, store.split(data::parse_split(options.split)), "--tasks");
   const TaskData data{&store.split(data::parse_split(options.split)), prompts ? &*prompts : nullptr};
-  models::TransformerLM model = models::load_model(stored.dir, stored.config);
+  models::TransformerLM model = load_stored_model(stored);
   model->to(device);
   reset_peak_memory(device);
 

@@ -98,7 +98,8 @@ namespace {
 std::optional<data::DocumentTokenizer> open_tokenizer(const GenerateOptions& options, bool needed) {
   if (!options.tokenizer.empty()) return data::open_document_tokenizer(options.tokenizer);
   std::string why;
-  const auto own = model_tokenizer(open_stored_model(options.model, options.overrides).dir, &why);
+  const auto own = model_tokenizer(
+      open_stored_model(options.model, options.overrides, std::nullopt, AdapterUse::on_its_base).dir, &why);
   if (own) {
     try {
       return data::open_document_tokenizer(own->tokenizer);
@@ -158,10 +159,11 @@ void generate_from_stored_model(const GenerateOptions& options) {
 
   // factor auto: stretch the model to the longest sequence it will read.
   const int64_t longest = static_cast<int64_t>(prompt.size()) + options.decoding.max_new_tokens;
-  const StoredModel stored = open_stored_model(options.model, options.overrides, longest);
-  // Nothing it reads is written over: the model's folder and its base, the prompt, the tokenizer.
+  const StoredModel stored = open_stored_model(options.model, options.overrides, longest, AdapterUse::on_its_base);
+  // Nothing it reads is written over: the model's folder and its base (a PEFT adapter's too), the
+  // prompt, the tokenizer.
   if (!options.out.empty()) {
-    std::vector<CommandInput> reads = model_inputs(stored.dir, "--model");
+    std::vector<CommandInput> reads = stored.inputs;
     reads.push_back({options.prompt_file, "--prompt-file"});
     reads.push_back({options.tokenizer, "--tokenizer"});
     check_output_is_no_input(options.out, "--out", reads);
@@ -178,7 +180,7 @@ void generate_from_stored_model(const GenerateOptions& options) {
                      "table (" + std::to_string(models::ape_rows(stored.config)) +
                      " rows); shorten them, or extend the table with --set model.extension.method=interpolate");
   check_generation_fits(stored.config, static_cast<int64_t>(prompt.size()), options.decoding.max_new_tokens, device);
-  models::TransformerLM model = models::load_model(stored.dir, stored.config);
+  models::TransformerLM model = load_stored_model(stored);
   model->to(device);
 
   Decoding decoding = options.decoding;

@@ -17,9 +17,11 @@
 #include "common/numbers.h"
 #include "models/base_record.h"
 #include "models/converters/converter.h"
+#include "models/converters/lora.h"
 #include "models/hf.h"
 #include "models/model_io.h"
 #include "models/peft_adapter.h"
+#include "models/peft_config.h"
 #include "models/safetensors.h"
 #include "models/positions.h"
 #include "trainer/config/config.h"
@@ -96,14 +98,39 @@ std::vector<CommandInput> model_init_inputs(const std::string& init, const std::
   return inputs;
 }
 
-StoredModel open_stored_model(const std::string& path, const std::vector<std::string>& overrides,
+namespace {
+
+// peft:DIR as eval and generate take it: the adapter's base (found as model.init finds it) with the
+// adapter's settings read against that base's config, so nothing loads before both are known good.
+StoredModel open_peft_adapter(const std::string& path, const ModelRef& ref, const std::vector<std::string>& overrides,
                               std::optional<int64_t> target_length) {
+  models::read_peft_base_model(ref.adapter);  // the file's own errors first, naming it
+  if (ref.dir.empty())
+    throw InputError("--model " + path + ": the base its adapter_config.json names (base_model_name_or_path) is "
+                     "neither a folder with config.json nor a model in the Hugging Face cache: write the base's "
+                     "folder there");
+  StoredModel m;
+  if (models::detect_model_format(ref.dir, &m.dir) != models::ModelFormat::hf)
+    throw InputError("--model " + path + ": its base " + ref.dir + " is not a transformers folder (no config.json)");
+  m.config = apply_model_overrides(models::read_model_config(m.dir), overrides, target_length);
+  models::read_peft_adapter_config(ref.adapter, m.config);  // its settings fit this base
+  m.adapter = ref.adapter;
+  m.inputs = model_init_inputs(path, "--model");
+  return m;
+}
+
+}  // namespace
+
+StoredModel open_stored_model(const std::string& path, const std::vector<std::string>& overrides,
+                              std::optional<int64_t> target_length, AdapterUse adapter_use) {
   StoredModel m;
   // `hf:DIR` and `checkpoint:DIR` as model.init writes them, or a plain folder.
   const auto ref = parse_model_ref(path);
-  if (ref && ref->kind == ModelRef::Kind::peft)
-    throw InputError("--model: '" + path + "' is a PEFT adapter: continue it in a run (model.init: " + path +
-                     "), whose model then evaluates and exports, or give its base");
+  if (ref && ref->kind == ModelRef::Kind::peft) {
+    if (adapter_use == AdapterUse::on_its_base) return open_peft_adapter(path, *ref, overrides, target_length);
+    throw InputError("--model: '" + path + "' is a PEFT adapter: give the run that trained it, or continue it in a "
+                     "run (model.init: " + path + ")");
+  }
   const std::string dir = ref && ref->from_folder() ? ref->dir : path;
   const auto format = models::detect_model_format(dir, &m.dir);
   if (!format) {
@@ -117,7 +144,18 @@ StoredModel open_stored_model(const std::string& path, const std::vector<std::st
   if (ref && ref->from_folder() && (*format == models::ModelFormat::hf) != (ref->kind == ModelRef::Kind::hf))
     throw InputError("--model: '" + path + "' is not " + ref->description() + " (no " + ref->marker_file() + ")");
   m.config = apply_model_overrides(models::read_model_config(m.dir), overrides, target_length);
+  m.inputs = model_inputs(m.dir, "--model");
   return m;
+}
+
+models::TransformerLM load_stored_model(const StoredModel& stored) {
+  models::TransformerLM model = models::load_model(stored.dir, stored.config);
+  if (stored.adapter.empty()) return model;
+  const models::PeftAdapterConfig adapter = models::read_peft_adapter_config(stored.adapter, stored.config);
+  models::make_lora(adapter.lora, adapter.trainable)->convert(model);
+  const int64_t tensors = models::load_peft_adapter(model, stored.adapter);
+  log::info("the PEFT adapter ", stored.adapter, " (", tensors, " tensors) on its base ", stored.dir);
+  return model;
 }
 
 void check_store_fits(const StoredModel& model, int64_t store_vocab_size, const std::string& store_name) {
@@ -334,7 +372,7 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
   const StoredModel stored = open_stored_model(path, overrides);
   const std::string given = model_ref_dir(path).empty() ? path : model_ref_dir(path);  // hf:DIR or a plain path
   std::vector<CommandInput> sources = {{given, "--model"}};
-  for (auto& input : model_inputs(stored.dir, "--model")) sources.push_back(std::move(input));
+  for (const auto& input : stored.inputs) sources.push_back(input);
   check_export_target(out, sources, request.overwrite);
   const auto& c = stored.config;
   const std::string origin = tokenizer_origin(stored.dir);

@@ -1,6 +1,7 @@
 #pragma once
 // A model on disk as eval, export and inspect take it: a segtrain checkpoint, a
-// run directory (its final/) or an HF folder, recognised by content, with
+// run directory (its final/) or an HF folder, recognised by content, or a PEFT
+// LoRA adapter on its base (peft:DIR, eval and generate), with
 // `--set model.extension...` overrides applied (config/model_values.h).
 #include <cstdint>
 #include <optional>
@@ -10,17 +11,32 @@
 #include "common/output_path.h"
 #include "data/tokenizer_identity.h"
 #include "models/config.h"
+#include "models/transformer.h"
 
 namespace segtrain::trainer {
 
 struct StoredModel {
-  std::string dir;             // the folder holding the weights (a run's final/)
+  std::string dir;             // the folder holding the weights (a run's final/; a PEFT adapter's base)
   models::ModelConfig config;  // the stored config with the overrides applied
+  std::string adapter;         // peft:DIR: the adapter folder, applied over `dir`'s weights; else ""
+  std::vector<CommandInput> inputs;  // what loading it reads (model_inputs), `path` as the user gave it first
 };
 
-// InputError naming `path` when it is no model folder, or an override that does not apply.
+// Whether a command takes a PEFT adapter as its model (eval and generate score it on its base;
+// export takes the run that trained it, inspect a model's positions).
+enum class AdapterUse { refused, on_its_base };
+
+// InputError naming `path` when it is no model folder, or an override that does not apply; for
+// peft:DIR (AdapterUse::on_its_base), when the adapter's base cannot be found or read.
 StoredModel open_stored_model(const std::string& path, const std::vector<std::string>& overrides,
-                              std::optional<int64_t> target_length = std::nullopt);
+                              std::optional<int64_t> target_length = std::nullopt,
+                              AdapterUse adapter_use = AdapterUse::refused);
+
+// The model's weights in fp32: load_model of its folder, then, for a PEFT adapter, the LoRA
+// converter of its adapter_config.json and its adapter_model.safetensors over them (as
+// peft.PeftModel.from_pretrained(base, DIR) gives it). InputError as load_model and
+// models::load_peft_adapter say.
+models::TransformerLM load_stored_model(const StoredModel& stored);
 
 // What a command that loads the model folder `dir` reads, and what its run reads to continue
 // (the inputs common/output_path.h's check_output_is_no_input keeps): the folder itself, the

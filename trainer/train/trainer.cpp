@@ -335,6 +335,11 @@ void Trainer::convert_model(const LoadedConfig& loaded, std::future<models::Base
     try {
       const int64_t tensors = models::load_peft_adapter(model_, ref->adapter);
       log::info("continuing the PEFT adapter ", ref->adapter, " (", tensors, " tensors) on its base ", ref->dir);
+      // A PEFT folder records weights, not where its run stopped reading: the sampler starts over
+      // (a resumed run's checkpoint restores its own position).
+      if (!run_.resume_from)
+        log::warn("the data starts at its beginning: a PEFT adapter records no data position, so a run on the "
+                  "data and run.seed that trained it sees the same samples again (another run.seed draws others)");
     } catch (const InputError& e) {
       throw InputError(loaded.locate("model.init") + ": " + e.what());
     }
