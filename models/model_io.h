@@ -29,8 +29,11 @@ ModelConfig read_model_config(const std::string& dir);
 // --set model.extension... overrides) and loads DIR's weights into it, drawing no
 // random numbers and reading one tensor at a time (fp32, or as stored: dtype). A gpt2
 // table of the original length is interpolated when the config extends it.
+// An info line says what it reads and from where (a converted run's base too) before it starts,
+// and one how long that took and the peak host memory after; `say_time` false leaves the second
+// to the caller (training says it with the conversion that follows).
 TransformerLM load_model(const std::string& dir, const std::optional<ModelConfig>& config = std::nullopt,
-                         WeightDtype dtype = WeightDtype::fp32);
+                         WeightDtype dtype = WeightDtype::fp32, bool say_time = true);
 
 // The tensors of a converted model's directory as its converters made them (not folded):
 // what it saved, over its base's when it saved only what trained (base.json,

@@ -271,6 +271,59 @@ TEST_F(FirstUse, LongPhasesTellTheirProgress) {
   EXPECT_EQ(quiet.err.find("new tokens ("), std::string::npos) << quiet.err;
 }
 
+// Loading a model is said before it starts (what is read, from where, how large) and after it (how
+// long it took, the peak host memory), as training says its base's: `segtrain eval` of SmolLM2 once
+// sat 8 s without a line (issue 58 case 10). A run on a base names the base it reads too.
+TEST_F(FirstUse, LoadingAModelIsSaidBeforeAndAfter) {
+  const std::string plain = trained_run("loaded");
+  const std::string hf = *dir_ / "loaded-hf";
+  auto exported = run(kBin, {"export", "--model", plain, "--out", hf});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  // `loading` before `loaded`, which comes before `then` (the command's own work); each said once.
+  auto said_in_order = [](const test::RunResult& r, const std::string& loading, const std::string& loaded,
+                          const std::string& then, const std::string& what) {
+    ASSERT_EQ(r.exit_code, 0) << what << ": " << r.err;
+    const size_t before = r.err.find(loading), after = r.err.find(loaded), work = r.err.find(then);
+    EXPECT_NE(before, std::string::npos) << what << ": " << r.err;
+    EXPECT_NE(after, std::string::npos) << what << ": " << r.err;
+    EXPECT_LT(before, after) << what << ": " << r.err;
+    EXPECT_LT(after, work) << what << ": " << r.err;
+    EXPECT_EQ(r.err.find("loading ", before + 1), std::string::npos) << what << ": said once\n" << r.err;
+    EXPECT_TRUE(std::regex_search(r.err.substr(after), std::regex("^loaded \\S+ in [0-9]+\\.[0-9] s, peak host memory "
+                                                                   "[0-9]+\\.[0-9] MiB\n")))
+        << what << ": " << r.err;
+  };
+  const std::vector<std::string> eval = {"eval", "--data", *dir_ / "store", "--lengths", "32", "--max-sequences", "2"};
+  auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  said_in_order(run(kBin, with(eval, {"--model", hf, "--out", *dir_ / "loaded-hf-eval.json"})),
+                "loading the Hugging Face folder " + hf + " (", "loaded " + hf + " in ", "eval valid L=32",
+                "eval of an HF folder");
+  said_in_order(run(kBin, {"generate", "--model", plain, "--prompt-ids", "1,2,3", "--max-new-tokens", "2"}),
+                "loading the segtrain model " + plain + "/final (", "loaded " + plain + "/final in ", "generate: ",
+                "generate from a run");
+  // A LoRA run on the HF folder: its training says the base's load and its own time with the
+  // conversion; its eval names the base its base.json records.
+  auto lora = run(kBin, {"train", tiny_run_config("loaded-lora"), "--set", "model.init=hf:" + hf, "--set",
+                         "model.adapters.lora.rank=2", "--set", "model.adapters.lora.targets=[qkv, o]", "--set",
+                         "train.budget.tokens=256"});
+  ASSERT_EQ(lora.exit_code, 0) << lora.err;
+  EXPECT_NE(lora.err.find("loading the Hugging Face folder " + hf + " ("), std::string::npos) << lora.err;
+  EXPECT_NE(lora.err.find("base loaded and converted in "), std::string::npos) << lora.err;
+  EXPECT_EQ(lora.err.find("loaded " + hf + " in "), std::string::npos) << "said twice\n" << lora.err;
+  const auto evaluated =
+      run(kBin, with(eval, {"--model", run_dir("loaded-lora"), "--out", *dir_ / "loaded-lora-eval.json"}));
+  const std::string final_dir = run_dir("loaded-lora") + "/final";
+  said_in_order(evaluated, "loading the segtrain model " + final_dir + " (", "loaded " + final_dir + " in ",
+                "eval valid L=32", "eval of a LoRA run");
+  EXPECT_TRUE(std::regex_search(evaluated.err, std::regex("loading the segtrain model \\S+ \\([0-9.]+ MiB that trained, "
+                                                          "on its base \\S+, [0-9.]+ MiB\\)\n")))
+      << evaluated.err;
+  EXPECT_NE(evaluated.err.find(", on its base " + fs::absolute(hf).string() + ", "), std::string::npos) << evaluated.err;
+}
+
 // A run started with relative paths records its folders absolute, so that generate (which reads
 // the store's tokenizer through the run's config.yaml) works from any directory, and a resume with
 // the same relative config still matches the checkpoint (old main: "store/tokenizer.model: no such
