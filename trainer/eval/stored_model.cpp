@@ -27,6 +27,7 @@
 #include "trainer/config/config.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/model_values.h"
+#include "trainer/eval/adapter_export.h"
 
 namespace segtrain::trainer {
 
@@ -323,23 +324,6 @@ std::optional<std::string> not_an_export(const fs::path& dir) {
   return std::nullopt;
 }
 
-// A LoRA model directory's adapters as a PEFT folder: the model converted as its
-// converters.json says and its tensors as saved (not folded).
-void export_lora_adapter(const StoredModel& stored, const fs::path& out, const std::string& origin,
-                         at::ScalarType dtype) {
-  const models::Converters converters = models::read_converters(stored.dir);
-  const auto lora = std::find_if(converters.begin(), converters.end(), [](const auto& c) { return c->name() == "lora"; });
-  if (lora == converters.end())
-    throw InputError("--adapter: " + stored.dir + " was not trained with LoRA adapters (model.adapters.lora); "
-                     "export it without --adapter");
-  const nlohmann::json settings = (*lora)->to_json();
-  models::TransformerLM model(stored.config);
-  models::apply_converters(converters, model);
-  model->load_tensors(models::converted_tensors(stored.dir, stored.config), stored.dir);
-  models::export_peft_adapter(model, settings["rank"].get<int64_t>(), settings["alpha"].get<double>(),
-                              settings["dropout"].get<double>(), out.string(), {origin, dtype});
-}
-
 // The export's target, checked before any work: see export_stored_model in the header.
 void check_export_target(const fs::path& out, const std::vector<CommandInput>& sources, bool overwrite) {
   check_output_is_no_input(out, "--out", sources);
@@ -384,7 +368,7 @@ void export_stored_model(const std::string& path, const std::vector<std::string>
       throw InputError("--set: applies to the merged model's export; a PEFT adapter holds no extension (its base's "
                        "config.json does)");
     AtomicDir staged(out);
-    export_lora_adapter(stored, staged.path(), origin, options.dtype);
+    export_run_lora_adapter(stored, staged.path(), origin, options.dtype);
     staged.commit();
     log::info("exported the LoRA adapter of ", path, " as a PEFT folder to ", out,
               origin.empty() ? "" : " (its base: " + origin + ")");
