@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "test_paths.h"
 
 // Skips the calling test because it does not apply on this machine, saying why (no root, no CUDA
 // device, a package not installed). The only skip ctest reports as "Skipped": its text is the
@@ -147,8 +148,8 @@ inline void make_store_stub(const fs::path& dir) {
   write_file(dir / "meta.json", "{\"vocab_size\": 64}\n");
 }
 
-// The binaries of this build, for the suites that run them: their targets define
-// SEGTRAIN_BIN and SEGTRAIN_LAUNCH_BIN as the paths (tests/**/CMakeLists.txt).
+// The binaries of this build, for the suites that run them: SEGTRAIN_BIN and SEGTRAIN_LAUNCH_BIN
+// (tests/test_paths.h).
 // SEGTRAIN_TEST_BIN replaces the first: the GPU harness test (tests/gpu/harness_test.sh)
 // proves with a binary that cannot run that a suite whose set-up fails is failed.
 #ifdef SEGTRAIN_BIN

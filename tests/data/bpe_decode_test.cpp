@@ -39,7 +39,7 @@ TEST(BpeDecode, Utf8LossyReplacesEachMaximalInvalidSubsequence) {
 
 TEST(BpeDecode, EqualsTokenizersDecodeOnLinuxDocAndRandomIds) {
   test::TempDir dir;
-  const std::string command = std::string(SEGTRAIN_PYTHON) + " " + test::shell_quote(SEGTRAIN_SOURCE_DIR "/tests/data/bpe_decode_reference.py") +
+  const std::string command = std::string(SEGTRAIN_PYTHON) + " " + test::shell_quote(std::string(SEGTRAIN_SOURCE_DIR) + "/tests/data/bpe_decode_reference.py") +
                               " --out " + test::shell_quote(dir.path().string());
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   const json all = json::parse(test::read_file(dir.path() / "cases.json"));

@@ -81,8 +81,10 @@ inline std::pair<std::string, std::vector<std::string>> split_nul(std::string_vi
   return out;
 }
 
-// Where the seed corpora and regression inputs live (tests/fuzz in the source tree).
-inline fs::path source_dir() { return SEGTRAIN_FUZZ_DIR; }
+// Where the seed corpora and regression inputs live (tests/fuzz in the source tree): compiled into
+// fuzz_paths.cpp alone, so that no target's own units name the checkout (ccache, as tests/test_paths.h).
+extern const char* const kFuzzSourceDir;
+inline fs::path source_dir() { return kFuzzSourceDir; }
 
 // Runs one input: returns on success or InputError; anything else is a finding.
 inline void run_one(Body body, const uint8_t* data, size_t size) {
