@@ -12,13 +12,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/env.sh
-: "${STORE:?STORE: a store tokenized with the base's tokenizer}"
+: "${STORE:?STORE: a store tokenized with the tokenizer of the base}"
 BASE=${BASE:-runs/bases/smollm2-135m}
 LRS=${LRS:-2e-5 1e-4 2e-4 5e-4 1e-3}
 TOKENS=${TOKENS:-65536}
 SEGTRAIN=${SEGTRAIN:-$BUILD_DIR/trainer/segtrain}
 [[ -f $BASE/config.json ]] || { echo "lora_lr_bench: no base at $BASE (make real-base)" >&2; exit 2; }
 out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
 [[ -n ${OUT:-} ]] || trap 'rm -rf "$out"' EXIT
 
 score() {  # score MODEL NAME: the held-out loss at 256 and 1,024 tokens, 16 windows each
@@ -40,7 +41,7 @@ model: {init: "hf:$BASE", arch: llama}
 data: {store: $STORE, train_length: 256, extended_length: 1024, sampler: {method: chunk, alpha: 0.25}}
 train: {budget: {tokens: $TOKENS}, micro_batch_size: 4, lr: $lr, min_lr: $(awk "BEGIN {print $lr / 10}"),
         warmup_steps: 4, weight_decay: 0.0, trainable: [$trainable], checkpoint_every: 100000}
-eval: {tasks: [], max_sequences: 4}
+eval: {tasks: [perplexity], lengths: [256], max_sequences: 4}
 EOF
   start=$SECONDS
   "$SEGTRAIN" train "$out/$name.yaml" "$@" >"$out/$name.log" 2>&1 || { tail -5 "$out/$name.log" >&2; exit 1; }
