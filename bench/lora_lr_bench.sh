@@ -40,7 +40,7 @@ run: {name: $name, output_dir: $out/$name, seed: 1234}
 model: {init: "hf:$BASE", arch: llama}
 data: {store: $STORE, train_length: 256, extended_length: 1024, sampler: {method: chunk, alpha: 0.25}}
 train: {budget: {tokens: $TOKENS}, micro_batch_size: 4, lr: $lr, min_lr: $(awk "BEGIN {print $lr / 10}"),
-        warmup_steps: 4, weight_decay: 0.0, trainable: [$trainable], checkpoint_every: 100000}
+        warmup_steps: 4, weight_decay: 0.0, ${trainable:+trainable: [$trainable], }checkpoint_every: 100000}
 eval: {tasks: [perplexity], lengths: [256], max_sequences: 4}
 EOF
   start=$SECONDS
