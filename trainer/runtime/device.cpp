@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "trainer/runtime/cpu_matmul.h"
 
 namespace segtrain::trainer {
 
@@ -54,7 +55,8 @@ int64_t thread_count(int64_t configured) {
 
 Autocast::Autocast(bool enabled, at::DeviceType device) : enabled_(enabled), device_(device) {
   if (!enabled_) return;
-  at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+  // On a CPU without a fast bf16 GEMM, "bf16" autocasts to fp32 (cpu_matmul.h).
+  at::autocast::set_autocast_dtype(device_, device_ == at::kCPU ? cpu_matmul().dtype : at::kBFloat16);
   at::autocast::set_autocast_enabled(device_, true);
 }
 
