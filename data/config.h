@@ -1,6 +1,6 @@
 #pragma once
 // The data section of a run config (docs/architecture.md, "Config keys"): which store to read
-// and how L_t-long training samples are cut from L_e-long windows (seed 004, 3.3).
+// and how L_t-long training samples are cut from L_e-long windows (Karypis et al. 2024, 3.3).
 #include <cstdint>
 #include <string>
 
@@ -21,7 +21,7 @@ inline constexpr EnumName<TargetMode> kTargetModes[] = {{"sequence", TargetMode:
                                                         {"document", TargetMode::document}};
 
 // Where chunk puts its runs in the window. uniform: every placement of the runs
-// inside [0, L_e) equally likely (seed 004, 3.3); offsets near 0 and L_e - 1 are
+// inside [0, L_e) equally likely (Karypis et al. 2024, 3.3); offsets near 0 and L_e - 1 are
 // then covered far less often than the middle. ring: every placement on the window
 // closed into a ring equally likely, rotated uniformly, so every offset is covered
 // with probability exactly L_t / L_e; the run that crosses the end, if any, comes

@@ -1,5 +1,5 @@
 #pragma once
-// Samplers (seed 004, 3.3 and 5.5): each turns one L_e window into the sequence
+// Samplers (Karypis et al. 2024, 3.3 and 5.5): each turns one L_e window into the sequence
 // the model sees. For input j, `offsets[j]` is where the token came from in the
 // window and `positions[j]` is the position id the model gets:
 //

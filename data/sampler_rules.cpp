@@ -45,7 +45,7 @@ std::vector<ConfigProblem> sampler_problems(const DataConfig& c) {
                                        " tokens; that must be an integer >= 1");
         break;
       }
-      // The suffix starts at i with (1-alpha)L_t < i < L_e - alpha*L_t (seed 004, 3.3).
+      // The suffix starts at i with (1-alpha)L_t < i < L_e - alpha*L_t (Karypis et al. 2024, 3.3).
       const int64_t suffix = std::llround(segment);
       const int64_t prefix = lt - suffix;
       if (prefix + 1 > le - suffix - 1)

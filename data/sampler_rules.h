@@ -1,6 +1,6 @@
 #pragma once
 // Every rule that ties the data section's sampler keys to each other and to L_t
-// and L_e (seed 004, 3.3), in one place: the validator reports them at the config
+// and L_e (Karypis et al. 2024, 3.3), in one place: the validator reports them at the config
 // file's line, the experiment grid checks its method names (chunk-<alpha>, ...)
 // through the same validation, and the Sampler refuses them as a last guard.
 // Plain C++, so the config library calls it without LibTorch.

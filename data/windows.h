@@ -1,5 +1,5 @@
 #pragma once
-// L_e windows (seed 004, 4.1): every document of at least L_e tokens is cut into
+// L_e windows (Karypis et al. 2024, 4.1): every document of at least L_e tokens is cut into
 // floor(len / L_e) non-overlapping windows; remainders and shorter documents are
 // discarded, so each window holds text of exactly one document. Eval uses the
 // same cut with L = the evaluated length.

@@ -15,7 +15,7 @@ enum class Arch { gpt2, gpt_neox, bloom, llama };
 inline constexpr EnumName<Arch> kArchs[] = {
     {"gpt2", Arch::gpt2}, {"gpt_neox", Arch::gpt_neox}, {"bloom", Arch::bloom}, {"llama", Arch::llama}};
 
-inline constexpr Arch kDefaultArch = Arch::gpt2;  // model.arch's default (seed 004's model)
+inline constexpr Arch kDefaultArch = Arch::gpt2;  // model.arch's default (Karypis et al.'s model)
 
 enum class PositionScheme { learned, rope, alibi };
 

@@ -91,7 +91,7 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   // Without a mask the causal mask is implicit; under autocast SDPA runs in the autocast dtype.
   if (!mask.defined()) return sdpa(q, k, v, mask, autocast ? at::autocast::get_autocast_dtype(device) : q.scalar_type());
   if (!autocast) return sdpa(q, k, v, mask, q.scalar_type());
-  // Autocast would round the ALiBi bias to 16 bits (seed 002: positional math
+  // Autocast would round the ALiBi bias to 16 bits (the ALiBi precision study: positional math
   // stays fp32), so autocast is bypassed here and the mask kept fp32.
   const auto dtype = at::autocast::get_autocast_dtype(device);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);

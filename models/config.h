@@ -15,7 +15,7 @@ namespace segtrain::models {
 //   interpolate : APE table interpolation, RoPE linear PI, ALiBi slope interpolation
 //   ntk, dynamic_ntk, yarn : RoPE only;  ntk_alibi : ALiBi only
 //   llama3, longrope       : RoPE only, as transformers' rope types of those names
-//   dynamic_interpolate    : ALiBi interpolation by actual sequence length (seed 000)
+//   dynamic_interpolate    : ALiBi interpolation by actual sequence length (Al-Khateeb et al. 2023)
 enum class ExtensionMethod { none, interpolate, dynamic_interpolate, ntk, dynamic_ntk, yarn, ntk_alibi, llama3, longrope };
 inline constexpr EnumName<ExtensionMethod> kExtensionMethods[] = {
     {"none", ExtensionMethod::none},

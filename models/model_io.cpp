@@ -276,10 +276,4 @@ void save_model_dir(const ModelConfig& config, const std::map<std::string, at::T
   write_file_atomic(fs::path(dir) / "model_config.json", model_config_to_json(config));
 }
 
-TransformerLM load_model_dir(const std::string& dir) {
-  if (!fs::exists(fs::path(dir) / "model_config.json"))
-    throw InputError(dir + ": no model_config.json (not a segtrain model directory)");
-  return load_model(dir);
-}
-
 }  // namespace segtrain::models

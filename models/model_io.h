@@ -46,6 +46,5 @@ void save_model_dir(const TransformerLM& model, const std::string& dir);
 // The same for a model's config and weights held elsewhere (fp32 master weights).
 void save_model_dir(const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors,
                     const std::string& dir);
-TransformerLM load_model_dir(const std::string& dir);
 
 }  // namespace segtrain::models

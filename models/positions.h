@@ -1,7 +1,7 @@
 #pragma once
 // Positional math of the three schemes and every extension method (seeds 000-004).
 // Everything here is fp32 (or fp64 rounded to fp32) whatever the compute dtype:
-// seed 002 shows that ALiBi biases at thousands of positions collapse in 16 bits.
+// the ALiBi precision study shows that ALiBi biases at thousands of positions collapse in 16 bits.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -37,14 +37,14 @@ RopeParams rope_params(const ModelConfig& config, int64_t seq_len);
 // BLOOM's slopes, including head counts that are not powers of two: the first
 // 2^k heads get 2^(-8/2^k)^h, the rest the odd powers of 2^(-4/2^k).
 at::Tensor alibi_slopes(int64_t heads);
-// NTK-ALiBi (seed 001) generalised: each slope m is divided by a^t with
+// NTK-ALiBi (the NTK-ALiBi note) generalised: each slope m is divided by a^t with
 // t = ln(m_max / m) / ln(m_max / m_min), so the steepest head extrapolates (t=0)
 // and the shallowest interpolates by a (t=1), geometric in between. For H a power
-// of two, t = (h-1)/(H-1) exactly as seed 001. One head: t = 1.
+// of two, t = (h-1)/(H-1) exactly as the NTK-ALiBi note. One head: t = 1.
 at::Tensor ntk_alibi_slopes(int64_t heads, double a);
 // Slopes in effect for a sequence of seq_len positions (max position id + 1):
 // interpolate m*L/L' with L' = factor*L (static) or L' = seq_len (dynamic), only
-// when L' > L (seed 000); ntk_alibi with a = factor.
+// when L' > L (Al-Khateeb et al. 2023); ntk_alibi with a = factor.
 at::Tensor alibi_slopes_for(const ModelConfig& config, int64_t seq_len);
 
 }  // namespace segtrain::models

@@ -47,7 +47,7 @@ class Gpt2 final : public Family {
                   {"layer_norm_epsilon", c.layer_norm_eps}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0},
                   {"attn_pdrop", 0.0}, {"tie_word_embeddings", true}};
     if (c.extension.method == ExtensionMethod::interpolate)
-      out.note = "position table interpolated to n_positions rows (seed 004)";
+      out.note = "position table interpolated to n_positions rows (Karypis et al. 2024)";
     return out;
   }
 

@@ -147,7 +147,7 @@ TEST(ModelDir, SaveAndLoadRoundTripsWeightsAndConfig) {
   save_model_dir(model, out / "ckpt");
   EXPECT_EQ(detect_model_format(out / "ckpt"), ModelFormat::segtrain);
   EXPECT_EQ(detect_model_format(ref + "/gpt2"), ModelFormat::hf);
-  auto back = load_model_dir(out / "ckpt");
+  auto back = load_model(out / "ckpt");
   EXPECT_EQ(model_config_to_json(back->config()), model_config_to_json(config));
   EXPECT_EQ(back->wpe->weight.size(0), 96);
   for (const auto& [name, t] : model->tensors()) EXPECT_TRUE(at::equal(back->tensors().at(name), t)) << name;

@@ -1,4 +1,4 @@
-// `segtrain experiment FILE.yaml`: seed 004's comparison grid (experiment/experiment.h).
+// `segtrain experiment FILE.yaml`: Karypis et al.'s comparison grid (experiment/experiment.h).
 #include "common/log.h"
 #include "trainer/cli/command.h"
 #include "trainer/experiment/experiment.h"

@@ -69,7 +69,7 @@ struct ModelSection {
 
 struct Budget {
   std::optional<int64_t> tokens;   // training tokens (input positions) to process
-  bool compute_equivalent = true;  // seed 004 eq. 2: L_e/L_t epochs, 1 for full
+  bool compute_equivalent = true;  // Karypis et al. 2024, eq. 2: L_e/L_t epochs, 1 for full
 };
 
 struct TrainConfig {
@@ -121,7 +121,7 @@ struct EvalConfig {
   bool per_position = false;
   std::optional<int64_t> max_sequences;  // per length; 0: all; nullopt ("auto"): eval_windows_of
   int64_t windows_per_document = 0;  // 0: every window a document holds
-  int64_t stride = 0;          // 0: non-overlapping windows (seed 004); else sliding
+  int64_t stride = 0;          // 0: non-overlapping windows (Karypis et al. 2024); else sliding
   int64_t batch_size = 4;
   // What the final evaluation runs, in the catalog's order (trainer/config/eval_tasks.h):
   // perplexity reads the keys above, every other task its own options.
@@ -158,7 +158,7 @@ struct Config {
 // train.lr and train.warmup_steps when auto. From scratch 3e-4 after 100 steps. From a pretrained
 // base (model.init hf: or checkpoint:) 2e-5 after 20 steps: the continued-pretraining recipe with
 // which Position Interpolation, YaRN and LongLoRA extend Llama's context (lr 2e-5, 20 warm-up
-// steps); 3e-4 undoes what the base learnt (SmolLM2's loss 3.52 -> 3.91 in 4 steps). An auto
+// steps); 3e-4 undoes what the base learnt (docs/training.md, "Optimizer", measures it). An auto
 // warm-up takes at most a quarter of the run's steps. LoRA adapters on a base (model.adapters.lora.rank
 // > 0, peft: included) 2e-4, QLoRA's rate and the study's adapter rows': their B starts at zero, and
 // at full fine-tuning's 2e-5 they barely leave the base (bench/lora_lr_bench.sh, docs/training.md).
@@ -184,7 +184,7 @@ inline int64_t warmup_steps_of(const Config& c, int64_t total_steps) {
 // eval.max_sequences when auto: 64 windows a length; for a run from a pretrained base, as many as
 // keep its final evaluation within a quarter of the run's training tokens (forward only: about a
 // twelfth of the training's compute), at least 4 so that a perplexity still averages several
-// windows. A short extension of SmolLM2 to 16k otherwise ended in an hour of evaluation.
+// windows: a short extension to 16k would otherwise spend longer evaluating than training.
 inline constexpr int64_t kEvalWindows = 64;
 inline constexpr int64_t kFewestAutoEvalWindows = 4;
 inline int64_t eval_windows_of(const Config& c, int64_t train_tokens) {
@@ -248,9 +248,6 @@ std::string to_yaml(const Config& config);
 
 // Markdown table of every key with type, default and meaning (docs/configuration.md).
 std::string reference_markdown();
-
-// Dotted names of every key, in schema order.
-std::vector<std::string> config_keys();
 
 // The rules that depend on which key is which, declared once on the schema
 // field (config/schema.cpp) instead of as lists beside each rule.

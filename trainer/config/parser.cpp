@@ -183,13 +183,6 @@ std::string to_yaml(const Config& config) {
   return std::string(out.c_str()) + "\n";
 }
 
-std::vector<std::string> config_keys() {
-  Config config;
-  std::vector<std::string> keys;
-  for (const auto& f : schema::fields(config)) keys.push_back(f.path);
-  return keys;
-}
-
 std::vector<std::string> keys_with(KeyRole role) {
   Config config;
   std::vector<std::string> keys;

@@ -112,7 +112,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       integer("data.extended_length", c.data.extended_length, 1, kMaxInt,
               "L_e: window length cut from documents; >= train_length.").with({KeyRole::grid, KeyRole::resume}),
       choice("data.sampler.method", c.data.sampler.method, data::kSamplerMethods,
-             "How an L_t sequence is built from an L_e window (seed 004, section 3.3).").with({KeyRole::grid, KeyRole::resume}),
+             "How an L_t sequence is built from an L_e window (Karypis et al. 2024, section 3.3).").with({KeyRole::grid, KeyRole::resume}),
       real("data.sampler.alpha", c.data.sampler.alpha, kAnyReal, kNoHigh,
            "Segment fraction in (0, 1) for chunk (1/alpha segments of alpha*L_t) and prefix (suffix of alpha*L_t); "
            "its rules with L_t and L_e live in data/sampler_rules.h.").with({KeyRole::grid, KeyRole::resume}),
@@ -198,7 +198,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
               "Windows taken from one document before the next; 1: every window from another document (text "
               "that differs, for intervals over windows); 0: all a document holds."),
       integer("eval.stride", c.eval.stride, 0, kMaxInt,
-              "0: non-overlapping windows (seed 004); otherwise a sliding window with this stride."),
+              "0: non-overlapping windows (Karypis et al. 2024); otherwise a sliding window with this stride."),
       integer("eval.batch_size", c.eval.batch_size, 1, kMaxInt, "Sequences per evaluation forward pass."),
       word_set("eval.tasks", c.eval.tasks, task_names(),
                "What the final evaluation (and each row of an experiment) runs: perplexity (the keys above), then "

@@ -114,7 +114,7 @@ void check_model(Checker& ck, const Config& c) {
               "sampler " + std::string(enum_name(data::kSamplerMethods, c.data.sampler.method)) +
                   " uses positions up to L_e - 1 = " + std::to_string(c.data.extended_length - 1) +
                   " but the gpt2 position table has " + std::to_string(*rows) +
-                  " rows; set model.extension.method: interpolate (seed 004, 3.2)");
+                  " rows; set model.extension.method: interpolate (Karypis et al. 2024, 3.2)");
   }
 }
 

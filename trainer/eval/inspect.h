@@ -25,7 +25,7 @@ struct AlibiPrecisionOptions {
   int64_t bucket = 1000;
 };
 
-// Distinct ALiBi bias values per bucket of positions in fp32, fp16 and bf16 (seed 002, Table 2).
+// Distinct ALiBi bias values per bucket of positions in fp32, fp16 and bf16 (the ALiBi precision study, Table 2).
 std::string alibi_precision_json(const AlibiPrecisionOptions& options);
 
 }  // namespace segtrain::trainer

@@ -1,5 +1,5 @@
 #pragma once
-// Perplexity by length (seed 004, 4.5): windows of exactly L tokens from the
+// Perplexity by length (Karypis et al. 2024, 4.5): windows of exactly L tokens from the
 // documents of a split that have at least L tokens, non-overlapping unless a
 // sliding stride is given; each window is scored on its L-1 next-token
 // predictions, as transformers scores `model(ids, labels=ids)`.

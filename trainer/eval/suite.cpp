@@ -102,9 +102,4 @@ std::vector<TaskResult> run_suite(const EvalSuite& suite, models::TransformerLM&
   return results;
 }
 
-const TaskResult* find_result(const std::vector<TaskResult>& results, const std::string& task) {
-  const auto it = std::find_if(results.begin(), results.end(), [&](const auto& r) { return r.task == task; });
-  return it == results.end() ? nullptr : &*it;
-}
-
 }  // namespace segtrain::trainer

@@ -60,7 +60,4 @@ struct SuiteRun {
 std::vector<TaskResult> run_suite(const EvalSuite& suite, models::TransformerLM& model, const TaskData& data,
                                   const SuiteRun& how = {});
 
-// The result of `task` in `results`, or nullptr.
-const TaskResult* find_result(const std::vector<TaskResult>& results, const std::string& task);
-
 }  // namespace segtrain::trainer

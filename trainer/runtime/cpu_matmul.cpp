@@ -23,9 +23,14 @@ namespace {
 // costs a fraction of a second before the early stop below.
 constexpr int64_t kTokens = 128, kWidth = 512;
 constexpr double kFlopsPerGemm = 2.0 * kTokens * kWidth * kWidth;
-constexpr int kRepeats = 3;
-// A bf16 call this many times slower than fp32's best is not worth timing further.
-constexpr double kGiveUpRatio = 4.0;
+constexpr int kRepeats = 5;
+// A bf16 call this many times slower than fp32's best is not worth timing further (a slow
+// bf16 input-gradient was 50x slower than fp32: seconds a call at this shape on such a CPU).
+constexpr double kGiveUpRatio = 20.0;
+// fp32 is chosen only when bf16 is slower by more than this factor: the machines this is for
+// are 7-50x apart, and a margin keeps a loaded machine's timing noise (one call preempted) from
+// flipping the choice between a run and its resumption.
+constexpr double kClearlySlower = 2.0;
 
 double seconds_of(const std::function<at::Tensor()>& gemm) {
   const auto start = std::chrono::steady_clock::now();
@@ -44,12 +49,16 @@ std::vector<std::function<at::Tensor()>> gemms(at::ScalarType dtype) {
 }
 
 // Best time of each GEMM; with a limit, a first call slower than limit[i] stops the timing
-// (that call's time stands for the rest).
+// (that call's time stands for the rest). The best of several calls is the kernel's speed,
+// whatever else the machine runs.
 std::vector<double> best_times(at::ScalarType dtype, const std::vector<double>& limits) {
   std::vector<double> best;
   for (const auto& gemm : gemms(dtype)) {
     const size_t i = best.size();
-    double first = seconds_of(gemm);  // also the warm-up
+    // Not timed: a library's first call of a kernel builds it (oneDNN compiles its AMX/AVX512
+    // kernels at first use, tens of times one call), which is not the kernel's speed.
+    (void)seconds_of(gemm);
+    const double first = seconds_of(gemm);
     double b = first;
     if (limits.empty() || first <= limits[i])
       for (int r = 0; r < kRepeats; ++r) b = std::min(b, seconds_of(gemm));
@@ -92,7 +101,7 @@ CpuGemmTimes time_cpu_gemms() {
 }
 
 at::ScalarType faster_cpu_matmul_dtype(const CpuGemmTimes& times) {
-  return times.bf16_gflops >= times.fp32_gflops ? at::kBFloat16 : at::kFloat;
+  return times.bf16_gflops * kClearlySlower >= times.fp32_gflops ? at::kBFloat16 : at::kFloat;
 }
 
 const CpuMatmul& cpu_matmul() {

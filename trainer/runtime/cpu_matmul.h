@@ -4,7 +4,7 @@
 // none (an AMD CPU with torch 2.13: a bf16 linear at 2.2 GFLOP/s against 15 in fp32,
 // its input-gradient 50x slower), where a bf16 run would take minutes a step. So the
 // first bf16 autocast on the CPU times one bf16 and one fp32 GEMM of a projection's
-// shape (forward and input-gradient) and, when bf16 is the slower, autocasts to fp32
+// shape (forward and input-gradient) and, when bf16 is clearly the slower, autocasts to fp32
 // instead: the weights stay as stored (a bf16 base stays bf16 in memory) and are cast
 // to fp32 where a matmul reads them. The choice is logged once and said in the plan.
 //
@@ -30,7 +30,7 @@ struct CpuMatmul {
 // once it is clearly the slower (a slow bf16 input-gradient would otherwise take seconds).
 CpuGemmTimes time_cpu_gemms();
 
-// bf16 when its GEMMs are at least as fast as fp32's.
+// bf16 unless its GEMMs are more than twice as slow as fp32's.
 at::ScalarType faster_cpu_matmul_dtype(const CpuGemmTimes& times);
 
 // The process's choice, made on the first call (measured, or from SEGTRAIN_CPU_MATMUL,

@@ -33,7 +33,7 @@ at::Tensor to_device(const at::Tensor& host, const c10::Device& device);
 int64_t thread_count(int64_t configured);
 
 // bf16 autocast for the forward pass while alive; positional math inside the
-// model stays fp32 (seed 002). On a CPU whose bf16 GEMM is slower than fp32 the
+// model stays fp32 (the ALiBi precision study). On a CPU whose bf16 GEMM is slower than fp32 the
 // matmuls run in fp32 instead (cpu_matmul.h).
 class Autocast {
  public:
