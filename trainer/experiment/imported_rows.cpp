@@ -1,11 +1,18 @@
+// Rows another invocation of the experiment recorded (experiment/imported_rows.h): read
+// from their results.json, matched to this grid's rows with their settings checked, the
+// imported base row checked against the one scored here, and rows no row of this grid uses named.
 #include "trainer/experiment/imported_rows.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "trainer/config/eval_tasks.h"
 #include "trainer/experiment/more_windows.h"
+#include "trainer/experiment/row_evaluation.h"
 
 namespace segtrain::trainer {
 
@@ -103,6 +110,54 @@ std::vector<std::pair<ImportedRows::Key, std::string>> ImportedRows::unused(cons
   for (const auto& [key, entry] : rows_)
     if (!used.count(key)) out.emplace_back(key, entry.file);
   return out;
+}
+
+std::map<size_t, ImportedRows::Found> imported_rows(const ExperimentConfig& x, const CorpusSpec& corpus,
+                                                    const std::vector<PlannedRow>& rows, const ImportedRows& imports) {
+  std::map<size_t, ImportedRows::Found> out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const PlannedRow& p = rows[i];
+    const auto found = imports.find(corpus.name, p.row.factor, p.row.key, task_settings(x, p.row, p.model_dir, p.overrides));
+    if (found.row) out[i] = found;
+  }
+  return out;
+}
+
+void check_same_base(const RowResult& here, const RowResult& imported, const std::string& file) {
+  const std::string where = "--import-rows " + file + ": its base row ";
+  if (imported.results.size() != 1 || imported.results.front().length != here.results.front().length)
+    throw InputError(where + "is not scored at L_t = " + std::to_string(here.results.front().length) + " alone");
+  auto windows = [](const LengthResult& r) {
+    std::vector<std::pair<int64_t, int64_t>> at;
+    for (const auto& w : r.windows) at.emplace_back(w.doc, w.start);
+    return at;
+  };
+  const LengthResult &mine = here.results.front(), &theirs = imported.results.front();
+  const auto at_theirs = windows(theirs), at_mine = windows(mine);
+  // Here more windows when more are asked for (more_windows.h): the imported ones come first.
+  if (at_mine.size() < at_theirs.size() || !std::equal(at_theirs.begin(), at_theirs.end(), at_mine.begin()))
+    throw InputError(where + "was scored on other held-out windows: its rows come from another store or split");
+  double sum = 0;  // the base here over the imported windows
+  for (size_t i = 0; i < at_theirs.size(); ++i)
+    for (double block : mine.windows[i].block_nll) sum += block;
+  // A margin, not equality, for another device's or kernel's rounding (not yet measured on a GPU).
+  const double a = std::exp(sum / static_cast<double>(theirs.tokens)), b = theirs.ppl;
+  if (!(std::abs(a - b) <= 1e-4 * std::abs(b)))
+    throw InputError(where + "scores " + format_factor(b) + " at L_t, the base and store here " + format_factor(a) +
+                     " (more than 1e-4 apart): its rows were scored on another base or store");
+}
+
+void check_imports(const ExperimentConfig& x, const ImportedRows& imports) {
+  std::set<ImportedRows::Key> used;
+  for (const auto& corpus : x.corpora) {
+    const auto runs = plan_training_runs(x, corpus);  // rows point into it
+    const auto rows = plan_rows(x, corpus, runs);
+    for (const auto& [index, found] : imported_rows(x, corpus, rows, imports))
+      used.insert({corpus.name, found.row->factor, found.row->key});
+  }
+  for (const auto& [key, file] : imports.unused(used))
+    log::warn("--import-rows ", file, ": row '", std::get<2>(key), "' (corpus '", std::get<0>(key), "', x",
+              std::get<1>(key), ") is no row of ", x.file, ": not used");
 }
 
 }  // namespace segtrain::trainer

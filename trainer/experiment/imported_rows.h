@@ -5,6 +5,8 @@
 // (docs/results/), reports them beside its own rows without training or evaluating
 // them again. Their evaluation settings are checked, and the grid scores the base row
 // itself to check the base and store; how they were trained is taken as recorded.
+// The checks of this grid's rows against them are here too (imported_rows, check_same_base,
+// check_imports).
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -15,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "trainer/experiment/experiment.h"
+#include "trainer/experiment/plan.h"
 #include "trainer/experiment/report.h"
 
 namespace segtrain::trainer {
@@ -63,5 +67,19 @@ class ImportedRows {
   std::map<Key, Entry> rows_;
   GridTime time_;
 };
+
+// Each row `imports` holds for `corpus`, checked against this grid's settings
+// (exit 2 naming the first that differs): by the row's position in plan_rows.
+std::map<size_t, ImportedRows::Found> imported_rows(const ExperimentConfig& x, const CorpusSpec& corpus,
+                                                    const std::vector<PlannedRow>& rows, const ImportedRows& imports);
+
+// The base row imported must be the base row scored here: the same base, store and
+// windows, which the imported rows' settings alone do not show.
+// `file`: the --import-rows file it came from.
+void check_same_base(const RowResult& here, const RowResult& imported, const std::string& file);
+
+// Every imported row checked against this grid's settings before anything is written
+// (run_corpus takes them again); a row that is no row of this grid is named, unused.
+void check_imports(const ExperimentConfig& x, const ImportedRows& imports);
 
 }  // namespace segtrain::trainer

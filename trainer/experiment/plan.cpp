@@ -1,9 +1,11 @@
-// Where an experiment keeps each corpus, store, run and row, and the run
-// configs it derives from the template (experiment/plan.h).
+// Where an experiment keeps each corpus, store, run and row, the run configs it
+// derives from the template, and the rows it reports (experiment/plan.h).
 #include "trainer/experiment/plan.h"
 
 #include <algorithm>
+#include <iomanip>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
 #include "common/error.h"
@@ -95,6 +97,28 @@ void check_adapter_sizes(const CorpusSpec& corpus, const std::vector<PlannedRun>
   }
 }
 
+RowResult new_row(std::string key, std::string label, std::string kind, int64_t factor, std::vector<int64_t> lengths) {
+  RowResult row;
+  row.key = std::move(key);
+  row.label = std::move(label);
+  row.kind = std::move(kind);
+  row.factor = factor;
+  row.lengths = std::move(lengths);
+  return row;
+}
+
+std::string extension_override(models::ExtensionMethod method) {
+  return std::string("model.extension.method=") + enum_name(models::kExtensionMethods, method);
+}
+
+std::string ootb_label(const ExperimentConfig& x, const CorpusSpec& corpus, models::ExtensionMethod method) {
+  const bool learned = models::position_scheme(base_arch(x, corpus)) == models::PositionScheme::learned;
+  if (method == models::ExtensionMethod::none) return "OOTB";
+  // Seed 004's APE OOTB row is the interpolated table.
+  if (learned && method == models::ExtensionMethod::interpolate) return "OOTB";
+  return std::string("OOTB ") + enum_name(models::kExtensionMethods, method);
+}
+
 }  // namespace
 
 bool is_grid_key(const std::string& key) { return key_has(key, KeyRole::grid); }
@@ -163,6 +187,46 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
     }
   check_adapter_sizes(corpus, runs);
   return runs;
+}
+
+std::vector<PlannedRow> plan_rows(const ExperimentConfig& x, const CorpusSpec& corpus,
+                                  const std::vector<PlannedRun>& runs) {
+  const int64_t lt = x.base_template.config.data.train_length;
+  const std::string base = base_model_dir(x, corpus);
+  std::vector<PlannedRow> rows;
+  rows.push_back({new_row("base", "base at L_t", "base", 1, {lt}), base, {}, corpus_dir(x, corpus) / "base-eval"});
+  for (int64_t factor : x.factors) {
+    const std::string factor_set = "model.extension.factor=" + format_factor(extension_factor(x, corpus, factor));
+    for (auto method : ootb_rows(x, corpus)) {
+      PlannedRow p{new_row("ootb-" + std::string(enum_name(models::kExtensionMethods, method)),
+                           ootb_label(x, corpus, method), "ootb", factor, row_lengths(x, factor)),
+                   base, {}, {}};
+      if (method != models::ExtensionMethod::none) p.overrides = {extension_override(method), factor_set};
+      p.record_dir = factor_dir(x, corpus, factor) / p.row.key;
+      rows.push_back(std::move(p));
+    }
+    for (const auto& run : runs) {
+      if (run.factor != factor || !run.method) continue;
+      const TrainedMethod& m = *run.method;
+      const std::string label = m.domain_adaptation ? "DA" + m.name.substr(2) : m.name;  // "DA", "DA@262144"
+      const fs::path run_dir = run.config.config.run.output_dir;
+      PlannedRow p{new_row(m.name, label, "trained", factor, row_lengths(x, factor)), (run_dir / "final").string(),
+                   {}, run_dir, &run};
+      p.row.budget = m.budget.value_or(0);
+      p.row.variant_of = m.variant_of;
+      const auto ootb_extension = default_train_extension(base_arch(x, corpus));
+      if (m.domain_adaptation && ootb_extension != models::ExtensionMethod::none)
+        p.overrides = {extension_override(ootb_extension), factor_set};
+      rows.push_back(std::move(p));
+    }
+  }
+  return rows;
+}
+
+std::string format_factor(double factor) {
+  std::ostringstream out;
+  out << std::setprecision(12) << factor;
+  return out.str();
 }
 
 }  // namespace segtrain::trainer

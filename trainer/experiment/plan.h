@@ -1,12 +1,13 @@
 #pragma once
-// Where an experiment keeps each corpus, store, run and row, and the run
-// configs it derives from the template. Shared by the loader (which validates
-// every run up front) and the runner.
+// Where an experiment keeps each corpus, store, run and row, the run configs it
+// derives from the template, and the rows it reports. Shared by the loader (which
+// validates every run up front), the import checks and the runner.
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "trainer/experiment/experiment.h"
+#include "trainer/experiment/report.h"
 
 namespace segtrain::trainer {
 
@@ -46,5 +47,23 @@ struct PlannedRun {
 // The base pretraining run (unless the corpus gives one), then one run per
 // factor and trained method, in the order they run.
 std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const CorpusSpec& corpus);
+
+// One row of a corpus's report as the grid plans it: what it scores, with which
+// overrides, where its record goes, and the training run behind a trained row.
+struct PlannedRow {
+  RowResult row;  // key, label, kind, factor, lengths, budget
+  std::string model_dir;
+  std::vector<std::string> overrides;
+  fs::path record_dir;
+  const PlannedRun* run = nullptr;
+};
+
+// The base row at L_t (the OOTB row without a scaling), then per factor the OOTB rows
+// and the trained rows, in the order the grid runs them.
+std::vector<PlannedRow> plan_rows(const ExperimentConfig& x, const CorpusSpec& corpus,
+                                  const std::vector<PlannedRun>& runs);
+
+// A factor as --set takes it: "4", "2.5".
+std::string format_factor(double factor);
 
 }  // namespace segtrain::trainer
