@@ -18,10 +18,8 @@
 #include <sstream>
 
 #include "common/atomic_write.h"
-#include "common/dir_lock.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "common/output_path.h"
 #include "common/signals.h"
 #include "data/loader.h"
 #include "data/prompt_tokenizer.h"
@@ -51,6 +49,7 @@
 #include "trainer/train/model_setup.h"
 #include "trainer/train/optimizer.h"
 #include "trainer/train/run_checkpoint.h"
+#include "trainer/train/run_directory.h"
 #include "trainer/train/sharded_optimizer.h"
 #include "trainer/train/step_loss.h"
 #include "trainer/train/step_totals.h"
@@ -80,59 +79,6 @@ struct StepResult {
   int64_t loss_tokens = 0;
   int stop_signal = 0;  // agreed by all ranks with the step's totals
 };
-
-// Where the run's files are, its lock (rank 0's), which checkpoint it continues
-// from, and its log file.
-struct RunDirectory {
-  fs::path dir;
-  DirectoryLock lock;
-  std::optional<CheckpointRef> resume_from;
-  std::unique_ptr<log::ScopedFile> log_file;
-};
-
-// A launcher restart (segtrain-launch, torchrun) continues the interrupted run;
-// otherwise an existing run is only continued with --resume (or --resume auto).
-// Rank 0 locks the directory before it looks for checkpoints: one writer per run.
-RunDirectory open_run_directory(const Config& c, const DistributedEnv& dist, Resume requested) {
-  RunDirectory run{c.run.output_dir, {}, std::nullopt, nullptr};
-  if (dist.rank == 0) {
-    // A run directory is recognised by its lock file, which train writes first. A new
-    // one may already hold checkpoints/ (a checkpoint copied in to continue with
-    // --resume) and logs/ (the other ranks' logs under run.log_all_ranks, made while
-    // rank 0 gets here): train's own folders, which it adds to and never replaces.
-    // Nothing a run reads is written into: the store, the model it starts from (and that model's base,
-    // a PEFT adapter's folder).
-    std::vector<CommandInput> reads = {{c.data.store, "data.store"}};
-    for (auto& input : model_init_inputs(c.model.init, "model.init")) reads.push_back(std::move(input));
-    check_output_is_no_input(run.dir, "run.output_dir", reads);
-    const bool is_run = fs::exists(run.dir / DirectoryLock::kFileName);
-    check_output_folder(run.dir, "run.output_dir", "a run", [is_run](const fs::path& entry) {
-      const auto name = entry.filename();
-      return is_run || (fs::is_directory(entry) && (name == "checkpoints" || name == "logs"));
-    });
-    run.lock = DirectoryLock::hold(run.dir, "run.output_dir", "segtrain train");
-    if (!run.lock.warning().empty()) log::warn(run.lock.warning());
-  }
-  run.resume_from = newest_checkpoint(run.dir);
-  const bool resume = requested == Resume::required ||
-                      ((requested == Resume::if_any || dist.restart > 0) && run.resume_from.has_value());
-  if (!resume && run.resume_from)
-    throw InputError("run.output_dir: '" + run.dir.string() + "' already holds a run (" +
-                     run.resume_from->dir.string() +
-                     "); use --resume (or --resume auto) to continue it or choose another output_dir");
-  if (resume && !run.resume_from)
-    throw InputError("--resume: '" + run.dir.string() +
-                     "' has no complete checkpoint to continue from (--resume auto starts fresh then)");
-  if (resume) check_resume_compatible(run.resume_from->dir, c, dist.world_size);
-  fs::create_directories(run.dir);
-  if (c.run.log_all_ranks) {
-    fs::create_directories(run.dir / "logs");
-    run.log_file = std::make_unique<log::ScopedFile>((run.dir / "logs" / ("rank-" + std::to_string(dist.rank) + ".log")).string());
-  } else if (dist.rank == 0) {
-    run.log_file = std::make_unique<log::ScopedFile>((run.dir / "train.log").string());
-  }
-  return run;
-}
 
 class Trainer {
  public:
