@@ -3,7 +3,8 @@
 // and write its outputs. Private to trainer/train (run_training, trainer.h, is the way in). One
 // class, its methods in a file per concern:
 //   trainer_setup.cpp       inputs checked, model converted, optimizer, resume, the plan
-//   trainer_loop.cpp        the loop, its step, and what all ranks agree on
+//   trainer_loop.cpp        the loop, its step (forward_backward, reduce_totals, apply_update),
+//                           and what all ranks agree on
 //   trainer_outputs.cpp     metrics rows, checkpoints, final/, the closing summary
 //   trainer_evaluation.cpp  the periodic and final evaluations
 #include <ATen/ATen.h>
@@ -53,6 +54,13 @@ struct StepResult {
   int stop_signal = 0;  // agreed by all ranks with the step's totals
 };
 
+// What this rank's micro-batches of a step gave, before any reduction over ranks.
+struct LocalTotals {
+  at::Tensor loss_sum;        // fp64 scalar on the device: the summed cross-entropy
+  int64_t loss_tokens = 0;    // counted on the host batches
+  data::Cursor cursor_after;  // where the data continues after the step's last batch
+};
+
 class Trainer {
  public:
   using Clock = std::chrono::steady_clock;
@@ -80,6 +88,11 @@ class Trainer {
   void plan_steps();
   void set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named);
   StepResult train_step();
+  // The step's three parts, in order: this rank's micro-batches, their sums over ranks (the
+  // step's one host read), the update.
+  LocalTotals forward_backward();
+  StepTotals reduce_totals(const LocalTotals& local);
+  StepResult apply_update(const StepTotals& totals);
   void log_step(const StepResult& step);
   // Starts saving `dir` (in the background unless train.save_in_background is
   // false or `wait`); a save in flight is finished first.

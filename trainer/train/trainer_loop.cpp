@@ -1,7 +1,8 @@
-// The training loop and its step (trainer_class.h): each step fetches the micro-batches, takes
-// the masked cross-entropy over the loss tokens of the whole step, clips and updates; the
-// Cadence decides when to log, save and evaluate. A stop asked for on any rank is agreed by all,
-// so that every rank stops after the same step.
+// The training loop and its step (trainer_class.h). A step is three calls: forward_backward
+// (this rank's micro-batches), reduce_totals (the gradients and the step's totals summed over
+// ranks: its one host read) and apply_update (clip, optimizer step, zero the gradients): the
+// work on each side of the host read is one call, the unit a CUDA graph can capture. A stop
+// asked for on any rank is agreed by all, so that every rank stops after the same step.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -45,18 +46,31 @@ void Trainer::train() {
 // (step_totals.h) instead of needing a round trip of its own before backward.
 StepResult Trainer::train_step() {
   const int64_t waits_before = group_ ? group_->host_waits() : 0;
-  StepResult result;
-  result.lr = schedule_.at(state_.step);
+  const LocalTotals local = forward_backward();
+  const StepTotals totals = reduce_totals(local);
+  state_.cursor = local.cursor_after;
+  state_.tokens += plan_.tokens_per_step;
+  state_.loss_tokens += totals.loss_tokens;
+  const StepResult result = apply_update(totals);
+  ++state_.step;
+  window_tokens_ += plan_.tokens_per_step;
+  ++window_steps_;
+  if (group_) window_host_waits_ += group_->host_waits() - waits_before;
+  return result;
+}
+
+// The step's micro-batches on this rank: all fetched first, then each one's forward and
+// backward, its loss summed on the device.
+LocalTotals Trainer::forward_backward() {
+  LocalTotals local;
   std::vector<MicroBatch> micro;
-  data::Cursor cursor_after;
-  int64_t loss_tokens = 0;
   for (int64_t k = 0; k < c_.train.grad_accum; ++k) {
     data::Batch batch = loader_->next();
-    cursor_after = batch.cursor;
+    local.cursor_after = batch.cursor;
     micro.push_back(to_tensors(batch, device_));
-    loss_tokens += micro.back().loss_tokens;
+    local.loss_tokens += micro.back().loss_tokens;
   }
-  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  local.loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   const bool master = optimizer_->keeps_master_weights();
   for (size_t k = 0; k < micro.size(); ++k) {
     at::Tensor loss;
@@ -68,33 +82,44 @@ StepResult Trainer::train_step() {
     // every one's does, into the optimizer's fp32 sums.
     if (sync_ && (master || k + 1 == micro.size())) sync_->arm();
     loss.backward();
-    loss_sum += loss.detach().to(at::kDouble);
+    local.loss_sum += loss.detach().to(at::kDouble);
     if (master) {
       if (sync_) sync_->finish();
       else optimizer_->accumulate_local();
       flat_->zero_grad();
     }
   }
-  if (sync_ && !master) sync_->finish();
+  return local;
+}
+
+// The gradients' reduction finished, then the step's totals summed over ranks and read on the
+// host (reduce_step_totals): the step's only host round trip. A checkpoint save in flight learns
+// from them whether every rank wrote its part.
+StepTotals Trainer::reduce_totals(const LocalTotals& local) {
+  if (sync_ && !optimizer_->keeps_master_weights()) sync_->finish();
   // Unsharded, every rank holds the whole reduced gradient: rank 0 counts it.
   const bool counts_norm = optimizer_->sharded() || dist_.rank == 0;
   const StepTotals totals = reduce_step_totals(
       group_.get(),
-      {stop_signal(), loss_tokens, loss_sum,
-       counts_norm ? optimizer_->grad_square_sum() : at::zeros({}, loss_sum.options()), checkpoints_->part()},
+      {stop_signal(), local.loss_tokens, local.loss_sum,
+       counts_norm ? optimizer_->grad_square_sum() : at::zeros({}, local.loss_sum.options()), checkpoints_->part()},
       device_);
   waiting_for_saves([&] { checkpoints_->settle(totals.saves_written, totals.saves_failed); });  // a save in flight
+  return totals;
+}
+
+// The step's mean loss and gradient norm from the totals, then the update at this step's lr:
+// the gradient scaled by the clipping over the loss-token count, the optimizer's step, the
+// gradients zeroed. A non-finite loss or gradient never reaches the weights; a step without
+// loss tokens (possible with prefix) has nothing to learn from.
+StepResult Trainer::apply_update(const StepTotals& totals) {
+  StepResult result;
+  result.lr = schedule_.at(state_.step);
   result.stop_signal = totals.stop_signal;
   result.loss_tokens = totals.loss_tokens;
   const double denominator = static_cast<double>(std::max<int64_t>(totals.loss_tokens, 1));
   result.loss = totals.loss_sum / denominator;
   const double grad_norm = std::sqrt(totals.grad_square_sum) / denominator;
-  state_.cursor = cursor_after;
-  state_.tokens += plan_.tokens_per_step;
-  state_.loss_tokens += result.loss_tokens;
-
-  // A non-finite loss or gradient never reaches the weights; a step without
-  // loss tokens (possible with prefix) has nothing to learn from.
   result.grad_norm = std::isfinite(result.loss) ? grad_norm : result.loss;
   if (!std::isfinite(result.loss) || !std::isfinite(result.grad_norm)) {
     ++state_.skipped_steps;
@@ -114,10 +139,6 @@ StepResult Trainer::train_step() {
     }
   }
   optimizer_->zero_grad();
-  ++state_.step;
-  window_tokens_ += plan_.tokens_per_step;
-  ++window_steps_;
-  if (group_) window_host_waits_ += group_->host_waits() - waits_before;
   return result;
 }
 
