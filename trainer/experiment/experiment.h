@@ -1,5 +1,5 @@
 #pragma once
-// `segtrain experiment FILE.yaml`: seed 004's comparison as one command. For each
+// `segtrain experiment FILE.yaml`: Karypis et al.'s comparison as one command. For each
 // corpus: a base model at L_t (given, or pretrained), then for each extension
 // factor f (L_e = f * L_t) the out-of-the-box rows (no training, each applicable
 // extension method) and the trained rows (DA, full, chunk-a, prefix-a,
@@ -34,7 +34,7 @@
 
 namespace segtrain::trainer {
 
-// One way to reach L_e with training. `da` is seed 004's domain-adaptation
+// One way to reach L_e with training. `da` is Karypis et al.'s domain-adaptation
 // control: more truncate training at L_t, then the OOTB extension at eval.
 // A `key: value` of base.set / extend.set / a method's set, kept as a --set assignment
 // plus where it was written.
@@ -86,7 +86,7 @@ struct ExperimentConfig {
   std::vector<models::ExtensionMethod> ootb;  // empty: every method that applies to the base
   std::optional<models::ExtensionMethod> train_extension;  // nullopt: the scheme's default
   // Tokens every trained row trains on; nullopt: the compute-equivalent budget
-  // (L_e / L_t epochs, seed 004 eq. 2). Either way every row sees the same number.
+  // (L_e / L_t epochs, Karypis et al. 2024, eq. 2). Either way every row sees the same number.
   std::optional<int64_t> train_tokens;
   // Lengths every row of every factor is evaluated at; empty: L_t and L_e.
   std::vector<int64_t> eval_lengths;
@@ -127,7 +127,7 @@ std::optional<TrainedMethod> parse_trained_method(const std::string& name);
 // Extension methods that apply to an architecture out of the box, in table order.
 std::vector<models::ExtensionMethod> ootb_methods_for(models::Arch arch);
 
-// The extension the trained rows use when train_extension is auto: seed 004
+// The extension the trained rows use when train_extension is auto: Karypis et al. 2024
 // interpolates the gpt2 table and trains RoPE and ALiBi on plain positions.
 models::ExtensionMethod default_train_extension(models::Arch arch);
 

@@ -174,7 +174,7 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
       std::optional<double> factor_value;
       if (extension != models::ExtensionMethod::none) factor_value = extension_factor(x, corpus, factor);
       grid_set(r, "model.extension.factor", c.model.spec.extension.factor, factor_value, label);
-      // Every trained row sees the same number of tokens: L_e / L_t epochs (seed 004,
+      // Every trained row sees the same number of tokens: L_e / L_t epochs (Karypis et al. 2024,
       // eq. 2) or the experiment's train_tokens (a corpus far larger than a budget);
       // a point of a method's budget curve, its own.
       const std::optional<int64_t> tokens = method.budget ? method.budget : x.train_tokens;

@@ -1,7 +1,7 @@
 #pragma once
 // An experiment's results: one record per evaluated row (row.json in the row's
 // folder, so a resumed grid reads what it already has), and the reports made
-// from all of them: results.json, results.md (seed 004's Tables 3-5: rows are
+// from all of them: results.json, results.md (Karypis et al.'s Tables 3-5: rows are
 // methods, columns are extension lengths) and per-position loss plots.
 // The records and write_reports: results_record.cpp; results.md: report_sections.cpp
 // with report_tables.h; the plots: report_plots.h.

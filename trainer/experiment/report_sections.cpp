@@ -119,7 +119,7 @@ const RowResult* best_untrained(const CorpusResults& c, int64_t factor, int64_t 
   return best;
 }
 
-// The comparisons the text draws at `factor`: seed 004's chunk row against DA, full, pose
+// The comparisons the text draws at `factor`: Karypis et al.'s chunk row against DA, full, pose
 // and randompos, and every trained row against the best untrained row at each length.
 std::vector<Comparison> comparisons(const CorpusResults& c, int64_t factor) {
   std::vector<Comparison> out;
@@ -356,9 +356,9 @@ std::string results_markdown(const ExperimentConfig& x, const std::vector<Corpus
   std::ostringstream md;
   md << "# Experiment " << x.name << "\n\n"
      << "Made by `segtrain experiment " << x.file << "`. Perplexities (lower is better) are on the same "
-     << "non-overlapping windows of each corpus's validation split (seed 004, 4.5). OOTB rows are the base model "
+     << "non-overlapping windows of each corpus's validation split (Karypis et al. 2024, 4.5). OOTB rows are the base model "
      << "with no training and the named extension method; every trained row starts from the base and sees the same "
-     << "number of training tokens (seed 004, eq. 2), but the budget curve's rows (<method>@<tokens>). DA is more truncate training at L_t, evaluated like OOTB.\n\n";
+     << "number of training tokens (Karypis et al. 2024, eq. 2), but the budget curve's rows (<method>@<tokens>). DA is more truncate training at L_t, evaluated like OOTB.\n\n";
   if (time.invocations > 0)
     md << "Wall time of the grid so far: " << duration(time.seconds) << " ("
        << (time.invocations == 1 ? std::string("one run") : std::to_string(time.invocations) + " runs, each resuming the last")

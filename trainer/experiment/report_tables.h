@@ -1,5 +1,5 @@
 #pragma once
-// results.md's tables and their cells: perplexity by factor (seed 004's Tables 3-5) and
+// results.md's tables and their cells: perplexity by factor (Karypis et al.'s Tables 3-5) and
 // by length with 95% intervals, prompt tasks' accuracies, and paired differences between
 // rows with what they find. The sections (report_sections.cpp) put them in order.
 #include <cstdint>

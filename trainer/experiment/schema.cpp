@@ -30,7 +30,7 @@ Field assignments(std::string path, std::vector<Assignment>& v, bool budget_fixe
               } else if (budget_fixed && name == "train.budget.tokens") {
                 reader.fail(key.Mark(), path + "." + name +
                                             ": every trained row has the same budget so that rows compare: the "
-                                            "compute-equivalent one (seed 004, eq. 2), or experiment.train_tokens; a "
+                                            "compute-equivalent one (Karypis et al. 2024, eq. 2), or experiment.train_tokens; a "
                                             "method's other budgets are its `budgets:` list");
               } else {
                 YAML::Emitter text;
@@ -158,7 +158,7 @@ Field method_list(std::vector<MethodItem>& methods, FieldReader& reader) {
   };
   return item_list(
       "experiment.methods", methods, kMethodsType,
-      "Trained rows: da (truncate training on the base's positions, extended only when evaluated: seed 004's "
+      "Trained rows: da (truncate training on the base's positions, extended only when evaluated: Karypis et al.'s "
       "domain-adaptation control), truncate (truncate training with the rows' extension: the DA row of a base "
       "extended with a scaling), full, randompos, pose, chunk-α, chunk-ring-α (chunk with "
       "data.sampler.placement: ring), prefix-α; an item {name, budgets, set} adds settings and budgets of "
@@ -220,7 +220,7 @@ std::vector<Field> experiment_fields(ExperimentConfig& x, std::vector<MethodItem
       integer_set("experiment.factors", x.factors, nullptr, 2, "Extension factors f: L_e = f * data.train_length."),
       maybe_integer("experiment.train_tokens", x.train_tokens, "null", 1,
                     "Tokens every trained row trains on; null: the compute-equivalent budget (L_e / L_t epochs of the "
-                    "training split, seed 004 eq. 2). Either way every row the report compares sees the same number "
+                    "training split, Karypis et al. 2024, eq. 2). Either way every row the report compares sees the same number "
                     "(a method's budgets add rows beside them)."),
       method_list(methods, reader),
       variant_list(variants, reader),
@@ -228,7 +228,7 @@ std::vector<Field> experiment_fields(ExperimentConfig& x, std::vector<MethodItem
                         "Out-of-the-box rows (no training), as model.extension.method names; auto: every method that "
                         "applies to the base."),
       maybe_choice("experiment.train_extension", x.train_extension, "auto", models::kExtensionMethods,
-                   "Extension the trained rows use; auto: interpolate for gpt2 (seed 004, 3.2), none for RoPE and "
+                   "Extension the trained rows use; auto: interpolate for gpt2 (Karypis et al. 2024, 3.2), none for RoPE and "
                    "ALiBi (the model learns the new distances)."),
       integer_set("experiment.eval_lengths", x.eval_lengths, "auto", 2,
                   "Lengths every row is evaluated at; auto: L_t and each L_e. Must hold L_t and L_e, with one factor "

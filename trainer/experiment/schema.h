@@ -30,7 +30,7 @@ struct VariantItem {
   std::string origin;  // file:line:col of the item
 };
 
-// The rows a file without experiment.methods trains: seed 004's Table 1 and 4 rows.
+// The rows a file without experiment.methods trains: Karypis et al.'s Table 1 and 4 rows.
 std::vector<MethodItem> default_method_items();
 
 // The section's keys bound to `x` (and the method and variant items to `methods`, `variants`); the list

@@ -1,5 +1,5 @@
 #pragma once
-// How long a run is: seed 004's compute-equivalent rule (L_e/L_t epochs for the
+// How long a run is: Karypis et al.'s compute-equivalent rule (L_e/L_t epochs for the
 // segmented samplers, 1 for full) or a token budget, rounded up to whole
 // global batches.
 #include <cstdint>

@@ -38,7 +38,7 @@ models::TransformerLM build_model(const LoadedConfig& loaded, const models::Mode
   torch::manual_seed(static_cast<uint64_t>(loaded.config.run.seed));
   const std::string base_dir = model_ref_dir(loaded.config.model.init);
   if (base_dir.empty()) return models::TransformerLM(model_config);
-  // Its time is said with the conversion's (trainer.cpp: "base loaded and converted in X s").
+  // Its time is said with the conversion's (trainer_setup.cpp: "base loaded and converted in X s").
   return models::load_model(base_dir, model_config, models::WeightDtype::as_stored, /*say_time=*/false);
 }
 

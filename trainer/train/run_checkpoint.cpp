@@ -144,7 +144,7 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
   // Optimizer hyperparameters, logging and evaluation settings may change on resume.
   std::vector<std::string> keys = keys_with(KeyRole::resume);
   keys.insert(keys.end(), extra_keys.begin(), extra_keys.end());
-  // A run records its folders absolute (trainer.cpp); the config may name them relative: the
+  // A run records its folders absolute (trainer_setup.cpp); the config may name them relative: the
   // folders are compared, not their spellings.
   auto comparable = [](const std::string& key, const std::string& text) {
     if (key != "data.store" && key != "model.init") return text;
