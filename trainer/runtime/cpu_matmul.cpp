@@ -104,12 +104,12 @@ at::ScalarType faster_cpu_matmul_dtype(const CpuGemmTimes& times) {
   return times.bf16_gflops * kClearlySlower >= times.fp32_gflops ? at::kBFloat16 : at::kFloat;
 }
 
-const CpuMatmul& cpu_matmul() {
+const CpuMatmul& cpu_matmul(bool log_choice) {
   static std::once_flag once;
   static CpuMatmul choice;
-  std::call_once(once, [] {
+  std::call_once(once, [log_choice] {
     choice = choose();
-    log::info(describe(choice));
+    if (log_choice) log::info(describe(choice));
   });
   return choice;
 }

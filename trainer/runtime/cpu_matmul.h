@@ -34,8 +34,9 @@ CpuGemmTimes time_cpu_gemms();
 at::ScalarType faster_cpu_matmul_dtype(const CpuGemmTimes& times);
 
 // The process's choice, made on the first call (measured, or from SEGTRAIN_CPU_MATMUL,
-// whose bad value is an InputError naming it) and logged once.
-const CpuMatmul& cpu_matmul();
+// whose bad value is an InputError naming it) and logged then unless `log_choice` is false
+// (a training run's plan line says it instead).
+const CpuMatmul& cpu_matmul(bool log_choice = true);
 
 // "bf16 matmuls on the CPU (bf16 38.8 GFLOP/s, fp32 12.4)" or the fp32 fallback's line.
 std::string describe(const CpuMatmul& choice);

@@ -25,6 +25,7 @@
 #include "models/positions.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/eval/stored_model.h"
+#include "trainer/runtime/cpu_matmul.h"
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/memory.h"
 #include "trainer/train/model_setup.h"
@@ -272,12 +273,15 @@ void Trainer::plan_steps() {
   resolved.model.init = with_absolute_folder(c_.model.init);
   if (writer_) write_file_atomic(run_.dir / "config.yaml", to_yaml(resolved));
   log::info("run ", c_.run.name, ": ", data::describe(loader_->windows().stats, c_.data.extended_length));
+  // Whether bf16 on this CPU computes in bf16 is part of what the run will cost (cpu_matmul.h).
+  const bool bf16_on_cpu = device_.is_cpu() && c_.train.precision == Precision::bf16;
   log::info("plan: ", plan_.total_steps, " steps of ", plan_.global_batch, " x ", plan_.sample_length, " tokens = ",
             plan_.total_steps * plan_.tokens_per_step, " tokens (", std::setprecision(3), plan_.epochs, " epochs of ",
             plan_.samples_per_epoch, " windows); model ", model_config_.d_model, "x", model_config_.n_layers, " ",
             enum_name(models::kArchs, model_config_.arch), " on ", device_.str(), ", ", at::get_num_threads(),
             " threads; lr ", format_double(lr_of(c_)), " after ", warmup_steps_of(c_, plan_.total_steps),
-            " warm-up steps", c_.train.lr ? "" : from_pretrained(c_) ? " (auto: a pretrained base's)" : " (auto)");
+            " warm-up steps", c_.train.lr ? "" : from_pretrained(c_) ? " (auto: a pretrained base's)" : " (auto)",
+            bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "");
   metrics_ = std::make_unique<Metrics>(writer_ ? run_.dir : fs::path(), c_.train.tensorboard, state_.step,
                                        plan_.total_steps);
 }
