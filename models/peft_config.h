@@ -26,9 +26,9 @@
 namespace segtrain::models {
 
 struct PeftAdapterConfig {
-  LoraConfig lora;                     // rank, alpha, dropout, targets (segtrain's names)
-  std::vector<std::string> trainable;  // "adapters" and the groups modules_to_save holds
-  std::string base_model;              // base_model_name_or_path as written; "" when null
+  LoraConfig lora;         // rank, alpha, dropout, targets (segtrain's names); trainable: "adapters" and
+                           // the groups modules_to_save holds
+  std::string base_model;  // base_model_name_or_path as written; "" when null
 };
 
 // PEFT writes about 1 KB, two levels deep, with a few names in target_modules.

@@ -72,7 +72,7 @@ TEST(Lora, SameLogitsLossGradientsAndMergedWeightsAsPeftOnChunkPositions) {
     SCOPED_TRACE(c.what);
     test::TempDir dir;
     TransformerLM model = load_model(ref + "/llama");
-    const auto converter = make_lora(c.lora, c.trainable);
+    const auto converter = make_lora(test::lora_training(c.lora, c.trainable));
     converter->convert(model);
     randomize_adapters(model, 3);
     TensorMap input = {{"tokens", tokens}, {"positions", positions}};
@@ -135,7 +135,7 @@ TEST(Lora, StartsAsTheBaseAndTrainsOnlyWhatItAdds) {
     LoraConfig lora;
     lora.rank = 2;
     lora.targets = arch == Arch::llama ? std::vector<std::string>{"q", "down"} : std::vector<std::string>{"qkv", "down"};
-    make_lora(lora, {"adapters", "head"})->convert(model);
+    make_lora(test::lora_training(lora, {"adapters", "head"}))->convert(model);
     EXPECT_TRUE(torch::equal(model->forward(tokens, positions), before));
     std::set<std::string> expected;
     const std::string q = arch == Arch::llama ? "q_proj" : "qkv", down = arch == Arch::llama ? "down_proj" : "fc_out";
@@ -164,7 +164,7 @@ TEST(Lora, MegatronBlocksGoToPeftAndPhi3sFusedProjectionsAreRefused) {
     lora.rank = 2;
     lora.alpha = 3;
     lora.targets = {"qkv", "o", "up", "down"};
-    const auto converter = make_lora(lora, {"adapters", "norms"});
+    const auto converter = make_lora(test::lora_training(lora, {"adapters", "norms"}));
     converter->convert(model);
     randomize_adapters(model, 11);
     {
@@ -172,7 +172,7 @@ TEST(Lora, MegatronBlocksGoToPeftAndPhi3sFusedProjectionsAreRefused) {
       for (const auto& [name, p] : trainable_parameters(model))
         if (name.find(".lora_") == std::string::npos) p.add_(at::randn_like(p) * 0.05);
     }
-    export_peft_adapter(model, lora.rank, lora.alpha, lora.dropout, (dir.path() / "peft").string());
+    export_peft_adapter(model, lora, (dir.path() / "peft").string());
     TransformerLM merged(model->config());
     merged->load_tensors(converter->fold(model->tensors()), "folded");
     export_hf(merged, (dir.path() / "merged").string());
@@ -196,18 +196,18 @@ TEST(Lora, MegatronBlocksGoToPeftAndPhi3sFusedProjectionsAreRefused) {
     LoraConfig lora;
     lora.rank = 2;
     lora.targets = {"qkv"};
-    make_lora(lora, {"adapters", trainable})->convert(model);
+    make_lora(test::lora_training(lora, {"adapters", trainable}))->convert(model);
     test::TempDir dir;
-    const std::string head = test::input_error_of([&] { export_peft_adapter(model, 2, 16, 0, (dir.path() / "p").string()); });
+    const std::string head = test::input_error_of([&] { export_peft_adapter(model, lora, (dir.path() / "p").string()); });
     EXPECT_NE(head.find("PEFT's modules_to_save does not give back as trained"), std::string::npos) << head;
   }
   TransformerLM phi3 = load_model(ref + "/phi3");
   LoraConfig lora;
   lora.rank = 2;
   lora.targets = {"q", "o"};
-  make_lora(lora, {"adapters"})->convert(phi3);
+  make_lora(test::lora_training(lora, {"adapters"}))->convert(phi3);
   test::TempDir dir;
-  const std::string fused = test::input_error_of([&] { export_peft_adapter(phi3, 2, 16, 0, (dir.path() / "p").string()); });
+  const std::string fused = test::input_error_of([&] { export_peft_adapter(phi3, lora, (dir.path() / "p").string()); });
   EXPECT_NE(fused.find("blocks.0.q_proj.weight is part of phi3's fused tensor model.layers.0.self_attn.qkv_proj.weight"), std::string::npos)
       << fused;
 }
@@ -217,26 +217,26 @@ TEST(Lora, RefusesTargetsItsBlockLacksAndSettingsThatCannotTrain) {
   lora.rank = 2;
   lora.targets = {"q"};
   TransformerLM gpt2(test::tiny_model_config(Arch::gpt2, 40, 16));
-  const std::string q = test::input_error_of([&] { make_lora(lora, {"adapters"})->convert(gpt2); });
+  const std::string q = test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"}))->convert(gpt2); });
   EXPECT_NE(q.find("model.adapters.lora.targets: q is no projection of model.arch gpt2's block (it has o, up, down, "
                    "qkv; q, k and v are one projection, qkv)"),
             std::string::npos)
       << q;
   lora.targets = {"qkv"};
   TransformerLM llama(test::tiny_model_config(Arch::llama, 40, 16));
-  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"adapters"})->convert(llama); }).find("qkv is no projection of model.arch llama"),
+  EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"}))->convert(llama); }).find("qkv is no projection of model.arch llama"),
             std::string::npos);
   lora.targets = {"q"};
-  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"norms"})->convert(llama); }).find("train.trainable: must list adapters"),
+  EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"norms"}))->convert(llama); }).find("train.trainable: must list adapters"),
             std::string::npos);
   lora.dropout = 0.1;
   auto checkpointed = test::tiny_model_config(Arch::llama, 40, 16);
   checkpointed.activation_checkpointing = true;
   TransformerLM recomputed(checkpointed);
-  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"adapters"})->convert(recomputed); }).find("another dropout mask"),
+  EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"}))->convert(recomputed); }).find("another dropout mask"),
             std::string::npos);
   lora.rank = 0;
-  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"adapters"}); }).find("needs a rank > 0"), std::string::npos);
+  EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"})); }).find("needs a rank > 0"), std::string::npos);
 }
 
 // An adapter PEFT made (random A and B, saved modules moved off the base), continued:
@@ -278,9 +278,9 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     EXPECT_EQ(config.lora.rank, c.rank);
     EXPECT_EQ(config.lora.alpha, c.alpha);
     EXPECT_EQ(config.lora.targets, c.targets);
-    EXPECT_EQ(config.trainable, c.trainable);
+    EXPECT_EQ(config.lora.trainable, c.trainable);
     EXPECT_EQ(find_peft_base(adapter, config.base_model), ref + "/llama");
-    make_lora(config.lora, config.trainable)->convert(model);
+    make_lora(config.lora)->convert(model);
     EXPECT_EQ(load_peft_adapter(model, adapter), static_cast<int64_t>(trainable_parameters(model).size()));
     model->eval();
     const auto logits = model->forward(tokens, positions);
@@ -297,7 +297,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     lora.rank = 4;
     lora.alpha = 8;
     lora.targets = {"q", "v", "down"};
-    make_lora(lora, {"adapters", "norms", "embeddings"})->convert(more);
+    make_lora(test::lora_training(lora, {"adapters", "norms", "embeddings"}))->convert(more);
     EXPECT_EQ(load_peft_adapter(more, adapter), static_cast<int64_t>(trainable_parameters(more).size()) - 1);
     EXPECT_TRUE(at::equal(more->tensors().at("wte.weight"), base_wte));
     // An adapter the settings name but the file lacks is refused.
@@ -307,7 +307,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     fs::copy(adapter, partial.path() / "a");
     write_safetensors((partial.path() / "a/adapter_model.safetensors").string(), tensors);
     TransformerLM again = load_model(ref + "/llama");
-    make_lora(lora, {"adapters", "norms"})->convert(again);
+    make_lora(test::lora_training(lora, {"adapters", "norms"}))->convert(again);
     const std::string missing = test::input_error_of([&] { load_peft_adapter(again, (partial.path() / "a").string()); });
     EXPECT_NE(missing.find("holds no blocks.1.down_proj.lora_B.weight, an adapter its adapter_config.json's "
                            "target_modules name"),
@@ -329,7 +329,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
   const std::string one_layer = refusal("target_modules", {"model.layers.1.self_attn.q_proj"});
   EXPECT_NE(one_layer.find("adapt layers.{}.self_attn.q_proj on 1 of the base's 2 layers"), std::string::npos) << one_layer;
   refusal("modules_to_save", {"embed_tokens"});
-  EXPECT_EQ(read_peft_adapter_config(adapter, base->config()).trainable, (std::vector<std::string>{"adapters", "embeddings"}));
+  EXPECT_EQ(read_peft_adapter_config(adapter, base->config()).lora.trainable, (std::vector<std::string>{"adapters", "embeddings"}));
   ModelConfig tied_config = base->config();  // this base's head is its own; a tied one's is the token table
   tied_config.tie_embeddings = true;
   const std::string tied = test::input_error_of([&] { read_peft_adapter_config(adapter, tied_config); });
@@ -343,7 +343,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
   LoraConfig three;
   three.rank = 3;
   three.targets = {"q", "v", "down"};
-  make_lora(three, {"adapters", "norms"})->convert(base);
+  make_lora(test::lora_training(three, {"adapters", "norms"}))->convert(base);
   const std::string shape = test::input_error_of([&] { load_peft_adapter(base, adapter); });
   EXPECT_NE(shape.find("adapter_model.safetensors: tensor base_model.model.model.layers.0."), std::string::npos) << shape;
   EXPECT_NE(shape.find(".lora_A.weight has shape [4, "), std::string::npos) << shape;
@@ -377,13 +377,13 @@ TEST(Lora, AdapterWeightsThatAreNotFiniteFloatsAreRefusedNamingTheTensor) {
   lora.targets = {"q", "v"};
   auto converted = [&] {
     TransformerLM model(test::tiny_model_config(Arch::llama, 40, 16));
-    make_lora(lora, {"adapters"})->convert(model);
+    make_lora(test::lora_training(lora, {"adapters"}))->convert(model);
     return model;
   };
   TransformerLM trained = converted();
   randomize_adapters(trained, 3);
   const std::string adapter = (tmp.path() / "adapter").string();
-  export_peft_adapter(trained, lora.rank, lora.alpha, lora.dropout, adapter);
+  export_peft_adapter(trained, lora, adapter);
   const std::string file = adapter + "/adapter_model.safetensors";
   const auto saved = read_safetensors(file);
   const std::string key = "base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight";
@@ -440,7 +440,7 @@ TEST(Lora, ADirectoryWithAdaptersLoadsMergedAndItsRecordRoundTrips) {
   lora.alpha = 6;
   lora.targets = {"o", "up"};
   Converters converters;
-  converters.push_back(make_lora(lora, {"adapters", "norms"}));
+  converters.push_back(make_lora(test::lora_training(lora, {"adapters", "norms"})));
   apply_converters(converters, model);
   randomize_adapters(model, 5);
   save_model_dir(model, (tmp.path() / "m").string());

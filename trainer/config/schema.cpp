@@ -151,7 +151,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                 "trains what it matches again, the last match deciding, e.g. [\"*\", \"!*norm*\", \"!wte.*\"] "
                 "trains only the norms and the embedding. Frozen weights stay bit-identical and hold no optimizer "
                 "state; a pattern that matches no parameter is refused. Empty: everything trains.").with({KeyRole::resume}),
-      word_set("train.trainable", t.trainable, models::kTrainableGroups,
+      word_set("train.trainable", c.model.adapters.lora.trainable, models::kTrainableGroups,
                "What trains in a LoRA run (model.adapters.lora.rank > 0): adapters, and besides them norms (every "
                "norm's weights), embeddings (the token and learned position tables), head (the LM head; the token "
                "table when tied). LongLoRA's LoRA+ is [adapters, norms, embeddings]. The rest stays the base's.")
