@@ -246,7 +246,9 @@ void read_numbers(const json& config, const std::string& file, PeftAdapterConfig
     throw InputError(file + ": lora_dropout: expected a number in [0, 1), got " + shown(dropout));
   out.lora.dropout = dropout.is_null() ? 0.0 : dropout.get<double>();
   expect_default(config, "bias", "none", file, "segtrain's adapters train no bias");
-  expect_default(config, "use_dora", false, file, "segtrain's adapters are LoRA's (no DoRA)");
+  const json& dora = field(config, "use_dora");
+  if (!dora.is_null() && !dora.is_boolean()) throw InputError(file + ": use_dora: expected true or false, got " + shown(dora));
+  out.lora.use_dora = dora.is_boolean() && dora.get<bool>();
   expect_default(config, "use_rslora", false, file, "segtrain scales adapters by alpha / r (no rsLoRA)");
   expect_default(config, "lora_bias", false, file, "segtrain's adapters train no bias");
   expect_default(config, "rank_pattern", json::object(), file, "every adapter of segtrain's has the one rank r");

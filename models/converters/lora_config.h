@@ -27,6 +27,7 @@ struct LoraConfig {
   double dropout = 0;
   std::vector<std::string> targets = {"q", "k", "v", "o"};  // LongLoRA's
   std::vector<std::string> trainable = {"adapters"};        // train.trainable: kTrainableGroups
+  bool use_dora = false;  // DoRA (Liu et al. 2024): each adapted weight's row norms train as a magnitude
 };
 
 // What trains in a LoRA run besides the base's frozen weights (train.trainable):
@@ -49,7 +50,9 @@ struct LoraTensor {
   const char* ours;
   const char* peft;
 };
-inline constexpr LoraTensor kLoraTensors[] = {{".lora_A.weight", ".lora_A.weight"}, {".lora_B.weight", ".lora_B.weight"}};
+inline constexpr LoraTensor kLoraTensors[] = {{".lora_A.weight", ".lora_A.weight"},
+                                              {".lora_B.weight", ".lora_B.weight"},
+                                              {".lora_magnitude_vector.weight", ".lora_magnitude_vector"}};
 inline const std::vector<std::string> kLoraTargets = {"q", "k", "v", "o", "gate", "up", "down", "qkv"};
 
 // The module a target adapts in `block`'s blocks ("q" -> "q_proj", "qkv" -> "qkv"),

@@ -11,7 +11,7 @@
 
 namespace segtrain::models {
 
-// {"name": "lora", "rank", "alpha", "dropout", "targets", "trainable"}.
+// {"name": "lora", "rank", "alpha", "dropout", "targets", "trainable"}, and "use_dora": true for DoRA.
 nlohmann::json lora_record(const LoraConfig& lora);
 // The settings an entry of lora_record's form holds; InputError naming `source` and the keys
 // expected when it holds other values.

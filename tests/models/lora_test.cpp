@@ -36,12 +36,16 @@ std::set<std::string> trainable_names(const TransformerLM& model) {
 }
 
 // Every adapter drawn at random (B is zero after conversion, which would leave A without
-// a gradient), the same draws for the same seed.
+// a gradient), the same draws for the same seed; a DoRA magnitude moved a tenth off its start
+// (the adapted weight's norms), so that it scales each row apart from them.
 void randomize_adapters(TransformerLM& model, uint64_t seed) {
   torch::NoGradGuard no_grad;
   at::manual_seed(seed);
-  for (auto& item : model->named_parameters())
-    if (item.key().find(".lora_") != std::string::npos) item.value().copy_(at::randn_like(item.value()) * 0.1);
+  for (auto& item : model->named_parameters()) {
+    auto& p = item.value();
+    if (item.key().ends_with(".lora_magnitude_vector.weight")) p.mul_(1 + at::randn_like(p) * 0.1);
+    else if (item.key().find(".lora_") != std::string::npos) p.copy_(at::randn_like(p) * 0.1);
+  }
 }
 
 struct PeftCase {
@@ -68,12 +72,23 @@ TEST(Lora, SameLogitsLossGradientsAndMergedWeightsAsPeftOnChunkPositions) {
   plus.lora.targets = {"q", "v"};
   plus.target_modules = {"q_proj", "v_proj"};
   plus.modules_to_save = {"embed_tokens", "input_layernorm", "post_attention_layernorm", "norm"};
-  for (const auto& c : {all, plus}) {
+  PeftCase dora{"DoRA: adapters with magnitudes on q, v, o and down, and norms", {}, {"adapters", "norms"}, {}, {}};
+  dora.lora.rank = 3;
+  dora.lora.alpha = 6;
+  dora.lora.targets = {"q", "v", "o", "down"};
+  dora.lora.use_dora = true;
+  dora.target_modules = {"q_proj", "v_proj", "o_proj", "down_proj"};
+  dora.modules_to_save = {"input_layernorm", "post_attention_layernorm", "norm"};
+  for (const auto& c : {all, plus, dora}) {
     SCOPED_TRACE(c.what);
     test::TempDir dir;
     TransformerLM model = load_model(ref + "/llama");
     const auto converter = make_lora(test::lora_training(c.lora, c.trainable));
     converter->convert(model);
+    std::map<std::string, at::Tensor> initial;  // DoRA's magnitudes as conversion set them
+    for (const auto& [name, t] : model->tensors())
+      if (name.ends_with(".lora_magnitude_vector.weight")) initial[name] = t.clone();
+    EXPECT_EQ(initial.size(), c.lora.use_dora ? 2 * c.lora.targets.size() : 0);
     randomize_adapters(model, 3);
     TensorMap input = {{"tokens", tokens}, {"positions", positions}};
     for (const auto& [name, t] : model->tensors())
@@ -81,13 +96,16 @@ TEST(Lora, SameLogitsLossGradientsAndMergedWeightsAsPeftOnChunkPositions) {
     write_safetensors((dir.path() / "input.safetensors").string(), input);
     test::write_file(dir.path() / "request.json",
                      json{{"base", ref + "/llama"}, {"rank", c.lora.rank}, {"alpha", c.lora.alpha},
-                          {"target_modules", c.target_modules}, {"modules_to_save", c.modules_to_save}}
+                          {"target_modules", c.target_modules}, {"modules_to_save", c.modules_to_save},
+                          {"use_dora", c.lora.use_dora}}
                          .dump());
     const std::string cmd = test::python_command("lora " + test::shell_quote(dir.path().string()), "",
                                                  PEFT_REFERENCE_SCRIPT) +
                             " >/dev/null 2>" + test::shell_quote((dir.path() / "python.err").string());
     ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(dir.path() / "python.err");
     const auto peft = read_safetensors((dir.path() / "peft.safetensors").string());
+    for (const auto& [name, t] : initial)  // the adapted weight's row norms, as PEFT starts them
+      EXPECT_LT(test::max_abs_diff(t, peft.at("init/" + name)), 1e-6) << name;
 
     model->train();
     const auto logits = model->forward(tokens, positions);
@@ -156,14 +174,16 @@ TEST(Lora, StartsAsTheBaseAndTrainsOnlyWhatItAdds) {
 // modules_to_save gave neither back: 1.1 to 2.4 apart in the logits when tried).
 TEST(Lora, MegatronBlocksGoToPeftAndPhi3sFusedProjectionsAreRefused) {
   const std::string ref = test::reference_dir();
-  for (const std::string family : {"gpt2", "gpt_neox", "bloom"}) {
-    SCOPED_TRACE(family);
+  for (const auto& [family, use_dora] :
+       {std::pair<std::string, bool>{"gpt2", false}, {"gpt_neox", false}, {"bloom", false}, {"gpt2", true}}) {
+    SCOPED_TRACE(family + (use_dora ? " with DoRA" : ""));
     test::TempDir dir;
     TransformerLM model = load_model(ref + "/" + family);
     LoraConfig lora;
     lora.rank = 2;
     lora.alpha = 3;
     lora.targets = {"qkv", "o", "up", "down"};
+    lora.use_dora = use_dora;
     const auto converter = make_lora(test::lora_training(lora, {"adapters", "norms"}));
     converter->convert(model);
     randomize_adapters(model, 11);
@@ -178,6 +198,10 @@ TEST(Lora, MegatronBlocksGoToPeftAndPhi3sFusedProjectionsAreRefused) {
     export_hf(merged, (dir.path() / "merged").string());
     const auto config = json::parse(test::read_file(dir.path() / "peft/adapter_config.json"));
     EXPECT_EQ(config["fan_in_fan_out"], family == "gpt2") << "GPT-2's Conv1D holds [in, out]";
+    EXPECT_EQ(config["use_dora"], use_dora);
+    const auto saved = read_safetensors((dir.path() / "peft/adapter_model.safetensors").string());
+    EXPECT_EQ(saved.count("base_model.model.transformer.h.0.attn.c_attn.lora_magnitude_vector"),
+              use_dora && family == "gpt2" ? 1U : 0U) << "PEFT's name of a DoRA magnitude";
     const std::string cmd =
         test::python_command("load " + test::shell_quote(ref + "/" + family) + " " +
                                  test::shell_quote((dir.path() / "peft").string()) + " " +
@@ -253,11 +277,14 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     int64_t rank;
     double alpha;
     std::vector<std::string> targets, trainable;
+    bool use_dora = false;
   };
   const std::vector<Case> cases = {
       {{"q_proj", "v_proj", "down_proj"}, {"input_layernorm", "post_attention_layernorm", "norm"}, 4, 8,
        {"q", "v", "down"}, {"adapters", "norms"}},
-      {R"(.*\.(k_proj|o_proj|gate_proj))", nullptr, 2, 5, {"k", "o", "gate"}, {"adapters"}}};
+      {R"(.*\.(k_proj|o_proj|gate_proj))", nullptr, 2, 5, {"k", "o", "gate"}, {"adapters"}},
+      {{"q_proj", "up_proj"}, {"input_layernorm", "post_attention_layernorm", "norm"}, 3, 6, {"q", "up"},
+       {"adapters", "norms"}, true}};
   test::TempDir keep;  // case 1's adapter, for the refusals below
   for (const auto& c : cases) {
     SCOPED_TRACE(c.target_modules.dump());
@@ -266,7 +293,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     test::write_file(dir.path() / "request.json",
                      json{{"base", ref + "/llama"}, {"rank", c.rank}, {"alpha", c.alpha},
                           {"target_modules", c.target_modules}, {"modules_to_save", c.modules_to_save},
-                          {"base_model_name_or_path", ref + "/llama"}}
+                          {"base_model_name_or_path", ref + "/llama"}, {"use_dora", c.use_dora}}
                          .dump());
     const std::string cmd = test::python_command("save " + test::shell_quote(dir.path().string()), "",
                                                  PEFT_REFERENCE_SCRIPT) +
@@ -279,6 +306,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     EXPECT_EQ(config.lora.alpha, c.alpha);
     EXPECT_EQ(config.lora.targets, c.targets);
     EXPECT_EQ(config.lora.trainable, c.trainable);
+    EXPECT_EQ(config.lora.use_dora, c.use_dora);
     EXPECT_EQ(find_peft_base(adapter, config.base_model), ref + "/llama");
     make_lora(config.lora)->convert(model);
     EXPECT_EQ(load_peft_adapter(model, adapter), static_cast<int64_t>(trainable_parameters(model).size()));
@@ -321,7 +349,9 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     test::write_file(keep.path() / "adapter/adapter_config.json", edited.dump());
     return test::input_error_of([&] { read_peft_adapter_config(adapter, base->config()); });
   };
-  EXPECT_NE(refusal("use_dora", true).find("adapter_config.json: use_dora: true is not supported"), std::string::npos);
+  EXPECT_NE(refusal("use_dora", "yes").find("adapter_config.json: use_dora: expected true or false, got \"yes\""),
+            std::string::npos);
+  EXPECT_NE(refusal("use_rslora", true).find("adapter_config.json: use_rslora: true is not supported"), std::string::npos);
   EXPECT_NE(refusal("layers_to_transform", {0}).find("segtrain adapts every layer"), std::string::npos);
   const std::string nope = refusal("target_modules", {"q_proj", "nope"});
   EXPECT_NE(nope.find("target_modules: 'nope' matches no projection segtrain adapts (q, k, v, o, gate, up, down)"),
@@ -461,6 +491,29 @@ TEST(Lora, ADirectoryWithAdaptersLoadsMergedAndItsRecordRoundTrips) {
     converters_from_json(R"({"converters": [{"name": "lora", "rank": "4"}]})", "c.json");
   });
   EXPECT_NE(bad.find("c.json: the lora converter needs \"rank\" (an integer)"), std::string::npos) << bad;
+  EXPECT_EQ(record.find("use_dora"), std::string::npos) << "a LoRA record is written as before DoRA";
+
+  // DoRA's record says so, and its directory loads with each row scaled to its magnitude.
+  TransformerLM dora_model(test::tiny_model_config(Arch::llama, 40, 16));
+  lora.use_dora = true;
+  Converters dora;
+  dora.push_back(make_lora(lora));
+  apply_converters(dora, dora_model);
+  randomize_adapters(dora_model, 6);
+  save_model_dir(dora_model, (tmp.path() / "d").string());
+  const std::string dora_record = converters_to_json(dora);
+  EXPECT_NE(dora_record.find("\"use_dora\": true"), std::string::npos) << dora_record;
+  EXPECT_EQ(converters_to_json(converters_from_json(dora_record, "c.json")), dora_record);
+  test::write_file(tmp.path() / "d" / kConvertersFile, dora_record);
+  const auto dora_weights = dora_model->tensors();
+  for (const auto& [name, t] : load_model((tmp.path() / "d").string())->tensors()) {
+    const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+    if (!dora_weights.count(prefix + ".lora_A.weight")) continue;
+    const auto adapted = dora_weights.at(name) + 2.0 * at::matmul(dora_weights.at(prefix + ".lora_B.weight"),
+                                                                  dora_weights.at(prefix + ".lora_A.weight"));
+    const auto magnitude = dora_weights.at(prefix + ".lora_magnitude_vector.weight");
+    EXPECT_LT(test::max_abs_diff(t, (magnitude / adapted.norm(2, {1})).unsqueeze(1) * adapted), 1e-6) << name;
+  }
 }
 
 }  // namespace

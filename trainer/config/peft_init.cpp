@@ -56,6 +56,8 @@ std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded) {
   adopt("model.adapters.lora.targets", lora.targets, adapter.lora.targets,
         "targets [" + join(adapter.lora.targets, ", ") + "]", true);
   adopt("model.adapters.lora.dropout", lora.dropout, adapter.lora.dropout, "", false);
+  adopt("model.adapters.lora.use_dora", lora.use_dora, adapter.lora.use_dora,
+        std::string("use_dora ") + (adapter.lora.use_dora ? "true" : "false"), true);
   auto& trainable = lora.trainable;
   if (!loaded.origins.count("train.trainable")) {
     trainable = adapter.lora.trainable;
