@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "models/converters/converter.h"
+#include "models/converters/lora_record.h"
 #include "models/families/family.h"
 #include "models/safetensors.h"
 
@@ -53,6 +54,13 @@ std::optional<std::pair<std::string, bool>> our_name(const Family& family, const
     if (auto ours = rename_slot((row.prefixed ? table.prefix : "") + row.hf, row.ours, hf))
       return std::pair{*ours, row.transpose};
   return std::nullopt;
+}
+
+// The adapter tensor our parameter `name` is ("…q_proj.lora_A.weight"), nullptr for a weight of the base.
+const LoraTensor* adapter_tensor(const std::string& name) {
+  for (const auto& part : kLoraTensors)
+    if (name.ends_with(part.ours)) return &part;
+  return nullptr;
 }
 
 // A stored dtype as a user reads it: torch's name and safetensors' ("int8 (I8)").
@@ -109,8 +117,8 @@ int64_t load_peft_adapter(TransformerLM& model, const std::string& dir) {
     std::string hf = key.substr(std::string(kPeftPrefix).size());
     // PEFT writes the default adapter's tensors without its name; a named one would be another adapter.
     std::string lora_part;
-    for (const char* part : {".lora_A.weight", ".lora_B.weight"})
-      if (hf.ends_with(part)) lora_part = part, hf = hf.substr(0, hf.size() - lora_part.size()) + ".weight";
+    for (const auto& part : kLoraTensors)
+      if (hf.ends_with(part.peft)) lora_part = part.ours, hf = hf.substr(0, hf.size() - std::string(part.peft).size()) + ".weight";
     const auto ours = our_name(family, hf);
     if (!ours) throw InputError(file + ": tensor " + key + " is no weight of the " + family.model_type() + " base");
     const std::string name = lora_part.empty() ? ours->first
@@ -134,13 +142,13 @@ int64_t load_peft_adapter(TransformerLM& model, const std::string& dir) {
   // Every adapter comes from the file. What else trains may start from the base's weights: a group
   // train.trainable adds to what the adapter saved (its modules_to_save) was never trained.
   for (const auto& [name, p] : trainable)
-    if (name.find(".lora_") != std::string::npos && !loaded.count(name))
+    if (adapter_tensor(name) && !loaded.count(name))
       throw InputError(file + ": holds no " + name + ", an adapter its adapter_config.json's target_modules name");
   return static_cast<int64_t>(loaded.size());
 }
 
-void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha, double dropout,
-                         const std::string& dir, const PeftAdapterOptions& options) {
+void export_peft_adapter(const TransformerLM& model, const LoraConfig& lora, const std::string& dir,
+                         const PeftAdapterOptions& options) {
   const Family& family = family_for_export(model->config());
   // PEFT's modules_to_save wraps a copy of a module: an LM head (tied or not) does not come back
   // as trained there (checked against PEFT 0.21 on GPT-2, GPT-NeoX and BLOOM), nor does a
@@ -156,12 +164,13 @@ void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha,
   bool transposed = false;
   for (const auto& [name, p] : trainable_parameters(model)) {
     const auto value = p.detach().to(at::kCPU, options.dtype).contiguous();
-    if (const auto lora = name.find(".lora_"); lora != std::string::npos) {
-      const auto [weight, transpose] = hf_name(family, name.substr(0, lora) + ".weight");
+    if (const auto part = adapter_tensor(name)) {
+      const std::string adapted = name.substr(0, name.size() - std::string(part->ours).size());
+      const auto [weight, transpose] = hf_name(family, adapted + ".weight");
       const std::string module = weight.substr(0, weight.size() - std::string(".weight").size());
       targets.insert(module);
       transposed = transposed || transpose;
-      tensors[kPeftPrefix + module + name.substr(lora)] = value;  // "...q_proj" + ".lora_A.weight"
+      tensors[kPeftPrefix + module + part->peft] = value;  // "...q_proj" + ".lora_A.weight"
     } else {
       const auto [hf, transpose] = hf_name(family, name);
       tensors[kPeftPrefix + hf] = transpose ? value.t().contiguous() : value;
@@ -170,21 +179,17 @@ void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha,
   }
   if (targets.empty())
     throw InputError("export --adapter: the model has no LoRA adapter (a run with model.adapters.lora.rank > 0 has)");
-  const nlohmann::json config = {
+  nlohmann::json config = {
       {"peft_type", "LORA"},
       {"task_type", "CAUSAL_LM"},
-      {"r", rank},
-      {"lora_alpha", alpha},
-      {"lora_dropout", dropout},
       {"target_modules", targets},
       {"modules_to_save", saved_modules.empty() ? nlohmann::json(nullptr) : nlohmann::json(saved_modules)},
       {"fan_in_fan_out", transposed},
       {"bias", "none"},
-      {"use_rslora", false},
-      {"use_dora", false},
       {"init_lora_weights", true},
       {"inference_mode", true},
       {"base_model_name_or_path", options.base_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(options.base_model)}};
+  config.update(peft_lora_fields(lora));  // json objects keep their keys sorted: the file is written as before
   fs::create_directories(dir);
   write_safetensors((fs::path(dir) / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
   write_file_atomic(fs::path(dir) / "adapter_config.json", config.dump(2) + "\n");

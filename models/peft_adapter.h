@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "models/converters/lora_config.h"
 #include "models/transformer.h"
 
 namespace segtrain::models {
@@ -21,13 +22,13 @@ struct PeftAdapterOptions {
   at::ScalarType dtype = at::kFloat;
 };
 
-// `model` converted by a LoRA converter of `rank`, `alpha`, `dropout` (its parameters that
-// require a gradient are what trained). InputError when the model has no adapter, when the
+// `model` converted by a LoRA converter of settings `lora` (its parameters that require a
+// gradient are what trained). InputError when the model has no adapter, when the
 // family fuses an adapted projection with others (Phi-3's qkv_proj: PEFT would adapt the
 // fused one), or when the head trained (or the token table a head is tied to): PEFT's
 // modules_to_save does not give those back; export the merged model instead.
-void export_peft_adapter(const TransformerLM& model, int64_t rank, double alpha, double dropout,
-                         const std::string& dir, const PeftAdapterOptions& options = {});
+void export_peft_adapter(const TransformerLM& model, const LoraConfig& lora, const std::string& dir,
+                         const PeftAdapterOptions& options = {});
 
 // Loads DIR/adapter_model.safetensors into `model`, converted by the LoRA converter of the
 // adapter's settings (peft_config.h read_peft_adapter_config): each adapter's lora_A and

@@ -116,17 +116,6 @@ std::string at_layer(std::string pattern, int64_t layer) {
 
 std::string without_last(const std::string& name) { return name.substr(0, name.rfind('.')); }
 
-// The group of train.trainable that holds our parameter `ours`; "" for a weight that only an
-// adapter trains.
-std::string trainable_group(const std::string& ours) {
-  if (ours.starts_with("wte.") || ours.starts_with("wpe.")) return "embeddings";
-  if (ours.starts_with("lm_head.")) return "head";
-  const std::string module = without_last(ours);
-  const std::string last = module.substr(module.rfind('.') + 1);
-  if (last.find("ln") != std::string::npos || last.find("norm") != std::string::npos) return "norms";
-  return "";
-}
-
 const json& field(const json& config, const char* key) {
   static const json null;
   return config.contains(key) ? config.at(key) : null;
@@ -257,7 +246,9 @@ void read_numbers(const json& config, const std::string& file, PeftAdapterConfig
     throw InputError(file + ": lora_dropout: expected a number in [0, 1), got " + shown(dropout));
   out.lora.dropout = dropout.is_null() ? 0.0 : dropout.get<double>();
   expect_default(config, "bias", "none", file, "segtrain's adapters train no bias");
-  expect_default(config, "use_dora", false, file, "segtrain's adapters are LoRA's (no DoRA)");
+  const json& dora = field(config, "use_dora");
+  if (!dora.is_null() && !dora.is_boolean()) throw InputError(file + ": use_dora: expected true or false, got " + shown(dora));
+  out.lora.use_dora = dora.is_boolean() && dora.get<bool>();
   expect_default(config, "use_rslora", false, file, "segtrain scales adapters by alpha / r (no rsLoRA)");
   expect_default(config, "lora_bias", false, file, "segtrain's adapters train no bias");
   expect_default(config, "rank_pattern", json::object(), file, "every adapter of segtrain's has the one rank r");
@@ -360,7 +351,7 @@ PeftAdapterConfig read_peft_adapter_config(const std::string& dir, const ModelCo
   read_numbers(config, file, out);
   const HfNames names{family_for_export(base), base};
   out.lora.targets = read_targets(config, file, names);
-  out.trainable = read_saved_groups(config, file, names);
+  out.lora.trainable = read_saved_groups(config, file, names);
   // The adapters' size on this base, before anything allocates them.
   for (const auto& problem : lora_size_problems(out.lora, base)) throw InputError(file + ": r: " + problem.message);
   return out;

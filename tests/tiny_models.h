@@ -2,8 +2,12 @@
 // The tiny models the suites build, in one place: torch-free (models/config.h only),
 // so any suite may include it.
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "models/config.h"
+#include "models/converters/lora_config.h"
 
 namespace segtrain::test {
 
@@ -23,6 +27,12 @@ inline models::ModelConfig tiny_model_config(models::Arch arch, int64_t vocab, i
   c.max_positions = positions;
   if (grouped_kv && arch == models::Arch::llama) c.n_kv_heads = 2;
   return c;
+}
+
+// `lora` with `trainable` (train.trainable's groups) training besides its adapters.
+inline models::LoraConfig lora_training(models::LoraConfig lora, std::vector<std::string> trainable) {
+  lora.trainable = std::move(trainable);
+  return lora;
 }
 
 }  // namespace segtrain::test

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/converters/lora_config.h"
 #include "models/transformer.h"
 
 namespace segtrain::models {
@@ -43,6 +44,27 @@ class ModelConverter {
 
 using Converters = std::vector<std::unique_ptr<ModelConverter>>;
 
+// What a run asks its converters for, each converter's settings as the run config reads them.
+struct ConverterSettings {
+  LoraConfig lora;                  // model.adapters.lora, train.trainable
+  std::vector<std::string> freeze;  // train.freeze
+};
+
+// A converter segtrain knows: its name in converters.json, the run config's key that asks for
+// it, and how it is made from a run's settings (nullptr: the run does not ask for it) and from
+// its converters.json entry (InputError naming `source` when the entry does not fit).
+struct ConverterKind {
+  std::string name;
+  std::string config_key;
+  std::unique_ptr<ModelConverter> (*from_settings)(const ConverterSettings& settings);
+  std::unique_ptr<ModelConverter> (*from_json)(const nlohmann::json& entry, const std::string& source);
+};
+
+// The registry (registry.cpp): every converter, in the order a run applies them.
+const std::vector<ConverterKind>& converter_kinds();
+// The converters `settings` asks for, in the registry's order.
+Converters make_converters(const ConverterSettings& settings);
+
 // The file a converted model's directory (a checkpoint, final/) records its converters in.
 inline constexpr const char* kConvertersFile = "converters.json";
 
@@ -56,8 +78,8 @@ std::map<std::string, at::Tensor> fold_converters(const Converters& converters,
 
 // converters.json: {"converters": [each one's to_json()]}.
 std::string converters_to_json(const Converters& converters);
-// Rebuilds them (the registry, registry.cpp); InputError naming `source` and
-// the known names for a converter segtrain does not know.
+// Rebuilds them by the registry; InputError naming `source` and the known names
+// for a converter segtrain does not know.
 Converters converters_from_json(const std::string& text, const std::string& source);
 // The converters recorded in `dir`; none when it has no converters.json.
 Converters read_converters(const std::string& dir);

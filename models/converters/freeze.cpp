@@ -98,4 +98,19 @@ std::unique_ptr<ModelConverter> make_freeze(std::vector<std::string> patterns) {
   return std::make_unique<Freeze>(std::move(patterns));
 }
 
+ConverterKind freeze_converter() {
+  return {"freeze", "train.freeze",
+          [](const ConverterSettings& settings) -> std::unique_ptr<ModelConverter> {
+            if (settings.freeze.empty()) return nullptr;
+            return make_freeze(settings.freeze);
+          },
+          [](const nlohmann::json& entry, const std::string& source) -> std::unique_ptr<ModelConverter> {
+            const bool fits = entry.contains("patterns") && entry["patterns"].is_array() &&
+                              std::all_of(entry["patterns"].begin(), entry["patterns"].end(),
+                                          [](const nlohmann::json& v) { return v.is_string(); });
+            if (!fits) throw InputError(source + ": the freeze converter needs \"patterns\": a list of strings");
+            return make_freeze(entry["patterns"].get<std::vector<std::string>>());
+          }};
+}
+
 }  // namespace segtrain::models

@@ -23,4 +23,7 @@ bool glob_matches(const std::string& pattern, const std::string& name);
 // freezes every parameter (nothing would train).
 std::unique_ptr<ModelConverter> make_freeze(std::vector<std::string> patterns);
 
+// Its entry in the registry (converter.h).
+ConverterKind freeze_converter();
+
 }  // namespace segtrain::models

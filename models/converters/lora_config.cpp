@@ -115,8 +115,23 @@ std::optional<std::string> lora_module(BlockKind block, const std::string& targe
   return std::nullopt;
 }
 
-std::vector<ConfigProblem> lora_problems(const LoraConfig& lora, const std::vector<std::string>& trainable, Arch arch,
-                                         bool activation_checkpointing) {
+std::string trainable_group(const std::string& name) {
+  if (name.starts_with("wte.") || name.starts_with("wpe.")) return "embeddings";
+  if (name.starts_with("lm_head.")) return "head";
+  const std::string module = name.substr(0, name.rfind('.'));
+  const std::string last = module.substr(module.rfind('.') + 1);
+  if (last.find("ln") != std::string::npos || last.find("norm") != std::string::npos) return "norms";
+  return "";
+}
+
+bool trains_with_adapters(const std::vector<std::string>& trainable, const std::string& name, bool tied_head) {
+  const std::string group = trainable_group(name);
+  if (!group.empty() && listed(trainable, group)) return true;
+  return tied_head && name.starts_with("wte.") && listed(trainable, "head");  // a tied head is the token table
+}
+
+std::vector<ConfigProblem> lora_problems(const LoraConfig& lora, Arch arch, bool activation_checkpointing) {
+  const auto& trainable = lora.trainable;
   std::vector<ConfigProblem> out;
   if (lora.rank < 0) out.push_back({"model.adapters.lora.rank", "must be >= 0 (0: no adapters), got " + std::to_string(lora.rank)});
   for (const auto& group : trainable)

@@ -1,7 +1,8 @@
 #pragma once
 // What a LoRA run asks for (model.adapters.lora, train.trainable) and its rules,
 // without LibTorch: the run config checks them at the file's line, and the LoRA
-// converter (lora.h) refuses them as the last guard.
+// converter (lora.h) refuses them as the last guard. Its records (converters.json,
+// PEFT's adapter_config.json) are lora_record.h's.
 //
 // Targets are named by what a projection does, not by a family's module names:
 // q, k, v, o, gate, up, down on the Llama block (q_proj ... down_proj), and qkv, o,
@@ -18,17 +19,40 @@
 
 namespace segtrain::models {
 
+// The adapter's settings hold what trains beside it: only an adapter run freezes the base
+// that train.trainable's groups train again, as PEFT's LoraConfig holds modules_to_save.
 struct LoraConfig {
   int64_t rank = 0;  // 0: no adapters
   double alpha = 16;
   double dropout = 0;
   std::vector<std::string> targets = {"q", "k", "v", "o"};  // LongLoRA's
+  std::vector<std::string> trainable = {"adapters"};        // train.trainable: kTrainableGroups
+  bool use_dora = false;  // DoRA (Liu et al. 2024): each adapted weight's row norms train as a magnitude
 };
 
 // What trains in a LoRA run besides the base's frozen weights (train.trainable):
 // adapters always; norms, embeddings (the token and learned position tables) and the
 // head as LongLoRA's "LoRA+" trains the first two.
 inline const std::vector<std::string> kTrainableGroups = {"adapters", "norms", "embeddings", "head"};
+
+// The group of kTrainableGroups besides "adapters" that holds parameter `name` of a model
+// ("blocks.0.ln1.weight": norms), "" for none: the one definition the converter trains by and
+// PEFT's modules_to_save are read by. A norm is a module whose name holds "ln" or "norm" (ln1,
+// ln_f, emb_ln, q_norm), as every family's are named.
+std::string trainable_group(const std::string& name);
+// Whether `name` trains in a LoRA run of `trainable` on a model whose head is tied to the
+// token table (`tied_head`: "head" trains that table) or not.
+bool trains_with_adapters(const std::vector<std::string>& trainable, const std::string& name, bool tied_head);
+
+// An adapter's tensors: our parameter's suffix and the one PEFT's adapter_model.safetensors
+// gives it, after the adapted module's name.
+struct LoraTensor {
+  const char* ours;
+  const char* peft;
+};
+inline constexpr LoraTensor kLoraTensors[] = {{".lora_A.weight", ".lora_A.weight"},
+                                              {".lora_B.weight", ".lora_B.weight"},
+                                              {".lora_magnitude_vector.weight", ".lora_magnitude_vector"}};
 inline const std::vector<std::string> kLoraTargets = {"q", "k", "v", "o", "gate", "up", "down", "qkv"};
 
 // The module a target adapts in `block`'s blocks ("q" -> "q_proj", "qkv" -> "qkv"),
@@ -36,8 +60,7 @@ inline const std::vector<std::string> kLoraTargets = {"q", "k", "v", "o", "gate"
 std::optional<std::string> lora_module(BlockKind block, const std::string& target);
 
 // Empty when the settings hold together for `arch` (keys named as in the run config).
-std::vector<ConfigProblem> lora_problems(const LoraConfig& lora, const std::vector<std::string>& trainable, Arch arch,
-                                         bool activation_checkpointing);
+std::vector<ConfigProblem> lora_problems(const LoraConfig& lora, Arch arch, bool activation_checkpointing);
 
 // One projection an adapter of `target` adapts in each block: its in and out features.
 struct LoraProjection {

@@ -186,7 +186,7 @@ void convert_to_lora(models::TransformerLM& model) {
   lora.targets = models::arch_layout(model->config().arch).block == models::BlockKind::llama
                      ? std::vector<std::string>{"q", "k", "v", "o", "gate", "up", "down"}
                      : std::vector<std::string>{"qkv", "o", "up", "down"};
-  models::make_lora(lora, {"adapters", "norms"})->convert(model);
+  models::make_lora(test::lora_training(lora, {"adapters", "norms"}))->convert(model);
 }
 
 // The tested step (on the device under test, in `path`) against the reference:

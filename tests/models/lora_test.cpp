@@ -36,12 +36,16 @@ std::set<std::string> trainable_names(const TransformerLM& model) {
 }
 
 // Every adapter drawn at random (B is zero after conversion, which would leave A without
-// a gradient), the same draws for the same seed.
+// a gradient), the same draws for the same seed; a DoRA magnitude moved a tenth off its start
+// (the adapted weight's norms), so that it scales each row apart from them.
 void randomize_adapters(TransformerLM& model, uint64_t seed) {
   torch::NoGradGuard no_grad;
   at::manual_seed(seed);
-  for (auto& item : model->named_parameters())
-    if (item.key().find(".lora_") != std::string::npos) item.value().copy_(at::randn_like(item.value()) * 0.1);
+  for (auto& item : model->named_parameters()) {
+    auto& p = item.value();
+    if (item.key().ends_with(".lora_magnitude_vector.weight")) p.mul_(1 + at::randn_like(p) * 0.1);
+    else if (item.key().find(".lora_") != std::string::npos) p.copy_(at::randn_like(p) * 0.1);
+  }
 }
 
 struct PeftCase {
@@ -68,12 +72,23 @@ TEST(Lora, SameLogitsLossGradientsAndMergedWeightsAsPeftOnChunkPositions) {
   plus.lora.targets = {"q", "v"};
   plus.target_modules = {"q_proj", "v_proj"};
   plus.modules_to_save = {"embed_tokens", "input_layernorm", "post_attention_layernorm", "norm"};
-  for (const auto& c : {all, plus}) {
+  PeftCase dora{"DoRA: adapters with magnitudes on q, v, o and down, and norms", {}, {"adapters", "norms"}, {}, {}};
+  dora.lora.rank = 3;
+  dora.lora.alpha = 6;
+  dora.lora.targets = {"q", "v", "o", "down"};
+  dora.lora.use_dora = true;
+  dora.target_modules = {"q_proj", "v_proj", "o_proj", "down_proj"};
+  dora.modules_to_save = {"input_layernorm", "post_attention_layernorm", "norm"};
+  for (const auto& c : {all, plus, dora}) {
     SCOPED_TRACE(c.what);
     test::TempDir dir;
     TransformerLM model = load_model(ref + "/llama");
-    const auto converter = make_lora(c.lora, c.trainable);
+    const auto converter = make_lora(test::lora_training(c.lora, c.trainable));
     converter->convert(model);
+    std::map<std::string, at::Tensor> initial;  // DoRA's magnitudes as conversion set them
+    for (const auto& [name, t] : model->tensors())
+      if (name.ends_with(".lora_magnitude_vector.weight")) initial[name] = t.clone();
+    EXPECT_EQ(initial.size(), c.lora.use_dora ? 2 * c.lora.targets.size() : 0);
     randomize_adapters(model, 3);
     TensorMap input = {{"tokens", tokens}, {"positions", positions}};
     for (const auto& [name, t] : model->tensors())
@@ -81,13 +96,16 @@ TEST(Lora, SameLogitsLossGradientsAndMergedWeightsAsPeftOnChunkPositions) {
     write_safetensors((dir.path() / "input.safetensors").string(), input);
     test::write_file(dir.path() / "request.json",
                      json{{"base", ref + "/llama"}, {"rank", c.lora.rank}, {"alpha", c.lora.alpha},
-                          {"target_modules", c.target_modules}, {"modules_to_save", c.modules_to_save}}
+                          {"target_modules", c.target_modules}, {"modules_to_save", c.modules_to_save},
+                          {"use_dora", c.lora.use_dora}}
                          .dump());
     const std::string cmd = test::python_command("lora " + test::shell_quote(dir.path().string()), "",
                                                  PEFT_REFERENCE_SCRIPT) +
                             " >/dev/null 2>" + test::shell_quote((dir.path() / "python.err").string());
     ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(dir.path() / "python.err");
     const auto peft = read_safetensors((dir.path() / "peft.safetensors").string());
+    for (const auto& [name, t] : initial)  // the adapted weight's row norms, as PEFT starts them
+      EXPECT_LT(test::max_abs_diff(t, peft.at("init/" + name)), 1e-6) << name;
 
     model->train();
     const auto logits = model->forward(tokens, positions);
@@ -135,7 +153,7 @@ TEST(Lora, StartsAsTheBaseAndTrainsOnlyWhatItAdds) {
     LoraConfig lora;
     lora.rank = 2;
     lora.targets = arch == Arch::llama ? std::vector<std::string>{"q", "down"} : std::vector<std::string>{"qkv", "down"};
-    make_lora(lora, {"adapters", "head"})->convert(model);
+    make_lora(test::lora_training(lora, {"adapters", "head"}))->convert(model);
     EXPECT_TRUE(torch::equal(model->forward(tokens, positions), before));
     std::set<std::string> expected;
     const std::string q = arch == Arch::llama ? "q_proj" : "qkv", down = arch == Arch::llama ? "down_proj" : "fc_out";
@@ -156,15 +174,17 @@ TEST(Lora, StartsAsTheBaseAndTrainsOnlyWhatItAdds) {
 // modules_to_save gave neither back: 1.1 to 2.4 apart in the logits when tried).
 TEST(Lora, MegatronBlocksGoToPeftAndPhi3sFusedProjectionsAreRefused) {
   const std::string ref = test::reference_dir();
-  for (const std::string family : {"gpt2", "gpt_neox", "bloom"}) {
-    SCOPED_TRACE(family);
+  for (const auto& [family, use_dora] :
+       {std::pair<std::string, bool>{"gpt2", false}, {"gpt_neox", false}, {"bloom", false}, {"gpt2", true}}) {
+    SCOPED_TRACE(family + (use_dora ? " with DoRA" : ""));
     test::TempDir dir;
     TransformerLM model = load_model(ref + "/" + family);
     LoraConfig lora;
     lora.rank = 2;
     lora.alpha = 3;
     lora.targets = {"qkv", "o", "up", "down"};
-    const auto converter = make_lora(lora, {"adapters", "norms"});
+    lora.use_dora = use_dora;
+    const auto converter = make_lora(test::lora_training(lora, {"adapters", "norms"}));
     converter->convert(model);
     randomize_adapters(model, 11);
     {
@@ -172,12 +192,16 @@ TEST(Lora, MegatronBlocksGoToPeftAndPhi3sFusedProjectionsAreRefused) {
       for (const auto& [name, p] : trainable_parameters(model))
         if (name.find(".lora_") == std::string::npos) p.add_(at::randn_like(p) * 0.05);
     }
-    export_peft_adapter(model, lora.rank, lora.alpha, lora.dropout, (dir.path() / "peft").string());
+    export_peft_adapter(model, lora, (dir.path() / "peft").string());
     TransformerLM merged(model->config());
     merged->load_tensors(converter->fold(model->tensors()), "folded");
     export_hf(merged, (dir.path() / "merged").string());
     const auto config = json::parse(test::read_file(dir.path() / "peft/adapter_config.json"));
     EXPECT_EQ(config["fan_in_fan_out"], family == "gpt2") << "GPT-2's Conv1D holds [in, out]";
+    EXPECT_EQ(config["use_dora"], use_dora);
+    const auto saved = read_safetensors((dir.path() / "peft/adapter_model.safetensors").string());
+    EXPECT_EQ(saved.count("base_model.model.transformer.h.0.attn.c_attn.lora_magnitude_vector"),
+              use_dora && family == "gpt2" ? 1U : 0U) << "PEFT's name of a DoRA magnitude";
     const std::string cmd =
         test::python_command("load " + test::shell_quote(ref + "/" + family) + " " +
                                  test::shell_quote((dir.path() / "peft").string()) + " " +
@@ -196,18 +220,18 @@ TEST(Lora, MegatronBlocksGoToPeftAndPhi3sFusedProjectionsAreRefused) {
     LoraConfig lora;
     lora.rank = 2;
     lora.targets = {"qkv"};
-    make_lora(lora, {"adapters", trainable})->convert(model);
+    make_lora(test::lora_training(lora, {"adapters", trainable}))->convert(model);
     test::TempDir dir;
-    const std::string head = test::input_error_of([&] { export_peft_adapter(model, 2, 16, 0, (dir.path() / "p").string()); });
+    const std::string head = test::input_error_of([&] { export_peft_adapter(model, lora, (dir.path() / "p").string()); });
     EXPECT_NE(head.find("PEFT's modules_to_save does not give back as trained"), std::string::npos) << head;
   }
   TransformerLM phi3 = load_model(ref + "/phi3");
   LoraConfig lora;
   lora.rank = 2;
   lora.targets = {"q", "o"};
-  make_lora(lora, {"adapters"})->convert(phi3);
+  make_lora(test::lora_training(lora, {"adapters"}))->convert(phi3);
   test::TempDir dir;
-  const std::string fused = test::input_error_of([&] { export_peft_adapter(phi3, 2, 16, 0, (dir.path() / "p").string()); });
+  const std::string fused = test::input_error_of([&] { export_peft_adapter(phi3, lora, (dir.path() / "p").string()); });
   EXPECT_NE(fused.find("blocks.0.q_proj.weight is part of phi3's fused tensor model.layers.0.self_attn.qkv_proj.weight"), std::string::npos)
       << fused;
 }
@@ -217,26 +241,26 @@ TEST(Lora, RefusesTargetsItsBlockLacksAndSettingsThatCannotTrain) {
   lora.rank = 2;
   lora.targets = {"q"};
   TransformerLM gpt2(test::tiny_model_config(Arch::gpt2, 40, 16));
-  const std::string q = test::input_error_of([&] { make_lora(lora, {"adapters"})->convert(gpt2); });
+  const std::string q = test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"}))->convert(gpt2); });
   EXPECT_NE(q.find("model.adapters.lora.targets: q is no projection of model.arch gpt2's block (it has o, up, down, "
                    "qkv; q, k and v are one projection, qkv)"),
             std::string::npos)
       << q;
   lora.targets = {"qkv"};
   TransformerLM llama(test::tiny_model_config(Arch::llama, 40, 16));
-  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"adapters"})->convert(llama); }).find("qkv is no projection of model.arch llama"),
+  EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"}))->convert(llama); }).find("qkv is no projection of model.arch llama"),
             std::string::npos);
   lora.targets = {"q"};
-  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"norms"})->convert(llama); }).find("train.trainable: must list adapters"),
+  EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"norms"}))->convert(llama); }).find("train.trainable: must list adapters"),
             std::string::npos);
   lora.dropout = 0.1;
   auto checkpointed = test::tiny_model_config(Arch::llama, 40, 16);
   checkpointed.activation_checkpointing = true;
   TransformerLM recomputed(checkpointed);
-  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"adapters"})->convert(recomputed); }).find("another dropout mask"),
+  EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"}))->convert(recomputed); }).find("another dropout mask"),
             std::string::npos);
   lora.rank = 0;
-  EXPECT_NE(test::input_error_of([&] { make_lora(lora, {"adapters"}); }).find("needs a rank > 0"), std::string::npos);
+  EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"})); }).find("needs a rank > 0"), std::string::npos);
 }
 
 // An adapter PEFT made (random A and B, saved modules moved off the base), continued:
@@ -253,11 +277,14 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     int64_t rank;
     double alpha;
     std::vector<std::string> targets, trainable;
+    bool use_dora = false;
   };
   const std::vector<Case> cases = {
       {{"q_proj", "v_proj", "down_proj"}, {"input_layernorm", "post_attention_layernorm", "norm"}, 4, 8,
        {"q", "v", "down"}, {"adapters", "norms"}},
-      {R"(.*\.(k_proj|o_proj|gate_proj))", nullptr, 2, 5, {"k", "o", "gate"}, {"adapters"}}};
+      {R"(.*\.(k_proj|o_proj|gate_proj))", nullptr, 2, 5, {"k", "o", "gate"}, {"adapters"}},
+      {{"q_proj", "up_proj"}, {"input_layernorm", "post_attention_layernorm", "norm"}, 3, 6, {"q", "up"},
+       {"adapters", "norms"}, true}};
   test::TempDir keep;  // case 1's adapter, for the refusals below
   for (const auto& c : cases) {
     SCOPED_TRACE(c.target_modules.dump());
@@ -266,7 +293,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     test::write_file(dir.path() / "request.json",
                      json{{"base", ref + "/llama"}, {"rank", c.rank}, {"alpha", c.alpha},
                           {"target_modules", c.target_modules}, {"modules_to_save", c.modules_to_save},
-                          {"base_model_name_or_path", ref + "/llama"}}
+                          {"base_model_name_or_path", ref + "/llama"}, {"use_dora", c.use_dora}}
                          .dump());
     const std::string cmd = test::python_command("save " + test::shell_quote(dir.path().string()), "",
                                                  PEFT_REFERENCE_SCRIPT) +
@@ -278,9 +305,10 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     EXPECT_EQ(config.lora.rank, c.rank);
     EXPECT_EQ(config.lora.alpha, c.alpha);
     EXPECT_EQ(config.lora.targets, c.targets);
-    EXPECT_EQ(config.trainable, c.trainable);
+    EXPECT_EQ(config.lora.trainable, c.trainable);
+    EXPECT_EQ(config.lora.use_dora, c.use_dora);
     EXPECT_EQ(find_peft_base(adapter, config.base_model), ref + "/llama");
-    make_lora(config.lora, config.trainable)->convert(model);
+    make_lora(config.lora)->convert(model);
     EXPECT_EQ(load_peft_adapter(model, adapter), static_cast<int64_t>(trainable_parameters(model).size()));
     model->eval();
     const auto logits = model->forward(tokens, positions);
@@ -297,7 +325,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     lora.rank = 4;
     lora.alpha = 8;
     lora.targets = {"q", "v", "down"};
-    make_lora(lora, {"adapters", "norms", "embeddings"})->convert(more);
+    make_lora(test::lora_training(lora, {"adapters", "norms", "embeddings"}))->convert(more);
     EXPECT_EQ(load_peft_adapter(more, adapter), static_cast<int64_t>(trainable_parameters(more).size()) - 1);
     EXPECT_TRUE(at::equal(more->tensors().at("wte.weight"), base_wte));
     // An adapter the settings name but the file lacks is refused.
@@ -307,7 +335,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     fs::copy(adapter, partial.path() / "a");
     write_safetensors((partial.path() / "a/adapter_model.safetensors").string(), tensors);
     TransformerLM again = load_model(ref + "/llama");
-    make_lora(lora, {"adapters", "norms"})->convert(again);
+    make_lora(test::lora_training(lora, {"adapters", "norms"}))->convert(again);
     const std::string missing = test::input_error_of([&] { load_peft_adapter(again, (partial.path() / "a").string()); });
     EXPECT_NE(missing.find("holds no blocks.1.down_proj.lora_B.weight, an adapter its adapter_config.json's "
                            "target_modules name"),
@@ -321,7 +349,9 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
     test::write_file(keep.path() / "adapter/adapter_config.json", edited.dump());
     return test::input_error_of([&] { read_peft_adapter_config(adapter, base->config()); });
   };
-  EXPECT_NE(refusal("use_dora", true).find("adapter_config.json: use_dora: true is not supported"), std::string::npos);
+  EXPECT_NE(refusal("use_dora", "yes").find("adapter_config.json: use_dora: expected true or false, got \"yes\""),
+            std::string::npos);
+  EXPECT_NE(refusal("use_rslora", true).find("adapter_config.json: use_rslora: true is not supported"), std::string::npos);
   EXPECT_NE(refusal("layers_to_transform", {0}).find("segtrain adapts every layer"), std::string::npos);
   const std::string nope = refusal("target_modules", {"q_proj", "nope"});
   EXPECT_NE(nope.find("target_modules: 'nope' matches no projection segtrain adapts (q, k, v, o, gate, up, down)"),
@@ -329,7 +359,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
   const std::string one_layer = refusal("target_modules", {"model.layers.1.self_attn.q_proj"});
   EXPECT_NE(one_layer.find("adapt layers.{}.self_attn.q_proj on 1 of the base's 2 layers"), std::string::npos) << one_layer;
   refusal("modules_to_save", {"embed_tokens"});
-  EXPECT_EQ(read_peft_adapter_config(adapter, base->config()).trainable, (std::vector<std::string>{"adapters", "embeddings"}));
+  EXPECT_EQ(read_peft_adapter_config(adapter, base->config()).lora.trainable, (std::vector<std::string>{"adapters", "embeddings"}));
   ModelConfig tied_config = base->config();  // this base's head is its own; a tied one's is the token table
   tied_config.tie_embeddings = true;
   const std::string tied = test::input_error_of([&] { read_peft_adapter_config(adapter, tied_config); });
@@ -343,7 +373,7 @@ TEST(Lora, ContinuesAnAdapterPeftMadeWithItsSettingsAndLogits) {
   LoraConfig three;
   three.rank = 3;
   three.targets = {"q", "v", "down"};
-  make_lora(three, {"adapters", "norms"})->convert(base);
+  make_lora(test::lora_training(three, {"adapters", "norms"}))->convert(base);
   const std::string shape = test::input_error_of([&] { load_peft_adapter(base, adapter); });
   EXPECT_NE(shape.find("adapter_model.safetensors: tensor base_model.model.model.layers.0."), std::string::npos) << shape;
   EXPECT_NE(shape.find(".lora_A.weight has shape [4, "), std::string::npos) << shape;
@@ -377,13 +407,13 @@ TEST(Lora, AdapterWeightsThatAreNotFiniteFloatsAreRefusedNamingTheTensor) {
   lora.targets = {"q", "v"};
   auto converted = [&] {
     TransformerLM model(test::tiny_model_config(Arch::llama, 40, 16));
-    make_lora(lora, {"adapters"})->convert(model);
+    make_lora(test::lora_training(lora, {"adapters"}))->convert(model);
     return model;
   };
   TransformerLM trained = converted();
   randomize_adapters(trained, 3);
   const std::string adapter = (tmp.path() / "adapter").string();
-  export_peft_adapter(trained, lora.rank, lora.alpha, lora.dropout, adapter);
+  export_peft_adapter(trained, lora, adapter);
   const std::string file = adapter + "/adapter_model.safetensors";
   const auto saved = read_safetensors(file);
   const std::string key = "base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight";
@@ -440,7 +470,7 @@ TEST(Lora, ADirectoryWithAdaptersLoadsMergedAndItsRecordRoundTrips) {
   lora.alpha = 6;
   lora.targets = {"o", "up"};
   Converters converters;
-  converters.push_back(make_lora(lora, {"adapters", "norms"}));
+  converters.push_back(make_lora(test::lora_training(lora, {"adapters", "norms"})));
   apply_converters(converters, model);
   randomize_adapters(model, 5);
   save_model_dir(model, (tmp.path() / "m").string());
@@ -461,6 +491,29 @@ TEST(Lora, ADirectoryWithAdaptersLoadsMergedAndItsRecordRoundTrips) {
     converters_from_json(R"({"converters": [{"name": "lora", "rank": "4"}]})", "c.json");
   });
   EXPECT_NE(bad.find("c.json: the lora converter needs \"rank\" (an integer)"), std::string::npos) << bad;
+  EXPECT_EQ(record.find("use_dora"), std::string::npos) << "a LoRA record is written as before DoRA";
+
+  // DoRA's record says so, and its directory loads with each row scaled to its magnitude.
+  TransformerLM dora_model(test::tiny_model_config(Arch::llama, 40, 16));
+  lora.use_dora = true;
+  Converters dora;
+  dora.push_back(make_lora(lora));
+  apply_converters(dora, dora_model);
+  randomize_adapters(dora_model, 6);
+  save_model_dir(dora_model, (tmp.path() / "d").string());
+  const std::string dora_record = converters_to_json(dora);
+  EXPECT_NE(dora_record.find("\"use_dora\": true"), std::string::npos) << dora_record;
+  EXPECT_EQ(converters_to_json(converters_from_json(dora_record, "c.json")), dora_record);
+  test::write_file(tmp.path() / "d" / kConvertersFile, dora_record);
+  const auto dora_weights = dora_model->tensors();
+  for (const auto& [name, t] : load_model((tmp.path() / "d").string())->tensors()) {
+    const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+    if (!dora_weights.count(prefix + ".lora_A.weight")) continue;
+    const auto adapted = dora_weights.at(name) + 2.0 * at::matmul(dora_weights.at(prefix + ".lora_B.weight"),
+                                                                  dora_weights.at(prefix + ".lora_A.weight"));
+    const auto magnitude = dora_weights.at(prefix + ".lora_magnitude_vector.weight");
+    EXPECT_LT(test::max_abs_diff(t, (magnitude / adapted.norm(2, {1})).unsqueeze(1) * adapted), 1e-6) << name;
+  }
 }
 
 }  // namespace

@@ -196,11 +196,11 @@ TEST(PeftConfig, TheConverterRefusesAnAdapterLargerThanItsProjectionsBeforeAlloc
   TransformerLM model(tiny_llama());
   LoraConfig lora;
   lora.rank = 1'000'000'000;
-  const std::string refused = test::input_error_of([&] { make_lora(lora, {"adapters"})->convert(model); });
+  const std::string refused = test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"}))->convert(model); });
   EXPECT_NE(refused.find("model.adapters.lora.rank: 1000000000 would make the adapters"), std::string::npos) << refused;
   for (const auto& item : model->named_parameters()) EXPECT_EQ(item.key().find("lora_"), std::string::npos) << item.key();
   lora.rank = 13;
-  make_lora(lora, {"adapters"})->convert(model);
+  make_lora(test::lora_training(lora, {"adapters"}))->convert(model);
   EXPECT_EQ(model->named_parameters()["blocks.0.k_proj.lora_A.weight"].sizes(), (at::IntArrayRef{13, 32}));
 }
 

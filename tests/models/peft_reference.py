@@ -5,12 +5,14 @@
     peft_reference.py save DIR
 
 DIR/request.json: {"base": an HF Llama folder, "rank", "alpha", "target_modules" (PEFT's names:
-q_proj, ...), "modules_to_save" (PEFT's, e.g. ["embed_tokens", "norm"])}; DIR/input.safetensors:
-"tokens" and "positions" [B, T], and the adapters under segtrain's names
-("blocks.0.q_proj.lora_A.weight"). PEFT wraps the base with that LoraConfig, takes those
-adapter weights, and writes DIR/peft.safetensors: "logits" of the tokens at those position ids,
-"loss" (transformers' next-token loss), "grad/<segtrain name>" of every parameter that trains,
-and "merged/<segtrain name>" of every adapted weight after merge_and_unload().
+q_proj, ...), "modules_to_save" (PEFT's, e.g. ["embed_tokens", "norm"]), "use_dora" (optional:
+DoRA)}; DIR/input.safetensors: "tokens" and "positions" [B, T], and the adapters under segtrain's
+names ("blocks.0.q_proj.lora_A.weight", DoRA's "blocks.0.q_proj.lora_magnitude_vector.weight").
+PEFT wraps the base with that LoraConfig, takes those adapter weights, and writes
+DIR/peft.safetensors: "init/<segtrain name>" of each DoRA magnitude as PEFT initialised it,
+"logits" of the tokens at those position ids, "loss" (transformers' next-token loss),
+"grad/<segtrain name>" of every parameter that trains, and "merged/<segtrain name>" of every
+adapted weight after merge_and_unload().
 """
 import json
 import os
@@ -48,7 +50,7 @@ def our_name(peft_name):
     ...model.norm.modules_to_save.default.weight -> ln_f.weight."""
     name = peft_name.removeprefix("base_model.model.").replace(".modules_to_save.default", "")
     name = name.replace(".default", "")
-    m = re.fullmatch(r"(.+?)((?:\.lora_[AB])?\.\w+)", name)
+    m = re.fullmatch(r"(.+?)((?:\.lora_[AB]|\.lora_magnitude_vector)?\.\w+)", name)
     return our_module(m.group(1)) + m.group(2)
 
 
@@ -65,17 +67,21 @@ def lora(folder):
     inputs = load_file(os.path.join(folder, "input.safetensors"))
     base = AutoModelForCausalLM.from_pretrained(request["base"], torch_dtype=torch.float32)
     config = LoraConfig(r=request["rank"], lora_alpha=request["alpha"], lora_dropout=0.0,
-                        target_modules=request["target_modules"], modules_to_save=request["modules_to_save"] or None)
+                        target_modules=request["target_modules"], modules_to_save=request["modules_to_save"] or None,
+                        use_dora=request.get("use_dora", False))
     model = get_peft_model(base, config)
+    result = {}
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if ".lora_magnitude_vector" in name:
+                result["init/" + our_name(name)] = p.detach().clone().contiguous()
             if ".lora_" in name:
                 p.copy_(inputs[our_name(name)])
     model.train()
     tokens, positions = inputs["tokens"], inputs["positions"]
     out = model(input_ids=tokens, position_ids=positions, labels=tokens)
     out.loss.backward()
-    result = {"logits": out.logits.detach().float().contiguous(), "loss": out.loss.detach().reshape(1)}
+    result.update({"logits": out.logits.detach().float().contiguous(), "loss": out.loss.detach().reshape(1)})
     for name, p in model.named_parameters():
         if p.requires_grad:
             result["grad/" + our_name(name)] = p.grad.detach().contiguous()
@@ -117,7 +123,7 @@ def load(base_dir, adapter_dir, merged_dir):
 
 def save(folder):
     """An adapter as PEFT users make them, for segtrain to continue (model.init: peft:DIR): DIR/request.json
-    {"base", "rank", "alpha", "target_modules" (a list or a regular expression), "modules_to_save",
+    {"base", "rank", "alpha", "target_modules" (a list or a regular expression), "modules_to_save", "use_dora",
     "base_model_name_or_path" (written into its adapter_config.json)} -> DIR/adapter (save_pretrained) with
     random A and B and the saved modules moved off the base's, and DIR/peft.safetensors: "logits" of
     DIR/input.safetensors' "tokens" at its "positions" through the PeftModel."""
@@ -127,11 +133,13 @@ def save(folder):
     base = AutoModelForCausalLM.from_pretrained(request["base"], torch_dtype=torch.float32)
     config = LoraConfig(r=request["rank"], lora_alpha=request["alpha"], lora_dropout=0.0,
                         target_modules=request["target_modules"], modules_to_save=request["modules_to_save"] or None,
+                        use_dora=request.get("use_dora", False),
                         init_lora_weights=False)  # A and B drawn at random: the adapter is not the base
     model = get_peft_model(base, config)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "modules_to_save.default" in name:
+            # DoRA's magnitudes moved too: one recomputed from the weights would not be the file's
+            if "modules_to_save.default" in name or "lora_magnitude_vector" in name:
                 p.add_(0.1 * torch.randn_like(p))
     adapter = os.path.join(folder, "adapter")
     model.save_pretrained(adapter)

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "models/converters/converter.h"
+#include "models/converters/lora.h"
 #include "models/model_io.h"
 #include "models/peft_adapter.h"
 #include "models/safetensors.h"
@@ -31,15 +32,12 @@ using test::run;
 void merged_path_export(const trainer::StoredModel& stored, const fs::path& out, const std::string& origin,
                         at::ScalarType dtype) {
   const models::Converters converters = models::read_converters(stored.dir);
-  const auto lora =
-      std::find_if(converters.begin(), converters.end(), [](const auto& c) { return c->name() == "lora"; });
-  ASSERT_NE(lora, converters.end());
-  const nlohmann::json settings = (*lora)->to_json();
+  const models::LoraConfig* lora = models::lora_settings(converters);
+  ASSERT_NE(lora, nullptr);
   models::TransformerLM model(stored.config);
   models::apply_converters(converters, model);
   model->load_tensors(models::converted_tensors(stored.dir, stored.config), stored.dir);
-  models::export_peft_adapter(model, settings["rank"].get<int64_t>(), settings["alpha"].get<double>(),
-                              settings["dropout"].get<double>(), out.string(), {origin, dtype});
+  models::export_peft_adapter(model, *lora, out.string(), {origin, dtype});
 }
 
 void expect_same_folder(const fs::path& a, const fs::path& b, const std::string& what) {

@@ -847,7 +847,7 @@ TEST(ExperimentPlan, AVariantTrainsItsRowsAgainWithItsSettingsAfterTheirOwn) {
     const std::string row = variant ? m.variant_of : m.name;
     variants += variant;
     EXPECT_EQ(c.model.adapters.lora.rank, variant ? 4 : 0) << m.name;
-    EXPECT_EQ(c.train.trainable, variant ? std::vector<std::string>({"adapters", "norms"}) : std::vector<std::string>{"adapters"})
+    EXPECT_EQ(c.model.adapters.lora.trainable, variant ? std::vector<std::string>({"adapters", "norms"}) : std::vector<std::string>{"adapters"})
         << m.name;
     EXPECT_DOUBLE_EQ(c.train.lr.value(), variant ? 2e-3 : 1e-3) << m.name;
     // Its row's own settings and budget.

@@ -58,7 +58,7 @@ struct RunConfig {
 
 // Adapters a run adds to its model (model.adapters.*): each one a model converter.
 struct Adapters {
-  models::LoraConfig lora;  // rank 0: none
+  models::LoraConfig lora;  // rank 0: none; its trainable is train.trainable
 };
 
 struct ModelSection {
@@ -85,8 +85,6 @@ struct TrainConfig {
   // Globs over parameter names that do not train ("!glob" trains again, the last match
   // decides: models/converters/freeze.h); empty: every parameter trains.
   std::vector<std::string> freeze;
-  // What trains in a LoRA run (models/converters/lora_config.h kTrainableGroups).
-  std::vector<std::string> trainable = {"adapters"};
   std::vector<double> betas = {0.9, 0.95};
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0: no clipping

@@ -56,12 +56,14 @@ std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded) {
   adopt("model.adapters.lora.targets", lora.targets, adapter.lora.targets,
         "targets [" + join(adapter.lora.targets, ", ") + "]", true);
   adopt("model.adapters.lora.dropout", lora.dropout, adapter.lora.dropout, "", false);
-  auto& trainable = loaded.config.train.trainable;
+  adopt("model.adapters.lora.use_dora", lora.use_dora, adapter.lora.use_dora,
+        std::string("use_dora ") + (adapter.lora.use_dora ? "true" : "false"), true);
+  auto& trainable = lora.trainable;
   if (!loaded.origins.count("train.trainable")) {
-    trainable = adapter.trainable;
+    trainable = adapter.lora.trainable;
     loaded.origins["train.trainable"] = origin;
   } else {
-    for (const auto& group : adapter.trainable)
+    for (const auto& group : adapter.lora.trainable)
       if (std::find(trainable.begin(), trainable.end(), group) == trainable.end())
         problems.push_back(loaded.locate("train.trainable") + ": the adapter model.init continues (" + ref->adapter +
                            ") trained " + group + " (modules_to_save), which must train on: a checkpoint keeps only "

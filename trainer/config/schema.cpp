@@ -102,6 +102,9 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       real("model.adapters.lora.dropout", c.model.adapters.lora.dropout, at_least(0), below(1),
            "Dropout on each adapter's input while training (PEFT's lora_dropout); 0 with "
            "model.activation_checkpointing.").with({KeyRole::resume}),
+      flag("model.adapters.lora.use_dora", c.model.adapters.lora.use_dora,
+           "DoRA (Liu et al. 2024, PEFT's use_dora): each adapted weight's row norms train as a magnitude "
+           "vector beside the adapter, which sets their direction.").with({KeyRole::resume}),
       word_set("model.adapters.lora.targets", c.model.adapters.lora.targets, models::kLoraTargets,
                "The projections adapted in every block: q, k, v, o, gate, up, down (the Llama block's), or qkv, o, "
                "up, down (gpt2, gpt_neox, bloom, whose q, k and v are one projection). Default: LongLoRA's "
@@ -151,7 +154,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                 "trains what it matches again, the last match deciding, e.g. [\"*\", \"!*norm*\", \"!wte.*\"] "
                 "trains only the norms and the embedding. Frozen weights stay bit-identical and hold no optimizer "
                 "state; a pattern that matches no parameter is refused. Empty: everything trains.").with({KeyRole::resume}),
-      word_set("train.trainable", t.trainable, models::kTrainableGroups,
+      word_set("train.trainable", c.model.adapters.lora.trainable, models::kTrainableGroups,
                "What trains in a LoRA run (model.adapters.lora.rank > 0): adapters, and besides them norms (every "
                "norm's weights), embeddings (the token and learned position tables), head (the LM head; the token "
                "table when tied). LongLoRA's LoRA+ is [adapters, norms, embeddings]. The rest stays the base's.")

@@ -155,8 +155,8 @@ std::optional<models::ModelConfig> built_sizes(const Checker& ck, const Config& 
 
 void check_train(Checker& ck, const Config& c) {
   const auto& t = c.train;
-  const auto lora = models::lora_problems(c.model.adapters.lora, t.trainable, c.model.spec.arch,
-                                          c.model.spec.activation_checkpointing);
+  const auto lora =
+      models::lora_problems(c.model.adapters.lora, c.model.spec.arch, c.model.spec.activation_checkpointing);
   for (const auto& problem : lora) ck.fail(problem.key, problem.message);
   // The adapters' size, before anything allocates them (an experiment's rows: its plan).
   if (const auto sizes = c.model.adapters.lora.rank > 0 && lora.empty() ? built_sizes(ck, c) : std::nullopt)

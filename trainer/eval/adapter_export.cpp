@@ -1,8 +1,5 @@
 #include "trainer/eval/adapter_export.h"
 
-#include <nlohmann/json.hpp>
-
-#include <algorithm>
 #include <sstream>
 
 #include "common/error.h"
@@ -10,6 +7,7 @@
 #include "common/log.h"
 #include "models/base_record.h"
 #include "models/converters/converter.h"
+#include "models/converters/lora.h"
 #include "models/peft_adapter.h"
 #include "models/safetensors.h"
 #include "models/weight_init.h"
@@ -51,12 +49,10 @@ void say_a_changed_base(const std::string& dir) {
 void export_run_lora_adapter(const StoredModel& stored, const fs::path& out, const std::string& origin,
                              at::ScalarType dtype) {
   const models::Converters converters = models::read_converters(stored.dir);
-  const auto lora =
-      std::find_if(converters.begin(), converters.end(), [](const auto& c) { return c->name() == "lora"; });
-  if (lora == converters.end())
+  const models::LoraConfig* lora = models::lora_settings(converters);
+  if (!lora)
     throw InputError("--adapter: " + stored.dir + " was not trained with LoRA adapters (model.adapters.lora); "
                      "export it without --adapter");
-  const nlohmann::json settings = (*lora)->to_json();
   say_a_changed_base(stored.dir);
   // The model's shape alone: its pages are allocated, never written (nor read back), but for the
   // parameters that train, which the run's file fills below.
@@ -81,8 +77,7 @@ void export_run_lora_adapter(const StoredModel& stored, const fs::path& out, con
                        shape_text(p));
     p.copy_(value);
   }
-  models::export_peft_adapter(model, settings["rank"].get<int64_t>(), settings["alpha"].get<double>(),
-                              settings["dropout"].get<double>(), out.string(), {origin, dtype});
+  models::export_peft_adapter(model, *lora, out.string(), {origin, dtype});
 }
 
 }  // namespace segtrain::trainer

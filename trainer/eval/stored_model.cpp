@@ -153,7 +153,7 @@ models::TransformerLM load_stored_model(const StoredModel& stored) {
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
   if (stored.adapter.empty()) return model;
   const models::PeftAdapterConfig adapter = models::read_peft_adapter_config(stored.adapter, stored.config);
-  models::make_lora(adapter.lora, adapter.trainable)->convert(model);
+  models::make_lora(adapter.lora)->convert(model);
   const int64_t tensors = models::load_peft_adapter(model, stored.adapter);
   log::info("the PEFT adapter ", stored.adapter, " (", tensors, " tensors) on its base ", stored.dir);
   return model;

@@ -5,8 +5,7 @@
 #include <torch/utils.h>  // torch::manual_seed
 
 #include "data/token_store.h"
-#include "models/converters/freeze.h"
-#include "models/converters/lora.h"
+#include "models/converters/converter.h"
 #include "models/model_io.h"
 #include "models/positions.h"
 #include "trainer/config/model_ref.h"
@@ -43,12 +42,7 @@ models::TransformerLM build_model(const LoadedConfig& loaded, const models::Mode
 }
 
 models::Converters model_converters(const Config& config) {
-  models::Converters converters;
-  // LoRA first: it freezes the base, and train.freeze may then freeze some of what it trains.
-  if (config.model.adapters.lora.rank > 0)
-    converters.push_back(models::make_lora(config.model.adapters.lora, config.train.trainable));
-  if (!config.train.freeze.empty()) converters.push_back(models::make_freeze(config.train.freeze));
-  return converters;
+  return models::make_converters({config.model.adapters.lora, config.train.freeze});
 }
 
 }  // namespace segtrain::trainer
