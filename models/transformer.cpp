@@ -23,6 +23,19 @@ torch::nn::LayerNorm layer_norm(const ModelConfig& c) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model}).eps(c.layer_norm_eps));
 }
 
+// `ln` on x. Parameters narrower than x (bf16 weights in an fp32 stream: bf16 storage whose
+// matmuls run in fp32 on a CPU without a fast bf16 GEMM, trainer/runtime/cpu_matmul.h) are
+// read in x's dtype, since ATen's CPU kernel takes fp32 parameters with a bf16 input but not
+// the reverse; the cast is autograd's, so their gradients come back bf16. Otherwise the module
+// itself, bit for bit.
+at::Tensor normed(torch::nn::LayerNorm& ln, const at::Tensor& x) {
+  const at::Tensor& w = ln->weight;
+  if (!w.defined() || c10::elementSize(w.scalar_type()) >= c10::elementSize(x.scalar_type())) return ln(x);
+  const auto& options = ln->options;
+  return at::layer_norm(x, options.normalized_shape(), w.to(x.scalar_type()),
+                        ln->bias.defined() ? ln->bias.to(x.scalar_type()) : at::Tensor(), options.eps());
+}
+
 }  // namespace
 
 BlockImpl::BlockImpl(const ModelConfig& c)
@@ -61,9 +74,9 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
   auto mlp = [&](const at::Tensor& h) {
     return fc_out(F::gelu(fc(h), F::GELUFuncOptions().approximate(layout.exact_gelu ? "none" : "tanh")));
   };
-  if (layout.parallel_residual) return x + attention(ln1(x)) + mlp(ln2(x));
-  auto h = x + attention(ln1(x));
-  return h + mlp(ln2(h));
+  if (layout.parallel_residual) return x + attention(normed(ln1, x)) + mlp(normed(ln2, x));
+  auto h = x + attention(normed(ln1, x));
+  return h + mlp(normed(ln2, h));
 }
 
 TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(config)) {
@@ -189,7 +202,7 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
         positions, at::cat({cache->positions, positions}, 1),
         scheme == PositionScheme::alibi ? alibi_table_.on(alibi_slopes_for(c, seq_len), positions.device())
                                         : at::Tensor());
-  if (emb_ln) x = emb_ln(x);
+  if (emb_ln) x = normed(emb_ln, x);
 
   if (c.sliding_window && read + tokens.size(1) > *c.sliding_window)
     throw InputError("a sequence of " + std::to_string(read + tokens.size(1)) + " tokens is longer than the model's "
@@ -208,7 +221,7 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
       x = block->forward(x, cos, sin, mask);
     }
   }
-  return ln_f ? ln_f(x) : rms_f(x);
+  return ln_f ? normed(ln_f, x) : rms_f(x);
 }
 
 void TransformerLMImpl::load_tensors(const TensorSources& tensors, const std::string& source, bool strict,

@@ -33,10 +33,11 @@ TEST(CpuMatmul, BothGemmsAreTimedAndBf16IsKeptUnlessItIsTheSlower) {
 class CpuMatmulRun : public test::SyntheticStoreSuite {
  protected:
   // `segtrain train` of the tiny Llama with `sets`, SEGTRAIN_CPU_MATMUL=`matmul` ("" leaves it unset).
-  static test::RunResult train(const std::string& name, const std::string& matmul, std::vector<std::string> sets) {
+  static test::RunResult train(const std::string& name, const std::string& matmul, std::vector<std::string> sets,
+                               const std::string& arch = "llama") {
     std::vector<std::string> args = matmul.empty() ? std::vector<std::string>{"-u", "SEGTRAIN_CPU_MATMUL"}
                                                    : std::vector<std::string>{"SEGTRAIN_CPU_MATMUL=" + matmul};
-    for (const std::string& a : {kBin, std::string("train"), tiny_run_config(name, {.arch = "llama"}),
+    for (const std::string& a : {kBin, std::string("train"), tiny_run_config(name, {.arch = arch}),
                                  std::string("--set"), std::string("train.budget.tokens=1500")})
       args.push_back(a);
     args.insert(args.end(), sets.begin(), sets.end());
@@ -68,16 +69,20 @@ TEST_F(CpuMatmulRun, Bf16OnACpuWithoutFastBf16GemmsComputesAsFp32) {
 }
 
 // bf16 weights (train.param_dtype: bf16) stay bf16 in memory and are read by fp32 matmuls:
-// the run trains, within bf16's rounding of the fp32 run.
+// the run trains, within bf16's rounding of the fp32 run, with RMSNorm (llama) and with
+// LayerNorm (gpt_neox, whose CPU kernel refuses bf16 weights on an fp32 input unless cast).
 TEST_F(CpuMatmulRun, Bf16WeightsStayBf16UnderFp32Matmuls) {
-  const auto fp32 = train("fp32-ref", "", {"--set", "train.precision=fp32"});
-  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
-  const auto stored = train("bf16-weights", "fp32", {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16"});
-  ASSERT_EQ(stored.exit_code, 0) << stored.err;
-  EXPECT_NE(stored.err.find("the weights stay as stored"), std::string::npos) << stored.err;
-  const auto a = losses("fp32-ref"), b = losses("bf16-weights");
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 0.05) << "step " << i + 1;
+  for (const std::string arch : {"llama", "gpt_neox"}) {
+    const auto fp32 = train("fp32-ref-" + arch, "", {"--set", "train.precision=fp32"}, arch);
+    ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+    const auto stored = train("bf16-weights-" + arch, "fp32",
+                              {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16"}, arch);
+    ASSERT_EQ(stored.exit_code, 0) << arch << "\n" << stored.err;
+    EXPECT_NE(stored.err.find("the weights stay as stored"), std::string::npos) << stored.err;
+    const auto a = losses("fp32-ref-" + arch), b = losses("bf16-weights-" + arch);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 0.05) << arch << " step " << i + 1;
+  }
 }
 
 TEST_F(CpuMatmulRun, AnUnknownChoiceIsRefusedNamingTheVariable) {
