@@ -32,7 +32,7 @@ forms must be found in one of its sources:
 A figure that is quoted from elsewhere (a measurement from before results.md recorded it, a
 figure of the paper) is named in the region, with why:
 
-    <!-- unpublished: "48 min 33 s" "87%" -- block 1's full training, seed 004's figure -->
+    <!-- unpublished: "48 min 33 s" "87%" -- block 1's full training, Karypis et al.'s figure -->
 
 and each such figure must occur in the region and must not be published (else the note is
 stale). Outside every region no interval may be quoted: a new sentence quoting the study

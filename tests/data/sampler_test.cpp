@@ -1,5 +1,5 @@
 // Windows and samplers, checked over thousands of random draws against the
-// definitions in seed 004 (3.3, 4.1, 5.5) and docs/architecture.md. Token ids encode their
+// definitions in Karypis et al. 2024 (3.3, 4.1, 5.5) and docs/architecture.md. Token ids encode their
 // document and offset (data_test_util.h), so every check is a formula.
 #include <gtest/gtest.h>
 

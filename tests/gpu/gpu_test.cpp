@@ -228,7 +228,7 @@ void expect_step_matches_cpu(models::Arch arch, bool bf16, Tolerance tol, LossPa
 
 // fp32 on the device: the same arithmetic up to summation order (TF32 is off in
 // LibTorch by default). bf16 autocast: 8-bit mantissas in the matmuls, fp32
-// accumulation, positions and the loss in fp32 (seed 002); AdamW's first step is
+// accumulation, positions and the loss in fp32 (the ALiBi precision study); AdamW's first step is
 // about lr * sign(g), so gradients near zero may flip and the update bound is loose.
 // bf16 autocast on the CPU measured 1e-5 (loss), 0.5% (gradients) and 7-9%
 // (updates) against fp32 here; the bounds leave CUDA's kernels 3-6x that.

@@ -86,7 +86,7 @@ TEST(Attention, AlibiBiasStaysFp32UnderBf16Autocast) {
   at::manual_seed(4);
   const int64_t h = 4, t = 6, d = 8;
   auto q = at::randn({1, h, t, d}), k = at::randn({1, h, t, d}), v = at::randn({1, h, t, d});
-  // Far positions whose differences bf16 could not hold (seed 002).
+  // Far positions whose differences bf16 could not hold (the ALiBi precision study).
   auto positions = (at::arange(t, at::kLong) + 8000).view({1, t});
   positions[0][0] = 7001;
   auto mask = alibi_causal_mask(positions, alibi_slopes(h));

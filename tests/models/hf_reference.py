@@ -5,7 +5,7 @@
                                   Phi-3 (fused q/k/v and gate/up; LongRoPE) folders
                                   with reference logits (Llama family also on chunk-like
                                   position ids, and the loss at L_t), RoPE tables from
-                                  transformers' rope init functions, seed 001's NTK-ALiBi
+                                  transformers' rope init functions, the NTK-ALiBi note's NTK-ALiBi
                                   slopes; the "llama" weights under every rope scaling
                                   with perplexity at L_t and 2 L_t
   hf_reference.py tokenize DIR TEXT  prints AutoTokenizer(DIR)'s ids of TEXT as JSON

@@ -248,7 +248,7 @@ TEST(LlamaImport, EveryRopeScalingOfACheckpointGivesTransformersPerplexityAtLtAn
   }
 }
 
-// Segmented sequences (seed 004's chunk: L_t = 64 tokens in 4 segments that keep
+// Segmented sequences (Karypis et al.'s chunk: L_t = 64 tokens in 4 segments that keep
 // their positions up to 2 L_t) are scored as transformers scores them given the same
 // position_ids, under every rope scaling. Length-dependent scalings (dynamic NTK,
 // longrope's short/long factors) take the length from the largest position id + 1,

@@ -1,6 +1,6 @@
-// Positional math against independent references: seed 004's APE formula written
+// Positional math against independent references: Karypis et al.'s APE formula written
 // out literally, transformers' rope init functions, BLOOM's build_alibi_tensor and
-// seed 001's NTK-ALiBi code (all produced by hf_reference.py).
+// the NTK-ALiBi note's NTK-ALiBi code (all produced by hf_reference.py).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,6 @@
 // `segtrain experiment` as a user runs it: a tiny grid end to end, its
 // invariants checked against independent paths (`segtrain eval`, the base's own
-// evaluation, seed 004's equal budgets), resuming after SIGTERM, reuse of
+// evaluation, Karypis et al.'s equal budgets), resuming after SIGTERM, reuse of
 // finished rows, and clear refusals of bad experiment files.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -240,7 +240,7 @@ TEST(Experiment, InterruptedGridResumesToTheSameResults) {
     EXPECT_EQ(a["rows"][i]["key"], b["rows"][i]["key"]);
     EXPECT_EQ(a["rows"][i]["results"], b["rows"][i]["results"]) << a["rows"][i]["key"];
   }
-  // APE's OOTB row is the interpolated table (seed 004, 3.2), its only one.
+  // APE's OOTB row is the interpolated table (Karypis et al. 2024, 3.2), its only one.
   EXPECT_EQ(a["rows"][0]["key"], "ootb-interpolate");
   EXPECT_EQ(a["rows"][0]["label"], "OOTB");
 }
@@ -602,7 +602,7 @@ TEST(Experiment, BadFilesExitTwoNamingTheLineAndKey) {
        ":6:11: experiment.base.set.eval.lengths: the experiment sets this key"},
       {"budget of trained rows", corpus + "  extend:\n    set: {train.budget.tokens: 5}\n",
        "experiment.extend.set.train.budget.tokens: every trained row has the same budget so that rows compare: "
-       "the compute-equivalent one (seed 004, eq. 2), or experiment.train_tokens"},
+       "the compute-equivalent one (Karypis et al. 2024, eq. 2), or experiment.train_tokens"},
       // The file, line and `set:` key it was written under, never a --set the user did not give.
       {"bad value in set", corpus + "  base:\n    set: {train.lr: fast}\n",
        ":6:11 (experiment.base.set): train.lr: expected auto or a number > 0, got 'fast'"},
