@@ -383,7 +383,7 @@ TEST_P(OneStep, TheTrainerLossPathNeverWaitsForTheDevice) {
     const std::string what = std::string(enum_name(models::kArchs, GetParam())) + ", loss_chunk_tokens " +
                              std::to_string(chunk) + ", activation checkpointing, bf16 autocast";
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
-    // As Trainer::train_step: forward under autocast, backward of the summed loss
+    // As Trainer::forward_backward: forward under autocast, backward of the summed loss
     // outside it, the loss summed on the device. Each part under its own watch.
     WarningRecorder copies, forward, backward;
     std::vector<std::string> model_uploads;  // host-to-device copies in the forward and backward
