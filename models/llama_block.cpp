@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "kernels/rope.h"
 #include "models/attention.h"
 #include "models/positions.h"
 
@@ -9,23 +10,9 @@ namespace segtrain::models {
 
 namespace {
 
-at::Tensor rotate_half(const at::Tensor& x) {
-  auto halves = x.chunk(2, -1);
-  return at::cat({-halves[1], halves[0]}, -1);
-}
-
 Projection linear(int64_t in, int64_t out, bool bias) { return Projection(in, out, bias); }
 
 }  // namespace
-
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t rd = cos.size(-1);
-  auto rot = x.narrow(-1, 0, rd);
-  auto rotated = rot * cos + rotate_half(rot) * sin;
-  if (rd == x.size(-1)) return rotated;
-  auto pass = x.narrow(-1, rd, x.size(-1) - rd);
-  return at::cat({rotated, pass.to(rotated.scalar_type())}, -1);
-}
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", at::ones({dim}));
@@ -66,8 +53,8 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_c
   auto k = k_proj(h).view({b, t, n_kv_heads, head_dim}).transpose(1, 2);
   auto v = v_proj(h).view({b, t, n_kv_heads, head_dim}).transpose(1, 2);
   if (q_norm) q = q_norm(q), k = k_norm(k);  // over head_dim, the last dimension
-  q = apply_rope(q, rope_cos, rope_sin);
-  k = apply_rope(k, rope_cos, rope_sin);
+  q = kernels::rope(q, rope_cos, rope_sin);
+  k = kernels::rope(k, rope_cos, rope_sin);
   if (kv) std::tie(k, v) = kv->append(k, v);
   auto y = causal_attention(q, k, v, mask);
   auto attended = x + o_proj(y.transpose(1, 2).reshape({b, t, n_heads * head_dim}));

@@ -38,9 +38,6 @@ struct RMSNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
-// x * cos + rotate_half(x) * sin on the first cos.size(-1) dimensions of x; the rest pass.
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-
 struct LlamaBlockImpl : DecoderBlock {
   explicit LlamaBlockImpl(const ModelConfig& config);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,

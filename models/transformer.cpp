@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "kernels/rope.h"
 #include "models/activation_checkpoint.h"
 #include "models/attention.h"
 #include "models/positions.h"
@@ -64,8 +65,8 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
       q = parts[0], k = parts[1], v = parts[2];
     }
     if (rope_cos.defined()) {
-      q = apply_rope(q, rope_cos, rope_sin);
-      k = apply_rope(k, rope_cos, rope_sin);
+      q = kernels::rope(q, rope_cos, rope_sin);
+      k = kernels::rope(k, rope_cos, rope_sin);
     }
     if (kv) std::tie(k, v) = kv->append(k, v);
     auto y = causal_attention(q, k, v, mask);

@@ -4,9 +4,11 @@
 // ctest shows as "Skipped", never as passed. With SEGTRAIN_GPU_TEST_DEVICE=cpu
 // the same tests run on the CPU (ctest `gpu_suite_on_cpu`, in `make test`):
 // that proves the tests themselves work on machines without a GPU.
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <torch/autograd.h>
 #include <torch/cuda.h>
 #include <torch/utils.h>
 #include <unistd.h>
@@ -34,6 +36,7 @@
 #include <c10/util/Exception.h>
 #endif
 
+#include "kernels/rope.h"
 #include "models/attention.h"
 #include "models/converters/lora.h"
 #include "models/safetensors.h"
@@ -437,6 +440,66 @@ INSTANTIATE_TEST_SUITE_P(EveryArchitecture, OneStep,
                          [](const auto& info) { return std::string(enum_name(models::kArchs, info.param)); });
 
 // ---------------------------------------------------------------------------
+// The project's CUDA kernels (kernels/) against the ATen composites they replace.
+
+// The RoPE kernel and its gradient's against kernels::rope_composite: fp32, bf16 and fp16 q,
+// whole and partial rotation (GPT-NeoX's rotary_pct), angles per sample and shared by the batch,
+// q as the blocks hand it over (a transposed view), a strided upstream gradient; with autocast
+// off (the composite's fp32 result) and on (x's dtype, the fp32 value rounded once).
+TEST(FusedKernels, RopeEqualsTheCompositeForwardAndBackward) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda")
+    SKIP_NOT_APPLICABLE("the RoPE kernel is CUDA's; tests/models/rope_test.cpp checks its arithmetic on the CPU");
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  struct Shape {
+    int64_t b, h, t, d, rd;
+    bool shared;
+  };
+  double worst_forward = 0, worst_backward = 0;
+  for (const Shape s : {Shape{2, 4, 64, 64, 64, false}, Shape{2, 4, 33, 32, 8, false}, Shape{3, 2, 17, 16, 16, true}})
+    for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
+      for (const bool autocast : {false, true}) {
+        if (autocast && dtype == at::kFloat) continue;
+        at::manual_seed(11);
+        const auto positions = at::randint(0, 65536, {s.shared ? 1 : s.b, s.t}, cuda.dtype(at::kLong));
+        auto inv_freq = 1.0 / at::pow(10000.0, at::arange(0, s.rd, 2, cuda.dtype(at::kFloat)) / s.rd);
+        auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq.view({1, 1, -1});
+        auto angles = at::cat({freqs, freqs}, -1).unsqueeze(1);
+        const auto cos = angles.cos(), sin = angles.sin();
+        auto x = at::randn({s.b, s.t, s.h, s.d}, cuda).to(dtype).transpose(1, 2).requires_grad_();
+        const auto autocast_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+        at::autocast::set_autocast_enabled(at::kCUDA, autocast);
+        if (autocast) at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+        const auto want = kernels::rope_composite(x, cos, sin);
+        const auto got = kernels::rope_fused(x, cos, sin);
+        at::autocast::set_autocast_enabled(at::kCUDA, false);
+        at::autocast::set_autocast_dtype(at::kCUDA, autocast_dtype);
+        const auto what = std::string(c10::toString(dtype)) + (autocast ? " autocast" : "") + " rd " +
+                          std::to_string(s.rd) + (s.shared ? " shared" : "");
+        ASSERT_EQ(got.scalar_type(), autocast ? dtype : want.scalar_type()) << what;
+        ASSERT_EQ(got.sizes(), want.sizes()) << what;
+        const double tol = got.scalar_type() == at::kFloat ? 1e-5 : (got.scalar_type() == at::kHalf ? 1e-3 : 8e-3);
+        const auto forward_error = (got.to(at::kFloat) - want.detach().to(got.scalar_type()).to(at::kFloat)).abs();
+        worst_forward = std::max(worst_forward, forward_error.max().item<double>());
+        EXPECT_TRUE(at::allclose(got.to(at::kFloat), want.detach().to(got.scalar_type()).to(at::kFloat), tol, 1e-5))
+            << what << ": largest difference " << forward_error.max().item<double>();
+
+        // An upstream gradient with a strided last dimension, in each output's dtype.
+        auto upstream = at::randn({s.b, s.h, s.d, s.t}, cuda).transpose(2, 3);
+        auto grad_want = torch::autograd::grad({want}, {x}, {upstream.to(want.scalar_type())})[0];
+        auto grad_got = torch::autograd::grad({got}, {x}, {upstream.to(got.scalar_type())})[0];
+        ASSERT_EQ(grad_got.scalar_type(), dtype) << what;
+        const auto backward_error = (grad_got.to(at::kFloat) - grad_want.to(at::kFloat)).abs();
+        worst_backward = std::max(worst_backward, backward_error.max().item<double>());
+        EXPECT_TRUE(at::allclose(grad_got.to(at::kFloat), grad_want.to(at::kFloat), dtype == at::kFloat ? 1e-5 : 1e-2,
+                                 1e-3))
+            << what << ": largest gradient difference " << backward_error.max().item<double>();
+      }
+  record("fused rope vs composite: largest |difference| forward " + std::to_string(worst_forward) + ", backward " +
+         std::to_string(worst_backward));
+}
+
+// ---------------------------------------------------------------------------
 // Attention at long lengths.
 
 // SmolLM2's attention shape (9 query heads, 3 key/value heads, head dim 64) at 32,768 tokens, a
@@ -577,6 +640,30 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
   }
   for (const char* key : {"step", "tokens", "loss_tokens", "data_cursor"})
     EXPECT_EQ(state_of(run_dir("cut") + "/final")[key], state_of(run_dir("whole") + "/final")[key]) << key;
+}
+
+// A bf16 run of a RoPE model with the project's CUDA kernels (SEGTRAIN_FUSED_KERNELS=1) follows
+// the run without: 8 steps' losses within 1e-3 (the fused attention's backward sums in no fixed
+// order), its plan line saying so. The CPU keeps the composites: there the losses are equal.
+TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
+  REQUIRE_DEVICE(1);
+  const std::string dev = device_under_test();
+  std::vector<std::vector<double>> losses;
+  for (const std::string fused : {"0", "1"}) {
+    const std::string name = "fused-" + fused;
+    auto trained = run("env", {"SEGTRAIN_FUSED_KERNELS=" + fused, kBin, "train", config(name, dev), "--set",
+                               "train.budget.tokens=1024", "--set", "train.precision=bf16"},
+                       900);
+    ASSERT_EQ(trained.exit_code, 0) << trained.err;
+    if (fused == "1" && dev == "cuda") {
+      EXPECT_NE((trained.out + trained.err).find("fused CUDA kernels on"), std::string::npos) << trained.err;
+    }
+    losses.emplace_back();
+    for (const auto& row : rows(run_dir(name))) losses.back().push_back(row["loss"].get<double>());
+  }
+  ASSERT_EQ(losses[0].size(), 8u);
+  ASSERT_EQ(losses[1].size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(losses[1][i], losses[0][i], dev == "cuda" ? 1e-3 : 0.0) << "step " << i + 1;
 }
 
 // Activation checkpointing recomputes each block in backward (on CUDA, on autograd's device

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/numbers.h"
 #include "data/tokenizer_identity.h"
+#include "kernels/fused_kernels.h"
 #include "models/base_record.h"
 #include "models/peft_adapter.h"
 #include "models/positions.h"
@@ -275,13 +276,14 @@ void Trainer::plan_steps() {
   log::info("run ", c_.run.name, ": ", data::describe(loader_->windows().stats, c_.data.extended_length));
   // Whether bf16 on this CPU computes in bf16 is part of what the run will cost (cpu_matmul.h).
   const bool bf16_on_cpu = device_.is_cpu() && c_.train.precision == Precision::bf16;
+  const std::string fused = kernels::describe_fused_kernels(device_.is_cuda());
   log::info("plan: ", plan_.total_steps, " steps of ", plan_.global_batch, " x ", plan_.sample_length, " tokens = ",
             plan_.total_steps * plan_.tokens_per_step, " tokens (", std::setprecision(3), plan_.epochs, " epochs of ",
             plan_.samples_per_epoch, " windows); model ", model_config_.d_model, "x", model_config_.n_layers, " ",
             enum_name(models::kArchs, model_config_.arch), " on ", device_.str(), ", ", at::get_num_threads(),
             " threads; lr ", format_double(lr_of(c_)), " after ", warmup_steps_of(c_, plan_.total_steps),
             " warm-up steps", c_.train.lr ? "" : from_pretrained(c_) ? " (auto: a pretrained base's)" : " (auto)",
-            bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "");
+            bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "", fused.empty() ? "" : "; " + fused);
   metrics_ = std::make_unique<Metrics>(writer_ ? run_.dir : fs::path(), c_.train.tensorboard, state_.step,
                                        plan_.total_steps);
 }

@@ -1,0 +1,24 @@
+#pragma once
+// Whether the project's own CUDA kernels (kernels/) replace ATen composites on a CUDA
+// device. Off unless SEGTRAIN_FUSED_KERNELS=1 until a GPU session has run their tests
+// (docs/gpus.md, "Fused kernels"): they are compiled in every CUDA build but have not yet
+// run on a GPU. The CPU always computes the composites.
+#include <string>
+
+namespace segtrain::kernels {
+
+// The value of SEGTRAIN_FUSED_KERNELS (nullptr: unset): unset, empty or 0 off, 1 on; any
+// other value is an InputError naming the variable and what it takes.
+bool fused_kernels_switch(const char* value);
+
+// The switch as this process's environment sets it, read once (the trainer's plan line
+// reads it first, so a bad value stops the run before its first step).
+bool fused_kernels_requested();
+
+// Whether this build has the CUDA kernels (a CUDA LibTorch).
+bool fused_kernels_built();
+
+// The plan line's words for the switch on a run's device ("" when off).
+std::string describe_fused_kernels(bool cuda_device);
+
+}  // namespace segtrain::kernels
