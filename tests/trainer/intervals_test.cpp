@@ -3,6 +3,7 @@
 // and its coverage on simulated rows whose true difference is known.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -153,6 +154,43 @@ TEST(Intervals, AnEffectInOneDocumentIsNotFoundAndAnEffectInEveryDocumentIs) {
   EXPECT_TRUE(in_every.relative.excludes_zero()) << in_every.relative.lo << " " << in_every.relative.hi;
   EXPECT_LT(in_every.relative.hi, 0.0);
   EXPECT_EQ(window_agreement(every, b).lower, 4);
+}
+
+// Robustness: a difference that is found only because one document's large effect sits on
+// top of small, mixed effects in the 7 others rests on that document (leaving it out, the
+// interval includes 0): documents_carrying names it. An effect of about the same size in all
+// 8 documents survives leaving any one out, and nothing is named.
+TEST(Intervals, AFindingOneOfEightDocumentsCarriesNamesItAndOneAllEightCarryNamesNone) {
+  const int64_t predictions = 8191;
+  std::mt19937_64 rng(9);
+  std::vector<WindowLoss> base;
+  for (int64_t doc = 0; doc < 8; ++doc) {
+    WindowLoss w = window_of(doc, predictions, 2.0 + 0.1 * static_cast<double>(doc));
+    std::normal_distribution<double> noise(0.0, 0.2);
+    for (auto& b : w.block_nll) b += 128 * noise(rng);
+    base.push_back(w);
+  }
+  // Row a: every prediction of document d `shift[d]` nats above the base.
+  auto shifted = [&](const std::vector<double>& shift) {
+    std::vector<WindowLoss> out = base;
+    for (size_t d = 0; d < out.size(); ++d)
+      for (size_t b = 0; b < out[d].block_nll.size(); ++b)
+        out[d].block_nll[b] += shift[d] * static_cast<double>(std::min<int64_t>(kLossBlock, predictions - b * kLossBlock));
+    return loss_units(out, predictions);
+  };
+  const LossUnits b = loss_units(base, predictions);
+  const LossUnits one = shifted({0.9, 0.030, -0.015, 0.027, 0.012, -0.012, 0.021, 0.012});
+  const PairedDifference found = paired_difference(one, b);
+  ASSERT_TRUE(found.difference.excludes_zero()) << found.difference.lo << " " << found.difference.hi;
+  const std::vector<int64_t> carriers = documents_carrying(one, b);
+  EXPECT_NE(std::find(carriers.begin(), carriers.end(), 0), carriers.end()) << "document 0 carries the effect";
+  EXPECT_LT(carriers.size(), 8u);
+
+  const LossUnits every = shifted({0.05, 0.04, 0.06, 0.05, 0.045, 0.055, 0.05, 0.05});
+  ASSERT_TRUE(paired_difference(every, b).difference.excludes_zero());
+  EXPECT_TRUE(documents_carrying(every, b).empty());
+  // Nothing found, nothing carried: the same row against itself.
+  EXPECT_TRUE(documents_carrying(b, b).empty());
 }
 
 }  // namespace

@@ -129,6 +129,30 @@ PairedDifference paired_difference(const LossUnits& a, const LossUnits& b, int64
           {std::exp(ma - mb) - 1, quantile(relative, 0.025), quantile(relative, 0.975)}};
 }
 
+std::vector<int64_t> documents_carrying(const LossUnits& a, const LossUnits& b, int64_t resamples, uint64_t seed) {
+  const Interval whole = paired_difference(a, b, resamples, seed).difference;
+  if (!whole.excludes_zero()) return {};
+  std::vector<int64_t> documents;
+  for (const auto& where : a.where) {
+    const int64_t doc = std::stoll(where.substr(0, where.find(':')));
+    if (std::find(documents.begin(), documents.end(), doc) == documents.end()) documents.push_back(doc);
+  }
+  std::vector<int64_t> carrying;
+  if (documents.size() < 2) return carrying;  // nothing left to resample without it
+  for (const int64_t doc : documents) {
+    LossUnits ra, rb;
+    for (size_t i = 0; i < a.where.size(); ++i) {
+      if (std::stoll(a.where[i].substr(0, a.where[i].find(':'))) == doc) continue;
+      ra.nll.push_back(a.nll[i]), ra.count.push_back(a.count[i]), ra.where.push_back(a.where[i]);
+      rb.nll.push_back(b.nll[i]), rb.count.push_back(b.count[i]), rb.where.push_back(b.where[i]);
+    }
+    const Interval without = paired_difference(ra, rb, resamples, seed).difference;
+    const bool same_side = whole.lo > 0 ? without.lo > 0 : without.hi < 0;
+    if (!same_side) carrying.push_back(doc);
+  }
+  return carrying;
+}
+
 WindowAgreement window_agreement(const LossUnits& a, const LossUnits& b) {
   if (a.where != b.where || a.count != b.count)
     throw std::invalid_argument("the two rows were not scored on the same windows");

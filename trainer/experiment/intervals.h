@@ -9,11 +9,12 @@
 // are, with replacement, then within each drawn window as many of its units as it
 // has, with replacement, and the statistic is recomputed on the units drawn. Windows
 // first: each comes from another document, and the blocks of one document share its
-// style and difficulty, so pooling them as independent (the method before 2026-11-27)
-// gave small differences intervals as if the study had 64 documents, not 4. Paired:
+// style and difficulty, so pooling them as independent would give a small difference
+// the interval of a study with 64 documents where it has 4. Paired:
 // both rows are read on the same drawn units (the same text), so what the text shares
 // cancels. With few windows a percentile interval is still optimistic: the report also
-// asks that every window agree (window_agreement).
+// asks that every window agree (window_agreement), and says which documents a found
+// difference rests on (documents_carrying).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -63,6 +64,14 @@ struct WindowAgreement {
   int64_t windows = 0, lower = 0, higher = 0;
 };
 WindowAgreement window_agreement(const LossUnits& a, const LossUnits& b);
+
+// The documents a paired difference rests on: those whose units left out (every window of
+// the document, the rest resampled as paired_difference does) leave an interval that no
+// longer excludes 0 on the full difference's side. Empty when every document can go, or
+// when the full interval does not exclude 0 (nothing found to rest on anything). A
+// document is the part of `where` before its first ':'.
+std::vector<int64_t> documents_carrying(const LossUnits& a, const LossUnits& b, int64_t resamples = kBootstrapResamples,
+                                        uint64_t seed = kBootstrapSeed);
 
 // Wilson's 95% score interval of a proportion (correct of trials, common/wilson.h);
 // estimate = correct / trials.

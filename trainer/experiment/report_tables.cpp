@@ -133,7 +133,26 @@ std::optional<Finding> difference_at(const Comparison& cmp, int64_t length) {
   if (it == cmp.b.end() || !it->second) return std::nullopt;
   const LossUnits a = units_at(*cmp.a, length), b = units_at(*it->second, length);
   if (a.nll.empty() || b.nll.empty() || a.where != b.where) return std::nullopt;
-  return Finding{paired_difference(a, b), window_agreement(a, b)};
+  Finding f{paired_difference(a, b), window_agreement(a, b), {}};
+  if (f.found()) f.carried_by = documents_carrying(a, b);
+  return f;
+}
+
+std::string Finding::fragile_text() const {
+  if (!fragile()) return "";
+  std::vector<std::string> docs;
+  for (const int64_t doc : carried_by) docs.push_back(std::to_string(doc));
+  std::string listed = docs.back();
+  if (docs.size() > 1) {
+    docs.pop_back();
+    listed = join(docs, ", ") + " or " + listed;
+  }
+  return std::string("; fragile: not found without document") + (carried_by.size() > 1 ? "s " : " ") + listed;
+}
+
+std::string finding_text(const Finding& f, int64_t length, const std::string& against) {
+  return std::to_string(length) + " (" + percent_interval(f.d.relative) + ", " + f.windows_text() +
+         (against.empty() ? "" : ", vs " + against) + f.fragile_text() + ")";
 }
 
 std::string paired_method_text() {
@@ -142,7 +161,8 @@ std::string paired_method_text() {
      << " resamples, the windows drawn with replacement, then blocks of L/" << kUnitsPerWindow
      << " contiguous positions within each drawn window (the same blocks for both rows), percentile intervals. "
      << "**bold**: found, the interval excludes 0 and, with " << kUnanimousUpTo
-     << " windows or fewer, every window agrees.";
+     << " windows or fewer, every window agrees; *fragile*: found, but leaving one document out (its window) "
+     << "makes the interval include 0, so the finding rests on that document.";
   return md.str();
 }
 
@@ -169,10 +189,10 @@ void difference_table(std::ostringstream& md, const std::vector<Comparison>& all
                                fixed(pd.difference.lo, decimals, true) + ", " + fixed(pd.difference.hi, decimals, true) +
                                "] (" + fixed(100 * pd.relative.estimate, 1, true) + "%; " + d->windows_text() + ")";
       const std::string b_name = cmp.b.at(l)->label;
-      md << " " << (sure ? "**" + text + "**" : text)
-         << (cmp.name.find("best untrained") != std::string::npos ? " vs " + b_name : "") << " |";
-      const std::string at = std::to_string(l) + " (" + percent_interval(pd.relative) + ", " + d->windows_text() +
-                             (cmp.name.find("best untrained") != std::string::npos ? ", vs " + b_name : "") + ")";
+      const bool versus = cmp.name.find("best untrained") != std::string::npos;
+      md << " " << (sure ? "**" + text + "**" : text) << (d->fragile() ? " *fragile*" : "")
+         << (versus ? " vs " + b_name : "") << " |";
+      const std::string at = finding_text(*d, l, versus ? b_name : "");
       (!sure ? none : pd.difference.estimate < 0 ? lower : higher).push_back(at);
     }
     md << "\n";
@@ -191,7 +211,8 @@ void difference_table(std::ostringstream& md, const std::vector<Comparison>& all
     found.push_back(line.str());
   }
   md << "\nWhat the intervals find (A against B; a difference is stated only where it is found: its interval "
-        "excludes 0 and, with " << kUnanimousUpTo << " windows or fewer, every window agrees):\n\n";
+        "excludes 0 and, with " << kUnanimousUpTo << " windows or fewer, every window agrees; marked fragile where "
+        "it is not found without one of its documents):\n\n";
   for (const auto& f : found) md << f;
   md << "\n";
 }

@@ -47,15 +47,23 @@ struct Comparison {
 // agrees on its direction: a percentile interval over so few documents is optimistic.
 inline constexpr int64_t kUnanimousUpTo = 5;
 
-// What a comparison finds at one length: the paired difference, and on which side each window is.
+// What a comparison finds at one length: the paired difference, on which side each window is,
+// and, when found, the documents it rests on (documents_carrying: leaving any one of them out
+// makes the interval include 0).
 struct Finding {
   PairedDifference d;
   WindowAgreement windows;
+  std::vector<int64_t> carried_by;
   bool agreed() const {
     return windows.windows > kUnanimousUpTo ||
            (d.difference.estimate < 0 ? windows.lower : windows.higher) == windows.windows;
   }
   bool found() const { return d.difference.excludes_zero() && agreed(); }
+  // Found, but not without one of its documents: the text marks it and does not state it
+  // as a finding.
+  bool fragile() const { return found() && !carried_by.empty(); }
+  // "; fragile: not found without document 0, 1 or 6", or "" when not fragile.
+  std::string fragile_text() const;
   // "4 of 4 windows lower": the windows on the estimate's side.
   std::string windows_text() const {
     const bool lower = d.difference.estimate < 0;
@@ -66,6 +74,10 @@ struct Finding {
 
 // The finding of a comparison at `length`, when both rows kept the same windows there.
 std::optional<Finding> difference_at(const Comparison& cmp, int64_t length);
+
+// A finding at `length` as the lists of what the intervals find write it: "8192 (+0.5% [+0.1%,
+// +0.9%], 7 of 8 windows higher)", with its fragile_text inside the brackets.
+std::string finding_text(const Finding& f, int64_t length, const std::string& against = "");
 
 // What the bootstrap is and when a difference counts as found, before a table of paired differences.
 std::string paired_method_text();
