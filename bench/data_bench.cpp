@@ -50,9 +50,9 @@ std::string sampler_json(const fs::path& dir) {
               meta, 0.0, 1);
   const auto store = TokenStore::open((dir / "store").string());
   std::ostringstream out;
-  for (const auto& [name, method] : kSamplerMethods) {
+  for (const std::string& method : sampler_names()) {
     for (auto targets : {TargetMode::sequence, TargetMode::document}) {
-      if (targets == TargetMode::document && method != SamplerMethod::chunk) continue;
+      if (targets == TargetMode::document && method != "chunk") continue;
       DataConfig config;
       config.train_length = 1024;
       config.extended_length = 4096;
@@ -75,7 +75,7 @@ std::string sampler_json(const fs::path& dir) {
         elapsed = seconds_since(start);
       }
       if (sink == 42) std::cerr << "";  // keeps the draws observable
-      out << "{\"measure\": \"sampler\", \"method\": \"" << name << "\", \"targets\": \""
+      out << "{\"measure\": \"sampler\", \"method\": \"" << method << "\", \"targets\": \""
           << segtrain::enum_name(kTargetModes, targets) << "\", \"tokens_per_s_1_core\": "
           << static_cast<double>(samples) * static_cast<double>(T) / elapsed << "},\n";
     }
@@ -84,7 +84,7 @@ std::string sampler_json(const fs::path& dir) {
   DataConfig config;
   config.train_length = 1024;
   config.extended_length = 4096;
-  config.sampler = {SamplerMethod::chunk, 0.25, TargetMode::sequence};
+  config.sampler = {"chunk", 0.25, TargetMode::sequence};
   LoaderOptions lo;
   lo.micro_batch_size = 8;
   lo.threads = 1;

@@ -8,12 +8,6 @@
 
 namespace segtrain::data {
 
-enum class SamplerMethod { truncate, full, chunk, prefix, randompos, pose };
-inline constexpr EnumName<SamplerMethod> kSamplerMethods[] = {
-    {"truncate", SamplerMethod::truncate}, {"full", SamplerMethod::full},
-    {"chunk", SamplerMethod::chunk},       {"prefix", SamplerMethod::prefix},
-    {"randompos", SamplerMethod::randompos}, {"pose", SamplerMethod::pose}};
-
 // Label of input j: the next token of the constructed sequence (the paper's choice,
 // with a discontinuity at each segment boundary) or the true next document token.
 enum class TargetMode { sequence, document };
@@ -31,10 +25,11 @@ inline constexpr EnumName<ChunkPlacement> kChunkPlacements[] = {{"uniform", Chun
                                                                 {"ring", ChunkPlacement::ring}};
 
 struct SamplerConfig {
-  SamplerMethod method = SamplerMethod::truncate;
+  std::string method = "truncate";  // a registered sampler's name (data/sampler_kind.h)
   double alpha = 0.25;
   TargetMode targets = TargetMode::sequence;
   ChunkPlacement placement = ChunkPlacement::uniform;  // chunk only
+  double sigma = 3.0;  // cream only: the spread of its Gaussian, in L_t/2 (the reference's sigma)
 };
 
 struct DataConfig {

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/numbers.h"
 #include "data/loader.h"
+#include "data/sampler_kind.h"
 
 namespace segtrain::data {
 
@@ -143,9 +144,8 @@ void describe_counts(std::ostringstream& out, const std::string& what, const std
 std::string describe_coverage(const Coverage& c, const DataConfig& config) {
   std::ostringstream out;
   const auto& s = config.sampler;
-  out << "coverage of " << c.samples << " samples: " << enum_name(kSamplerMethods, s.method);
-  if (s.method == SamplerMethod::chunk || s.method == SamplerMethod::prefix) out << " alpha " << s.alpha;
-  if (s.method == SamplerMethod::chunk) out << ", placement " << enum_name(kChunkPlacements, s.placement);
+  const SamplerKind& kind = sampler_kind(s);
+  out << "coverage of " << c.samples << " samples: " << s.method << (kind.settings ? kind.settings(s) : "");
   out << ", L_t " << config.train_length << ", L_e " << config.extended_length << "\n";
   if (c.samples == 0) return out.str();
   describe_counts(out, "offset", c.offsets, c.samples);

@@ -12,10 +12,10 @@
 namespace segtrain::data {
 
 // alpha in (0, 1) (chunk with alpha = 1 would be one run of L_t: a crop, not a
-// segmentation; refused); L_e >= L_t and below 2^31 (int32 positions); placement
-// ring with chunk only; chunk: 1/alpha whole segments of alpha * L_t >= 1 tokens;
-// prefix: a suffix of alpha * L_t >= 1 tokens and a start i with
-// (1-alpha) L_t < i < L_e - alpha L_t. Empty when the section holds together.
+// segmentation; refused); L_e >= L_t and below 2^31 (int32 positions); a registered
+// sampler; placement ring with chunk only; then the sampler's own rules (data/samplers/:
+// chunk's 1/alpha whole segments of alpha * L_t >= 1 tokens, prefix's suffix and its start).
+// Empty when the section holds together.
 std::vector<ConfigProblem> sampler_problems(const DataConfig& c);
 
 }  // namespace segtrain::data

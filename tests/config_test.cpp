@@ -34,7 +34,7 @@ TEST_F(ConfigTest, MinimalConfigTakesDocumentedDefaults) {
   EXPECT_TRUE(Config().eval.lengths.empty()) << "the default is auto";
   EXPECT_EQ(loaded.config.data.train_length, 256);
   EXPECT_EQ(loaded.config.data.extended_length, 1024);
-  EXPECT_EQ(loaded.config.data.sampler.method, data::SamplerMethod::truncate);
+  EXPECT_EQ(loaded.config.data.sampler.method, "truncate");
   EXPECT_FALSE(loaded.config.model.spec.extension.factor.has_value());  // auto
   EXPECT_TRUE(loaded.config.train.budget.compute_equivalent);
   // min_lr auto is lr / 10: the default lr's 3e-5, and below any lr a user lowers it to

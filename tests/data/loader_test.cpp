@@ -39,7 +39,7 @@ class LoaderTest : public ::testing::Test {
     store_ = std::make_unique<TokenStore>(TokenStore::open(dir_ / "s"));
     config_.train_length = 16;
     config_.extended_length = 64;
-    config_.sampler = {SamplerMethod::chunk, 0.25, TargetMode::sequence};
+    config_.sampler = {"chunk", 0.25, TargetMode::sequence};
     config_.prefetch = 3;
   }
   LoaderOptions options(int64_t rank, int64_t world, int64_t batch, int64_t threads, Cursor start = {}) {

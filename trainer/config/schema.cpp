@@ -1,5 +1,6 @@
 #include "trainer/config/schema.h"
 
+#include "data/sampler_kind.h"
 #include "models/config_values.h"
 
 namespace segtrain::trainer::schema {
@@ -114,8 +115,9 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       integer("data.train_length", c.data.train_length, 1, kMaxInt, "L_t: length of every training sequence.").with({KeyRole::resume}),
       integer("data.extended_length", c.data.extended_length, 1, kMaxInt,
               "L_e: window length cut from documents; >= train_length.").with({KeyRole::grid, KeyRole::resume}),
-      choice("data.sampler.method", c.data.sampler.method, data::kSamplerMethods,
-             "How an L_t sequence is built from an L_e window (Karypis et al. 2024, section 3.3).").with({KeyRole::grid, KeyRole::resume}),
+      word_choice("data.sampler.method", c.data.sampler.method, data::sampler_names(),
+                  "How an L_t sequence is built from an L_e window (Karypis et al. 2024, section 3.3): " +
+                      data::sampler_summaries() + ".").with({KeyRole::grid, KeyRole::resume}),
       real("data.sampler.alpha", c.data.sampler.alpha, kAnyReal, kNoHigh,
            "Segment fraction in (0, 1) for chunk (1/alpha segments of alpha*L_t) and prefix (suffix of alpha*L_t); "
            "its rules with L_t and L_e live in data/sampler_rules.h.").with({KeyRole::grid, KeyRole::resume}),
@@ -126,6 +128,9 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
              "near 0 and L_e-1 are covered far less often than the middle); ring: placed on the window closed into "
              "a ring and rotated, so every offset is covered equally often (the run crossing the end is split in two).")
           .with({KeyRole::grid, KeyRole::resume}),
+      real("data.sampler.sigma", c.data.sampler.sigma, kAnyReal, kNoHigh,
+           "cream only: the spread of the Gaussian the middle's reach is drawn from, in units of L_t/2 "
+           "(the CREAM code's sigma, its default 3); its rules live in data/samplers/cream.cpp.").with({KeyRole::resume}),
       integer("data.prefetch", c.data.prefetch, 1, 1024, "Batches prepared ahead on the loader thread."),
       flag("data.allow_tokenizer_mismatch", c.data.allow_tokenizer_mismatch,
            "Train a model.init base on a store made with another tokenizer (refused otherwise: its ids would "

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/numbers.h"
+#include "data/sampler_kind.h"
 #include "data/sampler_rules.h"
 #include "models/config_rules.h"
 #include "models/converters/lora_config.h"
@@ -104,14 +105,15 @@ void check_model(Checker& ck, const Config& c) {
 
   // A learned table has no rows past max_positions: training at L_e positions
   // needs interpolation or a table that is already long enough.
-  const bool segmented = c.data.sampler.method != data::SamplerMethod::truncate;
+  const data::SamplerKind* sampler = data::find_sampler(c.data.sampler.method);
+  const bool segmented = sampler && !sampler->within_train_length;
   if (scheme == models::PositionScheme::learned && method == ExtensionMethod::none && segmented &&
       c.data.extended_length > c.data.train_length) {
     std::optional<int64_t> rows = m.max_positions;
     if (!rows && init == "scratch") rows = c.data.train_length;
     if (rows && *rows < c.data.extended_length)
       ck.fail("model.extension.method",
-              "sampler " + std::string(enum_name(data::kSamplerMethods, c.data.sampler.method)) +
+              "sampler " + c.data.sampler.method +
                   " uses positions up to L_e - 1 = " + std::to_string(c.data.extended_length - 1) +
                   " but the gpt2 position table has " + std::to_string(*rows) +
                   " rows; set model.extension.method: interpolate (Karypis et al. 2024, 3.2)");

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/strings.h"
+#include "data/sampler_kind.h"
 #include "trainer/experiment/experiment.h"
 #include "trainer/experiment/plan.h"
 #include "trainer/experiment/schema.h"
@@ -257,12 +258,6 @@ std::optional<TrainedMethod> parse_trained_method(const std::string& name) {
     m.domain_adaptation = true;
     return m;
   }
-  // Truncate training with the rows' extension (the domain-adaptation row of a base
-  // extended with a scaling); `da` trains on the base's own positions instead.
-  if (name == "truncate") return m.sampler = data::SamplerMethod::truncate, m;
-  if (name == "full") return m.sampler = data::SamplerMethod::full, m;
-  if (name == "randompos") return m.sampler = data::SamplerMethod::randompos, m;
-  if (name == "pose") return m.sampler = data::SamplerMethod::pose, m;
   if (name.rfind("chunk-ring-", 0) == 0) {  // chunk with data.sampler.placement ring
     auto m = parse_trained_method("chunk-" + name.substr(11));
     if (!m) return std::nullopt;
@@ -270,16 +265,23 @@ std::optional<TrainedMethod> parse_trained_method(const std::string& name) {
     m->placement = data::ChunkPlacement::ring;
     return m;
   }
-  for (auto [prefix, sampler] : {std::pair{"chunk-", data::SamplerMethod::chunk}, {"prefix-", data::SamplerMethod::prefix}}) {
-    const std::string p = prefix;
-    if (name.rfind(p, 0) != 0) continue;
-    const std::string number = name.substr(p.size());
+  // A registered sampler by its name, or "<name>-<alpha>" for one named with its alpha (chunk-0.25).
+  // `truncate` trains with the rows' extension (the domain-adaptation row of a base extended with a
+  // scaling); `da` trains on the base's own positions instead.
+  for (const data::SamplerKind* kind : data::samplers()) {
+    const std::string stem(kind->name);
+    if (!kind->named_with_alpha) {
+      if (name == stem) return m.sampler = stem, m;
+      continue;
+    }
+    if (name.rfind(stem + "-", 0) != 0) continue;
+    const std::string number = name.substr(stem.size() + 1);
     try {
       size_t used = 0;
       const double alpha = std::stod(number, &used);
       // Its range and its fit with L_t and L_e: data/sampler_rules.h, through validate_config on each run.
       if (used != number.size() || !std::isfinite(alpha)) return std::nullopt;
-      m.sampler = sampler;
+      m.sampler = stem;
       m.alpha = alpha;
       return m;
     } catch (const std::exception&) {

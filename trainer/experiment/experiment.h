@@ -47,7 +47,7 @@ struct TrainedMethod {
   // "da", "truncate", "full", "chunk-0.25", "chunk-ring-0.25", "prefix-0.5", "randompos", "pose";
   // a point of the budget curve adds "@<tokens>": "chunk-0.25@262144" (its folder and row).
   std::string name;
-  data::SamplerMethod sampler = data::SamplerMethod::truncate;
+  std::string sampler = "truncate";  // a registered sampler's name (data/sampler_kind.h)
   double alpha = 0.25;
   data::ChunkPlacement placement = data::ChunkPlacement::uniform;  // chunk-ring-<alpha>: ring
   bool domain_adaptation = false;

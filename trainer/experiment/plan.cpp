@@ -136,7 +136,7 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
     grid_set(r, "run.name", c.run.name, x.name + "/" + corpus.name + "/base", "base");
     grid_set(r, "data.store", c.data.store, store, "base");
     grid_set(r, "data.extended_length", c.data.extended_length, lt, "base");
-    grid_set(r, "data.sampler.method", c.data.sampler.method, data::SamplerMethod::truncate, "base");
+    grid_set(r, "data.sampler.method", c.data.sampler.method, std::string("truncate"), "base");
     grid_set(r, "data.sampler.placement", c.data.sampler.placement, data::ChunkPlacement::uniform, "base");
     grid_set(r, "model.extension.method", c.model.spec.extension.method, models::ExtensionMethod::none, "base");
     grid_set(r, "eval.lengths", c.eval.lengths, std::vector<int64_t>{lt}, "base");
@@ -163,7 +163,7 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
       grid_set(r, "data.store", c.data.store, store, label);
       grid_set(r, "data.extended_length", c.data.extended_length, factor * lt, label);
       grid_set(r, "data.sampler.method", c.data.sampler.method,
-               method.domain_adaptation ? data::SamplerMethod::truncate : method.sampler, label);
+               method.domain_adaptation ? std::string("truncate") : method.sampler, label);
       grid_set(r, "data.sampler.alpha", c.data.sampler.alpha, method.alpha, label);
       grid_set(r, "data.sampler.placement", c.data.sampler.placement,
                method.domain_adaptation ? data::ChunkPlacement::uniform : method.placement, label);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/strings.h"
+#include "data/sampler_kind.h"
 #include "trainer/config/eval_tasks.h"
 #include "trainer/experiment/report.h"
 #include "trainer/experiment/report_plots.h"
@@ -119,8 +120,9 @@ const RowResult* best_untrained(const CorpusResults& c, int64_t factor, int64_t 
   return best;
 }
 
-// The comparisons the text draws at `factor`: Karypis et al.'s chunk row against DA, full, pose
-// and randompos, and every trained row against the best untrained row at each length.
+// The comparisons the text draws at `factor`: Karypis et al.'s chunk row against DA and each
+// baseline sampler's row (data/sampler_kind.h: full, pose, randompos, in the registry's order),
+// and every trained row against the best untrained row at each length.
 std::vector<Comparison> comparisons(const CorpusResults& c, int64_t factor) {
   std::vector<Comparison> out;
   const auto lengths = factor_lengths(c, factor);
@@ -132,9 +134,18 @@ std::vector<Comparison> comparisons(const CorpusResults& c, int64_t factor) {
   if (const RowResult* chunk = chunk_row(c, factor)) {
     // DA: the domain-adaptation row, DA at the base's positions or truncate at the rows' scaling.
     const RowResult* da = main_row(c, "DA", factor) ? main_row(c, "DA", factor) : main_row(c, "truncate", factor);
-    for (const RowResult* other : {da, main_row(c, "full", factor), main_row(c, "pose", factor),
-                                   main_row(c, "randompos", factor)})
+    std::vector<const RowResult*> others = {da};
+    for (const data::SamplerKind* kind : data::samplers())
+      if (kind->baseline) others.push_back(main_row(c, std::string(kind->name), factor));
+    for (const RowResult* other : others)
       if (other) out.push_back({chunk->label + " vs " + other->label, chunk, same_b(other)});
+  }
+  // A sampler's own comparison (cream against pose): both rows trained at the experiment's budget.
+  for (const data::SamplerKind* kind : data::samplers()) {
+    if (kind->compared_with.empty()) continue;
+    const RowResult* a = main_row(c, std::string(kind->name), factor);
+    const RowResult* b = main_row(c, std::string(kind->compared_with), factor);
+    if (a && b) out.push_back({a->label + " vs " + b->label, a, same_b(b)});
   }
   for (const auto& row : c.rows) {
     if (row.factor != factor || row.kind != "trained" || !compared_row(row) || row.results.empty()) continue;
@@ -183,7 +194,7 @@ void budget_section(std::ostringstream& md, const CorpusResults& c, int64_t fact
       for (int64_t l : lengths)
         if (const auto d = difference_at(cmp, l)) {
           if (!d->found()) none.push_back(std::to_string(l));
-          else (d->d.difference.estimate < 0 ? lower : higher).push_back(std::to_string(l) + " (" + percent_interval(d->d.relative) + ", " + d->windows_text() + ")");
+          else (d->d.difference.estimate < 0 ? lower : higher).push_back(finding_text(*d, l));
         }
       std::vector<std::string> parts;
       if (!lower.empty()) parts.push_back("lower perplexity at " + join(lower, ", "));
@@ -194,7 +205,8 @@ void budget_section(std::ostringstream& md, const CorpusResults& c, int64_t fact
                         thousands(rows.front()->train_tokens) + " tokens: " + join(parts, "; ") + ".\n");
     }
   if (found.empty()) return void(md << "\n");
-  md << "\nWhat more budget changes (paired differences, as above; stated only where found):\n\n";
+  md << "\nWhat more budget changes (paired differences, as above; stated only where found, marked fragile where "
+        "it is not found without one of its documents):\n\n";
   for (const auto& f : found) md << f;
   md << "\n";  // the plots that follow are paragraphs of their own
 }
