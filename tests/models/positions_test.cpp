@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "models/positions.h"
+#include "models/modules/positions.h"
 #include "reference.h"
 
 namespace segtrain::models {

@@ -6,8 +6,8 @@
 #include <fstream>
 
 #include "common/error.h"
-#include "models/families/family.h"
-#include "models/peft_config.h"
+#include "models/spec/families/family.h"
+#include "models/spec/families/peft_config.h"
 
 namespace segtrain::trainer {
 
@@ -36,7 +36,7 @@ std::optional<ModelRef> parse_model_ref(const std::string& text) {
     const std::string adapter = text.substr(5);
     std::string base;  // an adapter_config.json that cannot be read is the validator's to refuse
     try {
-      base = models::read_peft_base_model(adapter);  // within its bounds (peft_config.h)
+      base = models::read_peft_base_model(adapter);  // within its bounds (models/spec/families/peft_config.h)
     } catch (const InputError&) {
     }
     return ModelRef{ModelRef::Kind::peft, models::find_peft_base(adapter, base), adapter};

@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "models/config.h"
+#include "models/spec/config.h"
 
 namespace segtrain::trainer {
 
@@ -11,7 +11,7 @@ struct ModelRef {
   enum class Kind { scratch, hf, checkpoint, peft };
   Kind kind = Kind::scratch;
   // The model's folder after "hf:" / "checkpoint:"; for "peft:" the base its adapter_config.json
-  // names (models/peft_config.h find_peft_base), "" when it is not there. Empty for scratch.
+  // names (models/spec/families/peft_config.h find_peft_base), "" when it is not there. Empty for scratch.
   std::string dir;
   std::string adapter;  // peft: the adapter's folder after "peft:"
 

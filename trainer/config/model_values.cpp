@@ -5,7 +5,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/strings.h"
-#include "models/config_values.h"
+#include "models/spec/config_values.h"
 
 namespace segtrain::trainer {
 

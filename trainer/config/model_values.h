@@ -2,13 +2,13 @@
 // The concrete ModelConfig a command works with, from a run config's `auto`
 // values or from a stored model plus `--set` overrides. One home for these rules
 // so train, eval, inspect and the experiment grid resolve a model the same way.
-// No torch: the caller reads a stored base's ModelConfig (models/model_io.h).
+// No torch: the caller reads a stored base's ModelConfig (models/modules/model_io.h).
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "models/config.h"
+#include "models/spec/config.h"
 #include "trainer/config/config.h"
 
 namespace segtrain::trainer {

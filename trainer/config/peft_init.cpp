@@ -9,8 +9,8 @@
 #include "common/file_io.h"
 #include "common/numbers.h"
 #include "common/strings.h"
-#include "models/families/family.h"
-#include "models/peft_config.h"
+#include "models/spec/families/family.h"
+#include "models/spec/families/peft_config.h"
 #include "trainer/config/model_ref.h"
 
 namespace segtrain::trainer {

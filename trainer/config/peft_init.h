@@ -1,11 +1,11 @@
 #pragma once
 // `model.init: peft:DIR`: a run that continues a PEFT LoRA adapter takes its settings
-// from the adapter (models/peft_config.h), so that the adapter's weights fit the model
+// from the adapter (models/spec/families/peft_config.h), so that the adapter's weights fit the model
 // the run builds and what it trained keeps training.
 #include <string>
 #include <vector>
 
-#include "models/config.h"
+#include "models/spec/config.h"
 #include "trainer/config/config.h"
 
 namespace segtrain::trainer {

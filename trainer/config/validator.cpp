@@ -13,9 +13,9 @@
 
 #include "common/numbers.h"
 #include "data/sampler_rules.h"
-#include "models/config_rules.h"
-#include "models/converters/lora_config.h"
-#include "models/peft_config.h"
+#include "models/spec/config_rules.h"
+#include "models/spec/converters/lora_config.h"
+#include "models/spec/families/peft_config.h"
 #include "trainer/config/config.h"
 #include "trainer/config/eval_rules.h"
 #include "trainer/config/model_ref.h"

@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "common/error.h"
-#include "models/model_io.h"
-#include "models/positions.h"
+#include "models/modules/model_io.h"
+#include "models/modules/positions.h"
 #include "trainer/config/config.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/model_values.h"

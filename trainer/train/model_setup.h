@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "models/config.h"
-#include "models/converters/converter.h"
-#include "models/transformer.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/transformer.h"
+#include "models/spec/config.h"
 #include "trainer/config/config.h"
 
 namespace segtrain::trainer {
@@ -28,7 +28,7 @@ Config resolved_run_config(const LoadedConfig& loaded);
 models::TransformerLM build_model(const LoadedConfig& loaded, const models::ModelConfig& model_config);
 
 // The model converters the config asks for, in the order they apply
-// (models/converters/): train.freeze.
+// (models/modules/converters/): train.freeze.
 models::Converters model_converters(const Config& config);
 
 }  // namespace segtrain::trainer
