@@ -12,6 +12,7 @@
 #include "common/file_io.h"
 #include "common/log.h"
 #include "models/modules/positions.h"
+#include "models/spec/config_rules.h"
 #include "models/spec/families/family.h"
 #include "models/spec/families/hf_config_fields.h"
 

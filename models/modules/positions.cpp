@@ -5,7 +5,6 @@
 #include <string>
 
 #include "common/error.h"
-#include "models/spec/config_rules.h"
 
 namespace segtrain::models {
 
@@ -14,13 +13,6 @@ namespace {
 std::string method_name(ExtensionMethod m) { return enum_name(kExtensionMethods, m); }
 
 }  // namespace
-
-void check_model_config(const ModelConfig& c) {
-  throw_first(model_problems(c));
-  vocab_size_of(c);
-  max_positions_of(c);
-  factor_of(c);
-}
 
 // --- APE ---------------------------------------------------------------------
 

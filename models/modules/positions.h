@@ -11,10 +11,6 @@
 
 namespace segtrain::models {
 
-// The last guard before a model is built, read from HF or exported: the config's
-// rules (config_rules.h) as InputError "key: message", and every "auto" resolved.
-void check_model_config(const ModelConfig& config);
-
 // --- learned absolute positions (gpt2) -------------------------------------
 // Seed 004 section 3.2: row i of the new table is the old table linearly
 // interpolated at i / beta, beta = new_rows / old_rows; rows past beta*(L_t-1)

@@ -12,6 +12,7 @@
 #include "models/modules/attention.h"
 #include "models/modules/positions.h"
 #include "models/modules/weight_init.h"
+#include "models/spec/config_rules.h"
 
 namespace segtrain::models {
 

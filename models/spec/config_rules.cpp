@@ -130,4 +130,11 @@ std::vector<ConfigProblem> model_problems(const ModelConfig& c, Sizes sizes) {
   return out;
 }
 
+void check_model_config(const ModelConfig& c) {
+  throw_first(model_problems(c));
+  vocab_size_of(c);
+  max_positions_of(c);
+  factor_of(c);
+}
+
 }  // namespace segtrain::models

@@ -2,9 +2,9 @@
 // Every rule that ties a ModelConfig's keys to each other (sizes, the llama-only
 // keys, which extension method fits which position scheme, the rotary width,
 // llama3's and longrope's parameters), in one place: the validator reports them at
-// the config file's line, and check_model_config (models/modules/positions.h) refuses them
-// as the last guard before a model is built, read from HF or exported. Plain C++
-// (no LibTorch), so the config library calls it.
+// the config file's line, and check_model_config refuses them as the last guard before
+// a model is built, read from HF or exported. Plain C++ (no LibTorch), so the config
+// library calls them.
 #include <vector>
 
 #include "common/config_problem.h"
@@ -25,5 +25,9 @@ bool method_fits(ExtensionMethod method, PositionScheme scheme);
 // Empty when the config holds together. "auto" values pass where their resolution
 // is what the rule needs (factor auto is L_e / L_t >= 1 once resolved).
 std::vector<ConfigProblem> model_problems(const ModelConfig& config, Sizes sizes = Sizes::known);
+
+// The last guard before a model is built, read from HF or exported: the rules above as
+// InputError "key: message", and every "auto" resolved.
+void check_model_config(const ModelConfig& config);
 
 }  // namespace segtrain::models

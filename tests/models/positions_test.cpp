@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "models/modules/positions.h"
+#include "models/spec/config_rules.h"
 #include "reference.h"
 
 namespace segtrain::models {

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "models/modules/model_io.h"
 #include "models/modules/positions.h"
+#include "models/spec/config_rules.h"
 #include "trainer/config/config.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/model_values.h"

@@ -7,7 +7,7 @@
 #include "data/token_store.h"
 #include "models/modules/converters/converter.h"
 #include "models/modules/model_io.h"
-#include "models/modules/positions.h"
+#include "models/spec/config_rules.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/model_values.h"
 
