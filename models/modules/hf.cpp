@@ -9,18 +9,15 @@
 
 #include "common/atomic_write.h"
 #include "common/error.h"
-#include "common/file_io.h"
 #include "common/log.h"
-#include "models/modules/positions.h"
-#include "models/spec/config_rules.h"
+#include "models/spec/config_values.h"
 #include "models/spec/families/family.h"
-#include "models/spec/families/hf_config_fields.h"
+#include "models/spec/families/hf_config.h"
 
 namespace segtrain::models {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using hf::field;
 
 namespace {
 
@@ -123,56 +120,14 @@ TensorMap hf_tensors(const TransformerLM& model, const HfNameTable& table, at::S
   return tensors;
 }
 
-json read_json(const fs::path& path) {
-  const std::string text = read_file(path, "HF config");
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw InputError(path.string() + ": not valid JSON (" + e.what() + ")");
-  }
-}
-
-// What an HF "segtrain" field recorded, to restore methods transformers cannot express.
-void restore_extension(const json& cfg, ModelConfig& c, const std::string& source) {
-  if (!cfg.contains("segtrain") || !cfg["segtrain"].is_object()) return;
-  const auto& s = cfg["segtrain"];
-  if (s.value("transformers_reproduces", true) || !s.contains("extension")) return;
-  const auto& e = s["extension"];
-  auto method = enum_from_name(kExtensionMethods, field<std::string>(e, "method", source));
-  if (!method) throw InputError(source + ": unknown segtrain.extension.method " + e["method"].dump());
-  c.extension.method = *method;
-  if (e.contains("factor") && !e["factor"].is_null()) c.extension.factor = field<double>(e, "factor", source);
-  if (e.contains("original_length") && !e["original_length"].is_null())
-    c.extension.original_length = field<int64_t>(e, "original_length", source);
-}
-
-// config.json's model_type: which family reads the folder.
-const Family& family_of(const json& cfg, const std::string& source) {
-  return family_for_model_type(field<std::string>(cfg, "model_type", source), source);
-}
-
 }  // namespace
 
-ModelConfig read_hf_config(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "config.json";
-  const std::string source = path.string();
-  const json cfg = read_json(path);
-  const Family& family = family_of(cfg, source);
-  ModelConfig c = family.read_config(cfg, source);
-  c.hf_model_type = family.model_type();
-  restore_extension(cfg, c, source);
-  check_model_config(c);
-  return c;
-}
-
 TensorSources hf_tensor_sources(const std::string& dir) {
-  const fs::path config = fs::path(dir) / "config.json";
-  const json cfg = read_json(config);
-  const Family& family = family_of(cfg, config.string());
-  const HfNameTable& table = family.names();
+  const HfConfigJson config = read_hf_config_json(dir);
+  const HfNameTable& table = config.family->names();
   // Only a table with fused tensors needs the sizes to split them at.
   const std::optional<ModelConfig> sizes =
-      table.fused.empty() ? std::nullopt : std::optional(family.read_config(cfg, config.string()));
+      table.fused.empty() ? std::nullopt : std::optional(config.family->read_config(config.json, config.path));
   const TensorSources raw = open_safetensors_dir(dir);
   TensorSources out;
   std::set<std::string> used;

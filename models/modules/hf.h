@@ -1,7 +1,8 @@
 #pragma once
 // transformers interop: HF folders (config.json + safetensors) in and out, for every
 // model family of models/spec/families/ (GPT-2, GPT-NeoX, BLOOM, and Llama, Mistral, Qwen2,
-// Qwen3 and Phi-3 on Llama's block).
+// Qwen3 and Phi-3 on Llama's block). A folder's config.json alone is read torch-free
+// (models/spec/families/hf_config.h read_hf_config), so the run config reads it the same way.
 #include <string>
 
 #include "models/modules/safetensors.h"
@@ -9,17 +10,6 @@
 #include "models/spec/config.h"
 
 namespace segtrain::models {
-
-// ModelConfig of an HF folder's config.json. A rope scaling in transformers 4's
-// rope_scaling or 5's rope_parameters (linear, dynamic, yarn, llama3, longrope)
-// becomes the matching extension, in effect from the start; a folder written by
-// export_hf gets back the extension recorded in its "segtrain" field when
-// transformers could not express it (ALiBi methods). Throws InputError naming
-// config.json and the field on an unknown model type or unsupported variant
-// (another rope_type; partial rotary on llama; a hidden_act other than silu). A Mistral/Qwen2 sliding window in effect is kept in
-// ModelConfig::sliding_window; forward refuses longer sequences. ModelConfig::hf_model_type
-// records the family read, which export_hf writes again where it can.
-ModelConfig read_hf_config(const std::string& dir);
 
 // The folder's weights renamed to TransformerLM's parameter names by the table of
 // the family its config.json's model_type names: accepts keys with or without the "transformer." /

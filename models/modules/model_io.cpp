@@ -19,6 +19,7 @@
 #include "models/modules/safetensors.h"
 #include "models/modules/weight_init.h"
 #include "models/spec/base_record.h"
+#include "models/spec/families/hf_config.h"
 
 namespace segtrain::models {
 

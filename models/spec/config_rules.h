@@ -4,7 +4,7 @@
 // llama3's and longrope's parameters), in one place: the validator reports them at
 // the config file's line, and check_model_config refuses them as the last guard before
 // a model is built, read from HF or exported. Plain C++ (no LibTorch), so the config
-// library calls them.
+// library and HF's config.json reader (families/hf_config.h) call them.
 #include <vector>
 
 #include "common/config_problem.h"

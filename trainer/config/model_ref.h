@@ -42,9 +42,9 @@ std::string absolute_folder(const std::string& path);
 std::string with_absolute_folder(const std::string& text);
 
 // The architecture of the model a reference names, read from the folder without
-// loading it (config.json's model_type, or model_config.json's arch of a segtrain
-// checkpoint or run); nullopt for scratch, a missing folder or one that says none
-// (the validator and the model reader report those).
+// loading it (the family of config.json's model_type: models/spec/families/hf_config.h, or
+// model_config.json's arch of a segtrain checkpoint or run); nullopt for scratch, a missing
+// folder or one that says none (the validator and the model reader report those).
 std::optional<models::Arch> model_ref_arch(const std::string& text);
 
 }  // namespace segtrain::trainer

@@ -18,9 +18,4 @@ namespace segtrain::trainer {
 // the validator refuses.
 std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded);
 
-// An HF base folder's ModelConfig from its config.json, as its family reads it (no weights):
-// what a run from hf: or peft: builds, for the checks that need its sizes (the validator's
-// of the adapters' size). InputError when it is not a transformers config.json.
-models::ModelConfig read_hf_base_config(const std::string& dir);
-
 }  // namespace segtrain::trainer

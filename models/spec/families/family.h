@@ -2,11 +2,10 @@
 // A model family: how transformers configures and names one kind of checkpoint, in
 // both directions (torchtitan's per-model state-dict adapter, in the spirit). Each
 // family is one file of this folder plus one line of the registry (registry.cpp);
-// import (models/modules/hf.cpp read_hf_config, read_hf_tensors), export (export_hf) and the
-// error messages read the registry and never name a family.
+// import (hf_config.h read_hf_config, models/modules/hf.h read_hf_tensors), export
+// (export_hf) and the error messages read the registry and never name a family.
 #include <nlohmann/json.hpp>
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,10 +46,6 @@ const Family& family_for_model_type(const std::string& model_type, const std::st
 // The family an export of `c` is written as: the one it was read as (c.hf_model_type)
 // when that family exports it, else the first in the registry's order that does.
 const Family& family_for_export(const ModelConfig& c);
-
-// The blocks of `model_type`'s family, nullopt for a model_type segtrain does not read
-// (the run config takes a base folder's arch so, without loading it).
-std::optional<Arch> arch_of_model_type(const std::string& model_type);
 
 // Every model_type segtrain reads, in the registry's order ("gpt2, gpt_neox, ...").
 std::string supported_model_types();

@@ -43,12 +43,6 @@ const Family& family_for_model_type(const std::string& model_type, const std::st
                    supported_model_types() + ")");
 }
 
-std::optional<Arch> arch_of_model_type(const std::string& model_type) {
-  for (const Family* f : families())
-    if (model_type == f->model_type()) return f->arch();
-  return std::nullopt;
-}
-
 const Family& family_for_export(const ModelConfig& c) {
   // The family a model was read as writes it again where it can (Phi-3 stays Phi-3).
   for (const Family* f : families())
