@@ -10,7 +10,7 @@
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 #include "models/spec/families/family.h"
 #include "models/spec/families/hf_config.h"
 

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
+#include "models/spec/auto_values.h"
 #include "models/spec/config.h"
-#include "models/spec/config_values.h"
 
 namespace segtrain::models {
 

@@ -169,7 +169,7 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
     throw InputError("TransformerLM.forward: tokens and positions must both be [B, T]; got " +
                      std::to_string(tokens.dim()) + "-d tokens and positions of a different shape");
   const auto scheme = position_scheme(c.arch);
-  // The largest position id + 1, where the table or the scaling depends on it (models/spec/config_values.h).
+  // The largest position id + 1, where the table or the scaling depends on it (models/spec/auto_values.h).
   const bool need_length = scheme == PositionScheme::learned || positions_depend_on_length(c);
   const int64_t seq_len = need_length ? std::max(bounds.end, cache ? cache->end : 0) : tokens.size(1);
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "common/numbers.h"
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 
 namespace segtrain::models {
 namespace {

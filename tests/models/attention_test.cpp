@@ -17,7 +17,7 @@
 #include "models/modules/kv_cache.h"
 #include "models/modules/positions.h"
 #include "models/modules/transformer.h"
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 #include "reference.h"
 #include "tiny_models.h"
 

@@ -1,6 +1,6 @@
 #include "trainer/config/schema.h"
 
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 
 namespace segtrain::trainer::schema {
 

@@ -20,7 +20,7 @@
 #include "common/progress.h"
 #include "data/document_tokenizer.h"
 #include "models/modules/model_io.h"
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 #include "trainer/eval/eval_mode.h"
 #include "trainer/eval/stored_model.h"
 #include "trainer/runtime/device.h"

@@ -26,7 +26,7 @@
 #include "models/spec/families/peft_config.h"
 #include "trainer/config/config.h"
 #include "trainer/config/model_ref.h"
-#include "trainer/config/model_values.h"
+#include "trainer/config/resolved_model.h"
 #include "trainer/eval/adapter_export.h"
 
 namespace segtrain::trainer {

@@ -2,7 +2,7 @@
 // A model on disk as eval, export and inspect take it: a segtrain checkpoint, a
 // run directory (its final/) or an HF folder, recognised by content, or a PEFT
 // LoRA adapter on its base (peft:DIR, eval and generate), with
-// `--set model.extension...` overrides applied (config/model_values.h).
+// `--set model.extension...` overrides applied (config/resolved_model.h).
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "models/modules/model_io.h"
 #include "models/modules/positions.h"
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 #include "models/spec/converters/lora_config.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/setting.h"

@@ -9,7 +9,7 @@
 #include "models/modules/model_io.h"
 #include "models/spec/config_rules.h"
 #include "trainer/config/model_ref.h"
-#include "trainer/config/model_values.h"
+#include "trainer/config/resolved_model.h"
 
 namespace segtrain::trainer {
 

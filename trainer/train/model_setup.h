@@ -1,7 +1,7 @@
 #pragma once
 // From a run config to a model: read the base (an HF folder or a segtrain
 // checkpoint/run) when there is one, resolve the "auto" values
-// (config/model_values.h), apply the run's extension, build the weights.
+// (config/resolved_model.h), apply the run's extension, build the weights.
 #include <cstdint>
 #include <optional>
 
@@ -12,7 +12,7 @@
 
 namespace segtrain::trainer {
 
-// The concrete, checked ModelConfig of this run (config/model_values.h has the
+// The concrete, checked ModelConfig of this run (config/resolved_model.h has the
 // rules); vocab_size stays auto when `store_vocab_size` is nullopt (config check
 // before the store is prepared).
 models::ModelConfig run_model_config(const LoadedConfig& loaded, std::optional<int64_t> store_vocab_size);

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "common/numbers.h"
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 
 namespace segtrain::models {
 

@@ -1,7 +1,7 @@
 // BloomForCausalLM: ALiBi, a LayerNorm after the embedding, tanh GELU, a head tied
 // to the embedding. transformers' BLOOM has fixed slopes and ignores position ids:
 // segtrain's ALiBi extensions are recorded for segtrain alone.
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 #include "models/spec/families/family.h"
 #include "models/spec/families/hf_config_fields.h"
 #include "models/spec/families/megatron_blocks.h"

@@ -1,6 +1,6 @@
 // GPT2LMHeadModel: learned absolute positions, pre-LN blocks, tanh GELU, a head tied
 // to the embedding; Conv1D weights stored [in, out].
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 #include "models/spec/families/family.h"
 #include "models/spec/families/hf_config_fields.h"
 

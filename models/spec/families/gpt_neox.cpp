@@ -1,6 +1,6 @@
 // GPTNeoXForCausalLM: RoPE on rotary_pct of each head, parallel residual, exact
 // GELU, an untied head ("embed_out", outside the base model).
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 #include "models/spec/families/family.h"
 #include "models/spec/families/hf_config_fields.h"
 #include "models/spec/families/megatron_blocks.h"

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 
 namespace segtrain::models::hf {
 

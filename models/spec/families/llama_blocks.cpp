@@ -1,6 +1,6 @@
 #include "models/spec/families/llama_blocks.h"
 
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 #include "models/spec/families/hf_config_fields.h"
 
 namespace segtrain::models {

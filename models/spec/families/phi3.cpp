@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 #include "models/spec/families/family.h"
 #include "models/spec/families/hf_config_fields.h"
 #include "models/spec/families/llama_blocks.h"

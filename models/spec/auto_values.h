@@ -1,8 +1,9 @@
 #pragma once
-// What each "auto" key of a ModelConfig means, in one place: the trainer resolves
-// a run's config with these (trainer/config/model_values.h), the model reads its
-// sizes through them, and HF export writes them out. Plain C++ (no LibTorch), so
-// the config library and the rules beside it (config_rules.h) can call them.
+// What each "auto" key of a ModelConfig means, and the values that follow from them, in
+// one place (per key; a run's whole ModelConfig is trainer/config/resolved_model.h's,
+// which resolves with these): the model reads its sizes through them, and HF export
+// writes them out. Plain C++ (no LibTorch), so the config library and the rules beside
+// it (config_rules.h) can call them.
 #include <cstdint>
 
 #include "models/spec/config.h"

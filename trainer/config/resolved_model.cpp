@@ -1,11 +1,11 @@
-#include "trainer/config/model_values.h"
+#include "trainer/config/resolved_model.h"
 
 #include <algorithm>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "common/strings.h"
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 
 namespace segtrain::trainer {
 

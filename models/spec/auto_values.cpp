@@ -1,4 +1,4 @@
-#include "models/spec/config_values.h"
+#include "models/spec/auto_values.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,8 @@
 #pragma once
-// The concrete ModelConfig a command works with, from a run config's `auto`
-// values or from a stored model plus `--set` overrides. One home for these rules
-// so train, eval, inspect and the experiment grid resolve a model the same way.
+// The resolved model: the concrete ModelConfig a command works with, from a run config's
+// `auto` values (each key's meaning: models/spec/auto_values.h) or from a stored model plus
+// `--set` overrides. One home for these rules so train, eval, inspect and the experiment
+// grid resolve a model the same way.
 // No torch: the caller reads a stored base's ModelConfig (models/modules/model_io.h).
 #include <cstdint>
 #include <optional>
