@@ -5,7 +5,7 @@ at 8,192 and 32,768 tokens, fp32 and bf16, with k/v passed as they are (`enable_
 repeated to the query heads; for each kernel forced (flash, memory-efficient, cuDNN, math) and
 for PyTorch's own choice: milliseconds of one forward and the peak memory it adds over q, k and v
 (the caching allocator's), or why no kernel ran. The math kernel is skipped at 32,768 tokens,
-except as PyTorch's own choice. This is what models/attention.cpp's repeats_kv_heads rests on.
+except as PyTorch's own choice. This is what models/modules/attention.cpp's repeats_kv_heads rests on.
 Prints JSON; without a visible GPU, {"benchmark": ..., "skipped": "why"}.
 """
 import json

@@ -11,7 +11,7 @@ Bytes (the design that bench/lora_memory_bench.py's runs confirm on SmolLM2-135M
                  checkpointing and bf16 parameters (bf16_activation_memory_bench at d512 x 8, docs/distributed.md;
                  it counts the block recomputed at a time in every layer, so it errs high)
   loss slices    three slices of fp32 logits of 64 MiB: the head is frozen in every row (Llama-3's is untied,
-                 so training the embedding does not train it; models/lm_head_loss.h)
+                 so training the embedding does not train it; models/modules/lm_head_loss.h)
 Llama-3-8B: 8.03e9 parameters, 32 layers, d_model 4096, 32 query / 8 key-value heads of 128, d_ff 14,336,
 vocabulary 128,256, untied head. LoRA rank 16 on q, k, v, o (LongLoRA's targets). One sequence of L_t
 tokens a step: a chunk run's memory is L_t's whatever L_e (64k included). The CUDA context, workspaces and

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "models/transformer.h"
+#include "models/modules/transformer.h"
 
 using namespace segtrain::models;
 using Clock = std::chrono::steady_clock;

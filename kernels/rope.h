@@ -1,6 +1,6 @@
 #pragma once
 // Rotary position embedding applied to q or k: one home for the arithmetic every
-// RoPE block calls (models/llama_block.cpp, models/transformer.cpp).
+// RoPE block calls (models/modules/llama_block.cpp, models/modules/transformer.cpp).
 #include <ATen/ATen.h>
 
 namespace segtrain::kernels {

@@ -1,9 +1,16 @@
 // Config parsing, overrides, emission and validation, through the library API.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/error.h"
+#include "models/spec/families/hf_config.h"
 #include "test_util.h"
 #include "trainer/config/config.h"
+#include "trainer/config/model_ref.h"
 #include "trainer/config/schema.h"
 
 namespace segtrain::trainer {
@@ -104,6 +111,34 @@ TEST_F(ConfigTest, ABaseFoldersArchitectureIsTheRunsUnlessWritten) {
   EXPECT_EQ(written.config.model.spec.arch, models::Arch::bloom);
   // Scratch keeps the default.
   EXPECT_EQ(load_config(minimal(), {}).config.model.spec.arch, models::Arch::gpt2);
+}
+
+// An HF folder's config.json has one reader (models/spec/families/hf_config.h), torch-free, for
+// the model's import and the run config alike: a bad file is one line naming it and what was expected.
+TEST_F(ConfigTest, ABaseFoldersConfigJsonHasOneReader) {
+  const auto base = dir.path() / "base";
+  const std::string file = (base / "config.json").string();
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"", "cannot read HF config '" + file + "'"},
+      {"{oops", file + ": not valid JSON ("},
+      {"[1]", file + ": not a transformers config.json (expected a JSON object with a string \"model_type\")"},
+      {"{\"model_type\": 5}", file + ": not a transformers config.json (expected a JSON object"},
+      {"{\"model_type\": \"t5\"}", file + ": model_type \"t5\" is not supported (expected one of gpt2, "}};
+  for (const auto& [text, expected] : bad) {
+    if (!text.empty()) write_file(base / "config.json", text);
+    for (const auto& error : {input_error_of([&] { models::read_hf_config_json(base.string()); }),
+                              input_error_of([&] { models::read_hf_config(base.string()); })}) {
+      EXPECT_NE(error.find(expected), std::string::npos) << text << ": " << error;
+      EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+    }
+    // model.init's arch is taken only from a config.json segtrain reads; the validator says why not.
+    EXPECT_EQ(model_ref_arch("hf:" + base.string()), std::nullopt) << text;
+  }
+  // The arch is the family's, before its sizes are read (they are refused when the model is).
+  write_file(base / "config.json", "{\"model_type\": \"qwen2\"}");
+  EXPECT_EQ(model_ref_arch("hf:" + base.string()), models::Arch::llama);
+  EXPECT_NE(input_error_of([&] { models::read_hf_config(base.string()); }).find(file + ": missing field"),
+            std::string::npos);
 }
 
 TEST_F(ConfigTest, EveryKeyIsEmittedAndDocumented) {

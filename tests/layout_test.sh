@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # trainer/'s libraries include only downward (docs/architecture.md):
 #   config -> runtime -> eval -> train -> experiment -> cli
-# and trainer/config sees no LibTorch header; nor do the model families (models/families/,
-# which the config reads) or what they include. data/ never includes models/. Outside
-# models/families/ and the archs' own table (models/arch.h), product code never names an
-# architecture (Arch::...): it reads the arch's layout or asks its family; and no code compares an evaluation
-# task's name (it asks the task); and no product file is over 500 lines but the named exceptions.
+# and trainer/config sees no LibTorch header; nor does the model spec it reads (models/spec/: the
+# model config, its rules and the families), which includes nothing of models/modules/ either.
+# data/ never includes models/. Outside models/spec/families/ and the archs' own table
+# (models/spec/arch.h), product code never names an architecture (Arch::...): it reads the arch's
+# layout or asks its family; and no code compares an evaluation task's name (it asks the task);
+# and no product file is over 500 lines but the named exceptions.
 # Prints every violation; exit 1 if any.
 set -euo pipefail
 root=${1:?usage: layout_test.sh SOURCE_DIR}
@@ -30,15 +31,15 @@ done
 if hits=$(grep -rnE '#include [<"](ATen|torch|c10)/' trainer/config); then
   echo "trainer/config includes LibTorch:"; echo "$hits"; status=1
 fi
-if hits=$(grep -rnE '#include ([<](ATen|torch|c10)/|"models/(transformer|positions|attention|hf|model_io|safetensors)\.h")' models/families models/hf_names.*); then
-  echo "models/families includes LibTorch or the torch side of models/:"; echo "$hits"; status=1
+if hits=$(grep -rnE '#include ([<"](ATen|torch|c10)/|"models/modules/)' models/spec); then
+  echo "models/spec includes LibTorch or models/modules/ (the spec is torch-free):"; echo "$hits"; status=1
 fi
 if hits=$(grep -rnE '#include "models/' data); then
   echo "data/ includes models/:"; echo "$hits"; status=1
 fi
 if hits=$(grep -rnE '\bArch::[a-z]' common data models trainer launch --include='*.cpp' --include='*.h' |
-           grep -vE '^models/(families/|arch\.h:)'); then
-  echo "product code outside models/families/ and models/arch.h branches on an architecture (read arch_layout instead):"
+           grep -vE '^models/spec/(families/|arch\.h:)'); then
+  echo "product code outside models/spec/families/ and models/spec/arch.h branches on an architecture (read arch_layout instead):"
   echo "$hits"; status=1
 fi
 # An evaluation task is one type: only its own file (and its registration) names it.
@@ -59,5 +60,5 @@ while read -r lines file; do
   echo "$file has $lines lines (over 500): split it by concern, or name it in long_file_exceptions with why"
   status=1
 done < <(find common data models trainer launch -name '*.cpp' -o -name '*.h' | sort | xargs wc -l)
-[[ $status == 0 ]] && echo "layout: trainer/{${order[*]}} include only downward; trainer/config and models/families are torch-free; data/ does not include models/; only models/families/ and models/arch.h name an arch; no code compares a task's name; no product file over 500 lines but ${long_file_exceptions[*]}"
+[[ $status == 0 ]] && echo "layout: trainer/{${order[*]}} include only downward; trainer/config and models/spec are torch-free; data/ does not include models/; only models/spec/families/ and models/spec/arch.h name an arch; no code compares a task's name; no product file over 500 lines but ${long_file_exceptions[*]}"
 exit $status

@@ -1,13 +1,13 @@
 #pragma once
-// The tiny models the suites build, in one place: torch-free (models/config.h only),
+// The tiny models the suites build, in one place: torch-free (models/spec/config.h only),
 // so any suite may include it.
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "models/config.h"
-#include "models/converters/lora_config.h"
+#include "models/spec/config.h"
+#include "models/spec/converters/lora_config.h"
 
 namespace segtrain::test {
 

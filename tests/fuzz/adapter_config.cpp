@@ -3,8 +3,8 @@
 // on a tiny base of each block kind (a Llama with grouped-query attention, GPT-NeoX's fused
 // qkv, GPT-2's transposed Conv1D). Property: what the reader accepts, the LoRA converter
 // accepts on that base (lora_config.h's rules and its size bound).
-#include "models/converters/lora_config.h"
-#include "models/peft_config.h"
+#include "models/spec/converters/lora_config.h"
+#include "models/spec/families/peft_config.h"
 #include "tests/fuzz/fuzz_target.h"
 
 using namespace segtrain;

@@ -1,6 +1,6 @@
 // A converted model directory's converters.json through read_converters, as loading a
 // run's final/ or a checkpoint: base does.
-#include "models/converters/converter.h"
+#include "models/modules/converters/converter.h"
 #include "tests/fuzz/fuzz_target.h"
 
 using namespace segtrain;

@@ -1,7 +1,7 @@
 // An HF folder's config.json (gpt2, gpt_neox, bloom; rope scaling; the
 // "segtrain" field of exported folders) through read_model_config, which is
 // what `model.init: hf:DIR`, `segtrain eval/export/inspect --model DIR` call.
-#include "models/model_io.h"
+#include "models/modules/model_io.h"
 #include "tests/fuzz/fuzz_target.h"
 
 using namespace segtrain;

@@ -1,6 +1,6 @@
 // segtrain's own model_config.json (checkpoints, run outputs) through
 // read_model_config, as `model.init: checkpoint:DIR` and `--model DIR` do.
-#include "models/model_io.h"
+#include "models/modules/model_io.h"
 #include "tests/fuzz/fuzz_target.h"
 
 using namespace segtrain;

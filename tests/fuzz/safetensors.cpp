@@ -1,6 +1,6 @@
 // One safetensors file (header length, JSON header, dtypes, shapes, data
 // offsets) through read_safetensors, as every model and checkpoint load does.
-#include "models/safetensors.h"
+#include "models/modules/safetensors.h"
 #include "tests/fuzz/fuzz_target.h"
 
 using namespace segtrain;

@@ -4,7 +4,7 @@
 // from config.json's model_type), as
 // `segtrain eval/export --model hf-folder` and `model.init: hf:DIR` do.
 #include "common/log.h"
-#include "models/hf.h"
+#include "models/modules/hf.h"
 #include "tests/fuzz/fuzz_target.h"
 
 using namespace segtrain;

@@ -37,10 +37,10 @@
 #endif
 
 #include "kernels/rope.h"
-#include "models/attention.h"
-#include "models/converters/lora.h"
-#include "models/safetensors.h"
-#include "models/transformer.h"
+#include "models/modules/attention.h"
+#include "models/modules/converters/lora.h"
+#include "models/modules/safetensors.h"
+#include "models/modules/transformer.h"
 #include "test_util.h"
 #include "tiny_models.h"
 #include "trainer/runtime/device.h"
@@ -419,7 +419,7 @@ TEST_P(OneStep, TheTrainerLossPathNeverWaitsForTheDevice) {
     record(what + ": host waits in to_tensors " + std::to_string(copies.syncs().size()) + ", in forward " +
            std::to_string(forward.syncs().size()) + ", in backward " + std::to_string(backward.syncs().size()) +
            "; host-to-device copies in forward and backward " + std::to_string(model_uploads.size()));
-    // The positional tables went to the device in the warm-up (models/device_table.h); the
+    // The positional tables went to the device in the warm-up (models/modules/device_table.h); the
     // batch's own copies are to_tensors'.
     EXPECT_TRUE(model_uploads.empty()) << what << ": host-to-device copies in the forward or backward:"
                                        << joined(model_uploads);

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "common/error.h"
-#include "models/attention.h"
-#include "models/config_values.h"
-#include "models/kv_cache.h"
-#include "models/positions.h"
-#include "models/transformer.h"
+#include "models/modules/attention.h"
+#include "models/modules/kv_cache.h"
+#include "models/modules/positions.h"
+#include "models/modules/transformer.h"
+#include "models/spec/auto_values.h"
 #include "reference.h"
 #include "tiny_models.h"
 
@@ -371,7 +371,7 @@ TEST(Model, Bf16AutocastRunsEveryArchCloseToFp32) {
   }
 }
 
-// Each arch has transformers' modules, as its layout row (models/arch.h) declares
+// Each arch has transformers' modules, as its layout row (models/spec/arch.h) declares
 // them: GPT-2's position table, BLOOM's embedding LayerNorm, GPT-NeoX's own head, Llama's
 // RMSNorm (no bias) and its head tied as model.tie_embeddings says.
 TEST(Model, EachArchBuildsTheModulesOfItsHfModel) {

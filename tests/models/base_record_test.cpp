@@ -1,4 +1,4 @@
-// A converted run's record of its base (models/base_record.h) and the digest it keeps
+// A converted run's record of its base (models/spec/base_record.h) and the digest it keeps
 // (common/file_digest.h): XXH3-64 against values the Python xxhash package computes,
 // FNV-1a records of earlier versions still checked, a changed base named.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 #include "common/file_digest.h"
-#include "models/base_record.h"
+#include "models/spec/base_record.h"
 #include "test_util.h"
 
 namespace segtrain::models {

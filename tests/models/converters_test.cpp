@@ -1,4 +1,4 @@
-// Model converters (models/converters/): the freeze converter's globs against
+// Model converters (models/modules/converters/): the freeze converter's globs against
 // names written out by hand, which parameters it leaves training, its refusals,
 // and the converters.json a converted model's directory records, which loading
 // the directory reads back.
@@ -9,9 +9,9 @@
 #include <string>
 
 #include "common/error.h"
-#include "models/converters/converter.h"
-#include "models/converters/freeze.h"
-#include "models/model_io.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/converters/freeze.h"
+#include "models/modules/model_io.h"
 #include "test_util.h"
 #include "tiny_models.h"
 

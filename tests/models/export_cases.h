@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <string>
 
-#include "models/config.h"
-#include "models/model_io.h"
-#include "models/transformer.h"
+#include "models/modules/model_io.h"
+#include "models/modules/transformer.h"
+#include "models/spec/config.h"
 
 namespace segtrain::test {
 

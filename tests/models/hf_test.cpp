@@ -6,11 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "models/hf.h"
-#include "models/model_io.h"
-#include "models/positions.h"
-#include "models/safetensors.h"
 #include "export_cases.h"
+#include "models/modules/hf.h"
+#include "models/modules/model_io.h"
+#include "models/modules/positions.h"
+#include "models/modules/safetensors.h"
 #include "reference.h"
 
 namespace segtrain::models {

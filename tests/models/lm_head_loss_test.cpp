@@ -1,4 +1,4 @@
-// The LM head and cross-entropy over slices of the tokens (models/lm_head_loss.h)
+// The LM head and cross-entropy over slices of the tokens (models/modules/lm_head_loss.h)
 // against at::cross_entropy on the whole logits: the summed loss, the per-token
 // losses and the gradients of hidden and W, for slices of 1 token, sizes that do
 // not divide the tokens and one larger than them, with ignored targets and a
@@ -9,8 +9,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
-#include "models/lm_head_loss.h"
-#include "models/transformer.h"
+#include "models/modules/lm_head_loss.h"
+#include "models/modules/transformer.h"
 #include "tiny_models.h"
 
 namespace segtrain::models {

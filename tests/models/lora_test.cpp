@@ -1,4 +1,4 @@
-// The LoRA converter (models/converters/lora.h) against PEFT itself
+// The LoRA converter (models/modules/converters/lora.h) against PEFT itself
 // (tests/models/peft_reference.py): on a tiny random Llama saved by transformers and chunk
 // position ids past nothing but L_t's window, the same logits, loss and gradients of every
 // parameter that trains (adapters; with LongLoRA's LoRA+ also the norms and the token
@@ -12,13 +12,13 @@
 #include <string>
 
 #include "common/error.h"
-#include "models/converters/converter.h"
-#include "models/converters/lora.h"
-#include "models/hf.h"
-#include "models/model_io.h"
-#include "models/peft_adapter.h"
-#include "models/peft_config.h"
-#include "models/safetensors.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/converters/lora.h"
+#include "models/modules/hf.h"
+#include "models/modules/model_io.h"
+#include "models/modules/peft_adapter.h"
+#include "models/modules/safetensors.h"
+#include "models/spec/families/peft_config.h"
 #include "reference.h"
 #include "test_util.h"
 #include "tiny_models.h"

@@ -3,10 +3,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/enum_names.h"
-#include "models/kv_cache.h"
-#include "models/model_io.h"
-#include "models/positions.h"
-#include "models/safetensors.h"
+#include "models/modules/kv_cache.h"
+#include "models/modules/model_io.h"
+#include "models/modules/positions.h"
+#include "models/modules/safetensors.h"
 #include "reference.h"
 
 namespace segtrain::models {

@@ -1,7 +1,7 @@
-// adapter_config.json as outside input (models/peft_config.h): read within bounds before
+// adapter_config.json as outside input (models/spec/families/peft_config.h): read within bounds before
 // anything is built from it, a target_modules regex run in RE2 as Python's re.fullmatch, a
 // broken file refused for its own cause, and the adapters' size checked against the base's
-// projections before anything allocates them (models/converters/lora_config.h). Each case
+// projections before anything allocates them (models/spec/converters/lora_config.h). Each case
 // once crashed (segfault, LibTorch abort), hung or was accepted silently (issue 58).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -10,11 +10,11 @@
 #include <string>
 
 #include "common/error.h"
-#include "models/converters/converter.h"
-#include "models/converters/lora.h"
-#include "models/converters/lora_config.h"
-#include "models/peft_config.h"
-#include "models/transformer.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/converters/lora.h"
+#include "models/modules/transformer.h"
+#include "models/spec/converters/lora_config.h"
+#include "models/spec/families/peft_config.h"
 #include "test_util.h"
 #include "tiny_models.h"
 

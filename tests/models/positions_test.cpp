@@ -7,7 +7,8 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "models/positions.h"
+#include "models/modules/positions.h"
+#include "models/spec/config_rules.h"
 #include "reference.h"
 
 namespace segtrain::models {

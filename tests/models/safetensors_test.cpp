@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "models/safetensors.h"
+#include "models/modules/safetensors.h"
 #include "reference.h"
 
 namespace segtrain::models {

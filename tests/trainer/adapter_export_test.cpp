@@ -11,11 +11,11 @@
 #include <algorithm>
 
 #include "common/error.h"
-#include "models/converters/converter.h"
-#include "models/converters/lora.h"
-#include "models/model_io.h"
-#include "models/peft_adapter.h"
-#include "models/safetensors.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/converters/lora.h"
+#include "models/modules/model_io.h"
+#include "models/modules/peft_adapter.h"
+#include "models/modules/safetensors.h"
 #include "test_util.h"
 #include "trainer/eval/adapter_export.h"
 #include "trainer/eval/stored_model.h"

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "models/safetensors.h"
+#include "models/modules/safetensors.h"
 #include "test_util.h"
 #include "tiny_models.h"
 #include "trainer/train/checkpoint_parts.h"

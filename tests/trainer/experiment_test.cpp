@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "models/transformer.h"
+#include "models/modules/transformer.h"
 #include "test_util.h"
 #include "trainer/config/config.h"
 #include "trainer/eval/passkey.h"
@@ -997,7 +997,7 @@ TEST(ExperimentConfig, AlphaOneIsRefusedInTheWordsOfAConfigFile) {
   }
 }
 
-// The model's rules have one home too (models/config_rules.h): a run config and
+// The model's rules have one home too (models/spec/config_rules.h): a run config and
 // the model's constructor refuse the same bad value with the same "key: message".
 TEST(ModelRules, AConfigFileAndTheModelRefuseABadValueInTheSameWords) {
   test::TempDir dir;

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "common/error.h"
-#include "models/safetensors.h"
+#include "models/modules/safetensors.h"
 #include "test_util.h"
 
 #include "trainer/train/flat_buckets.h"

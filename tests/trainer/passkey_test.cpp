@@ -12,7 +12,7 @@
 #include "data/prepare.h"
 #include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
-#include "models/transformer.h"
+#include "models/modules/transformer.h"
 #include "test_util.h"
 #include "tiny_models.h"
 #include "tokenizer_folders.h"

@@ -18,8 +18,8 @@
 
 #include "data/token_store.h"
 #include "data/windows.h"
-#include "models/model_io.h"
-#include "models/safetensors.h"
+#include "models/modules/model_io.h"
+#include "models/modules/safetensors.h"
 #include "test_util.h"
 #include "tokenizer_folders.h"
 #include "trainer/train/run_checkpoint.h"
@@ -1421,7 +1421,7 @@ std::set<std::string> params_with_state(const fs::path& shard) {
   return params;
 }
 
-// train.freeze (models/converters/freeze.h) on a trained base: "everything but the norms
+// train.freeze (models/modules/converters/freeze.h) on a trained base: "everything but the norms
 // and the embedding". The frozen weights come out of training bit-identical to the base's
 // (also with bf16 storage, whose master weights are the trainable ones only), the optimizer
 // holds state for the trainable ones only, a run stopped at a checkpoint resumes to the same

@@ -7,16 +7,16 @@
 #include <set>
 #include <tuple>
 
+#include "common/error.h"
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "data/token_store.h"
-#include "models/transformer.h"
+#include "models/modules/transformer.h"
 #include "test_util.h"
-#include "trainer/runtime/device.h"
 #include "tiny_models.h"
-#include "trainer/train/distributed.h"
 #include "trainer/eval/perplexity.h"
-#include "common/error.h"
+#include "trainer/runtime/device.h"
+#include "trainer/train/distributed.h"
 #include "trainer/train/flat_buckets.h"
 #include "trainer/train/gradient_sync.h"
 #include "trainer/train/optimizer.h"

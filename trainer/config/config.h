@@ -14,8 +14,8 @@
 #include "common/enum_names.h"
 #include "common/log.h"
 #include "data/config.h"
-#include "models/config.h"
-#include "models/converters/lora_config.h"
+#include "models/spec/config.h"
+#include "models/spec/converters/lora_config.h"
 #include "trainer/config/eval_tasks.h"
 
 namespace segtrain::trainer {
@@ -83,7 +83,7 @@ struct TrainConfig {
   double weight_decay = 0.1;
   std::vector<std::string> no_decay = {"bias", "norm", "ln_"};
   // Globs over parameter names that do not train ("!glob" trains again, the last match
-  // decides: models/converters/freeze.h); empty: every parameter trains.
+  // decides: models/modules/converters/freeze.h); empty: every parameter trains.
   std::vector<std::string> freeze;
   std::vector<double> betas = {0.9, 0.95};
   double eps = 1e-8;
@@ -105,8 +105,8 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t max_bad_steps = 10;      // consecutive non-finite losses before aborting
   // Tokens per slice of the LM head + cross-entropy (training and evaluation),
-  // so the full [tokens x vocab] logits never exist at once. nullopt: auto
-  // (models/lm_head_loss.h: about 64 MiB of fp32 logits, d_model tokens while the head trains); 0: the whole logits.
+  // so the full [tokens x vocab] logits never exist at once. nullopt: auto (models/modules/lm_head_loss.h:
+  // about 64 MiB of fp32 logits, d_model tokens while the head trains); 0: the whole logits.
   std::optional<int64_t> loss_chunk_tokens;
   bool tensorboard = true;
 };

@@ -6,8 +6,8 @@
 #include <fstream>
 
 #include "common/error.h"
-#include "models/families/family.h"
-#include "models/peft_config.h"
+#include "models/spec/families/hf_config.h"
+#include "models/spec/families/peft_config.h"
 
 namespace segtrain::trainer {
 
@@ -36,7 +36,7 @@ std::optional<ModelRef> parse_model_ref(const std::string& text) {
     const std::string adapter = text.substr(5);
     std::string base;  // an adapter_config.json that cannot be read is the validator's to refuse
     try {
-      base = models::read_peft_base_model(adapter);  // within its bounds (peft_config.h)
+      base = models::read_peft_base_model(adapter);  // within its bounds (models/spec/families/peft_config.h)
     } catch (const InputError&) {
     }
     return ModelRef{ModelRef::Kind::peft, models::find_peft_base(adapter, base), adapter};
@@ -68,8 +68,11 @@ std::optional<models::Arch> model_ref_arch(const std::string& text) {
   if (!ref || !ref->from_folder()) return std::nullopt;
   fs::path dir = ref->dir;
   if (ref->kind == ModelRef::Kind::hf || ref->kind == ModelRef::Kind::peft) {  // a PEFT adapter's: its base's
-    const auto type = string_field(json_file(dir / "config.json"), "model_type");
-    return type ? models::arch_of_model_type(*type) : std::nullopt;
+    try {
+      return models::read_hf_config_json(dir.string()).family->arch();
+    } catch (const InputError&) {
+      return std::nullopt;  // no config.json segtrain reads: the validator, or loading the base, says why
+    }
   }
   if (!fs::exists(dir / "model_config.json") && fs::exists(dir / "final" / "model_config.json")) dir /= "final";
   const auto arch = string_field(json_file(dir / "model_config.json"), "arch");

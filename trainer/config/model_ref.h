@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "models/config.h"
+#include "models/spec/config.h"
 
 namespace segtrain::trainer {
 
@@ -11,7 +11,7 @@ struct ModelRef {
   enum class Kind { scratch, hf, checkpoint, peft };
   Kind kind = Kind::scratch;
   // The model's folder after "hf:" / "checkpoint:"; for "peft:" the base its adapter_config.json
-  // names (models/peft_config.h find_peft_base), "" when it is not there. Empty for scratch.
+  // names (models/spec/families/peft_config.h find_peft_base), "" when it is not there. Empty for scratch.
   std::string dir;
   std::string adapter;  // peft: the adapter's folder after "peft:"
 
@@ -42,9 +42,9 @@ std::string absolute_folder(const std::string& path);
 std::string with_absolute_folder(const std::string& text);
 
 // The architecture of the model a reference names, read from the folder without
-// loading it (config.json's model_type, or model_config.json's arch of a segtrain
-// checkpoint or run); nullopt for scratch, a missing folder or one that says none
-// (the validator and the model reader report those).
+// loading it (the family of config.json's model_type: models/spec/families/hf_config.h, or
+// model_config.json's arch of a segtrain checkpoint or run); nullopt for scratch, a missing
+// folder or one that says none (the validator and the model reader report those).
 std::optional<models::Arch> model_ref_arch(const std::string& text);
 
 }  // namespace segtrain::trainer

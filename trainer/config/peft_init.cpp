@@ -1,29 +1,18 @@
 #include "trainer/config/peft_init.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <filesystem>
 
 #include "common/error.h"
-#include "common/file_io.h"
 #include "common/numbers.h"
 #include "common/strings.h"
-#include "models/families/family.h"
-#include "models/peft_config.h"
+#include "models/spec/families/hf_config.h"
+#include "models/spec/families/peft_config.h"
 #include "trainer/config/model_ref.h"
 
 namespace segtrain::trainer {
 
 namespace fs = std::filesystem;
-
-models::ModelConfig read_hf_base_config(const std::string& dir) {
-  const std::string file = (fs::path(dir) / "config.json").string();
-  const auto json = nlohmann::json::parse(read_file(file, "base config"), nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object() || !json.contains("model_type") || !json.at("model_type").is_string())
-    throw InputError(file + ": not a transformers config.json (no model_type)");
-  return models::family_for_model_type(json.at("model_type").get<std::string>(), file).read_config(json, file);
-}
 
 std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded) {
   const auto ref = parse_model_ref(loaded.config.model.init);
@@ -32,7 +21,7 @@ std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded) {
     return {};  // not a PEFT adapter, or the validator's to refuse
   models::PeftAdapterConfig adapter;
   try {
-    adapter = models::read_peft_adapter_config(ref->adapter, read_hf_base_config(ref->dir));
+    adapter = models::read_peft_adapter_config(ref->adapter, models::read_hf_config(ref->dir));
   } catch (const InputError& e) {
     return {loaded.locate("model.init") + ": " + e.what()};
   }

@@ -1,11 +1,11 @@
 #pragma once
 // `model.init: peft:DIR`: a run that continues a PEFT LoRA adapter takes its settings
-// from the adapter (models/peft_config.h), so that the adapter's weights fit the model
+// from the adapter (models/spec/families/peft_config.h), so that the adapter's weights fit the model
 // the run builds and what it trained keeps training.
 #include <string>
 #include <vector>
 
-#include "models/config.h"
+#include "models/spec/config.h"
 #include "trainer/config/config.h"
 
 namespace segtrain::trainer {
@@ -17,10 +17,5 @@ namespace segtrain::trainer {
 // each "<where>: key: message"; nothing for any other model.init, or an adapter or base
 // the validator refuses.
 std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded);
-
-// An HF base folder's ModelConfig from its config.json, as its family reads it (no weights):
-// what a run from hf: or peft: builds, for the checks that need its sizes (the validator's
-// of the adapters' size). InputError when it is not a transformers config.json.
-models::ModelConfig read_hf_base_config(const std::string& dir);
 
 }  // namespace segtrain::trainer

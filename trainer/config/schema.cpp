@@ -1,7 +1,7 @@
 #include "trainer/config/schema.h"
 
 #include "data/sampler_kind.h"
-#include "models/config_values.h"
+#include "models/spec/auto_values.h"
 
 namespace segtrain::trainer::schema {
 

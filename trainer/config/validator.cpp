@@ -14,13 +14,13 @@
 #include "common/numbers.h"
 #include "data/sampler_kind.h"
 #include "data/sampler_rules.h"
-#include "models/config_rules.h"
-#include "models/converters/lora_config.h"
-#include "models/peft_config.h"
+#include "models/spec/config_rules.h"
+#include "models/spec/converters/lora_config.h"
+#include "models/spec/families/hf_config.h"
+#include "models/spec/families/peft_config.h"
 #include "trainer/config/config.h"
 #include "trainer/config/eval_rules.h"
 #include "trainer/config/model_ref.h"
-#include "trainer/config/peft_init.h"
 #include "trainer/config/schema.h"
 
 namespace segtrain::trainer {
@@ -148,7 +148,7 @@ std::optional<models::ModelConfig> built_sizes(const Checker& ck, const Config& 
   if (ref->kind == ModelRef::Kind::scratch) return c.model.spec;
   if (!ck.check_paths || ref->dir.empty()) return std::nullopt;
   try {
-    if (ref->kind == ModelRef::Kind::hf) return read_hf_base_config(ref->dir);
+    if (ref->kind == ModelRef::Kind::hf) return models::read_hf_config(ref->dir);
     return segtrain_model_sizes(ref->dir);
   } catch (const std::exception&) {
     return std::nullopt;

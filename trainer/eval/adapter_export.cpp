@@ -5,12 +5,12 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
-#include "models/base_record.h"
-#include "models/converters/converter.h"
-#include "models/converters/lora.h"
-#include "models/peft_adapter.h"
-#include "models/safetensors.h"
-#include "models/weight_init.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/converters/lora.h"
+#include "models/modules/peft_adapter.h"
+#include "models/modules/safetensors.h"
+#include "models/modules/weight_init.h"
+#include "models/spec/base_record.h"
 
 namespace segtrain::trainer {
 

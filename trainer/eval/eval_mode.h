@@ -5,7 +5,7 @@
 // Perplexity, passkey and generation (RULER's tasks, `segtrain generate`) use it.
 #include <ATen/core/grad_mode.h>
 
-#include "models/transformer.h"
+#include "models/modules/transformer.h"
 
 namespace segtrain::trainer {
 

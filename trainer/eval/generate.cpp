@@ -17,14 +17,14 @@
 #include "common/log.h"
 #include "common/numbers.h"
 #include "common/output_path.h"
+#include "common/progress.h"
 #include "data/document_tokenizer.h"
-#include "models/config_values.h"
-#include "models/model_io.h"
+#include "models/modules/model_io.h"
+#include "models/spec/auto_values.h"
 #include "trainer/eval/eval_mode.h"
 #include "trainer/eval/stored_model.h"
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/memory.h"
-#include "common/progress.h"
 
 namespace segtrain::trainer {
 namespace {

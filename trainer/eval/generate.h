@@ -1,7 +1,7 @@
 #pragma once
 // Text generation from a stored model (`segtrain generate`) and the decoding loop
 // the evaluation tasks use: the prompt read once, then one token at a time through
-// the model's KV cache (models/kv_cache.h), positions continuing past the prompt
+// the model's KV cache (models/modules/kv_cache.h), positions continuing past the prompt
 // under the model's extension; greedy, or sampled with a temperature and top-k from
 // a seeded generator.
 #include <c10/core/Device.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "models/transformer.h"
+#include "models/modules/transformer.h"
 
 namespace segtrain::trainer {
 

@@ -7,11 +7,12 @@
 #include <optional>
 
 #include "common/error.h"
-#include "models/model_io.h"
-#include "models/positions.h"
+#include "models/modules/model_io.h"
+#include "models/modules/positions.h"
+#include "models/spec/config_rules.h"
 #include "trainer/config/config.h"
 #include "trainer/config/model_ref.h"
-#include "trainer/config/model_values.h"
+#include "trainer/config/resolved_model.h"
 
 namespace segtrain::trainer {
 
@@ -25,7 +26,7 @@ std::vector<double> to_vector(const at::Tensor& t) {
 }
 
 // A run config's model with the auto values resolved the way the trainer does
-// (config/model_values.h): lengths from data.*, the architecture from
+// (config/resolved_model.h): lengths from data.*, the architecture from
 // model.init's folder when it has one. The store need not exist yet.
 models::ModelConfig run_config_model(const std::string& file, const std::vector<std::string>& overrides,
                                      std::optional<std::string>& weights) {

@@ -15,7 +15,7 @@
 
 #include "common/enum_names.h"
 #include "data/prompt_tokenizer.h"
-#include "models/transformer.h"
+#include "models/modules/transformer.h"
 #include "trainer/eval/task.h"
 
 namespace segtrain::trainer {

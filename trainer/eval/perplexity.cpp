@@ -6,12 +6,12 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "trainer/eval/eval_mode.h"
-#include "common/signals.h"
-#include "models/lm_head_loss.h"
-#include "models/positions.h"
-#include "trainer/config/eval_rules.h"
 #include "common/progress.h"
+#include "common/signals.h"
+#include "models/modules/lm_head_loss.h"
+#include "models/modules/positions.h"
+#include "trainer/config/eval_rules.h"
+#include "trainer/eval/eval_mode.h"
 
 namespace segtrain::trainer {
 namespace {

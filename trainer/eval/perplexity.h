@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "data/token_store.h"
-#include "models/transformer.h"
+#include "models/modules/transformer.h"
 #include "trainer/config/config.h"
 #include "trainer/eval/window_loss.h"
 
@@ -37,7 +37,7 @@ struct PerplexityOptions {
   // prefix (causal attention: the same figures); others run one forward a length.
   int64_t window_length = 0;
   // Tokens per slice of the LM head and cross-entropy (train.loss_chunk_tokens):
-  // nullopt auto, 0 the whole logits at once (models/lm_head_loss.h).
+  // nullopt auto, 0 the whole logits at once (models/modules/lm_head_loss.h).
   std::optional<int64_t> loss_chunk_tokens;
   // Called between batches; throws Interrupted to stop. Empty: throw_if_stopped(),
   // this process's own signal. A distributed run passes a check all ranks agree on

@@ -2,7 +2,7 @@
 // A model on disk as eval, export and inspect take it: a segtrain checkpoint, a
 // run directory (its final/) or an HF folder, recognised by content, or a PEFT
 // LoRA adapter on its base (peft:DIR, eval and generate), with
-// `--set model.extension...` overrides applied (config/model_values.h).
+// `--set model.extension...` overrides applied (config/resolved_model.h).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -10,8 +10,8 @@
 
 #include "common/output_path.h"
 #include "data/tokenizer_identity.h"
-#include "models/config.h"
-#include "models/transformer.h"
+#include "models/modules/transformer.h"
+#include "models/spec/config.h"
 
 namespace segtrain::trainer {
 
@@ -79,11 +79,11 @@ struct ExportRequest {
   std::string dtype = "float32";       // float32 | bfloat16
   std::string max_shard_size = "5GB";  // as transformers' save_pretrained: 5GB, 500MB, 2GiB, bytes
   bool overwrite = false;  // replace a previous export of segtrain at `out` (recognised by its content)
-  // A LoRA model's adapters as a PEFT folder (models/peft_adapter.h) instead of the merged model.
+  // A LoRA model's adapters as a PEFT folder (models/modules/peft_adapter.h) instead of the merged model.
   bool adapter = false;
 };
 
-// `segtrain export`: an HF folder transformers loads (models/hf.h), with the
+// `segtrain export`: an HF folder transformers loads (models/modules/hf.h), with the
 // tokenizer files of the model's HF origin (the folder itself, or the hf: base
 // a checkpoint was trained from) so the folder is usable as it is. It never deletes
 // what it did not write: `out` must be new, an empty folder, or (with overwrite) a

@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "data/token_store.h"
 #include "data/prompt_tokenizer.h"
-#include "models/transformer.h"
+#include "data/token_store.h"
+#include "models/modules/transformer.h"
 #include "trainer/config/eval_tasks.h"
 #include "trainer/eval/perplexity.h"
 

@@ -14,14 +14,14 @@
 #include "common/file_io.h"
 #include "common/strings.h"
 #include "data/sampler_kind.h"
-#include "trainer/experiment/experiment.h"
-#include "trainer/experiment/plan.h"
-#include "trainer/experiment/schema.h"
-#include "models/config_rules.h"
-#include "models/model_io.h"
+#include "models/modules/model_io.h"
+#include "models/spec/config_rules.h"
 #include "trainer/config/eval_tasks.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/yaml_text.h"
+#include "trainer/experiment/experiment.h"
+#include "trainer/experiment/plan.h"
+#include "trainer/experiment/schema.h"
 
 namespace segtrain::trainer {
 namespace {

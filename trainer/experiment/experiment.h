@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "data/config.h"
-#include "models/config.h"
 #include "data/synth.h"
+#include "models/spec/config.h"
 #include "trainer/config/config.h"
 
 namespace segtrain::trainer {

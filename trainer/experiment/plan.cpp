@@ -9,10 +9,10 @@
 #include <stdexcept>
 
 #include "common/error.h"
-#include "models/config_values.h"
-#include "models/converters/lora_config.h"
-#include "models/model_io.h"
-#include "models/positions.h"
+#include "models/modules/model_io.h"
+#include "models/modules/positions.h"
+#include "models/spec/auto_values.h"
+#include "models/spec/converters/lora_config.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/setting.h"
 

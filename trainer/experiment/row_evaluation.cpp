@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
-#include "models/model_io.h"
+#include "models/modules/model_io.h"
 #include "trainer/config/eval_tasks.h"
 #include "trainer/eval/eval_outputs.h"
 #include "trainer/eval/perplexity.h"

@@ -7,10 +7,10 @@
 #include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/file_io.h"
-#include "models/base_record.h"
-#include "models/converters/converter.h"
-#include "models/model_io.h"
-#include "models/safetensors.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/model_io.h"
+#include "models/modules/safetensors.h"
+#include "models/spec/base_record.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -38,7 +38,7 @@ class SavedModel final : public SavedPart {
   void copy_to_host() override {
     for (auto& [name, t] : weights_) t = host_copy(t);
   }
-  // A segtrain model directory's files (models/model_io.h), written into the directory the
+  // A segtrain model directory's files (models/modules/model_io.h), written into the directory the
   // ranks share, never creating it: one removed after a failed save stays removed.
   void write(const fs::path& temp_dir) const override {
     models::write_safetensors((temp_dir / "model.safetensors").string(), weights_, {{"format", "pt"}});

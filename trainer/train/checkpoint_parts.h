@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "models/converters/converter.h"
-#include "models/transformer.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/transformer.h"
 #include "trainer/train/checkpoint_part.h"
 #include "trainer/train/optimizer.h"
 #include "trainer/train/optimizer_state.h"
@@ -24,7 +24,7 @@ namespace segtrain::trainer {
 // Saved files, for the parts below and for tests.
 // Text files by name.
 std::shared_ptr<SavedPart> saved_texts(std::map<std::string, std::string> files);
-// A segtrain model directory's two files (models/model_io.h save_model_dir), and text files
+// A segtrain model directory's two files (models/modules/model_io.h save_model_dir), and text files
 // beside them (base.json).
 std::shared_ptr<SavedPart> saved_model(models::ModelConfig config, std::map<std::string, at::Tensor> weights,
                                        std::map<std::string, std::string> texts = {});
@@ -34,7 +34,7 @@ std::shared_ptr<SavedPart> saved_optimizer(int64_t steps, std::vector<StatePiece
 
 // The model's weights in fp32: its parameters, or the optimizer's master weights
 // where it keeps them (they are the model's weights, and load back with them). Given
-// its base's record (base_json: models/base_record.h, a converted run from a base), only
+// its base's record (base_json: models/spec/base_record.h, a converted run from a base), only
 // the parameters that train are saved, with base.json; the rest are the base's.
 class ModelPart final : public CheckpointPart {
  public:
@@ -89,7 +89,7 @@ class RunRecordPart final : public CheckpointPart {
   std::string config_yaml_, store_tokenizer_;
 };
 
-// The model converters the run applied (models/converters/converter.h): what
+// The model converters the run applied (models/modules/converters/converter.h): what
 // loading the model directory folds, and what a resume must apply alike.
 class ConvertersPart final : public CheckpointPart {
  public:

@@ -5,11 +5,11 @@
 #include <torch/utils.h>  // torch::manual_seed
 
 #include "data/token_store.h"
-#include "models/converters/converter.h"
-#include "models/model_io.h"
-#include "models/positions.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/model_io.h"
+#include "models/spec/config_rules.h"
 #include "trainer/config/model_ref.h"
-#include "trainer/config/model_values.h"
+#include "trainer/config/resolved_model.h"
 
 namespace segtrain::trainer {
 

@@ -1,18 +1,18 @@
 #pragma once
 // From a run config to a model: read the base (an HF folder or a segtrain
 // checkpoint/run) when there is one, resolve the "auto" values
-// (config/model_values.h), apply the run's extension, build the weights.
+// (config/resolved_model.h), apply the run's extension, build the weights.
 #include <cstdint>
 #include <optional>
 
-#include "models/config.h"
-#include "models/converters/converter.h"
-#include "models/transformer.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/transformer.h"
+#include "models/spec/config.h"
 #include "trainer/config/config.h"
 
 namespace segtrain::trainer {
 
-// The concrete, checked ModelConfig of this run (config/model_values.h has the
+// The concrete, checked ModelConfig of this run (config/resolved_model.h has the
 // rules); vocab_size stays auto when `store_vocab_size` is nullopt (config check
 // before the store is prepared).
 models::ModelConfig run_model_config(const LoadedConfig& loaded, std::optional<int64_t> store_vocab_size);
@@ -28,7 +28,7 @@ Config resolved_run_config(const LoadedConfig& loaded);
 models::TransformerLM build_model(const LoadedConfig& loaded, const models::ModelConfig& model_config);
 
 // The model converters the config asks for, in the order they apply
-// (models/converters/): train.freeze.
+// (models/modules/converters/): train.freeze.
 models::Converters model_converters(const Config& config);
 
 }  // namespace segtrain::trainer

@@ -10,7 +10,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
-#include "models/safetensors.h"
+#include "models/modules/safetensors.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/yaml_text.h"
 

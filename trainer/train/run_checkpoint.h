@@ -1,6 +1,6 @@
 #pragma once
 // Run checkpoints (docs/architecture.md, "Run directory"); not to be confused
-// with activation checkpointing (models/activation_checkpoint.h):
+// with activation checkpointing (models/modules/activation_checkpoint.h):
 //   <run>/checkpoints/step-<N>/ and <run>/final/ each hold the files of the run's
 //   parts (checkpoint_parts.h): model.safetensors (the fp32 weights),
 //   model_config.json, trainer_state.json, config.yaml, store_tokenizer.json

@@ -1,7 +1,7 @@
 #include "trainer/train/step_loss.h"
 
 #include "data/sampler.h"
-#include "models/lm_head_loss.h"
+#include "models/modules/lm_head_loss.h"
 #include "trainer/runtime/device.h"
 
 namespace segtrain::trainer {

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "data/loader.h"
-#include "models/transformer.h"
+#include "models/modules/transformer.h"
 
 namespace segtrain::trainer {
 
@@ -26,7 +26,7 @@ at::Tensor summed_loss(const at::Tensor& logits, const at::Tensor& targets);
 
 // summed_loss of the model on one micro-batch, run under the caller's autocast.
 // train.loss_chunk_tokens (nullopt: auto) other than 0 takes the LM head and the
-// cross-entropy over slices of the tokens (models/lm_head_loss.h), so the whole
+// cross-entropy over slices of the tokens (models/modules/lm_head_loss.h), so the whole
 // [tokens x vocab] logits never exist; 0 computes them at once.
 at::Tensor micro_batch_loss(models::TransformerLM& model, const MicroBatch& m,
                             std::optional<int64_t> loss_chunk_tokens);

@@ -22,9 +22,9 @@
 #include "data/loader.h"
 #include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
-#include "models/base_record.h"
-#include "models/converters/converter.h"
-#include "models/transformer.h"
+#include "models/modules/converters/converter.h"
+#include "models/modules/transformer.h"
+#include "models/spec/base_record.h"
 #include "trainer/config/config.h"
 #include "trainer/eval/perplexity.h"
 #include "trainer/eval/suite.h"
@@ -121,7 +121,7 @@ class Trainer {
   std::optional<data::PromptTokenizer> prompts_;  // the store's tokenizer, when a task writes prompts
   std::string store_tokenizer_;  // the store's tokenizer record each checkpoint keeps (empty: it records none)
   // A model converted from a base: checkpoints keep only what trains, and rank 0 writes
-  // the base's record (models/base_record.h) beside it.
+  // the base's record (models/spec/base_record.h) beside it.
   bool converted_from_base_ = false;
   std::string base_json_;
   models::ModelConfig model_config_;

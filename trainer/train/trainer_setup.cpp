@@ -21,9 +21,9 @@
 #include "common/numbers.h"
 #include "data/tokenizer_identity.h"
 #include "kernels/fused_kernels.h"
-#include "models/base_record.h"
-#include "models/peft_adapter.h"
-#include "models/positions.h"
+#include "models/modules/peft_adapter.h"
+#include "models/modules/positions.h"
+#include "models/spec/base_record.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/eval/stored_model.h"
 #include "trainer/runtime/cpu_matmul.h"
@@ -143,7 +143,7 @@ void Trainer::settle_parameter_dtypes() {
   }
 }
 
-// The model converters of the run's config (models/converters/), applied before
+// The model converters of the run's config (models/modules/converters/), applied before
 // the model goes to its device; a pattern that does not fit this model is the
 // config's error (exit 2), named by its key.
 void Trainer::convert_model(const LoadedConfig& loaded, std::future<models::BaseRecord> base_record) {

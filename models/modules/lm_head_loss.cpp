@@ -1,0 +1,169 @@
+#include "models/modules/lm_head_loss.h"
+
+#include <ATen/autocast_mode.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+
+namespace segtrain::models {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Autocast off for one device while alive: the head's casts are explicit here,
+// and an autocast matmul would cast (and round) them a second time.
+class NoAutocast {
+ public:
+  explicit NoAutocast(at::DeviceType device) : device_(device), was_(at::autocast::is_autocast_enabled(device)) {
+    if (was_) at::autocast::set_autocast_enabled(device_, false);
+  }
+  ~NoAutocast() {
+    if (was_) at::autocast::set_autocast_enabled(device_, true);
+  }
+  NoAutocast(const NoAutocast&) = delete;
+  NoAutocast& operator=(const NoAutocast&) = delete;
+
+ private:
+  at::DeviceType device_;
+  bool was_;
+};
+
+// The dtype of the head's matmuls: what `linear` would compute in right here.
+at::ScalarType compute_dtype(const at::Tensor& hidden, const at::Tensor& weight) {
+  const auto device = hidden.device().type();
+  if (at::autocast::is_autocast_enabled(device)) return at::autocast::get_autocast_dtype(device);
+  return at::promote_types(hidden.scalar_type(), weight.scalar_type());
+}
+
+struct Slices {
+  at::Tensor nll;          // [N] fp32
+  at::Tensor grad_hidden;  // [N,D] fp32, d sum(nll) / d hidden, when asked for
+  at::Tensor grad_weight;  // [V,D] fp32, d sum(nll) / d W, when asked for
+};
+
+// The head and cross-entropy of hidden [N,D] against targets [N], `chunk` rows at
+// a time. Each slice's fp32 [chunk,V] log-softmax (one fused kernel) becomes, in
+// place, d nll / d logits = softmax - onehot(t): a few passes over the slice, where
+// the memory traffic of this loss lies. Rows of ignored targets are dropped where
+// they meet W and hidden (a [chunk,D] mask), not zeroed in the [chunk,V] buffer.
+Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk,
+                  int64_t ignore_index, at::ScalarType compute, bool want_hidden, bool want_weight) {
+  TORCH_CHECK(chunk >= 1, "lm_head_loss: chunk_tokens must be >= 1, got ", chunk);
+  NoAutocast no_autocast(hidden.device().type());
+  const int64_t n = hidden.size(0);
+  const auto fp32 = hidden.options().dtype(at::kFloat);
+  const at::Tensor w = weight.to(compute);
+  Slices out;
+  out.nll = at::empty({n}, fp32);
+  if (want_hidden) out.grad_hidden = at::empty({n, hidden.size(1)}, fp32);
+  if (want_weight) out.grad_weight = at::zeros({weight.size(0), weight.size(1)}, fp32);
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t rows = std::min(chunk, n - start);
+    const at::Tensor h = hidden.narrow(0, start, rows).to(compute);
+    const at::Tensor t = targets.narrow(0, start, rows);
+    const at::Tensor ignored = t.eq(ignore_index);
+    const at::Tensor index = t.masked_fill(ignored, 0).unsqueeze(1);  // in range for gather; masked below
+
+    // The logits in the compute dtype, then fp32, as cross_entropy on .to(kFloat) logits sees them.
+    at::Tensor log_p = at::log_softmax(at::mm(h, w.t()), 1, at::kFloat);
+    out.nll.narrow(0, start, rows).copy_(log_p.gather(1, index).squeeze(1).neg().masked_fill_(ignored, 0));
+    if (!want_hidden && !want_weight) continue;
+
+    // d nll / d logits = softmax - onehot(t), in place of the log-softmax.
+    at::Tensor g = log_p.exp_();
+    g.scatter_add_(1, index, at::full({rows, 1}, -1.0, fp32));
+    g = g.to(compute);  // the same buffer when compute is fp32
+    const at::Tensor dropped = ignored.unsqueeze(1);
+    if (want_hidden) {
+      at::Tensor slice = out.grad_hidden.narrow(0, start, rows);
+      if (compute == at::kFloat) at::mm_out(slice, g, w);
+      else slice.copy_(at::mm(g, w));
+      slice.masked_fill_(dropped, 0);
+    }
+    if (want_weight) {
+      const at::Tensor kept = h.masked_fill(dropped, 0);
+      if (compute == at::kFloat) out.grad_weight.addmm_(g.t(), kept);
+      else out.grad_weight.add_(at::mm(g.t(), kept));  // this slice's share in the compute dtype, summed in fp32
+    }
+  }
+  return out;
+}
+
+// forward: the summed loss, with d loss / d hidden and d loss / d W already
+// computed slice by slice; backward: those, times the incoming (scalar) gradient.
+struct LmHeadLossFunction : torch::autograd::Function<LmHeadLossFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& targets, int64_t chunk, int64_t ignore_index, at::ScalarType compute) {
+    const bool want_hidden = hidden.requires_grad(), want_weight = weight.requires_grad();
+    Slices s = run_slices(hidden, weight, targets, chunk, ignore_index, compute, want_hidden, want_weight);
+    if (want_hidden) ctx->saved_data["grad_hidden"] = s.grad_hidden;
+    if (want_weight) ctx->saved_data["grad_weight"] = s.grad_weight;
+    ctx->saved_data["hidden_dtype"] = static_cast<int64_t>(hidden.scalar_type());
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    return s.nll.sum();
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const at::Tensor& g = grad_outputs[0];
+    // The saved gradients go with this backward (they are as large as W): a second
+    // backward through the same graph has nothing left to scale.
+    auto take = [&](const char* name, const char* dtype) -> at::Tensor {
+      auto it = ctx->saved_data.find(name);
+      if (it == ctx->saved_data.end()) return {};
+      TORCH_CHECK(it->second.isTensor(),
+                  "lm_head_loss_sum: backward through the same graph a second time is not supported");
+      at::Tensor saved = it->second.toTensor();
+      it->second = at::IValue();
+      const auto type = static_cast<at::ScalarType>(ctx->saved_data.at(dtype).toInt());
+      return saved.mul_(g.to(at::kFloat)).to(type);
+    };
+    variable_list out(6);
+    out[0] = take("grad_hidden", "hidden_dtype");
+    out[1] = take("grad_weight", "weight_dtype");
+    return out;
+  }
+};
+
+void check_shapes(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets) {
+  TORCH_CHECK(hidden.dim() >= 1 && weight.dim() == 2 && hidden.size(-1) == weight.size(1),
+              "lm_head_loss: hidden [..., D] and weight [V, D] do not match: ", hidden.sizes(), " and ",
+              weight.sizes());
+  TORCH_CHECK(targets.sizes() == hidden.sizes().slice(0, hidden.dim() - 1),
+              "lm_head_loss: targets ", targets.sizes(), " must have hidden's leading shape ", hidden.sizes());
+}
+
+}  // namespace
+
+int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width) {
+  if (configured) return *configured;
+  const int64_t row_bytes = std::max<int64_t>(vocab, 1) * 4;
+  const int64_t trained = std::min(trained_head_width, kMaxTrainedLossChunkBytes / row_bytes);
+  return std::max<int64_t>({1, kAutoLossChunkBytes / row_bytes, trained});
+}
+
+at::Tensor lm_head_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                            int64_t chunk_tokens, int64_t ignore_index) {
+  check_shapes(hidden, weight, targets);
+  const at::ScalarType compute = compute_dtype(hidden, weight);
+  const at::Tensor h = hidden.reshape({-1, hidden.size(-1)});
+  const at::Tensor t = targets.reshape(-1);
+  if (!torch::autograd::GradMode::is_enabled() || (!hidden.requires_grad() && !weight.requires_grad()))
+    return run_slices(h, weight, t, chunk_tokens, ignore_index, compute, false, false).nll.sum();
+  return LmHeadLossFunction::apply(h, weight, t, chunk_tokens, ignore_index, compute);
+}
+
+at::Tensor lm_head_nll(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                       int64_t chunk_tokens, int64_t ignore_index) {
+  check_shapes(hidden, weight, targets);
+  at::NoGradGuard no_grad;
+  const at::ScalarType compute = compute_dtype(hidden, weight);
+  const at::Tensor h = hidden.reshape({-1, hidden.size(-1)});
+  return run_slices(h, weight, targets.reshape(-1), chunk_tokens, ignore_index, compute, false, false)
+      .nll.view(targets.sizes());
+}
+
+}  // namespace segtrain::models

@@ -1,0 +1,38 @@
+#include "models/modules/projection.h"
+
+#include <torch/nn/init.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+
+#include "models/modules/weight_init.h"
+
+namespace segtrain::models {
+
+ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool with_bias) : in_features(in), out_features(out) {
+  weight = register_parameter("weight", at::empty({out, in}));
+  if (with_bias) bias = register_parameter("bias", at::empty({out}));
+  if (weight_init_skipped()) return;  // a file fills them (models/modules/weight_init.h)
+  // torch::nn::Linear's reset_parameters, draw for draw: a model built from scratch
+  // starts from the same random stream whatever module holds its projections.
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    torch::nn::init::uniform_(bias, -bound, bound);
+  }
+}
+
+at::Tensor ProjectionImpl::forward(const at::Tensor& x) {
+  auto y = at::linear(x, weight, bias);
+  if (!adapter_) return y;
+  return y + adapter_->delta(x, y, *this);
+}
+
+void ProjectionImpl::set_adapter(std::shared_ptr<const ProjectionAdapter> adapter) {
+  if (adapter_) throw std::logic_error("this projection has an adapter already");
+  adapter_ = std::move(adapter);
+}
+
+}  // namespace segtrain::models

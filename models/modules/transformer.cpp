@@ -1,0 +1,265 @@
+#include "models/modules/transformer.h"
+
+#include <torch/nn/functional/activation.h>
+
+#include <cmath>
+#include <set>
+#include <tuple>
+#include <sstream>
+
+#include "common/error.h"
+#include "kernels/rope.h"
+#include "models/modules/activation_checkpoint.h"
+#include "models/modules/attention.h"
+#include "models/modules/positions.h"
+#include "models/modules/weight_init.h"
+#include "models/spec/config_rules.h"
+
+namespace segtrain::models {
+
+namespace F = torch::nn::functional;
+
+namespace {
+
+torch::nn::LayerNorm layer_norm(const ModelConfig& c) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model}).eps(c.layer_norm_eps));
+}
+
+// `ln` on x. Parameters narrower than x (bf16 weights in an fp32 stream: bf16 storage whose
+// matmuls run in fp32 on a CPU without a fast bf16 GEMM, trainer/runtime/cpu_matmul.h) are
+// read in x's dtype, since ATen's CPU kernel takes fp32 parameters with a bf16 input but not
+// the reverse; the cast is autograd's, so their gradients come back bf16. Otherwise the module
+// itself, bit for bit.
+at::Tensor normed(torch::nn::LayerNorm& ln, const at::Tensor& x) {
+  const at::Tensor& w = ln->weight;
+  if (!w.defined() || c10::elementSize(w.scalar_type()) >= c10::elementSize(x.scalar_type())) return ln(x);
+  const auto& options = ln->options;
+  return at::layer_norm(x, options.normalized_shape(), w.to(x.scalar_type()),
+                        ln->bias.defined() ? ln->bias.to(x.scalar_type()) : at::Tensor(), options.eps());
+}
+
+}  // namespace
+
+BlockImpl::BlockImpl(const ModelConfig& c)
+    : layout(arch_layout(c.arch)), n_heads(c.n_heads), head_dim(head_dim_of(c)) {
+  ln1 = register_module("ln1", layer_norm(c));
+  ln2 = register_module("ln2", layer_norm(c));
+  qkv = register_module("qkv", Projection(c.d_model, 3 * c.d_model, true));
+  proj = register_module("proj", Projection(c.d_model, c.d_model, true));
+  fc = register_module("fc", Projection(c.d_model, d_ff_of(c), true));
+  fc_out = register_module("fc_out", Projection(d_ff_of(c), c.d_model, true));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
+                              const at::Tensor& mask, KvLayer* kv) {
+  auto attention = [&](const at::Tensor& h) {
+    const int64_t b = h.size(0), t = h.size(1), d = h.size(2);
+    auto packed = qkv(h);
+    at::Tensor q, k, v;
+    if (layout.qkv == QkvPacking::concatenated) {
+      auto parts = packed.split(d, -1);
+      q = parts[0].view({b, t, n_heads, head_dim}).transpose(1, 2);
+      k = parts[1].view({b, t, n_heads, head_dim}).transpose(1, 2);
+      v = parts[2].view({b, t, n_heads, head_dim}).transpose(1, 2);
+    } else {
+      auto parts = packed.view({b, t, n_heads, 3 * head_dim}).transpose(1, 2).chunk(3, -1);
+      q = parts[0], k = parts[1], v = parts[2];
+    }
+    if (rope_cos.defined()) {
+      q = kernels::rope(q, rope_cos, rope_sin);
+      k = kernels::rope(k, rope_cos, rope_sin);
+    }
+    if (kv) std::tie(k, v) = kv->append(k, v);
+    auto y = causal_attention(q, k, v, mask);
+    return proj(y.transpose(1, 2).reshape({b, t, d}));
+  };
+  auto mlp = [&](const at::Tensor& h) {
+    return fc_out(F::gelu(fc(h), F::GELUFuncOptions().approximate(layout.exact_gelu ? "none" : "tanh")));
+  };
+  if (layout.parallel_residual) return x + attention(normed(ln1, x)) + mlp(normed(ln2, x));
+  auto h = x + attention(normed(ln1, x));
+  return h + mlp(normed(ln2, h));
+}
+
+TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(config)) {
+  const auto& c = config_;
+  check_model_config(c);
+  const ArchLayout& layout = arch_layout(c.arch);
+  const int64_t vocab = vocab_size_of(c);
+  // A table given as its weight is not drawn (models/modules/weight_init.h).
+  const auto embedding = [](int64_t rows, int64_t dim) {
+    auto options = torch::nn::EmbeddingOptions(rows, dim);
+    if (weight_init_skipped()) options._weight(at::empty({rows, dim}));
+    return torch::nn::Embedding(options);
+  };
+  wte = register_module("wte", embedding(vocab, c.d_model));
+  if (layout.positions == PositionScheme::learned) wpe = register_module("wpe", embedding(ape_rows(c), c.d_model));
+  if (layout.embedding_norm) emb_ln = register_module("emb_ln", layer_norm(c));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    if (layout.block == BlockKind::llama) blocks->push_back(LlamaBlock(c));
+    else blocks->push_back(Block(c));
+  }
+  if (layout.norm == Norm::rms_norm) rms_f = register_module("ln_f", RMSNorm(c.d_model, c.layer_norm_eps));
+  else ln_f = register_module("ln_f", layer_norm(c));
+  if (layout.head == HeadTying::untied || (layout.head == HeadTying::by_config && !c.tie_embeddings))
+    lm_head = register_module("lm_head", Projection(c.d_model, vocab, /*bias=*/false));
+  if (weight_init_skipped()) return;
+
+  // GPT-2 initialisation, residual projections scaled by 1/sqrt(2 * layers) so
+  // the residual stream does not grow with depth.
+  torch::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layers));
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    auto& p = item.value();
+    const bool is_norm = name.find("ln") != std::string::npos || name.find("norm") != std::string::npos;
+    if (name.ends_with(".bias") || (is_norm && name.ends_with(".weight"))) {
+      if (is_norm && name.ends_with(".weight")) p.fill_(1.0);
+      else p.zero_();
+    } else if (name.ends_with(".proj.weight") || name.ends_with("fc_out.weight") || name.ends_with("o_proj.weight") ||
+               name.ends_with("down_proj.weight")) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
+at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens, const at::Tensor& positions,
+                                      const PositionBounds& bounds) {
+  return logits(hidden(tokens, positions, bounds));
+}
+
+at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens, const at::Tensor& positions) {
+  return forward(tokens, positions, PositionBounds::of(positions));
+}
+
+at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor& positions) {
+  return hidden(tokens, positions, PositionBounds::of(positions));
+}
+
+at::Tensor TransformerLMImpl::head_weight() const { return lm_head ? lm_head->weight : wte->weight; }
+
+at::Tensor TransformerLMImpl::logits(const at::Tensor& hidden) {
+  return lm_head ? lm_head(hidden) : at::linear(hidden, wte->weight);
+}
+
+at::Tensor TransformerLMImpl::hidden(const at::Tensor& tokens, const at::Tensor& positions,
+                                     const PositionBounds& bounds) {
+  return run_blocks(tokens, positions, bounds, nullptr);
+}
+
+at::Tensor TransformerLMImpl::decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache) {
+  if (cache.layers.empty()) {
+    cache.layers.resize(blocks->size());
+    for (auto& layer : cache.layers) layer.reserved = cache.reserved_tokens;
+  }
+  const auto bounds = PositionBounds::of(positions);
+  auto out = run_blocks(tokens, positions, bounds, &cache);
+  cache.positions = cache.positions.defined() ? at::cat({cache.positions, positions}, 1) : positions;
+  cache.end = std::max(cache.end, bounds.end);
+  return out;
+}
+
+at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Tensor& positions,
+                                         const PositionBounds& bounds, KvCache* cache) {
+  const auto& c = config_;
+  const int64_t read = cache ? cache->length() : 0;
+  if (tokens.dim() != 2 || positions.sizes() != tokens.sizes())
+    throw InputError("TransformerLM.forward: tokens and positions must both be [B, T]; got " +
+                     std::to_string(tokens.dim()) + "-d tokens and positions of a different shape");
+  const auto scheme = position_scheme(c.arch);
+  // The largest position id + 1, where the table or the scaling depends on it (models/spec/auto_values.h).
+  const bool need_length = scheme == PositionScheme::learned || positions_depend_on_length(c);
+  const int64_t seq_len = need_length ? std::max(bounds.end, cache ? cache->end : 0) : tokens.size(1);
+
+  auto x = wte(tokens);
+  at::Tensor cos, sin, mask;
+  if (scheme == PositionScheme::learned) {
+    const int64_t rows = wpe->weight.size(0);
+    const int64_t lowest = bounds.lowest;
+    if (seq_len > rows || lowest < 0)
+      throw InputError("position id " + std::to_string(lowest < 0 ? lowest : seq_len - 1) +
+                       " is outside the learned position table (" +
+                       std::to_string(rows) + " rows" +
+                       (c.extension.method == ExtensionMethod::none
+                            ? "); set model.extension.method=interpolate with a factor to extend it"
+                            : ")"));
+    x = x + wpe(positions);
+  } else if (scheme == PositionScheme::rope) {
+    auto rope = rope_params(c, seq_len);
+    auto inv_freq = rope_table_.on(rope.inv_freq, positions.device());
+    auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq.view({1, 1, -1});
+    auto angles = at::cat({freqs, freqs}, -1).unsqueeze(1);  // [B, 1, T, rotary_dim]
+    cos = angles.cos() * rope.attention_scale;
+    sin = angles.sin() * rope.attention_scale;
+  } else if (read == 0) {
+    // Samples that share their position ids (evaluation) share one mask.
+    const auto mask_positions = bounds.rows_share_positions ? positions.slice(0, 0, 1) : positions;
+    mask = alibi_causal_mask(mask_positions, alibi_table_.on(alibi_slopes_for(c, seq_len), positions.device()));
+  }
+  if (read > 0)  // the new tokens after those read: causal from where they start (and ALiBi's bias)
+    mask = causal_mask_after_read(
+        positions, at::cat({cache->positions, positions}, 1),
+        scheme == PositionScheme::alibi ? alibi_table_.on(alibi_slopes_for(c, seq_len), positions.device())
+                                        : at::Tensor());
+  if (emb_ln) x = normed(emb_ln, x);
+
+  if (c.sliding_window && read + tokens.size(1) > *c.sliding_window)
+    throw InputError("a sequence of " + std::to_string(read + tokens.size(1)) + " tokens is longer than the model's "
+                     "sliding_window (" + std::to_string(*c.sliding_window) +
+                     ", from its config.json); segtrain does not implement sliding-window attention");
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    const auto module = blocks->ptr(i);
+    auto block = module->as<DecoderBlock>();
+    if (cache) {
+      x = block->forward(x, cos, sin, mask, &cache->layers[i]);
+    } else if (c.activation_checkpointing && is_training()) {
+      auto holder = std::dynamic_pointer_cast<DecoderBlock>(module);
+      x = checkpointed([holder, cos, sin, mask](const at::Tensor& h) { return holder->forward(h, cos, sin, mask); },
+                       x);
+    } else {
+      x = block->forward(x, cos, sin, mask);
+    }
+  }
+  return ln_f ? normed(ln_f, x) : rms_f(x);
+}
+
+void TransformerLMImpl::load_tensors(const TensorSources& tensors, const std::string& source, bool strict,
+                                     WeightDtype dtype) {
+  torch::NoGradGuard no_grad;
+  std::set<std::string> used;
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    auto& p = item.value();
+    auto it = tensors.find(name);
+    if (it == tensors.end()) throw InputError(source + ": missing tensor for " + name);
+    used.insert(name);
+    at::Tensor value = it->second();
+    if (name == "wpe.weight" && value.dim() == 2 && value.size(0) != p.size(0) &&
+        config_.extension.method == ExtensionMethod::interpolate && value.size(0) == original_length_of(config_))
+      value = interpolate_ape_table(value.to(at::kFloat), p.size(0));
+    if (value.sizes() != p.sizes()) {
+      std::ostringstream msg;
+      msg << source << ": tensor " << name << " has shape " << value.sizes() << ", expected " << p.sizes();
+      throw InputError(msg.str());
+    }
+    // As stored: the tensor read becomes the parameter (its placeholder was never touched).
+    if (dtype == WeightDtype::as_stored && value.device() == p.device() && value.is_contiguous())
+      p.set_data(value);
+    else
+      p.copy_(value);  // into the parameter's own dtype
+  }
+  if (strict)
+    for (const auto& [name, value] : tensors)
+      if (!used.count(name)) throw InputError(source + ": unexpected tensor " + name + " for this model config");
+}
+
+std::map<std::string, at::Tensor> TransformerLMImpl::tensors() const {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : named_parameters()) out[item.key()] = item.value().detach();
+  return out;
+}
+
+}  // namespace segtrain::models

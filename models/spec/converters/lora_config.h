@@ -1,0 +1,92 @@
+#pragma once
+// What a LoRA run asks for (model.adapters.lora, train.trainable) and its rules,
+// without LibTorch: the run config checks them at the file's line, and the LoRA
+// converter (models/modules/converters/lora.h) refuses them as the last guard. Its records (converters.json,
+// PEFT's adapter_config.json) are lora_record.h's.
+//
+// Targets are named by what a projection does, not by a family's module names:
+// q, k, v, o, gate, up, down on the Llama block (q_proj ... down_proj), and qkv, o,
+// up, down on Megatron's (its one q/k/v projection, the attention output, the MLP's
+// two), so one config adapts any family.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config_problem.h"
+#include "models/spec/arch.h"
+#include "models/spec/config.h"
+
+namespace segtrain::models {
+
+// The adapter's settings hold what trains beside it: only an adapter run freezes the base
+// that train.trainable's groups train again, as PEFT's LoraConfig holds modules_to_save.
+struct LoraConfig {
+  int64_t rank = 0;  // 0: no adapters
+  double alpha = 16;
+  double dropout = 0;
+  std::vector<std::string> targets = {"q", "k", "v", "o"};  // LongLoRA's
+  std::vector<std::string> trainable = {"adapters"};        // train.trainable: kTrainableGroups
+  bool use_dora = false;  // DoRA (Liu et al. 2024): each adapted weight's row norms train as a magnitude
+};
+
+// What trains in a LoRA run besides the base's frozen weights (train.trainable):
+// adapters always; norms, embeddings (the token and learned position tables) and the
+// head as LongLoRA's "LoRA+" trains the first two.
+inline const std::vector<std::string> kTrainableGroups = {"adapters", "norms", "embeddings", "head"};
+
+// The group of kTrainableGroups besides "adapters" that holds parameter `name` of a model
+// ("blocks.0.ln1.weight": norms), "" for none: the one definition the converter trains by and
+// PEFT's modules_to_save are read by. A norm is a module whose name holds "ln" or "norm" (ln1,
+// ln_f, emb_ln, q_norm), as every family's are named.
+std::string trainable_group(const std::string& name);
+// Whether `name` trains in a LoRA run of `trainable` on a model whose head is tied to the
+// token table (`tied_head`: "head" trains that table) or not.
+bool trains_with_adapters(const std::vector<std::string>& trainable, const std::string& name, bool tied_head);
+
+// An adapter's tensors: our parameter's suffix and the one PEFT's adapter_model.safetensors
+// gives it, after the adapted module's name.
+struct LoraTensor {
+  const char* ours;
+  const char* peft;
+};
+inline constexpr LoraTensor kLoraTensors[] = {{".lora_A.weight", ".lora_A.weight"},
+                                              {".lora_B.weight", ".lora_B.weight"},
+                                              {".lora_magnitude_vector.weight", ".lora_magnitude_vector"}};
+inline const std::vector<std::string> kLoraTargets = {"q", "k", "v", "o", "gate", "up", "down", "qkv"};
+
+// The module a target adapts in `block`'s blocks ("q" -> "q_proj", "qkv" -> "qkv"),
+// nullopt where that block has no such projection (q alone in a Megatron block).
+std::optional<std::string> lora_module(BlockKind block, const std::string& target);
+
+// Empty when the settings hold together for `arch` (keys named as in the run config).
+std::vector<ConfigProblem> lora_problems(const LoraConfig& lora, Arch arch, bool activation_checkpointing);
+
+// One projection an adapter of `target` adapts in each block: its in and out features.
+struct LoraProjection {
+  std::string target;
+  int64_t in = 0, out = 0;
+};
+
+// The projections lora.targets adapts in a block of `model`'s shape (its "auto" sizes as the
+// model reads them); empty where a size is not yet a positive number below 2^24 (the model's
+// own rules refuse those) or a target is no projection of the block (lora_problems' to refuse).
+std::vector<LoraProjection> lora_projections(const LoraConfig& lora, const ModelConfig& model);
+
+// The adapters' size on a model of `model`'s shape, checked before any is allocated: refused
+// on model.adapters.lora.rank when they would hold more parameters than the projections they
+// adapt (rank x (in + out) summed over the targets above in x out summed), saying the bytes
+// they would take and the largest rank that fits. Past that bound, training the projections
+// themselves costs less and can learn any update. A rank above one projection's min(in, out)
+// (PEFT allows it) is refused only with that bound: on it B A can use no more than min(in, out),
+// but one rank serves every target, and the wider ones use it.
+std::vector<ConfigProblem> lora_size_problems(const LoraConfig& lora, const ModelConfig& model);
+
+// The adapters' parameters on every layer of `model` (0 where lora_projections is empty).
+double lora_parameters(const LoraConfig& lora, const ModelConfig& model);
+
+// "1.5M", "2.57 TiB": how the size messages above show counts and bytes.
+std::string human_count(double count);
+std::string human_bytes(double bytes);
+
+}  // namespace segtrain::models
