@@ -23,7 +23,7 @@ for i in "${!order[@]}"; do
     fi
   done
 done
-for lower in common data models; do
+for lower in common data kernels models; do
   if hits=$(grep -rnE '#include "trainer/' "$lower"); then
     echo "$lower/ includes trainer/:"; echo "$hits"; status=1
   fi
@@ -42,6 +42,10 @@ if hits=$(grep -rnE '\bArch::[a-z]' common data models trainer launch --include=
   echo "product code outside models/spec/families/ and models/spec/arch.h branches on an architecture (read arch_layout instead):"
   echo "$hits"; status=1
 fi
+# kernels/ sits under models/: the modules call it, it includes no model, data or trainer code.
+if hits=$(grep -rnE '#include "(models|data|trainer)/' kernels); then
+  echo "kernels/ includes models/, data/ or trainer/ (it sits below them):"; echo "$hits"; status=1
+fi
 # An evaluation task is one type: only its own file (and its registration) names it.
 tasks='(perplexity|passkey|niah_[a-z]+|vt|cwe)'
 if hits=$(grep -rnE "(==|!=) *\"$tasks\"|\"$tasks\" *(==|!=)|find\(.*\"$tasks\"\)" common data models trainer launch \
@@ -59,6 +63,6 @@ while read -r lines file; do
   [[ " ${long_file_exceptions[*]} " == *" $file "* ]] && continue
   echo "$file has $lines lines (over 500): split it by concern, or name it in long_file_exceptions with why"
   status=1
-done < <(find common data models trainer launch -name '*.cpp' -o -name '*.h' | sort | xargs wc -l)
+done < <(find common data kernels models trainer launch -name '*.cpp' -o -name '*.h' -o -name '*.cu' | sort | xargs wc -l)
 [[ $status == 0 ]] && echo "layout: trainer/{${order[*]}} include only downward; trainer/config and models/spec are torch-free; data/ does not include models/; only models/spec/families/ and models/spec/arch.h name an arch; no code compares a task's name; no product file over 500 lines but ${long_file_exceptions[*]}"
 exit $status

@@ -801,7 +801,7 @@ TEST(ExperimentPlan, AMethodsOwnSettingsAndBudgetsReachItsRunsAlone) {
     } catch (const InputError& e) {
       return std::string(e.what());
     }
-    return "accepted";
+    return std::string("accepted");
   };
   EXPECT_NE(error_of("{name: da, budgets: [4096]}")
                 .find("bad.yaml:6:7: experiment.methods[0].budgets: 4096 is experiment.train_tokens"),
@@ -865,7 +865,7 @@ TEST(ExperimentPlan, AVariantTrainsItsRowsAgainWithItsSettingsAfterTheirOwn) {
     } catch (const InputError& e) {
       return std::string(e.what());
     }
-    return "accepted";
+    return std::string("accepted");
   };
   const std::string unknown = error_of("  variants: [{name: lora, of: [chunk-0.5@4096], set: {train.lr: 1.0e-3}}]\n");
   EXPECT_NE(unknown.find("bad.yaml:8:27: experiment.variants[0].of: 'chunk-0.5@4096' is not a trained row of "
