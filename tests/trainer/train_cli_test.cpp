@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <regex>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -1143,6 +1144,13 @@ TEST_F(TrainCli, GradientAccumulationEqualsALargerMicroBatch) {
 }
 
 TEST_F(TrainCli, Bf16AutocastTrainsWithFiniteLosses) {
+  // bf16 matmuls whatever the CPU probe would measure on a loaded machine (it may choose fp32,
+  // and this test is about autocast being in effect: trainer/runtime/cpu_matmul.h); the children
+  // inherit it. Restored when the test ends.
+  struct ForcedBf16 {
+    ForcedBf16() { setenv("SEGTRAIN_CPU_MATMUL", "bf16", 1); }
+    ~ForcedBf16() { unsetenv("SEGTRAIN_CPU_MATMUL"); }
+  } forced;
   auto fp32 = run(kBin, {"train", config("fp32", "bloom", "truncate"), "--set", "train.budget.tokens=2000"});
   ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
   auto bf16 = run(kBin, {"train", config("bf16", "bloom", "truncate"), "--set", "train.budget.tokens=2000", "--set",
