@@ -75,6 +75,7 @@ extern const SamplerKind kChunkSampler{
     .summary = "1/alpha runs of alpha*L_t tokens placed in the window, positions = offsets",
     .named_with_alpha = true,
     .takes_placement = true,
+    .compared_with = {},
     .rules = chunk_rules,
     .settings = chunk_settings,
     .draw = chunk_draw};

@@ -13,6 +13,7 @@ extern const SamplerKind kPoseSampler{
     .name = "pose",
     .summary = "L_t contiguous tokens in two chunks, the second's positions skipped ahead (PoSE)",
     .baseline = true,
+    .compared_with = {},
     .draw = [](const DrawSetting& s, Rng& rng, const SampleOut& out) {
       const int64_t lt = s.train_length;
       iota_from(out.offsets, s.length, rng.between(0, s.extended_length - lt));

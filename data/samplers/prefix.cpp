@@ -59,6 +59,7 @@ extern const SamplerKind kPrefixSampler{
     .name = "prefix",
     .summary = "(1-alpha)*L_t spread prefix tokens and a contiguous alpha*L_t suffix, the loss on the suffix",
     .named_with_alpha = true,
+    .compared_with = {},
     .rules = prefix_rules,
     .settings = prefix_settings,
     .draw = prefix_draw};

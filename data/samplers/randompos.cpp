@@ -10,6 +10,7 @@ extern const SamplerKind kRandomPosSampler{
     .name = "randompos",
     .summary = "L_t contiguous tokens, positions a sorted uniform sample of [0, L_e) (RandomPos)",
     .baseline = true,
+    .compared_with = {},
     .draw = [](const DrawSetting& s, Rng& rng, const SampleOut& out) {
       iota_from(out.offsets, s.length, rng.between(0, s.extended_length - s.train_length));
       sample_sorted_distinct(rng, s.extended_length, s.train_length, out.positions);

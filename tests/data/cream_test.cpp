@@ -114,7 +114,9 @@ TEST(Cream, SamplesHoldTheirInvariantsAndTheMiddleReachesAsTheGaussianSays) {
     for (int64_t j = 0; j < lt; ++j) {
       ASSERT_GE(s.positions[j], 0);
       ASSERT_LT(s.positions[j], le);
-      if (j > 0) ASSERT_GT(s.positions[j], s.positions[j - 1]);
+      if (j > 0) {
+        ASSERT_GT(s.positions[j], s.positions[j - 1]);
+      }
       ASSERT_EQ(s.tokens[j], test::coded_token(s.doc, s.window_start + s.offsets[j]));
       ASSERT_EQ(s.loss_mask[j], j + 1 < lt ? 1 : 0) << "every prediction but the one past the window";
     }
