@@ -79,6 +79,9 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
 
 at::Tensor rope_fused(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
 #if SEGTRAIN_WITH_CUDA
+  if (!fused_applies(x, cos, sin))
+    throw InputError("the fused RoPE kernel takes CUDA tensors of rank 4 (x float/bf16/fp16, angles fp32 without "
+                     "gradient); got x on " + x.device().str() + ": the composite serves this call");
   return FusedRope::apply(x, cos.contiguous(), sin.contiguous());
 #else
   throw InputError("the fused RoPE kernel needs a CUDA build of segtrain");
