@@ -9,6 +9,7 @@
 
 #include "models/modules/transformer.h"
 #include "models/spec/config.h"
+#include "models/spec/model_config_json.h"  // model_config.json, which a segtrain model directory holds
 
 namespace segtrain::models {
 
@@ -17,9 +18,6 @@ enum class ModelFormat { segtrain, hf };
 // segtrain when DIR has model_config.json, hf when it has config.json; a run
 // directory resolves to its final/ (DIR itself is returned in *resolved).
 std::optional<ModelFormat> detect_model_format(const std::string& dir, std::string* resolved = nullptr);
-
-std::string model_config_to_json(const ModelConfig& config);
-ModelConfig model_config_from_json(const std::string& text, const std::string& source);
 
 // The ModelConfig stored in DIR (either format). Throws InputError when DIR is
 // neither.

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <set>
 #include <string>
 
 #include "common/error.h"
@@ -14,6 +15,7 @@
 #include "models/modules/converters/lora.h"
 #include "models/modules/transformer.h"
 #include "models/spec/converters/lora_config.h"
+#include "models/spec/converters/lora_record.h"
 #include "models/spec/families/peft_config.h"
 #include "test_util.h"
 #include "tiny_models.h"
@@ -44,6 +46,53 @@ struct AdapterDir {
     return test::input_error_of([&] { read_peft_base_model(dir.path().string()); });
   }
 };
+
+// Each setting is a row of kLoraSettings: a converters.json record holds exactly the rows and
+// "trainable", PEFT's fields the rows' names (target_modules apart: module names, matched by
+// peft_config.cpp), and every setting that is not its default survives both round trips.
+TEST(LoraSettings, EveryRowIsInTheRecordAndInPeftsFieldsAndSurvivesBoth) {
+  LoraConfig lora;
+  lora.rank = 12, lora.alpha = 3.5, lora.dropout = 0.25, lora.targets = {"q", "down"};
+  lora.trainable = {"adapters", "norms"}, lora.use_dora = !LoraConfig{}.use_dora;
+  const json record = lora_record(lora);
+  std::set<std::string> keys;
+  for (const auto& item : record.items()) keys.insert(item.key());
+  std::set<std::string> rows, expected = {"name", "trainable"};
+  for (const auto& setting : kLoraSettings) rows.insert(setting.record), expected.insert(setting.record);
+  EXPECT_EQ(keys, expected);
+  std::set<std::string> compared;
+  const json settings = lora_settings_json(lora);  // items() of a temporary would outlive it
+  for (const auto& item : settings.items()) compared.insert(item.key());
+  EXPECT_EQ(compared, rows);
+  const LoraConfig back = lora_from_record(record, "converters.json");
+  EXPECT_EQ(lora_record(back), record);
+
+  json peft = peft_lora_fields(lora);
+  for (const auto& setting : kLoraSettings)
+    if (std::string(setting.peft) != "target_modules") EXPECT_TRUE(peft.contains(setting.peft)) << setting.peft;
+  peft["peft_type"] = "LORA";
+  const LoraConfig from_peft = lora_from_peft_fields(peft, "adapter_config.json");
+  EXPECT_EQ(from_peft.rank, lora.rank);
+  EXPECT_EQ(from_peft.alpha, lora.alpha);
+  EXPECT_EQ(from_peft.dropout, lora.dropout);
+  EXPECT_EQ(from_peft.use_dora, lora.use_dora);
+
+  // A record written before DoRA (no flag) is LoRA; a flag of another type is refused naming the file.
+  json old = record;
+  old.erase("use_dora");
+  EXPECT_FALSE(lora_from_record(old, "converters.json").use_dora);
+  json bad = record;
+  bad["use_dora"] = "yes";
+  EXPECT_THROW(lora_from_record(bad, "converters.json"), InputError);
+  peft["use_dora"] = 1;
+  try {
+    lora_from_peft_fields(peft, "adapter_config.json");
+    ADD_FAILURE() << "use_dora 1 was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("adapter_config.json: use_dora: expected true or false, got 1"),
+              std::string::npos) << e.what();
+  }
+}
 
 TEST(PeftConfig, ARegularExpressionRunsInRe2AsPythonsFullmatch) {
   AdapterDir a;

@@ -1684,7 +1684,7 @@ TEST_F(TrainCli, LoraTrainsItsAdaptersResumesExactlyAndExportsTheMergedModel) {
                                  "train.trainable=[adapters]"});
   EXPECT_EQ(contradicted.exit_code, 2) << contradicted.err;
   EXPECT_NE(contradicted.err.find("--set model.adapters.lora.rank=8: model.adapters.lora.rank: the adapter model.init "
-                                  "continues (" + adapter + ") has r 4; leave the key out to take it"),
+                                  "continues (" + adapter + ") has rank 4 (PEFT's r); leave the key out to take it"),
             std::string::npos) << contradicted.err;
   EXPECT_NE(contradicted.err.find("train.trainable: the adapter model.init continues (" + adapter +
                                   ") trained norms (modules_to_save), which must train on"),

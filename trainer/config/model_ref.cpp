@@ -1,32 +1,13 @@
 #include "trainer/config/model_ref.h"
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
-#include <fstream>
 
 #include "common/error.h"
 #include "models/spec/families/hf_config.h"
 #include "models/spec/families/peft_config.h"
+#include "models/spec/model_config_json.h"
 
 namespace segtrain::trainer {
-
-namespace {
-
-std::optional<nlohmann::json> json_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
-  return j;
-}
-
-std::optional<std::string> string_field(const std::optional<nlohmann::json>& j, const char* key) {
-  if (!j || !j->contains(key) || !(*j)[key].is_string()) return std::nullopt;
-  return (*j)[key].get<std::string>();
-}
-
-}  // namespace
 
 std::optional<ModelRef> parse_model_ref(const std::string& text) {
   if (text == "scratch") return ModelRef{};
@@ -66,7 +47,7 @@ std::optional<models::Arch> model_ref_arch(const std::string& text) {
   namespace fs = std::filesystem;
   const auto ref = parse_model_ref(text);
   if (!ref || !ref->from_folder()) return std::nullopt;
-  fs::path dir = ref->dir;
+  const fs::path dir = ref->dir;
   if (ref->kind == ModelRef::Kind::hf || ref->kind == ModelRef::Kind::peft) {  // a PEFT adapter's: its base's
     try {
       return models::read_hf_config_json(dir.string()).family->arch();
@@ -74,9 +55,11 @@ std::optional<models::Arch> model_ref_arch(const std::string& text) {
       return std::nullopt;  // no config.json segtrain reads: the validator, or loading the base, says why
     }
   }
-  if (!fs::exists(dir / "model_config.json") && fs::exists(dir / "final" / "model_config.json")) dir /= "final";
-  const auto arch = string_field(json_file(dir / "model_config.json"), "arch");
-  return arch ? enum_from_name(models::kArchs, *arch) : std::nullopt;
+  try {
+    return models::read_segtrain_model_config(dir.string()).arch;
+  } catch (const InputError&) {
+    return std::nullopt;  // the validator, or loading the checkpoint, says why
+  }
 }
 
 }  // namespace segtrain::trainer

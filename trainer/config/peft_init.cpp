@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 #include "common/numbers.h"
-#include "common/strings.h"
+#include "models/spec/converters/lora_record.h"
 #include "models/spec/families/hf_config.h"
 #include "models/spec/families/peft_config.h"
 #include "trainer/config/model_ref.h"
@@ -13,6 +13,19 @@
 namespace segtrain::trainer {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// A setting's value as the run config writes it: 4, 16, 0.05, true, [q, v].
+std::string setting_text(const nlohmann::json& value) {
+  if (value.is_number_float()) return format_double(value.get<double>());
+  if (!value.is_array()) return value.dump();
+  std::string items;
+  for (const auto& item : value) items += (items.empty() ? "" : ", ") + item.get<std::string>();
+  return "[" + items + "]";
+}
+
+}  // namespace
 
 std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded) {
   const auto ref = parse_model_ref(loaded.config.model.init);
@@ -28,25 +41,22 @@ std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded) {
   const std::string origin = (fs::path(ref->adapter) / "adapter_config.json").string();
   std::vector<std::string> problems;
   auto& lora = loaded.config.model.adapters.lora;
-  // Each key: the adapter's where the config leaves it out; where it is given, the adapter's too
-  // (`must_agree`) or the config's (dropout: how it trains on, not what its weights are).
-  auto adopt = [&](const std::string& key, auto& value, const auto& adapters, const std::string& shown,
-                   bool must_agree) {
+  // Each setting: the adapter's where the config leaves it out; where it is given, the adapter's
+  // too when its weights fix it (lora_record.h).
+  const nlohmann::json given = models::lora_settings_json(lora), adapters = models::lora_settings_json(adapter.lora);
+  nlohmann::json merged = models::lora_record(lora);
+  for (const auto& setting : models::kLoraSettings) {
+    const std::string key = models::lora_config_key(setting);
     if (!loaded.origins.count(key)) {
-      value = adapters;
+      merged[setting.record] = adapters.at(setting.record);
       loaded.origins[key] = origin;
-    } else if (must_agree && value != adapters) {
+    } else if (setting.fixed_by_weights && given.at(setting.record) != adapters.at(setting.record)) {
       problems.push_back(loaded.locate(key) + ": the adapter model.init continues (" + ref->adapter + ") has " +
-                         shown + "; leave the key out to take it");
+                         setting.record + " " + setting_text(adapters.at(setting.record)) + " (PEFT's " +
+                         setting.peft + "); leave the key out to take it");
     }
-  };
-  adopt("model.adapters.lora.rank", lora.rank, adapter.lora.rank, "r " + std::to_string(adapter.lora.rank), true);
-  adopt("model.adapters.lora.alpha", lora.alpha, adapter.lora.alpha, "lora_alpha " + format_double(adapter.lora.alpha), true);
-  adopt("model.adapters.lora.targets", lora.targets, adapter.lora.targets,
-        "targets [" + join(adapter.lora.targets, ", ") + "]", true);
-  adopt("model.adapters.lora.dropout", lora.dropout, adapter.lora.dropout, "", false);
-  adopt("model.adapters.lora.use_dora", lora.use_dora, adapter.lora.use_dora,
-        std::string("use_dora ") + (adapter.lora.use_dora ? "true" : "false"), true);
+  }
+  lora = models::lora_from_record(merged, origin);
   auto& trainable = lora.trainable;
   if (!loaded.origins.count("train.trainable")) {
     trainable = adapter.lora.trainable;

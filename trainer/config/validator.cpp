@@ -1,12 +1,9 @@
 // Cross-field and file-system checks on a parsed config. Each message starts
 // with where the offending key was set (file:line:col, the --set argument, or the
 // file for a default) and names the key.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -18,6 +15,7 @@
 #include "models/spec/converters/lora_config.h"
 #include "models/spec/families/hf_config.h"
 #include "models/spec/families/peft_config.h"
+#include "models/spec/model_config_json.h"
 #include "trainer/config/config.h"
 #include "trainer/config/eval_rules.h"
 #include "trainer/config/model_ref.h"
@@ -120,23 +118,14 @@ void check_model(Checker& ck, const Config& c) {
   }
 }
 
-// A segtrain model folder's sizes (model_config.json, or a run's final/), nullopt when unreadable.
-std::optional<models::ModelConfig> segtrain_model_sizes(fs::path dir) {
-  if (!fs::exists(dir / "model_config.json") && fs::exists(dir / "final" / "model_config.json")) dir /= "final";
-  std::ifstream in(dir / "model_config.json");
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("arch") || !j.at("arch").is_string()) return std::nullopt;
-  models::ModelConfig m;
-  const auto arch = enum_from_name(models::kArchs, j.at("arch").get<std::string>());
-  if (!arch) return std::nullopt;
-  m.arch = *arch;
-  for (auto [key, size] : {std::pair{"d_model", &m.d_model}, {"n_layers", &m.n_layers}, {"n_heads", &m.n_heads}}) {
-    if (!j.contains(key) || !j.at(key).is_number_integer()) return std::nullopt;
-    *size = j.at(key).get<int64_t>();
+// A segtrain model folder's sizes (model_config.json, or a run's final/), nullopt when unreadable
+// (loading it says why).
+std::optional<models::ModelConfig> segtrain_model_sizes(const fs::path& dir) {
+  try {
+    return models::read_segtrain_model_config(dir.string());
+  } catch (const InputError&) {
+    return std::nullopt;
   }
-  for (auto [key, size] : {std::pair{"d_ff", &m.d_ff}, {"n_kv_heads", &m.n_kv_heads}, {"head_dim", &m.head_dim}})
-    if (j.contains(key) && j.at(key).is_number_integer()) *size = j.at(key).get<int64_t>();
-  return m;
 }
 
 // The sizes of the model a run builds where they are known before anything loads: the config's

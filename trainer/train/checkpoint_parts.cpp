@@ -42,7 +42,7 @@ class SavedModel final : public SavedPart {
   // ranks share, never creating it: one removed after a failed save stays removed.
   void write(const fs::path& temp_dir) const override {
     models::write_safetensors((temp_dir / "model.safetensors").string(), weights_, {{"format", "pt"}});
-    write_file_atomic(temp_dir / "model_config.json", models::model_config_to_json(config_));
+    write_file_atomic(temp_dir / models::kModelConfigFile, models::model_config_to_json(config_));
     for (const auto& [name, text] : texts_) write_file_atomic(temp_dir / name, text);
   }
 

@@ -27,7 +27,7 @@
 namespace segtrain::trainer {
 
 // This rank's part of the save in flight.
-enum class SavePart { none, writing, written, failed };
+enum class SavePart { none, writing, written, failed };  // none: no save in flight
 
 class CheckpointWriter {
  public:
@@ -51,7 +51,6 @@ class CheckpointWriter {
   // Until this rank's copy of the save in flight is made.
   void wait_for_copy();
   SavePart part();
-  bool in_flight() const { return job_ != nullptr; }
   // With the ranks' counts from a step's totals: rank 0 commits once all have
   // written their part, and the next counts say whether that worked; every rank
   // throws (runtime_error, the checkpoint named, earlier ones intact) once one

@@ -2,7 +2,9 @@
 // What a LoRA run asks for (model.adapters.lora, train.trainable) and its rules,
 // without LibTorch: the run config checks them at the file's line, and the LoRA
 // converter (models/modules/converters/lora.h) refuses them as the last guard. Its records (converters.json,
-// PEFT's adapter_config.json) are lora_record.h's.
+// PEFT's adapter_config.json) are lora_record.h's. A setting LoRA gains (as DoRA's use_dora) is a field
+// below, its row of kLoraSettings, its lines in lora_record.cpp, its key in trainer/config/schema.cpp and
+// what the adapter does with it (models/modules/converters/lora_adapter.h).
 //
 // Targets are named by what a projection does, not by a family's module names:
 // q, k, v, o, gate, up, down on the Llama block (q_proj ... down_proj), and qkv, o,
@@ -29,6 +31,24 @@ struct LoraConfig {
   std::vector<std::string> trainable = {"adapters"};        // train.trainable: kTrainableGroups
   bool use_dora = false;  // DoRA (Liu et al. 2024): each adapted weight's row norms train as a magnitude
 };
+
+// One setting of LoRA's under each of its names: in a converters.json record and under
+// model.adapters.lora in the run config (`record`), in PEFT's adapter_config.json (`peft`), and
+// whether continuing an adapter fixes it (`fixed_by_weights`: its weights were trained with it, so
+// a run that continues them must agree) or only proposes it (dropout: how training goes on).
+// train.trainable (PEFT's modules_to_save) is not a row: a continued run may train more groups.
+struct LoraSetting {
+  const char* record;
+  const char* peft;
+  bool fixed_by_weights;
+};
+inline constexpr LoraSetting kLoraSettings[] = {{"rank", "r", true},
+                                                {"alpha", "lora_alpha", true},
+                                                {"dropout", "lora_dropout", false},
+                                                {"targets", "target_modules", true},
+                                                {"use_dora", "use_dora", true}};
+// The run config's key of a setting: "model.adapters.lora." + record.
+inline std::string lora_config_key(const LoraSetting& setting) { return std::string("model.adapters.lora.") + setting.record; }
 
 // What trains in a LoRA run besides the base's frozen weights (train.trainable):
 // adapters always; norms, embeddings (the token and learned position tables) and the

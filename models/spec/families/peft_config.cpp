@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +16,8 @@
 #include <re2/re2.h>
 
 #include "common/error.h"
+#include "common/input_text.h"
+#include "models/spec/converters/lora_record.h"
 #include "models/spec/families/family.h"
 
 namespace segtrain::models {
@@ -26,21 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A value of the file as a message shows it: on one line, at most 80 bytes, not cut inside a character.
-std::string shown(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    if (out.size() >= 80 && (static_cast<unsigned char>(c) & 0xc0) != 0x80) return out + "...";
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string shown(const std::string& text) { return shown_input(text); }
 std::string shown(const json& value) { return shown(value.dump(-1, ' ', false, json::error_handler_t::replace)); }
 
 std::string with_commas(size_t n) {
@@ -230,25 +217,12 @@ json read_adapter_json(const std::string& file) {
   return config;
 }
 
-// r, lora_alpha, lora_dropout and base_model_name_or_path; refused: what PEFT's LoRA has and segtrain's has not.
+// LoRA's own fields (lora_record.h) and base_model_name_or_path; refused: what PEFT's LoRA has and segtrain's has not.
 void read_numbers(const json& config, const std::string& file, PeftAdapterConfig& out) {
   if (field(config, "peft_type") != "LORA")
     throw InputError(file + ": peft_type: " + shown(field(config, "peft_type")) + "; segtrain continues LORA adapters");
-  const json& r = field(config, "r");
-  if (!r.is_number_integer() || r.get<int64_t>() < 1) throw InputError(file + ": r: expected an integer >= 1, got " + shown(r));
-  out.lora.rank = r.get<int64_t>();
-  const json& alpha = field(config, "lora_alpha");
-  if (!alpha.is_number() || !(alpha.get<double>() > 0) || !std::isfinite(alpha.get<double>()))
-    throw InputError(file + ": lora_alpha: expected a finite number > 0, got " + shown(alpha));
-  out.lora.alpha = alpha.get<double>();
-  const json& dropout = field(config, "lora_dropout");
-  if (!dropout.is_null() && (!dropout.is_number() || dropout.get<double>() < 0 || dropout.get<double>() >= 1))
-    throw InputError(file + ": lora_dropout: expected a number in [0, 1), got " + shown(dropout));
-  out.lora.dropout = dropout.is_null() ? 0.0 : dropout.get<double>();
+  out.lora = lora_from_peft_fields(config, file);
   expect_default(config, "bias", "none", file, "segtrain's adapters train no bias");
-  const json& dora = field(config, "use_dora");
-  if (!dora.is_null() && !dora.is_boolean()) throw InputError(file + ": use_dora: expected true or false, got " + shown(dora));
-  out.lora.use_dora = dora.is_boolean() && dora.get<bool>();
   expect_default(config, "use_rslora", false, file, "segtrain scales adapters by alpha / r (no rsLoRA)");
   expect_default(config, "lora_bias", false, file, "segtrain's adapters train no bias");
   expect_default(config, "rank_pattern", json::object(), file, "every adapter of segtrain's has the one rank r");

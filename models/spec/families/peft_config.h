@@ -8,7 +8,7 @@
 // that is named so or ends with "." + the entry; a string is a regular expression the
 // whole name must match (re.fullmatch). segtrain adapts a target on every layer or none,
 // trains norms, embeddings and the head as whole groups, and holds what PEFT's LoRA holds
-// (LoRA, or DoRA with use_dora; no rsLoRA, per-module ranks or bias): anything else is refused naming the key.
+// (LoRA or DoRA; no rsLoRA, per-module ranks or bias): anything else is refused naming the key.
 //
 // The file is outside input, read within bounds before anything is built from it: its size
 // before it is read, its nesting before its values are, the names it lists before they are
