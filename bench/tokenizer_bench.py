@@ -3,7 +3,9 @@
 library (Rust) on the same corpus, side by side: the Debian linux-doc corpus and the
 tokenizer folders tests/data/hf_tokenizer_test.py builds (GPT-2-, Llama-3- and Qwen2-like
 byte-level BPEs, vocabulary 3000; a Llama-2-like sentencepiece). segtrain's figure is the
-encoding time `prepare` logs (reading and writing the store excluded); Python's is the
+encoding time `prepare` logs (its second reading of the corpus, encoded on N threads while it is
+read and the store written, data/encode_pipeline.h; the first reading, which counts the
+documents, excluded); Python's is the
 time of encode() per document (1 thread) or encode_batch (all threads), with the same
 special tokens. Prints one JSON object."""
 import argparse

@@ -39,7 +39,7 @@ Progress::Progress(std::string what, int64_t total, std::string unit)
     : what_(std::move(what)), unit_(std::move(unit)), total_(total), every_(progress_interval()),
       start_(Clock::now()), last_(start_) {}
 
-void Progress::update(int64_t done) {
+void Progress::update(int64_t done, const std::string& detail) {
   const Clock::time_point now = Clock::now();
   if (std::chrono::duration<double>(now - last_).count() < every_ || done <= 0) return;
   last_ = now;
@@ -53,6 +53,7 @@ void Progress::update(int64_t done) {
          << 100.0 * static_cast<double>(done) / static_cast<double>(std::max<int64_t>(total_, 1)) << "%) in "
          << format_duration(elapsed) << ", about " << format_duration(left) << " left";
   }
+  if (!detail.empty()) line << ", " << detail;
   log::info(line.str());
 }
 

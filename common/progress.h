@@ -17,8 +17,8 @@ class Progress {
   // A line is logged once the interval passed since the start or the last line: 10 s, or
   // SEGTRAIN_PROGRESS_SECONDS (0: every update, as the tests read them).
   Progress(std::string what, int64_t total, std::string unit);
-  // `done` of `total` are finished.
-  void update(int64_t done);
+  // `done` of `total` are finished; `detail` ("12.5 MB/s") follows the time left.
+  void update(int64_t done, const std::string& detail = "");
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -46,17 +46,22 @@ void count_invalid_utf8(const std::string& where, CorpusStats& stats) {
   if (stats.invalid_utf8_where.size() < kNamedInvalidDocuments) stats.invalid_utf8_where.push_back(where);
 }
 
-void keep(std::string&& doc, const std::string& where, std::vector<std::string>& out, CorpusStats& stats) {
+// Whether `doc` is a document to keep; counted in `stats` either way.
+bool keep(const std::string& doc, const std::string& where, CorpusStats& stats) {
   if (!is_valid_utf8(doc)) {
     count_invalid_utf8(where, stats);
-  } else if (is_blank(doc)) {
-    ++stats.empty;
-  } else {
-    stats.bytes += static_cast<int64_t>(doc.size());
-    ++stats.documents;
-    out.push_back(std::move(doc));
+    return false;
   }
+  if (is_blank(doc)) {
+    ++stats.empty;
+    return false;
+  }
+  stats.bytes += static_cast<int64_t>(doc.size());
+  ++stats.documents;
+  return true;
 }
+
+}  // namespace
 
 // Reads a file line by line through zlib, which passes plain files through
 // unchanged, so a multi-gigabyte .jsonl(.gz) never has to fit in memory twice.
@@ -69,6 +74,9 @@ class LineReader {
   ~LineReader() { gzclose(gz_); }
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
+
+  // Bytes of the file read so far (compressed, for a .gz), for progress.
+  int64_t offset() const { return static_cast<int64_t>(gzoffset(gz_)); }
 
   bool next(std::string& line) {
     line.clear();
@@ -104,51 +112,6 @@ class LineReader {
   size_t pos_ = 0, end_ = 0;
   bool eof_ = false;
 };
-
-void read_jsonl(const std::string& path, const CorpusOptions& options, std::vector<std::string>& out, CorpusStats& stats) {
-  LineReader lines(path);
-  std::string line;
-  int64_t number = 0;
-  while (lines.next(line)) {
-    ++number;
-    if (is_blank(line)) continue;
-    // nlohmann rejects invalid UTF-8 inside strings; such a line is a bad
-    // document, not a bad file.
-    if (!is_valid_utf8(line)) {
-      count_invalid_utf8(path + ":" + std::to_string(number), stats);
-      continue;
-    }
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      throw InputError(path + ":" + std::to_string(number) + ": not valid JSON (" + e.what() + ")");
-    }
-    if (!j.is_object() || !j.contains(options.text_field) || !j[options.text_field].is_string())
-      throw InputError(path + ":" + std::to_string(number) + ": expected a JSON object with a string field '" +
-                       options.text_field + "' (set it with --text-field)");
-    keep(j[options.text_field].get<std::string>(), path + ":" + std::to_string(number), out, stats);
-  }
-}
-
-void read_path(const fs::path& path, bool explicit_input, const CorpusOptions& options, std::vector<std::string>& out,
-               CorpusStats& stats) {
-  const std::string name = path.string();
-  if (is_jsonl_name(name)) {
-    ++stats.files;
-    read_jsonl(name, options, out, stats);
-  } else if (is_text_name(name)) {
-    ++stats.files;
-    keep(read_text_file(name), name, out, stats);
-  } else if (explicit_input) {
-    throw InputError(name + ": unsupported input (expected a directory, .txt/.md/.rst, .jsonl, optionally .gz, "
-                            "or a Megatron .bin/.idx pair)");
-  } else {
-    ++stats.skipped_files;
-  }
-}
-
-}  // namespace
 
 bool is_valid_utf8(std::string_view text) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
@@ -227,10 +190,81 @@ std::vector<CorpusFile> corpus_files(const std::vector<std::string>& inputs) {
   return out;
 }
 
+CorpusReader::CorpusReader(const std::vector<std::string>& inputs, CorpusOptions options)
+    : files_(corpus_files(inputs)), options_(std::move(options)) {
+  std::error_code ec;
+  for (const auto& file : files_) total_bytes_ += static_cast<int64_t>(fs::file_size(file.path, ec) * !ec);
+}
+
+CorpusReader::~CorpusReader() = default;
+
+bool CorpusReader::next(std::string& doc) {
+  for (;;) {
+    if (lines_) {
+      if (next_jsonl_document(doc)) return true;
+      done_bytes_ += file_bytes_;
+      lines_.reset();
+      continue;
+    }
+    if (next_file_ >= files_.size()) return false;
+    const CorpusFile& file = files_[next_file_++];
+    const std::string name = file.path.string();
+    std::error_code ec;
+    file_bytes_ = static_cast<int64_t>(fs::file_size(file.path, ec) * !ec);
+    if (is_jsonl_name(name)) {
+      ++stats_.files;
+      lines_ = std::make_unique<LineReader>(name);
+      path_ = name;
+      line_number_ = 0;
+    } else if (is_text_name(name)) {
+      ++stats_.files;
+      doc = read_text_file(name);
+      done_bytes_ += file_bytes_;
+      if (keep(doc, name, stats_)) return true;
+    } else if (file.named) {
+      throw InputError(name + ": unsupported input (expected a directory, .txt/.md/.rst, .jsonl, optionally .gz, "
+                              "or a Megatron .bin/.idx pair)");
+    } else {
+      ++stats_.skipped_files;
+      done_bytes_ += file_bytes_;
+    }
+  }
+}
+
+bool CorpusReader::next_jsonl_document(std::string& doc) {
+  while (lines_->next(line_)) {
+    ++line_number_;
+    if (is_blank(line_)) continue;
+    const std::string where = path_ + ":" + std::to_string(line_number_);
+    // nlohmann rejects invalid UTF-8 inside strings; such a line is a bad
+    // document, not a bad file.
+    if (!is_valid_utf8(line_)) {
+      count_invalid_utf8(where, stats_);
+      continue;
+    }
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line_);
+    } catch (const std::exception& e) {
+      throw InputError(where + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object() || !j.contains(options_.text_field) || !j[options_.text_field].is_string())
+      throw InputError(where + ": expected a JSON object with a string field '" + options_.text_field +
+                       "' (set it with --text-field)");
+    doc = std::move(j[options_.text_field].get_ref<std::string&>());
+    if (keep(doc, where, stats_)) return true;
+  }
+  return false;
+}
+
+int64_t CorpusReader::bytes_read() const { return done_bytes_ + (lines_ ? lines_->offset() : 0); }
+
 std::vector<std::string> read_corpus(const std::vector<std::string>& inputs, const CorpusOptions& options,
                                      CorpusStats& stats) {
   std::vector<std::string> docs;
-  for (const auto& file : corpus_files(inputs)) read_path(file.path, file.named, options, docs, stats);
+  CorpusReader reader(inputs, options);
+  for (std::string doc; reader.next(doc);) docs.push_back(std::move(doc));
+  stats = reader.stats();
   return docs;
 }
 

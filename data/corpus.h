@@ -6,6 +6,7 @@
 // file:line, since it usually means the wrong file or field.
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,8 +41,42 @@ struct CorpusFile {
 std::vector<CorpusFile> corpus_files(const std::vector<std::string>& inputs);
 
 
-// Every input in order; the files of a directory in sorted path order, so the
-// document order (and so the store) is reproducible.
+class LineReader;
+
+// The documents of every input in order, one at a time: the files of a directory in sorted
+// path order, so the document order (and so the store) is reproducible; a JSONL file read line
+// by line, so memory holds one document (a text file: the file) however large the corpus is.
+class CorpusReader {
+ public:
+  // InputError for a missing input (corpus_files).
+  CorpusReader(const std::vector<std::string>& inputs, CorpusOptions options);
+  ~CorpusReader();
+  CorpusReader(const CorpusReader&) = delete;
+  CorpusReader& operator=(const CorpusReader&) = delete;
+
+  // The next kept document into `doc`; false after the last. InputError naming file:line for a
+  // line that is not a JSON object with the text field, or an input of an unsupported type.
+  bool next(std::string& doc);
+  // What was read so far (all of it once next returned false).
+  const CorpusStats& stats() const { return stats_; }
+  // Bytes of the input files read so far (as on disk: compressed for .gz), and their total, for progress.
+  int64_t bytes_read() const;
+  int64_t total_bytes() const { return total_bytes_; }
+
+ private:
+  bool next_jsonl_document(std::string& doc);
+
+  std::vector<CorpusFile> files_;
+  CorpusOptions options_;
+  CorpusStats stats_;
+  size_t next_file_ = 0;
+  std::unique_ptr<LineReader> lines_;  // the JSONL file being read
+  std::string path_, line_;
+  int64_t line_number_ = 0;
+  int64_t total_bytes_ = 0, done_bytes_ = 0, file_bytes_ = 0;
+};
+
+// Every document of `inputs` at once (CorpusReader's, in its order): for small corpora and tests.
 std::vector<std::string> read_corpus(const std::vector<std::string>& inputs, const CorpusOptions& options,
                                      CorpusStats& stats);
 

@@ -1,7 +1,9 @@
 #include "data/prepare.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -12,14 +14,22 @@
 #include "common/log.h"
 #include "common/output_path.h"
 #include "common/progress.h"
+#include "common/signals.h"
 #include "data/corpus.h"
 #include "data/document_tokenizer.h"
+#include "data/encode_pipeline.h"
 #include "data/token_store.h"
 #include "data/tokenizer.h"
 
 namespace segtrain::data {
 
 namespace {
+
+std::string one_decimal(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
+}
 
 // Evaluation reads the valid split: without documents there every perplexity is nan.
 void warn_if_no_validation(const StoreMeta& m, const PrepareOptions& o) {
@@ -63,7 +73,7 @@ bool is_store_file(const fs::path& entry) {
 // re-split into another keeps its vocabulary, EOS and tokenizer, whose files are copied); else
 // the largest token id + 1, said in a warning (a model with a larger vocabulary still fits).
 StoreMeta megatron_meta(const PrepareOptions& o, const std::vector<std::string>& prefixes,
-                        const std::vector<IndexedDataset>& inputs) {
+                        const std::vector<IndexedDataset>& inputs, StoreFiles& files) {
   StoreMeta meta;
   meta.tokenizer = "megatron";
   if (o.vocab_size) {
@@ -93,9 +103,8 @@ StoreMeta megatron_meta(const PrepareOptions& o, const std::vector<std::string>&
     meta.bos_id = stored->bos_id;
     meta.add_bos = stored->add_bos;
     const fs::path dir = fs::path(prefixes.front()).parent_path();
-    fs::create_directories(o.out);
     for (const auto& name : tokenizer_files())
-      if (fs::is_regular_file(dir / name)) write_file_atomic(fs::path(o.out) / name, read_file(dir / name, "--input's tokenizer"));
+      if (fs::is_regular_file(dir / name)) files.emplace_back(name, read_file(dir / name, "--input's tokenizer"));
     log::info("prepare: the inputs are splits of ", dir.string(), ": its vocabulary (", meta.vocab_size,
               ") and tokenizer record are kept");
     return meta;
@@ -108,12 +117,44 @@ StoreMeta megatron_meta(const PrepareOptions& o, const std::vector<std::string>&
   return meta;
 }
 
+// A sentencepiece model trained on the documents `next` streams (sentencepiece samples
+// o.sample_size of their lines as it reads them), as a store's tokenizer.
+DocumentTokenizer trained_tokenizer(const PrepareOptions& o, const std::function<bool(std::string&)>& next) {
+  TokenizerTrainOptions t;
+  t.vocab_size = o.vocab_size.value_or(kTrainedVocabSize);
+  t.model_type = o.model_type;
+  t.character_coverage = o.character_coverage;
+  t.sample_size = o.sample_size;
+  t.seed = static_cast<uint64_t>(o.seed);
+  // sentencepiece splits its work by num_threads, and its model depends on the split: a fixed count
+  // (its own default) makes the tokenizer, and so the store, the same whatever --threads or the cores.
+  t.threads = kTokenizerTrainingThreads;
+  log::info("prepare: training a ", o.model_type, " sentencepiece model with ", t.vocab_size, " pieces");
+  auto sp = std::make_shared<Tokenizer>(Tokenizer::train(next, t));
+  throw_if_stopped();  // a stop ended the reading early: no tokenizer of part of the corpus
+  if (sp->vocab_size() < t.vocab_size)
+    log::warn("prepare: --vocab-size ", t.vocab_size, " asked, but this corpus yields ", sp->vocab_size(),
+              " pieces (sentencepiece found no more); the store's vocabulary is ", sp->vocab_size());
+  DocumentTokenizer tokenizer;
+  tokenizer.kind = "sentencepiece";
+  tokenizer.meta_name = "tokenizer.model";
+  tokenizer.vocab_size = sp->vocab_size();
+  tokenizer.eos_id = sp->eos_id();
+  tokenizer.bos_id = sp->bos_id();
+  tokenizer.encode = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode(text, out); };
+  tokenizer.encode_text = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode_ids(text, out); };
+  tokenizer.decode = [sp](const std::vector<int32_t>& ids) { return sp->decode(ids); };
+  tokenizer.files.emplace_back("tokenizer.model", sp->serialized());
+  return tokenizer;
+}
+
 // Re-splits existing Megatron datasets by document into a store: the vocabulary and
 // EOS of --tokenizer when given, else megatron_meta's.
 void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::string>& prefixes) {
   std::vector<IndexedDataset> inputs;
   for (const auto& p : prefixes) inputs.push_back(IndexedDataset::open(p, 0));
   StoreMeta meta;
+  StoreFiles files;
   if (!o.tokenizer.empty()) {
     auto tok = open_document_tokenizer(o.tokenizer);
     meta.vocab_size = tok.vocab_size;
@@ -122,10 +163,9 @@ void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::strin
     meta.add_bos = false;  // the documents are the datasets' as they are
     meta.tokenizer = tok.meta_name;
     meta.tokenizer_kind = tok.kind;
-    fs::create_directories(o.out);
-    for (const auto& [name, bytes] : tok.files) write_file_atomic(fs::path(o.out) / name, bytes);
+    files = tok.files;
   } else {
-    meta = megatron_meta(o, prefixes, inputs);
+    meta = megatron_meta(o, prefixes, inputs, files);
   }
   std::vector<std::pair<size_t, int64_t>> docs;  // (input, document)
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -142,10 +182,11 @@ void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::strin
       o.out, static_cast<int64_t>(docs.size()),
       [&](int64_t i) {
         const auto [input, d] = docs[static_cast<size_t>(i)];
+        throw_if_stopped();
         scratch = inputs[input].document(d);
         return std::span<const int32_t>(scratch);
       },
-      meta, o.valid_fraction, static_cast<uint64_t>(o.seed));
+      meta, o.valid_fraction, static_cast<uint64_t>(o.seed), files);
   log::info("prepare: wrote ", o.out, ": ", m.train_documents, " train documents (", m.train_tokens, " tokens), ",
             m.valid_documents, " valid documents (", m.valid_tokens, " tokens), vocabulary ", m.vocab_size);
   warn_if_no_validation(m, o);
@@ -179,38 +220,33 @@ void prepare_store(const PrepareOptions& o) {
               given->bos_id, given->add_bos ? " (first in every document)" : "", ", eos ", given->eos_id);
   }
 
-  CorpusStats stats;
-  auto docs = read_corpus(text, {o.text_field}, stats);
-  log::info("prepare: read ", describe(stats));
-  if (docs.empty()) throw InputError("no usable documents in --input (" + describe(stats) + ")");
-
+  // First reading: the documents the store will hold (the valid split is drawn from their
+  // count) and, without --tokenizer, sentencepiece's sample of their lines.
+  CorpusReader first(text, {o.text_field});
+  Progress reading("prepare: reading", first.total_bytes() >> 20, "MiB of input");
+  // A stop ends the reading (sentencepiece's reader must not throw through it); the caller then throws.
+  auto next_counted = [&](std::string& doc) {
+    reading.update(first.bytes_read() >> 20);
+    return !stop_signal() && first.next(doc);
+  };
+  const auto no_documents = [&] { return InputError("no usable documents in --input (" + describe(first.stats()) + ")"); };
   if (!given) {
-    TokenizerTrainOptions t;
-    t.vocab_size = o.vocab_size.value_or(kTrainedVocabSize);
-    t.model_type = o.model_type;
-    t.character_coverage = o.character_coverage;
-    t.sample_size = o.sample_size;
-    t.seed = static_cast<uint64_t>(o.seed);
-    t.threads = o.threads;
-    log::info("prepare: training a ", o.model_type, " sentencepiece model with ", t.vocab_size, " pieces");
-    auto sp = std::make_shared<Tokenizer>(Tokenizer::train(docs, t));
-    if (sp->vocab_size() < t.vocab_size)
-      log::warn("prepare: --vocab-size ", t.vocab_size, " asked, but this corpus yields ", sp->vocab_size(),
-                " pieces (sentencepiece found no more); the store's vocabulary is ", sp->vocab_size());
-    given = DocumentTokenizer{};
-    given->kind = "sentencepiece";
-    given->meta_name = "tokenizer.model";
-    given->vocab_size = sp->vocab_size();
-    given->eos_id = sp->eos_id();
-    given->bos_id = sp->bos_id();
-    given->encode = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode(text, out); };
-    given->encode_text = [sp](std::string_view text, std::vector<int32_t>& out) { sp->encode_ids(text, out); };
-    given->decode = [sp](const std::vector<int32_t>& ids) { return sp->decode(ids); };
-    given->files.emplace_back("tokenizer.model", sp->serialized());
+    try {
+      given = trained_tokenizer(o, next_counted);
+    } catch (const InputError&) {
+      throw_if_stopped();
+      if (first.stats().documents == 0) throw no_documents();
+      throw;
+    }
+  } else {
+    for (std::string doc; next_counted(doc);) {
+    }
   }
+  throw_if_stopped();
+  const CorpusStats stats = first.stats();
+  log::info("prepare: read ", describe(stats));
+  if (stats.documents == 0) throw no_documents();
   const DocumentTokenizer& tokenizer = *given;
-  fs::create_directories(o.out);
-  for (const auto& [name, bytes] : tokenizer.files) write_file_atomic(fs::path(o.out) / name, bytes);
   StoreMeta meta;
   meta.vocab_size = tokenizer.vocab_size;
   meta.eos_id = tokenizer.eos_id;
@@ -219,35 +255,30 @@ void prepare_store(const PrepareOptions& o) {
   meta.tokenizer = tokenizer.meta_name;
   meta.tokenizer_kind = tokenizer.kind;
 
-  // Encode in batches of about 64 MB as the writer asks for documents, freeing
-  // each batch's text: token vectors never pile up beside the whole corpus.
-  EncodeStats total;
-  std::vector<std::vector<int32_t>> batch;
-  size_t batch_begin = 0;
-  Progress progress("prepare: encoding", static_cast<int64_t>(docs.size()), "documents");
-  auto document = [&](int64_t i) {
-    const auto d = static_cast<size_t>(i);
-    if (d >= batch_begin + batch.size()) {
-      batch_begin = d;
-      size_t end = d, bytes = 0;
-      while (end < docs.size() && (end == d || bytes < (size_t{64} << 20))) bytes += docs[end++].size();
-      EncodeStats es;
-      batch = encode_documents(tokenizer.encode, std::span(docs).subspan(d, end - d), o.threads, es);
-      for (size_t k = d; k < end; ++k) std::string().swap(docs[k]);
-      total.documents += es.documents;
-      total.bytes += es.bytes;
-      total.tokens += es.tokens;
-      total.seconds += es.seconds;
-      total.threads = es.threads;
-      progress.update(total.documents);
-    }
-    return std::span<const int32_t>(batch[d - batch_begin]);
+  // Second reading, encoded on o.threads threads between the reader and the store's writer,
+  // in the corpus's order (data/encode_pipeline.h).
+  CorpusReader second(text, {o.text_field});
+  EncodePipeline encoded([&](std::string& doc) { return second.next(doc); }, tokenizer.encode, o.threads);
+  Progress progress("prepare: encoding", stats.documents, "documents");
+  const auto changed = [&](const std::string& how) {
+    return InputError("--input changed while it was prepared: " + how + " than the " +
+                      std::to_string(stats.documents) + " documents of its first reading");
   };
-  auto m = write_store(o.out, static_cast<int64_t>(docs.size()), document, meta, o.valid_fraction,
-                             static_cast<uint64_t>(o.seed));
+  auto document = [&](int64_t) {
+    throw_if_stopped();
+    const std::vector<int32_t>* ids = encoded.next();
+    if (!ids) throw changed("fewer documents");
+    const EncodeStats so_far = encoded.stats();
+    progress.update(so_far.documents, one_decimal(so_far.mb_per_s()) + " MB/s");
+    return std::span<const int32_t>(*ids);
+  };
+  auto m = write_store(o.out, stats.documents, document, meta, o.valid_fraction, static_cast<uint64_t>(o.seed),
+                       tokenizer.files);
+  if (encoded.next()) throw changed("more documents");
+  const EncodeStats total = encoded.stats();
   log::info("prepare: encoded ", total.documents, " documents, ", total.bytes, " bytes -> ", total.tokens,
-            " tokens in ", total.seconds, " s on ", total.threads, " threads (", total.mb_per_s(), " MB/s, ",
-            total.mb_per_s() / static_cast<double>(total.threads), " MB/s per thread)");
+            " tokens in ", one_decimal(total.seconds), " s on ", total.threads, " encoding threads (",
+            one_decimal(total.mb_per_s()), " MB/s)");
   log::info("prepare: wrote ", o.out, ": ", m.train_documents, " train documents (", m.train_tokens, " tokens), ",
             m.valid_documents, " valid documents (", m.valid_tokens, " tokens), vocabulary ", m.vocab_size, ", ",
             dtype_name(m.dtype));

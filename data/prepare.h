@@ -10,6 +10,7 @@
 namespace segtrain::data {
 
 inline constexpr int64_t kTrainedVocabSize = 4096;  // a trained tokenizer's, --vocab-size not given
+inline constexpr int64_t kTokenizerTrainingThreads = 16;  // sentencepiece's default num_threads
 
 struct PrepareOptions {
   std::vector<std::string> inputs;  // text dirs, .txt/.md/.rst(.gz), .jsonl, or Megatron .bin/.idx prefixes

@@ -404,10 +404,8 @@ std::vector<uint8_t> choose_valid_documents(int64_t documents, double fraction, 
 
 StoreMeta write_store(const std::string& dir, int64_t documents,
                       const std::function<std::span<const int32_t>(int64_t)>& document, StoreMeta meta,
-                      double valid_fraction, uint64_t seed) {
+                      double valid_fraction, uint64_t seed, const StoreFiles& files) {
   fs::create_directories(dir);
-  // A stale meta.json would vouch for the half-replaced splits below.
-  fs::remove(fs::path(dir) / "meta.json");
   meta.dtype = dtype_for_vocab(meta.vocab_size);
   const auto valid = choose_valid_documents(documents, valid_fraction, seed);
   IndexedDatasetWriter train((fs::path(dir) / "train").string(), meta.dtype);
@@ -420,8 +418,11 @@ StoreMeta write_store(const std::string& dir, int64_t documents,
                          " outside the vocabulary [0, " + std::to_string(meta.vocab_size) + ")");
     (valid[static_cast<size_t>(d)] ? held_out : train).add_document(tokens);
   }
+  // Every document is written: from here a stale meta.json would vouch for half-replaced splits.
+  fs::remove(fs::path(dir) / "meta.json");
   train.finish();
   held_out.finish();
+  for (const auto& [name, bytes] : files) write_file_atomic(fs::path(dir) / name, bytes);
   meta.train_documents = train.documents();
   meta.train_tokens = train.tokens();
   meta.valid_documents = held_out.documents();

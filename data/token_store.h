@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace segtrain::data {
@@ -136,11 +137,16 @@ std::string meta_json(const StoreMeta& meta);
 // work; scripts/pretokenize_hf.py implements the same rule.
 std::vector<uint8_t> choose_valid_documents(int64_t documents, double fraction, uint64_t seed);
 
-// Writes a whole store atomically: each file via a temporary sibling, meta.json
-// last (a store without meta.json is incomplete). `document(i)` yields doc i.
-// Fills in dtype, counts, fraction and seed of `meta` and returns it.
+// Files a store keeps beside its splits (its tokenizer's): (name in the store, bytes).
+using StoreFiles = std::vector<std::pair<std::string, std::string>>;
+
+// Writes a whole store atomically: each split via a temporary sibling while the documents
+// come, then, once every document is written, the splits, `files` and meta.json last (a store
+// without meta.json is incomplete). A store already in `dir` stays whole until then: an error
+// or an interruption (Interrupted from `document`) leaves it as it was, and no temporary file.
+// `document(i)` yields doc i. Fills in dtype, counts, fraction and seed of `meta` and returns it.
 StoreMeta write_store(const std::string& dir, int64_t documents,
                       const std::function<std::span<const int32_t>(int64_t)>& document, StoreMeta meta,
-                      double valid_fraction, uint64_t seed);
+                      double valid_fraction, uint64_t seed, const StoreFiles& files = {});
 
 }  // namespace segtrain::data

@@ -19,11 +19,14 @@ namespace segtrain::data {
 namespace {
 
 // Feeds documents to the trainer as lines no longer than its sentence limit:
-// whole documents would be skipped by sentencepiece as too long.
+// whole documents would be skipped by sentencepiece as too long. Documents are
+// pulled one at a time, so the corpus is never held whole.
 class LineIterator : public sentencepiece::SentenceIterator {
  public:
   static constexpr size_t kMaxBytes = 2048;
-  explicit LineIterator(const std::vector<std::string>& docs) : docs_(docs) { advance(); }
+  explicit LineIterator(const std::function<bool(std::string&)>& next_document) : next_document_(next_document) {
+    advance();
+  }
   bool done() const override { return done_; }
   void Next() override { advance(); }
   const std::string& value() const override { return value_; }
@@ -31,12 +34,12 @@ class LineIterator : public sentencepiece::SentenceIterator {
 
  private:
   void advance() {
-    while (doc_ < docs_.size()) {
-      const std::string& d = docs_[doc_];
+    for (;;) {
+      const std::string& d = doc_;
       while (pos_ < d.size() && (d[pos_] == '\n' || d[pos_] == '\r')) ++pos_;
       if (pos_ >= d.size()) {
-        ++doc_;
         pos_ = 0;
+        if (!next_document_(doc_)) break;
         continue;
       }
       size_t end = d.find('\n', pos_);
@@ -56,8 +59,9 @@ class LineIterator : public sentencepiece::SentenceIterator {
     }
     done_ = true;
   }
-  const std::vector<std::string>& docs_;
-  size_t doc_ = 0, pos_ = 0;
+  const std::function<bool(std::string&)>& next_document_;
+  std::string doc_;
+  size_t pos_ = 0;
   std::string value_;
   bool done_ = false;
 };
@@ -101,7 +105,15 @@ static std::string training_failure(const std::string& why, int64_t vocab_size) 
 }
 
 Tokenizer Tokenizer::train(const std::vector<std::string>& documents, const TokenizerTrainOptions& o) {
-  if (documents.empty()) throw InputError("no documents to train a tokenizer on");
+  size_t next = 0;
+  return train([&](std::string& doc) {
+    if (next >= documents.size()) return false;
+    doc = documents[next++];
+    return true;
+  }, o);
+}
+
+Tokenizer Tokenizer::train(const std::function<bool(std::string&)>& next_document, const TokenizerTrainOptions& o) {
   if (o.model_type != "unigram" && o.model_type != "bpe")
     throw InputError("--model-type: expected unigram or bpe, got '" + o.model_type + "'");
   sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned int>(o.seed));
@@ -117,7 +129,8 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& documents, const Toke
       {"hard_vocab_limit", o.model_type == "unigram" ? "false" : "true"},
       {"minloglevel", "1"},
   };
-  LineIterator lines(documents);
+  LineIterator lines(next_document);
+  if (lines.done()) throw InputError("no documents to train a tokenizer on");
   Tokenizer t;
   auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &t.proto_);
   if (!status.ok()) throw InputError(training_failure(status.ToString(), o.vocab_size));

@@ -37,6 +37,10 @@ class Tokenizer {
   // A model from its serialized bytes; `name` is the file named in errors.
   static Tokenizer from_serialized(std::string proto, const std::string& name);
   static Tokenizer train(const std::vector<std::string>& documents, const TokenizerTrainOptions& options);
+  // The same from documents streamed by `next_document` (false after the last), read once:
+  // sentencepiece samples options.sample_size lines of them as it reads (input_sentence_size),
+  // so memory holds the sample, not the corpus.
+  static Tokenizer train(const std::function<bool(std::string&)>& next_document, const TokenizerTrainOptions& options);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();

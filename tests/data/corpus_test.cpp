@@ -1,11 +1,16 @@
 // Corpus readers and the sentencepiece wrapper: every input form, skipped
 // documents counted, malformed JSON named by file:line, EOS after every
-// document, and parallel encoding equal to sequential.
+// document, parallel encoding equal to sequential, and the streaming pipeline
+// (data/encode_pipeline.h) handing documents over in order whatever its threads.
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <atomic>
+#include <stdexcept>
+
 #include "common/error.h"
 #include "data/corpus.h"
+#include "data/encode_pipeline.h"
 #include "data/synth.h"
 #include "data/tokenizer.h"
 #include "test_util.h"
@@ -179,6 +184,119 @@ TEST(Synth, DocumentsAreDeterministicWithinBoundsAndRecallEarlierFacts) {
     const std::string final_fact = text.substr(last + 9, text.find(" .", last) - last - 9);
     EXPECT_LT(text.find(final_fact), text.size() / 5);
   }
+}
+
+// A deterministic stand-in for a tokenizer: one id per byte, the document's index last.
+void byte_ids(std::string_view text, std::vector<int32_t>& out) {
+  out.assign(text.begin(), text.end());
+  out.push_back(static_cast<int32_t>(text.size()));
+}
+
+std::vector<std::string> numbered_documents(int count) {
+  std::vector<std::string> docs;
+  for (int i = 0; i < count; ++i) docs.push_back(std::string(static_cast<size_t>(1 + i % 37), static_cast<char>('a' + i % 26)));
+  return docs;
+}
+
+// Documents come out in the order they were read, each encoded as alone, for any thread count
+// and chunk size (chunks of a few documents: many chunks in flight and out of order).
+TEST(EncodePipeline, HandsDocumentsOverInTheirOrderWhateverItsThreads) {
+  const auto docs = numbered_documents(500);
+  for (const int64_t threads : {1, 2, 5})
+    for (const size_t chunk_bytes : {size_t{1}, size_t{40}, size_t{1} << 20}) {
+      size_t next = 0;
+      EncodePipeline pipeline([&](std::string& doc) {
+        if (next >= docs.size()) return false;
+        doc = docs[next++];
+        return true;
+      }, byte_ids, threads, chunk_bytes);
+      int64_t bytes = 0;
+      for (size_t d = 0; d < docs.size(); ++d) {
+        const std::vector<int32_t>* ids = pipeline.next();
+        ASSERT_NE(ids, nullptr) << d;
+        std::vector<int32_t> expected;
+        byte_ids(docs[d], expected);
+        ASSERT_EQ(*ids, expected) << "document " << d << ", " << threads << " threads, chunks of " << chunk_bytes;
+        bytes += static_cast<int64_t>(docs[d].size());
+      }
+      EXPECT_EQ(pipeline.next(), nullptr);
+      EXPECT_EQ(pipeline.next(), nullptr) << "the end stays the end";
+      const EncodeStats stats = pipeline.stats();
+      EXPECT_EQ(stats.documents, 500);
+      EXPECT_EQ(stats.bytes, bytes);
+      EXPECT_EQ(stats.tokens, bytes + 500);
+      EXPECT_EQ(stats.threads, threads);
+    }
+}
+
+// What the reader or an encoder throws reaches the caller, after the documents before it; a
+// pipeline left mid-way stops and joins its threads (the test would hang otherwise).
+TEST(EncodePipeline, RethrowsTheReadersAndTheEncodersErrorsAndStopsWhenLeftMidway) {
+  for (const int64_t threads : {1, 3}) {
+    int read = 0;
+    EncodePipeline reader_fails([&](std::string& doc) {
+      if (read == 50) throw InputError("corpus.jsonl:51: not valid JSON");
+      doc = std::to_string(read++);
+      return true;
+    }, byte_ids, threads, 8);
+    int handed = 0;
+    try {
+      while (reader_fails.next()) ++handed;
+      ADD_FAILURE() << "the reader's error was lost";
+    } catch (const InputError& e) {
+      EXPECT_STREQ(e.what(), "corpus.jsonl:51: not valid JSON");
+    }
+    EXPECT_LE(handed, 50);
+
+    std::atomic<int> encoded = 0;
+    EncodePipeline encoder_fails([n = 0](std::string& doc) mutable {
+      doc = "d" + std::to_string(n++);
+      return n <= 1000;
+    }, [&](std::string_view text, std::vector<int32_t>& out) {
+      if (text == "d700") throw std::runtime_error("encoding failed at d700");
+      byte_ids(text, out);
+      ++encoded;
+    }, threads, 16);
+    EXPECT_THROW(
+        {
+          while (encoder_fails.next()) {
+          }
+        },
+        std::runtime_error);
+
+    EncodePipeline endless([](std::string& doc) {
+      doc = "more";
+      return true;
+    }, byte_ids, threads, 64);
+    for (int i = 0; i < 10; ++i) ASSERT_NE(endless.next(), nullptr);
+  }  // each pipeline stops here, its reader on an endless corpus included
+}
+
+// The reader streams what read_corpus returns whole, and says how far into its input it is.
+TEST(CorpusReader, StreamsTheDocumentsReadCorpusReturnsAndCountsItsBytes) {
+  TempDir dir;
+  std::string jsonl;
+  for (int i = 0; i < 300; ++i) jsonl += "{\"text\": \"document " + std::to_string(i) + "\"}\n";
+  write_file(dir.path() / "in" / "a.jsonl", jsonl);
+  write_file(dir.path() / "in" / "b.txt", "a text file");
+  CorpusStats whole_stats;
+  const auto whole = read_corpus({(dir.path() / "in").string()}, {}, whole_stats);
+  CorpusReader reader({(dir.path() / "in").string()}, {});
+  EXPECT_EQ(reader.total_bytes(), static_cast<int64_t>(jsonl.size() + 11));
+  std::vector<std::string> streamed;
+  int64_t last = 0;
+  for (std::string doc; reader.next(doc);) {
+    streamed.push_back(doc);
+    EXPECT_GE(reader.bytes_read(), last);
+    last = reader.bytes_read();
+  }
+  EXPECT_EQ(streamed, whole);
+  ASSERT_EQ(streamed.size(), 301u);
+  EXPECT_EQ(streamed.front(), "document 0");
+  EXPECT_EQ(streamed.back(), "a text file");
+  EXPECT_EQ(reader.bytes_read(), reader.total_bytes());
+  EXPECT_EQ(reader.stats().documents, 301);
+  EXPECT_EQ(reader.stats().files, 2);
 }
 
 }  // namespace

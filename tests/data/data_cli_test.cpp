@@ -2,8 +2,16 @@
 // input, and every corrupt store: exit 2 with a message naming the file.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
 #include <regex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -94,6 +102,27 @@ TEST_F(Pipeline, PrepareWithTheStoresTokenizerReproducesTheTokens) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* f : {"train.bin", "train.idx", "valid.bin", "valid.idx"})
     EXPECT_EQ(test::read_file(fs::path(out / "store") / f), test::read_file(fs::path(*dir_ / "store") / f)) << f;
+}
+
+// Every file of a folder, by name.
+std::map<std::string, std::string> folder_files(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) files[entry.path().filename().string()] = test::read_file(entry.path());
+  return files;
+}
+
+// The store is the same byte for byte whatever the thread count: its tokenizer trained as
+// sentencepiece reads the corpus, the documents encoded on 1 thread here and 2 in the fixture.
+TEST_F(Pipeline, PrepareIsByteIdenticalAtOneAndTwoThreads) {
+  TempDir out;
+  auto r = run(kBin, {"prepare", "--input", *dir_ / "corpus", "--out", out / "store", "--vocab-size", "300",
+                      "--valid-fraction", "0.25", "--threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("on 1 encoding threads"), std::string::npos) << r.err;
+  EXPECT_NE(prepare_log_->find("on 2 encoding threads"), std::string::npos) << *prepare_log_;
+  const auto one = folder_files(out / "store"), two = folder_files(*dir_ / "store");
+  ASSERT_EQ(one.size(), two.size());
+  for (const auto& [name, bytes] : two) EXPECT_TRUE(one.count(name) && one.at(name) == bytes) << name;
 }
 
 TEST_F(Pipeline, SampleDumpsWhatEachSamplerFeedsTheModel) {
@@ -271,6 +300,56 @@ TEST(PrepareInputs, MegatronDatasetsAreAcceptedAndResplitByDocument) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("wiki_text_document.bin"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("outside the vocabulary"), std::string::npos) << r.err;
+}
+
+// SIGINT while prepare writes a store over another: exit 130, the earlier store as it was, byte
+// for byte, and nothing else in the folder (no temporary split, no new tokenizer).
+TEST(PrepareInputs, AStopLeavesTheStoreInOutAsItWasAndNoTemporaryFile) {
+  TempDir dir;
+  {
+    std::ofstream corpus(dir.path() / "corpus.jsonl"), sample(dir.path() / "sample.jsonl");
+    for (int d = 0; d < 40000; ++d) {
+      std::string text;
+      for (int w = 0; w < 60; ++w) text += "word" + std::to_string((d * 7 + w * 13) % 997) + " ";
+      corpus << "{\"text\": \"" << text << "\"}\n";
+      if (d < 500) sample << "{\"text\": \"" << text << "\"}\n";
+    }
+  }
+  auto trained = run(kBin, {"prepare", "--input", dir / "sample.jsonl", "--out", dir / "tokenizer", "--vocab-size", "400"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  fs::copy_file(dir.path() / "tokenizer" / "tokenizer.model", dir.path() / "tokenizer.model");
+  auto first = run(kBin, {"prepare", "--input", dir / "corpus.jsonl", "--out", dir / "store", "--tokenizer",
+                          dir / "tokenizer.model"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto before = folder_files(dir / "store");
+
+  const fs::path log = dir.path() / "prepare.log";
+  const std::vector<std::string> args = {"env", "SEGTRAIN_PROGRESS_SECONDS=0", kBin, "prepare", "--input",
+                                         dir / "corpus.jsonl", "--out", dir / "store", "--tokenizer",
+                                         dir / "tokenizer.model", "--valid-fraction", "0.5", "--threads", "1"};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    if (!freopen(log.c_str(), "w", stderr)) _exit(126);
+    execvp("env", argv.data());
+    _exit(127);
+  }
+  bool encoding = false;
+  for (int i = 0; i < 12000 && !encoding; ++i) {
+    encoding = test::read_file(log).find("prepare: encoding: ") != std::string::npos;
+    if (!encoding) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(encoding) << "the second prepare never started encoding: " << test::read_file(log);
+  ASSERT_TRUE(WIFEXITED(status)) << test::read_file(log);
+  ASSERT_EQ(WEXITSTATUS(status), 130) << "it ended before the stop: " << test::read_file(log);
+  const auto after = folder_files(dir / "store");
+  ASSERT_EQ(after.size(), before.size());
+  for (const auto& [name, bytes] : before) EXPECT_TRUE(after.count(name) && after.at(name) == bytes) << name;
 }
 
 TEST(PrepareInputs, NothingUsableIsAnInputError) {

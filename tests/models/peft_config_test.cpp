@@ -48,8 +48,8 @@ struct AdapterDir {
 };
 
 // Each setting is a row of kLoraSettings: a converters.json record holds exactly the rows and
-// "trainable", PEFT's fields the rows' names (target_modules apart: module names, matched by
-// peft_config.cpp), and every setting that is not its default survives both round trips.
+// "trainable", PEFT's fields the rows' names (target_modules apart), and every setting that is
+// not its default survives both round trips.
 TEST(LoraSettings, EveryRowIsInTheRecordAndInPeftsFieldsAndSurvivesBoth) {
   LoraConfig lora;
   lora.rank = 12, lora.alpha = 3.5, lora.dropout = 0.25, lora.targets = {"q", "down"};
@@ -68,8 +68,10 @@ TEST(LoraSettings, EveryRowIsInTheRecordAndInPeftsFieldsAndSurvivesBoth) {
   EXPECT_EQ(lora_record(back), record);
 
   json peft = peft_lora_fields(lora);
-  for (const auto& setting : kLoraSettings)
-    if (std::string(setting.peft) != "target_modules") EXPECT_TRUE(peft.contains(setting.peft)) << setting.peft;
+  for (const auto& setting : kLoraSettings) {
+    if (std::string(setting.peft) == "target_modules") continue;  // module names, matched by peft_config.cpp
+    EXPECT_TRUE(peft.contains(setting.peft)) << setting.peft;
+  }
   peft["peft_type"] = "LORA";
   const LoraConfig from_peft = lora_from_peft_fields(peft, "adapter_config.json");
   EXPECT_EQ(from_peft.rank, lora.rank);

@@ -26,7 +26,8 @@ void add_prepare(CLI::App& app, Chosen& chosen) {
   p->add_option("--valid-fraction", o->valid_fraction, "Fraction of documents held out")->check(number_between(0.0, 0.9));
   p->add_option("--seed", o->seed, "Seed of the train/valid split")->check(integer_at_least(0));
   p->add_option("--threads", o->threads, "Encoding threads; 0: all cores")->check(integer_at_least(0));
-  choose_on(p, chosen, "prepare", OnSignal::exit_now, [o] {
+  // A stop leaves any store already in --out as it was, and no temporary file (write_store).
+  choose_on(p, chosen, "prepare", OnSignal::stop_at_checkpoint, [o] {
     data::prepare_store(*o);
     return 0;
   });
