@@ -1,7 +1,5 @@
 #include "data/corpus.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -13,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "data/file_stream.h"
 
 namespace segtrain::data {
 
@@ -24,14 +23,12 @@ bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string strip_gz(const std::string& name) { return ends_with(name, ".gz") ? name.substr(0, name.size() - 3) : name; }
-
 bool is_text_name(const std::string& name) {
-  const std::string base = strip_gz(name);
+  const std::string base = without_compression_suffix(name);
   return ends_with(base, ".txt") || ends_with(base, ".md") || ends_with(base, ".rst");
 }
 bool is_jsonl_name(const std::string& name) {
-  const std::string base = strip_gz(name);
+  const std::string base = without_compression_suffix(name);
   return ends_with(base, ".jsonl") || ends_with(base, ".json");
 }
 
@@ -63,33 +60,23 @@ bool keep(const std::string& doc, const std::string& where, CorpusStats& stats) 
 
 }  // namespace
 
-// Reads a file line by line through zlib, which passes plain files through
-// unchanged, so a multi-gigabyte .jsonl(.gz) never has to fit in memory twice.
+// Reads a file line by line as FileStream decompresses it, so a multi-gigabyte
+// .jsonl(.gz, .zst) never has to fit in memory.
 class LineReader {
  public:
-  explicit LineReader(const std::string& path) : path_(path), gz_(gzopen(path.c_str(), "rb")) {
-    if (!gz_) throw InputError(path + ": cannot open");
-    gzbuffer(gz_, 1 << 20);
-  }
-  ~LineReader() { gzclose(gz_); }
-  LineReader(const LineReader&) = delete;
-  LineReader& operator=(const LineReader&) = delete;
+  explicit LineReader(const std::string& path) : stream_(path) {}
 
-  // Bytes of the file read so far (compressed, for a .gz), for progress.
-  int64_t offset() const { return static_cast<int64_t>(gzoffset(gz_)); }
+  // Bytes of the file read so far (compressed), for progress.
+  int64_t offset() const { return stream_.offset(); }
 
   bool next(std::string& line) {
     line.clear();
     for (;;) {
       if (pos_ == end_) {
         if (eof_) return !line.empty();
-        const int got = gzread(gz_, buffer_, sizeof buffer_);
-        if (got < 0) {
-          int code = 0;
-          throw InputError(path_ + ": corrupt gzip data (" + gzerror(gz_, &code) + ")");
-        }
+        const size_t got = stream_.read(buffer_, sizeof buffer_);
         pos_ = 0;
-        end_ = static_cast<size_t>(got);
+        end_ = got;
         eof_ = got == 0;
         continue;
       }
@@ -106,8 +93,7 @@ class LineReader {
   }
 
  private:
-  std::string path_;
-  gzFile gz_;
+  FileStream stream_;
   char buffer_[1 << 16];
   size_t pos_ = 0, end_ = 0;
   bool eof_ = false;
@@ -150,22 +136,12 @@ bool is_valid_utf8(std::string_view text) {
 }
 
 std::string read_text_file(const std::string& path) {
-  if (ends_with(path, ".gz")) {
-    gzFile gz = gzopen(path.c_str(), "rb");
-    if (!gz) throw InputError(path + ": cannot open");
-    std::string out;
-    char buffer[1 << 16];
-    int got;
-    while ((got = gzread(gz, buffer, sizeof buffer)) > 0) out.append(buffer, static_cast<size_t>(got));
-    int code = 0;
-    const char* message = gzerror(gz, &code);
-    const bool failed = got < 0 || (code != Z_OK && code != Z_STREAM_END);
-    const std::string reason = failed ? message : "";
-    gzclose(gz);
-    if (failed) throw InputError(path + ": corrupt gzip data (" + reason + ")");
-    return out;
-  }
-  return read_file(path, "corpus file");
+  if (!is_compressed_name(path)) return read_file(path, "corpus file");
+  FileStream stream(path);
+  std::string out;
+  std::vector<char> buffer(size_t{1} << 16);
+  while (const size_t got = stream.read(buffer.data(), buffer.size())) out.append(buffer.data(), got);
+  return out;
 }
 
 std::vector<CorpusFile> corpus_files(const std::vector<std::string>& inputs) {
@@ -222,8 +198,8 @@ bool CorpusReader::next(std::string& doc) {
       done_bytes_ += file_bytes_;
       if (keep(doc, name, stats_)) return true;
     } else if (file.named) {
-      throw InputError(name + ": unsupported input (expected a directory, .txt/.md/.rst, .jsonl, optionally .gz, "
-                              "or a Megatron .bin/.idx pair)");
+      throw InputError(name + ": unsupported input (expected a directory, .txt/.md/.rst, .jsonl, optionally .gz or "
+                              ".zst, or a Megatron .bin/.idx pair)");
     } else {
       ++stats_.skipped_files;
       done_bytes_ += file_bytes_;
