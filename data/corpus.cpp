@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "data/arrow_documents.h"
 #include "data/file_stream.h"
 
 namespace segtrain::data {
@@ -149,7 +150,9 @@ std::vector<CorpusFile> corpus_files(const std::vector<std::string>& inputs) {
   for (const auto& input : inputs) {
     const fs::path path(input);
     std::error_code ec;
-    if (fs::is_directory(path, ec)) {
+    if (is_datasets_folder(input)) {
+      out.push_back({path, true});  // its Arrow files, in its own order (arrow_documents.h)
+    } else if (fs::is_directory(path, ec)) {
       std::vector<fs::path> files;
       for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
            !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
@@ -182,12 +185,22 @@ bool CorpusReader::next(std::string& doc) {
       lines_.reset();
       continue;
     }
+    if (arrow_) {
+      if (next_arrow_document(doc)) return true;
+      done_bytes_ += file_bytes_;
+      arrow_.reset();
+      continue;
+    }
     if (next_file_ >= files_.size()) return false;
     const CorpusFile& file = files_[next_file_++];
     const std::string name = file.path.string();
     std::error_code ec;
     file_bytes_ = static_cast<int64_t>(fs::file_size(file.path, ec) * !ec);
-    if (is_jsonl_name(name)) {
+    if (is_parquet_name(name) || is_datasets_folder(name)) {
+      ++stats_.files;
+      arrow_ = is_parquet_name(name) ? open_parquet_documents(name, options_.text_field)
+                                     : open_datasets_documents(name, options_.text_field);
+    } else if (is_jsonl_name(name)) {
       ++stats_.files;
       lines_ = std::make_unique<LineReader>(name);
       path_ = name;
@@ -199,7 +212,7 @@ bool CorpusReader::next(std::string& doc) {
       if (keep(doc, name, stats_)) return true;
     } else if (file.named) {
       throw InputError(name + ": unsupported input (expected a directory, .txt/.md/.rst, .jsonl, optionally .gz or "
-                              ".zst, or a Megatron .bin/.idx pair)");
+                              ".zst, .parquet, a datasets folder, or a Megatron .bin/.idx pair)");
     } else {
       ++stats_.skipped_files;
       done_bytes_ += file_bytes_;
@@ -230,6 +243,12 @@ bool CorpusReader::next_jsonl_document(std::string& doc) {
     doc = std::move(j[options_.text_field].get_ref<std::string&>());
     if (keep(doc, where, stats_)) return true;
   }
+  return false;
+}
+
+bool CorpusReader::next_arrow_document(std::string& doc) {
+  while (arrow_->next(doc))
+    if (keep(doc, arrow_->where(), stats_)) return true;
   return false;
 }
 

@@ -42,6 +42,7 @@ std::vector<CorpusFile> corpus_files(const std::vector<std::string>& inputs);
 
 
 class LineReader;
+class ArrowDocuments;
 
 // The documents of every input in order, one at a time: the files of a directory in sorted
 // path order, so the document order (and so the store) is reproducible; a JSONL file read line
@@ -65,12 +66,14 @@ class CorpusReader {
 
  private:
   bool next_jsonl_document(std::string& doc);
+  bool next_arrow_document(std::string& doc);
 
   std::vector<CorpusFile> files_;
   CorpusOptions options_;
   CorpusStats stats_;
   size_t next_file_ = 0;
   std::unique_ptr<LineReader> lines_;  // the JSONL file being read
+  std::unique_ptr<ArrowDocuments> arrow_;  // the Parquet file or datasets folder being read
   std::string path_, line_;
   int64_t line_number_ = 0;
   int64_t total_bytes_ = 0, done_bytes_ = 0, file_bytes_ = 0;

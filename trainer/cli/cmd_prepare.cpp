@@ -22,7 +22,7 @@ void add_prepare(CLI::App& app, Chosen& chosen) {
   p->add_option("--character-coverage", o->character_coverage, "sentencepiece character coverage")
       ->check(number_between(0.5, 1.0));
   p->add_option("--sample-size", o->sample_size, "Sentences sampled to train the tokenizer")->check(integer_at_least(1));
-  p->add_option("--text-field", o->text_field, "JSONL field holding the text");
+  p->add_option("--text-field", o->text_field, "The text's JSONL field, or Parquet / datasets column (The Stack's: content)");
   p->add_option("--valid-fraction", o->valid_fraction, "Fraction of documents held out")->check(number_between(0.0, 0.9));
   p->add_option("--seed", o->seed, "Seed of the train/valid split")->check(integer_at_least(0));
   p->add_option("--threads", o->threads, "Encoding threads; 0: all cores")->check(integer_at_least(0));
