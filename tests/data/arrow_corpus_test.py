@@ -9,7 +9,6 @@ nothing. Skips (exit 77) only in a build without Arrow C++, which says so."""
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 import pyarrow as pa
@@ -19,6 +18,9 @@ import pyarrow.parquet as pq
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from checks import check, finish, work_dir  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from store_reference import prepare, reference_store, store_files  # noqa: E402
+
 
 def documents():
     words = ["page", "chapter", "über", "naïve", "日本語", "def", "return", "lemma", "proof", "river"]
@@ -26,13 +28,6 @@ def documents():
             for d in range(300)]
 
 
-def prepare(segtrain, inputs, out, tokenizer, *extra):
-    return subprocess.run([segtrain, "prepare", "--input", *inputs, "--out", out, "--tokenizer", tokenizer,
-                           "--valid-fraction", "0.1", *extra], capture_output=True, text=True)
-
-
-def store_files(folder):
-    return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
 
 
 def write_dataset_folder(folder, table, shards):
@@ -62,15 +57,9 @@ def main():
         with open(plain, "w") as f:
             for text in with_nulls:
                 f.write(json.dumps({"text": text or ""}) + "\n")
-        trained = subprocess.run([args.segtrain, "prepare", "--input", plain, "--out", os.path.join(work, "tok"),
-                                  "--vocab-size", "300"], capture_output=True, text=True)
-        if not check(trained.returncode == 0, f"training the tokenizer: {trained.stderr[-2000:]}"):
+        tokenizer, expected = reference_store(args.segtrain, plain, work)
+        if not check(tokenizer is not None, expected):
             finish("arrow_corpus_test")
-        tokenizer = os.path.join(work, "tokenizer.model")
-        os.rename(os.path.join(work, "tok", "tokenizer.model"), tokenizer)
-        reference = prepare(args.segtrain, [plain], os.path.join(work, "reference"), tokenizer)
-        check(reference.returncode == 0, f"plain JSONL: {reference.stderr[-2000:]}")
-        expected = store_files(os.path.join(work, "reference"))
 
         parquet = os.path.join(work, "corpus.parquet")
         table = pa.table({"id": list(range(len(docs))), "text": pa.array(with_nulls, pa.string())})

@@ -6,13 +6,15 @@ exits 2 with one line naming the file, and writes nothing."""
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 import zstandard
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from checks import check, finish, work_dir  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from store_reference import prepare, reference_store, store_files  # noqa: E402
 
 
 def documents():
@@ -24,13 +26,6 @@ def documents():
     return docs
 
 
-def prepare(segtrain, inputs, out, tokenizer):
-    return subprocess.run([segtrain, "prepare", "--input", *inputs, "--out", out, "--tokenizer", tokenizer,
-                           "--valid-fraction", "0.1"], capture_output=True, text=True)
-
-
-def store_files(folder):
-    return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
 
 
 def main():
@@ -43,15 +38,9 @@ def main():
         plain = os.path.join(work, "plain", "corpus.jsonl")
         os.makedirs(os.path.dirname(plain))
         open(plain, "wb").write(lines)
-        trained = subprocess.run([args.segtrain, "prepare", "--input", plain, "--out", os.path.join(work, "tok"),
-                                  "--vocab-size", "300"], capture_output=True, text=True)
-        if not check(trained.returncode == 0, f"training the tokenizer: {trained.stderr[-2000:]}"):
+        tokenizer, expected = reference_store(args.segtrain, plain, work)
+        if not check(tokenizer is not None, expected):
             return
-        tokenizer = os.path.join(work, "tokenizer.model")
-        os.rename(os.path.join(work, "tok", "tokenizer.model"), tokenizer)
-        reference = prepare(args.segtrain, [plain], os.path.join(work, "reference"), tokenizer)
-        check(reference.returncode == 0, f"plain JSONL: {reference.stderr[-2000:]}")
-        expected = store_files(os.path.join(work, "reference"))
 
         # The same documents as zstandard writes them, four ways.
         half = len(lines) // 2
