@@ -28,8 +28,6 @@ def documents():
             for d in range(300)]
 
 
-
-
 def write_dataset_folder(folder, table, shards):
     """What datasets' save_to_disk writes: data-0000i-of-0000n.arrow IPC streams and state.json."""
     os.makedirs(folder)

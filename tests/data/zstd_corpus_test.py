@@ -26,8 +26,6 @@ def documents():
     return docs
 
 
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--segtrain", required=True)
