@@ -16,7 +16,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=1
 
-for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer optimizer_state converters base_record adapter_config; do
+for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer optimizer_state converters base_record adapter_config jsonl_zst parquet; do
   rm -rf "${OUT:?}/$t"
   mkdir -p "$OUT/$t"
 done
@@ -121,4 +121,20 @@ eval: {max_sequences: 4}
 YAML
 printf 'experiment:\n  factors: [2, 4]\n  corpora: [{name: s, synthetic: {docs: 20}}]\nmodel: {arch: bloom}\n\0train.lr=1e-3\0model.n_heads=8' \
   >"$OUT/experiment/with_overrides.yaml"
+# --- compressed and columnar corpora ---------------------------------------------------------
+# The jsonl seeds as Python's zstandard and pyarrow write them: one frame and two (one checksummed);
+# Parquet row groups of 3 rows with nulls, and a zstd-compressed large_string column.
+OUT="$OUT" "$PY" - <<'PYTHON'
+import json, os, zstandard, pyarrow as pa, pyarrow.parquet as pq
+out = os.environ["OUT"]
+edge = open(f"{out}/jsonl/edge.jsonl", "rb").read()
+open(f"{out}/jsonl_zst/edge.jsonl.zst", "wb").write(zstandard.ZstdCompressor(level=3).compress(edge))
+docs = [json.loads(line)["text"] for line in open(f"{out}/jsonl/synth_valid_head.jsonl")][:8]
+half = len(docs) // 2
+frame = lambda part, **kw: zstandard.ZstdCompressor(**kw).compress("".join(json.dumps({"text": d}) + "\n" for d in part).encode())
+open(f"{out}/jsonl_zst/two_frames.jsonl.zst", "wb").write(frame(docs[:half], write_checksum=True) + frame(docs[half:]))
+table = pa.table({"id": list(range(len(docs))), "text": pa.array([d if i % 3 else None for i, d in enumerate(docs)])})
+pq.write_table(table, f"{out}/parquet/row_groups.parquet", row_group_size=3, compression="none")
+pq.write_table(pa.table({"text": pa.array(docs, pa.large_string())}), f"{out}/parquet/large_string_zstd.parquet", compression="zstd")
+PYTHON
 echo "seeds: $(find "$OUT" -type f | wc -l) files, $(du -sh "$OUT" | cut -f1) in tests/fuzz/corpus"
