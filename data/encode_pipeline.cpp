@@ -17,7 +17,7 @@ struct Chunk {
   int64_t index = 0;
   std::vector<std::string> texts;
   std::vector<std::vector<int32_t>> ids;
-  int64_t bytes = 0, tokens = 0;
+  std::vector<int64_t> bytes;  // each document's text, for the caller's counts
 };
 
 }  // namespace
@@ -91,10 +91,10 @@ struct EncodePipeline::State {
           to_encode.pop_front();
         }
         chunk->ids.resize(chunk->texts.size());
+        chunk->bytes.resize(chunk->texts.size());
         for (size_t d = 0; d < chunk->texts.size(); ++d) {
           encode(chunk->texts[d], chunk->ids[d]);
-          chunk->bytes += static_cast<int64_t>(chunk->texts[d].size());
-          chunk->tokens += static_cast<int64_t>(chunk->ids[d].size());
+          chunk->bytes[d] = static_cast<int64_t>(chunk->texts[d].size());
           std::string().swap(chunk->texts[d]);  // its ids take its place
         }
         const std::lock_guard lock(mutex);
@@ -130,30 +130,29 @@ EncodePipeline::~EncodePipeline() {
 
 const std::vector<int32_t>* EncodePipeline::next() {
   State& s = *state_;
-  if (s.current && s.position < s.current->ids.size()) {
-    ++s.handed.documents;
-    return &s.current->ids[s.position++];
+  if (!s.current || s.position >= s.current->ids.size()) {
+    std::unique_lock lock(s.mutex);
+    if (s.current) {  // taken whole: the reader may read another
+      s.current.reset();
+      --s.in_flight;
+      s.changed.notify_all();
+    }
+    s.changed.wait(lock, [&] {
+      return s.failure || s.encoded.count(s.next_index) || (s.reading_done && s.next_index == s.chunks_read);
+    });
+    if (s.failure) std::rethrow_exception(s.failure);
+    const auto found = s.encoded.find(s.next_index);
+    if (found == s.encoded.end()) return nullptr;  // every chunk handed over
+    s.current = std::move(found->second);
+    s.encoded.erase(found);
+    ++s.next_index;
+    s.position = 0;
   }
-  std::unique_lock lock(s.mutex);
-  if (s.current) {  // taken whole: the reader may read another
-    s.handed.bytes += s.current->bytes;
-    s.handed.tokens += s.current->tokens;
-    s.current.reset();
-    --s.in_flight;
-    s.changed.notify_all();
-  }
-  s.changed.wait(lock, [&] {
-    return s.failure || s.encoded.count(s.next_index) || (s.reading_done && s.next_index == s.chunks_read);
-  });
-  if (s.failure) std::rethrow_exception(s.failure);
-  const auto found = s.encoded.find(s.next_index);
-  if (found == s.encoded.end()) return nullptr;  // every chunk handed over
-  s.current = std::move(found->second);
-  s.encoded.erase(found);
-  ++s.next_index;
-  s.position = 0;
+  const size_t d = s.position++;
   ++s.handed.documents;
-  return &s.current->ids[s.position++];
+  s.handed.bytes += s.current->bytes[d];
+  s.handed.tokens += static_cast<int64_t>(s.current->ids[d].size());
+  return &s.current->ids[d];
 }
 
 EncodeStats EncodePipeline::stats() const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -131,7 +132,6 @@ DocumentTokenizer trained_tokenizer(const PrepareOptions& o, const std::function
   t.threads = kTokenizerTrainingThreads;
   log::info("prepare: training a ", o.model_type, " sentencepiece model with ", t.vocab_size, " pieces");
   auto sp = std::make_shared<Tokenizer>(Tokenizer::train(next, t));
-  throw_if_stopped();  // a stop ended the reading early: no tokenizer of part of the corpus
   if (sp->vocab_size() < t.vocab_size)
     log::warn("prepare: --vocab-size ", t.vocab_size, " asked, but this corpus yields ", sp->vocab_size(),
               " pieces (sentencepiece found no more); the store's vocabulary is ", sp->vocab_size());
@@ -224,17 +224,29 @@ void prepare_store(const PrepareOptions& o) {
   // count) and, without --tokenizer, sentencepiece's sample of their lines.
   CorpusReader first(text, {o.text_field});
   Progress reading("prepare: reading", first.total_bytes() >> 20, "MiB of input");
-  // A stop ends the reading (sentencepiece's reader must not throw through it); the caller then throws.
+  // A stop or a reading error ends the reading, thrown once it has (never through sentencepiece,
+  // which pulls the documents when it trains a tokenizer).
+  std::exception_ptr reading_failed;
   auto next_counted = [&](std::string& doc) {
     reading.update(first.bytes_read() >> 20);
-    return !stop_signal() && first.next(doc);
+    if (stop_signal() || reading_failed) return false;
+    try {
+      return first.next(doc);
+    } catch (const InputError&) {
+      reading_failed = std::current_exception();
+      return false;
+    }
+  };
+  const auto reading_ended = [&] {
+    throw_if_stopped();
+    if (reading_failed) std::rethrow_exception(reading_failed);
   };
   const auto no_documents = [&] { return InputError("no usable documents in --input (" + describe(first.stats()) + ")"); };
   if (!given) {
     try {
       given = trained_tokenizer(o, next_counted);
     } catch (const InputError&) {
-      throw_if_stopped();
+      reading_ended();
       if (first.stats().documents == 0) throw no_documents();
       throw;
     }
@@ -242,7 +254,7 @@ void prepare_store(const PrepareOptions& o) {
     for (std::string doc; next_counted(doc);) {
     }
   }
-  throw_if_stopped();
+  reading_ended();
   const CorpusStats stats = first.stats();
   log::info("prepare: read ", describe(stats));
   if (stats.documents == 0) throw no_documents();

@@ -9,6 +9,7 @@ nothing. Skips (exit 77) only in a build without Arrow C++, which says so."""
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 import pyarrow as pa
@@ -110,6 +111,12 @@ def main():
                   f"{name}: expected one error line naming the file and '{expect}': {errors}")
             written = os.listdir(out) if os.path.exists(out) else []
             check(not written, f"{name}: it wrote {written}")
+        # The same refusal while a tokenizer trains on the first reading (sentencepiece pulls the
+        # documents): the reader's own message, not "no usable documents".
+        r = subprocess.run([args.segtrain, "prepare", "--input", parquet, "--out", os.path.join(work, "store-trained"),
+                            "--vocab-size", "300", "--text-field", "body"], capture_output=True, text=True)
+        check(r.returncode == 2 and "no column 'body' (its columns: id, text" in r.stderr,
+              f"a missing column while training a tokenizer: exit {r.returncode}: {r.stderr[-1000:]}")
     finish("arrow_corpus_test")
 
 
