@@ -39,7 +39,12 @@ std::vector<std::string> datasets_files(const fs::path& dir) {
     if (fs::is_regular_file(dict)) {
       const auto j = nlohmann::json::parse(read_file(dict, "datasets folder"));
       for (const auto& split : j.at("splits")) {
-        const auto more = datasets_files(dir / split.get<std::string>());
+        const std::string name = split.get<std::string>();
+        // A split is a folder beside dataset_dict.json: never this folder, its parent or a path.
+        if (name.empty() || name == "." || name.find('/') != std::string::npos || name.find("..") != std::string::npos ||
+            !fs::is_regular_file(dir / name / "state.json"))
+          throw InputError(dict.string() + ": splits names '" + name + "', which is no Dataset folder (with state.json) in it");
+        const auto more = datasets_files(dir / name);
         files.insert(files.end(), more.begin(), more.end());
       }
       return files;
@@ -96,6 +101,8 @@ std::shared_ptr<arrow::Array> text_column(const arrow::RecordBatch& batch, const
   if (type != arrow::Type::STRING && type != arrow::Type::LARGE_STRING && type != arrow::Type::STRING_VIEW)
     throw InputError(file + ": column '" + column + "' holds " + array->type()->ToString() +
                      ", not text (string, large_string or string_view); name the text's with --text-field");
+  // Arrow's readers do not check a file's offsets and lengths: a damaged one would be read out of bounds.
+  ok_or_throw(array->ValidateFull(), file);
   return array;
 }
 
@@ -125,7 +132,12 @@ class BatchRows : public ArrowDocuments {
   std::string where() const override { return file_ + " (row " + std::to_string(rows_) + ")"; }
 
  protected:
-  BatchRows(std::string column) : column_(std::move(column)) {}
+  explicit BatchRows(std::string column) : column_(std::move(column)) {}
+  // The rows of the next file count from 1 again.
+  void next_file(std::string file) {
+    file_ = std::move(file);
+    rows_ = 0;
+  }
   virtual std::shared_ptr<arrow::RecordBatch> next_batch() = 0;
   std::string column_, file_;
 
@@ -207,7 +219,7 @@ class DatasetsRows final : public BatchRows {
         file_reader_.reset();
       }
       if (next_file_ >= files_.size()) return nullptr;
-      file_ = files_[next_file_++];
+      next_file(files_[next_file_++]);
       auto input = value_or_throw(arrow::io::ReadableFile::Open(file_), file_);
       // The IPC file format starts with "ARROW1"; save_to_disk writes the stream format.
       const auto head = value_or_throw(input->ReadAt(0, 6), file_);

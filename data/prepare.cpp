@@ -274,19 +274,26 @@ void prepare_store(const PrepareOptions& o) {
   Progress progress("prepare: encoding", stats.documents, "documents");
   const auto changed = [&](const std::string& how) {
     return InputError("--input changed while it was prepared: " + how + " than the " +
-                      std::to_string(stats.documents) + " documents of its first reading");
+                      std::to_string(stats.documents) + " documents of its first reading; nothing was written");
   };
-  auto document = [&](int64_t) {
+  std::vector<int32_t> last;  // the last document's ids, kept while the reading is checked for its end
+  auto document = [&](int64_t d) {
     throw_if_stopped();
     const std::vector<int32_t>* ids = encoded.next();
     if (!ids) throw changed("fewer documents");
     const EncodeStats so_far = encoded.stats();
     progress.update(so_far.documents, one_decimal(so_far.mb_per_s()) + " MB/s");
-    return std::span<const int32_t>(*ids);
+    if (d + 1 < stats.documents) return std::span<const int32_t>(*ids);
+    // Checked before write_store commits anything: a corpus that grew, or changed its text,
+    // between the readings must not replace the store in --out.
+    last = *ids;
+    if (encoded.next()) throw changed("more documents");
+    if (encoded.stats().bytes != stats.bytes) throw changed("other text (" + std::to_string(encoded.stats().bytes) +
+                                                             " bytes against " + std::to_string(stats.bytes) + ")");
+    return std::span<const int32_t>(last);
   };
   auto m = write_store(o.out, stats.documents, document, meta, o.valid_fraction, static_cast<uint64_t>(o.seed),
                        tokenizer.files);
-  if (encoded.next()) throw changed("more documents");
   const EncodeStats total = encoded.stats();
   log::info("prepare: encoded ", total.documents, " documents, ", total.bytes, " bytes -> ", total.tokens,
             " tokens in ", one_decimal(total.seconds), " s on ", total.threads, " encoding threads (",

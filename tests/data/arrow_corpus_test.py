@@ -97,7 +97,11 @@ def main():
         write_dataset_folder(damaged_stream, pa.table({"text": pa.array(docs)}), 1)
         arrow_file = os.path.join(damaged_stream, "data-00000-of-00001.arrow")
         open(arrow_file, "r+b").truncate(os.path.getsize(arrow_file) // 2)
+        looping = os.path.join(work, "looping")
+        os.makedirs(looping)
+        json.dump({"splits": ["."]}, open(os.path.join(looping, "dataset_dict.json"), "w"))
         for name, inputs, extra, expect in [
+            ("a split that is the folder itself", [looping], [], "splits names '.', which is no Dataset folder"),
             ("truncated", [truncated], [], "Parquet magic bytes not found"),
             ("damaged stream", [damaged_stream], [], "data-00000-of-00001.arrow"),
             ("not text", [parquet], ["--text-field", "id"], "column 'id' holds int64, not text"),
