@@ -192,36 +192,11 @@ void prepare_from_megatron(const PrepareOptions& o, const std::vector<std::strin
   warn_if_no_validation(m, o);
 }
 
-}  // namespace
-
-void prepare_store(const PrepareOptions& o) {
-  // A store replaces a store; any other folder's files are never written over.
-  check_output_folder(o.out, "--out", "a token store", is_store_file);
-  std::vector<std::string> megatron, text;
-  std::vector<CommandInput> reads = {{o.tokenizer, "--tokenizer"}};
-  for (const auto& input : o.inputs) {
-    auto prefix = megatron_prefix(input);
-    (prefix.empty() ? text : megatron).push_back(prefix.empty() ? input : prefix);
-    for (const std::string& path : prefix.empty() ? std::vector{input} : std::vector{prefix + ".bin", prefix + ".idx"})
-      reads.push_back({path, "--input"});
-  }
-  // A store is never made from itself, nor inside what it is made from.
-  check_output_is_no_input(o.out, "--out", reads);
-  if (!megatron.empty() && !text.empty())
-    throw InputError("--input mixes Megatron datasets (" + megatron.front() + ") with text (" + text.front() +
-                     "); prepare them separately");
-  if (!megatron.empty()) return prepare_from_megatron(o, megatron);
-
-  // A given tokenizer (a .model file or an HF folder) is checked before any text is read.
-  std::optional<DocumentTokenizer> given;
-  if (!o.tokenizer.empty()) {
-    given = open_document_tokenizer(o.tokenizer);
-    log::info("prepare: tokenizer ", o.tokenizer, " (", given->kind, "): vocabulary ", given->vocab_size, ", bos ",
-              given->bos_id, given->add_bos ? " (first in every document)" : "", ", eos ", given->eos_id);
-  }
-
-  // First reading: the documents the store will hold (the valid split is drawn from their
-  // count) and, without --tokenizer, sentencepiece's sample of their lines.
+// The first reading of a text corpus: the documents the store will hold (the valid split is
+// drawn from their count) and, without a given tokenizer, sentencepiece's sample of their lines
+// (`given` is then the trained one).
+CorpusStats first_reading(const PrepareOptions& o, const std::vector<std::string>& text,
+                          std::optional<DocumentTokenizer>& given) {
   CorpusReader first(text, {o.text_field});
   Progress reading("prepare: reading", first.total_bytes() >> 20, "MiB of input");
   // A stop or a reading error ends the reading, thrown once it has (never through sentencepiece,
@@ -255,10 +230,15 @@ void prepare_store(const PrepareOptions& o) {
     }
   }
   reading_ended();
-  const CorpusStats stats = first.stats();
-  log::info("prepare: read ", describe(stats));
-  if (stats.documents == 0) throw no_documents();
-  const DocumentTokenizer& tokenizer = *given;
+  log::info("prepare: read ", describe(first.stats()));
+  if (first.stats().documents == 0) throw no_documents();
+  return first.stats();
+}
+
+// The second reading, encoded on o.threads threads between the reader and the store's writer, in
+// the corpus's order (data/encode_pipeline.h), into the store at o.out.
+void encode_into_store(const PrepareOptions& o, const std::vector<std::string>& text, const DocumentTokenizer& tokenizer,
+                       const CorpusStats& stats) {
   StoreMeta meta;
   meta.vocab_size = tokenizer.vocab_size;
   meta.eos_id = tokenizer.eos_id;
@@ -267,29 +247,28 @@ void prepare_store(const PrepareOptions& o) {
   meta.tokenizer = tokenizer.meta_name;
   meta.tokenizer_kind = tokenizer.kind;
 
-  // Second reading, encoded on o.threads threads between the reader and the store's writer,
-  // in the corpus's order (data/encode_pipeline.h).
   CorpusReader second(text, {o.text_field});
   EncodePipeline encoded([&](std::string& doc) { return second.next(doc); }, tokenizer.encode, o.threads);
   Progress progress("prepare: encoding", stats.documents, "documents");
   const auto changed = [&](const std::string& how) {
-    return InputError("--input changed while it was prepared: " + how + " than the " +
-                      std::to_string(stats.documents) + " documents of its first reading; nothing was written");
+    return InputError("--input changed while it was prepared (" + how + "); nothing was written");
   };
+  const std::string counted = " than the " + std::to_string(stats.documents) + " documents of the first reading";
   std::vector<int32_t> last;  // the last document's ids, kept while the reading is checked for its end
   auto document = [&](int64_t d) {
     throw_if_stopped();
     const std::vector<int32_t>* ids = encoded.next();
-    if (!ids) throw changed("fewer documents");
+    if (!ids) throw changed("fewer documents" + counted);
     const EncodeStats so_far = encoded.stats();
     progress.update(so_far.documents, one_decimal(so_far.mb_per_s()) + " MB/s");
     if (d + 1 < stats.documents) return std::span<const int32_t>(*ids);
     // Checked before write_store commits anything: a corpus that grew, or changed its text,
     // between the readings must not replace the store in --out.
     last = *ids;
-    if (encoded.next()) throw changed("more documents");
-    if (encoded.stats().bytes != stats.bytes) throw changed("other text (" + std::to_string(encoded.stats().bytes) +
-                                                             " bytes against " + std::to_string(stats.bytes) + ")");
+    if (encoded.next()) throw changed("more documents" + counted);
+    if (encoded.stats().bytes != stats.bytes)
+      throw changed("other text: " + std::to_string(encoded.stats().bytes) + " bytes against the first reading's " +
+                    std::to_string(stats.bytes));
     return std::span<const int32_t>(last);
   };
   auto m = write_store(o.out, stats.documents, document, meta, o.valid_fraction, static_cast<uint64_t>(o.seed),
@@ -302,6 +281,38 @@ void prepare_store(const PrepareOptions& o) {
             m.valid_documents, " valid documents (", m.valid_tokens, " tokens), vocabulary ", m.vocab_size, ", ",
             dtype_name(m.dtype));
   warn_if_no_validation(m, o);
+}
+
+}  // namespace
+
+void prepare_store(const PrepareOptions& o) {
+  // A store replaces a store; any other folder's files are never written over.
+  check_output_folder(o.out, "--out", "a token store", is_store_file);
+  std::vector<std::string> megatron, text;
+  std::vector<CommandInput> reads = {{o.tokenizer, "--tokenizer"}};
+  for (const auto& input : o.inputs) {
+    auto prefix = megatron_prefix(input);
+    (prefix.empty() ? text : megatron).push_back(prefix.empty() ? input : prefix);
+    for (const std::string& path : prefix.empty() ? std::vector{input} : std::vector{prefix + ".bin", prefix + ".idx"})
+      reads.push_back({path, "--input"});
+  }
+  // A store is never made from itself, nor inside what it is made from.
+  check_output_is_no_input(o.out, "--out", reads);
+  if (!megatron.empty() && !text.empty())
+    throw InputError("--input mixes Megatron datasets (" + megatron.front() + ") with text (" + text.front() +
+                     "); prepare them separately");
+  if (!megatron.empty()) return prepare_from_megatron(o, megatron);
+
+  // A given tokenizer (a .model file or an HF folder) is checked before any text is read.
+  std::optional<DocumentTokenizer> given;
+  if (!o.tokenizer.empty()) {
+    given = open_document_tokenizer(o.tokenizer);
+    log::info("prepare: tokenizer ", o.tokenizer, " (", given->kind, "): vocabulary ", given->vocab_size, ", bos ",
+              given->bos_id, given->add_bos ? " (first in every document)" : "", ", eos ", given->eos_id);
+  }
+
+  const CorpusStats stats = first_reading(o, text, given);
+  encode_into_store(o, text, *given, stats);
 }
 
 }  // namespace segtrain::data
