@@ -42,7 +42,7 @@ std::vector<std::string> adopt_peft_adapter(LoadedConfig& loaded) {
   std::vector<std::string> problems;
   auto& lora = loaded.config.model.adapters.lora;
   // Each setting: the adapter's where the config leaves it out; where it is given, the adapter's
-  // too when its weights fix it (lora_record.h).
+  // too when its weights fix it (kLoraSettings, models/spec/converters/lora_config.h).
   const nlohmann::json given = models::lora_settings_json(lora), adapters = models::lora_settings_json(adapter.lora);
   nlohmann::json merged = models::lora_record(lora);
   for (const auto& setting : models::kLoraSettings) {
