@@ -2,7 +2,9 @@
 // The data section of a run config (docs/architecture.md, "Config keys"): which store to read
 // and how L_t-long training samples are cut from L_e-long windows (Karypis et al. 2024, 3.3).
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/enum_names.h"
 
@@ -32,6 +34,16 @@ struct SamplerConfig {
   double sigma = 3.0;  // cream only: the spread of its Gaussian, in L_t/2 (the reference's sigma)
 };
 
+// One source of a mixture (data.mixture[i]): a store, its share of the samples, and how its
+// samples are cut when that differs from the data section's (data/mixture.h resolves them).
+struct DataSource {
+  std::string name;   // in logs, metrics.jsonl and trainer_state.json; empty: the store folder's name
+  std::string store;  // empty: data.store
+  double weight = 1;  // its expected share of the samples is weight / (sum of the weights)
+  std::optional<int64_t> extended_length;  // its L_e; unset: data.extended_length
+  std::optional<SamplerConfig> sampler;    // its sampler; unset: data.sampler
+};
+
 struct DataConfig {
   std::string store;              // directory written by `segtrain prepare`
   int64_t train_length = 256;     // L_t
@@ -39,6 +51,7 @@ struct DataConfig {
   SamplerConfig sampler;
   int64_t prefetch = 4;           // batches prepared ahead on the loader thread
   bool allow_tokenizer_mismatch = false;  // train on a store made with another tokenizer than the base's
+  std::vector<DataSource> mixture;        // empty: every sample comes from `store`
 };
 
 }  // namespace segtrain::data

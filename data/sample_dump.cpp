@@ -24,28 +24,35 @@ namespace fs = std::filesystem;
 
 // Samples one at a time on this thread: what `segtrain sample` shows is what the
 // trainer's loader would draw for (seed, epoch, index).
-Loader sample_loader(const TokenStore& store, const DataConfig& config, const SampleDumpOptions& options) {
+LoaderOptions sample_options(const SampleDumpOptions& options) {
   LoaderOptions lo;
   lo.seed = options.seed;
   lo.split = options.split;
   lo.micro_batch_size = 1;
   lo.threads = 0;
-  return Loader(store, config, lo);
+  return lo;
 }
 
 }  // namespace
 
-void write_sample_dump(const TokenStore& store, const DataConfig& config, const SampleDumpOptions& options) {
-  Loader loader = sample_loader(store, config, options);
+void write_sample_dump(const std::vector<LoaderSource>& sources, const DataConfig& config,
+                       const SampleDumpOptions& options) {
+  Loader loader(sources, config, sample_options(options));
   const char* split = options.split == Split::train ? "train" : "valid";
-  log::info("sample: ", split, " split: ", describe(loader.windows().stats, config.extended_length));
-  const int64_t n = loader.samples_per_epoch();
+  for (const auto& stream : loader.streams())
+    log::info("sample: ", config.mixture.empty() ? "" : stream->setting().name + ": ", split, " split: ",
+              describe(stream->windows().stats, stream->setting().data.extended_length));
+  // Sample i of the stream is the next of the source it draws (data/loader.h): counted in order.
+  std::vector<int64_t> drawn(loader.streams().size(), 0);
   auto line_of = [&](int64_t i) {
-    const Sample s = loader.sample(i / n, i % n);
-    const nlohmann::ordered_json line = {{"doc", s.doc},         {"window_start", s.window_start},
-                                         {"tokens", s.tokens},   {"offsets", s.offsets},
-                                         {"positions", s.positions}, {"targets", s.targets},
-                                         {"loss_mask", s.loss_mask}};
+    const std::size_t source = loader.source_of(i);
+    const int64_t n = loader.streams()[source]->samples_per_epoch(), k = drawn[source]++;
+    const Sample s = loader.sample(k / n, k % n, source);
+    nlohmann::ordered_json line = {{"doc", s.doc},         {"window_start", s.window_start},
+                                   {"tokens", s.tokens},   {"offsets", s.offsets},
+                                   {"positions", s.positions}, {"targets", s.targets},
+                                   {"loss_mask", s.loss_mask}};
+    if (!config.mixture.empty()) line["source"] = loader.streams()[source]->setting().name;
     return line.dump() + "\n";
   };
   // Streamed to the file: memory stays one line whatever --count is; the disk is asked first,
@@ -153,9 +160,20 @@ std::string describe_coverage(const Coverage& c, const DataConfig& config) {
   return out.str();
 }
 
-std::string sample_coverage(const TokenStore& store, const DataConfig& config, const SampleDumpOptions& options) {
-  Loader loader = sample_loader(store, config, options);
-  return describe_coverage(measure_coverage(loader, config.extended_length, options.count), config);
+std::string sample_coverage(const std::vector<LoaderSource>& sources, const DataConfig& config,
+                            const SampleDumpOptions& options) {
+  const Loader mixed(sources, config, sample_options(options));  // refuses a source by its key
+  std::string out;
+  // Each source's sampler alone, with its stream's seed (a mixture's draws only share the samples out).
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const DataConfig& own = sources[i].setting.data;
+    LoaderOptions lo = sample_options(options);
+    lo.seed = source_seed(options.seed, i);
+    Loader loader(*sources[i].store, own, lo);
+    if (!config.mixture.empty()) out += source_key(config, i) + " (" + sources[i].setting.name + "): ";
+    out += describe_coverage(measure_coverage(loader, own.extended_length, options.count), own);
+  }
+  return out;
 }
 
 }  // namespace segtrain::data

@@ -8,11 +8,10 @@
 #include <vector>
 
 #include "data/config.h"
+#include "data/loader.h"
 #include "data/token_store.h"
 
 namespace segtrain::data {
-
-class Loader;
 
 struct SampleDumpOptions {
   uint64_t seed = 1234;  // run.seed: the stream is a pure function of (seed, epoch, index)
@@ -21,7 +20,9 @@ struct SampleDumpOptions {
   std::string out;  // .jsonl, written atomically
 };
 
-void write_sample_dump(const TokenStore& store, const DataConfig& config, const SampleDumpOptions& options);
+// The stream's first options.count samples, each line with "source" (its name) in a mixture.
+void write_sample_dump(const std::vector<LoaderSource>& sources, const DataConfig& config,
+                       const SampleDumpOptions& options);
 
 // How often each offset of the L_e window, and each position id, is an input,
 // over the first `samples` samples of the loader's stream (sample i is index
@@ -39,7 +40,9 @@ Coverage measure_coverage(const Loader& loader, int64_t extended_length, int64_t
 // when they differ from the offsets (randompos, pose).
 std::string describe_coverage(const Coverage& coverage, const DataConfig& config);
 
-// Measures options.count samples of the configured stream and returns describe_coverage's text.
-std::string sample_coverage(const TokenStore& store, const DataConfig& config, const SampleDumpOptions& options);
+// Measures options.count samples of each source's stream and returns describe_coverage's text
+// (one block a source of a mixture, named by its key).
+std::string sample_coverage(const std::vector<LoaderSource>& sources, const DataConfig& config,
+                            const SampleDumpOptions& options);
 
 }  // namespace segtrain::data

@@ -292,6 +292,59 @@ TEST_F(ConfigTest, SyntaxErrorsAndEmptyFiles) {
   EXPECT_NE(msg.find("cannot read config file"), std::string::npos) << msg;
 }
 
+// data.mixture: a list of source mappings read key by key (a typo suggested, a wrong type at its
+// line), written back whole in the resolved YAML, and its rules named by each source's keys.
+TEST_F(ConfigTest, AMixtureIsReadCheckedAndWrittenBack) {
+  test::make_store_stub(dir.path() / "short");
+  const std::string short_store = dir / "short";
+  auto path = file("mix.yaml", "model:\n  arch: llama\ndata:\n  store: " + store() + "\n  train_length: 64\n  extended_length: 256\n"
+                                   "  sampler: {method: chunk, alpha: 0.25}\n  mixture:\n"
+                                   "    - {name: long, weight: 0.8}\n"
+                                   "    - {store: " + short_store + ", weight: 0.2, extended_length: 64, "
+                                   "sampler: {method: truncate}}\n");
+  LoadedConfig loaded = load_config(path, {});
+  const auto& mixture = loaded.config.data.mixture;
+  ASSERT_EQ(mixture.size(), 2u);
+  EXPECT_EQ(mixture[0].name, "long");
+  EXPECT_FALSE(mixture[0].sampler.has_value()) << "no sampler key: data.sampler's";
+  EXPECT_DOUBLE_EQ(mixture[1].weight, 0.2);
+  EXPECT_EQ(mixture[1].extended_length, 64);
+  ASSERT_TRUE(mixture[1].sampler.has_value());
+  EXPECT_EQ(mixture[1].sampler->method, "truncate");
+  const std::string yaml = to_yaml(loaded.config);
+  LoadedConfig again = parse_config_text(yaml, "resolved.yaml");
+  EXPECT_EQ(to_yaml(again.config), yaml);
+  ASSERT_EQ(again.config.data.mixture.size(), 2u);
+  EXPECT_EQ(again.config.data.mixture[1].store, short_store);
+  EXPECT_TRUE(load_config(minimal(), {"data.mixture=[]"}).config.data.mixture.empty());
+
+  auto msg = input_error_of([&] {
+    load_config(file("typo.yaml", "data:\n  store: " + store() + "\n  mixture:\n    - {weight: 1, stroe: x}\n"), {});
+  });
+  EXPECT_NE(msg.find(":4:19: data.mixture: unknown key 'data.mixture[0].stroe'; did you mean 'data.mixture[0].store'?"),
+            std::string::npos) << msg;
+  msg = input_error_of([&] {
+    load_config(file("type.yaml", "data:\n  store: " + store() + "\n  mixture:\n    - {weight: heavy}\n"), {});
+  });
+  EXPECT_NE(msg.find(":4:16: data.mixture: data.mixture[0].weight: expected a number >= 0, got 'heavy'"),
+            std::string::npos) << msg;
+  msg = input_error_of([&] { load_config(minimal(), {"data.mixture=[{name: a}]"}); });
+  EXPECT_NE(msg.find("data.mixture[0].weight: required"), std::string::npos) << msg;
+  msg = input_error_of([&] { load_config(minimal(), {"data.mixture=[{weight: 0}, {weight: 0, name: b}]"}); });
+  EXPECT_NE(msg.find("data.mixture: the weights sum to 0"), std::string::npos) << msg;
+  msg = input_error_of([&] {
+    load_config(minimal(), {"data.mixture=[{weight: 1}, {weight: 1, store: " + (dir / "nowhere") + "}]"});
+  });
+  EXPECT_NE(msg.find("data.mixture[1].store: '" + (dir / "nowhere") + "' does not exist"), std::string::npos) << msg;
+  msg = input_error_of([&] { load_config(minimal(), {"data.mixture=[{weight: 1}, {weight: 1}]"}); });
+  EXPECT_NE(msg.find("data.mixture[1].name: 'store' names data.mixture[0] too"), std::string::npos) << msg;
+  msg = input_error_of([&] {
+    load_config(minimal(), {"model.arch=llama", "data.train_length=64", "data.extended_length=256",
+                            "data.mixture=[{weight: 1}, {weight: 1, name: s, sampler: {method: chunk, alpha: 0.3}}]"});
+  });
+  EXPECT_NE(msg.find("data.mixture[1].sampler.alpha:"), std::string::npos) << msg;
+}
+
 TEST_F(ConfigTest, CrossFieldChecks) {
   auto check = [&](const std::vector<std::string>& sets) { return input_error_of([&] { load_config(minimal(), sets); }); };
   EXPECT_NE(check({"data.extended_length=128"}).find("is shorter than data.train_length"), std::string::npos);

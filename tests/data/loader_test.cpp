@@ -42,7 +42,7 @@ class LoaderTest : public ::testing::Test {
     config_.sampler = {"chunk", 0.25, TargetMode::sequence};
     config_.prefetch = 3;
   }
-  LoaderOptions options(int64_t rank, int64_t world, int64_t batch, int64_t threads, Cursor start = {}) {
+  LoaderOptions options(int64_t rank, int64_t world, int64_t batch, int64_t threads, StreamCursor start = {}) {
     LoaderOptions o;
     o.seed = 77;
     o.rank = rank;
@@ -52,7 +52,7 @@ class LoaderTest : public ::testing::Test {
     o.start = start;
     return o;
   }
-  std::vector<Row> stream(const LoaderOptions& o, int steps, Cursor* end = nullptr) {
+  std::vector<Row> stream(const LoaderOptions& o, int steps, StreamCursor* end = nullptr) {
     Loader loader(*store_, config_, o);
     std::vector<Row> out;
     for (int s = 0; s < steps; ++s) {
@@ -138,12 +138,13 @@ TEST_F(LoaderTest, EachEpochVisitsEveryWindowOnceInANewOrder) {
 }
 
 TEST_F(LoaderTest, ResumingFromACursorContinuesTheStreamExactly) {
-  Cursor middle;
+  StreamCursor middle;
   const auto full = stream(options(1, 2, 4, 1), 25);
   const auto head = stream(options(1, 2, 4, 1), 11, &middle);
   const int64_t n = Loader(*store_, config_, options(0, 1, 1, 0)).samples_per_epoch();
-  EXPECT_EQ(middle.epoch * n + middle.index, 11 * 2 * 4) << "the cursor counts global samples";
-  EXPECT_LT(middle.index, n);
+  ASSERT_EQ(middle.sources.size(), 1u);
+  EXPECT_EQ(middle.sources[0].epoch * n + middle.sources[0].index, 11 * 2 * 4) << "the cursor counts global samples";
+  EXPECT_LT(middle.sources[0].index, n);
   const auto tail = stream(options(1, 2, 4, 2, middle), 14);
   std::vector<Row> joined = head;
   joined.insert(joined.end(), tail.begin(), tail.end());

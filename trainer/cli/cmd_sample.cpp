@@ -34,14 +34,18 @@ void add_sample(CLI::App& app, Chosen& chosen) {
     if (!o->dump.out.empty()) check_output_file(o->dump.out, "--out");
     if (o->coverage && count->count() == 0) o->dump.count = 20000;
     const auto loaded = load_config(o->config, o->overrides, ConfigUse::sample);
-    if (!o->dump.out.empty())
-      check_output_is_no_input(o->dump.out, "--out",
-                               {{o->config, "the config"}, {loaded.config.data.store, "data.store"}});
+    const data::DataConfig& d = loaded.config.data;
+    if (!o->dump.out.empty()) {
+      std::vector<CommandInput> inputs = {{o->config, "the config"}, {d.store, "data.store"}};
+      for (std::size_t i = 0; i < d.mixture.size(); ++i)
+        inputs.push_back({data::data_sources(d)[i].data.store, data::source_key(d, i) + ".store"});
+      check_output_is_no_input(o->dump.out, "--out", inputs);
+    }
     o->dump.seed = static_cast<uint64_t>(loaded.config.run.seed);
     o->dump.split = data::parse_split(o->split);
-    const auto store = data::TokenStore::open(loaded.config.data.store);
-    if (!o->dump.out.empty()) data::write_sample_dump(store, loaded.config.data, o->dump);
-    if (o->coverage) std::cout << data::sample_coverage(store, loaded.config.data, o->dump) << std::flush;
+    const data::SourceStores stores(d);
+    if (!o->dump.out.empty()) data::write_sample_dump(stores.sources(), d, o->dump);
+    if (o->coverage) std::cout << data::sample_coverage(stores.sources(), d, o->dump) << std::flush;
     return 0;
   });
 }

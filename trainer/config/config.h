@@ -204,9 +204,11 @@ struct LoadedConfig {
 
   // "<where key was set>: key", where is file:line:col, the --set argument, or
   // "<file> (default)": how every message about a config value begins.
-  std::string locate(const std::string& key) const {
+  std::string locate(const std::string& key) const { return origin(key) + ": " + key; }
+  // Where `key` was written (file:line:col, the --set argument), or the file for a default.
+  std::string origin(const std::string& key) const {
     auto it = origins.find(key);
-    return (it != origins.end() ? it->second : source + " (default)") + ": " + key;
+    return it != origins.end() ? it->second : source + " (default)";
   }
 };
 

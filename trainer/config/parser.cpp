@@ -12,6 +12,7 @@
 #include "trainer/config/model_ref.h"
 #include "trainer/config/peft_init.h"
 #include "trainer/config/field_reader.h"
+#include "trainer/config/mixture_field.h"
 #include "trainer/config/schema.h"
 #include "trainer/config/setting.h"
 #include "trainer/config/yaml_text.h"
@@ -209,7 +210,10 @@ std::string key_text(const Config& config, const std::string& key) {
 
 std::string reference_markdown() {
   Config config;
-  return "| key | type | default | meaning |\n|---|---|---|---|\n" + schema::reference_rows(schema::fields(config));
+  data::DataSource source;
+  data::SamplerConfig sampler;
+  return "| key | type | default | meaning |\n|---|---|---|---|\n" + schema::reference_rows(schema::fields(config)) +
+         schema::reference_rows(schema::source_fields("data.mixture[]", source, sampler));
 }
 
 }  // namespace segtrain::trainer

@@ -1,6 +1,7 @@
 #include "trainer/config/schema.h"
 
 #include "data/sampler_kind.h"
+#include "trainer/config/mixture_field.h"
 #include "models/spec/auto_values.h"
 
 namespace segtrain::trainer::schema {
@@ -111,7 +112,8 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                "up, down (gpt2, gpt_neox, bloom, whose q, k and v are one projection). Default: LongLoRA's "
                "[q, k, v, o].").with({KeyRole::resume}),
 
-      text("data.store", c.data.store, "Token store directory written by `segtrain prepare` (required).").with({KeyRole::grid, KeyRole::resume}),
+      text("data.store", c.data.store, "Token store directory written by `segtrain prepare` (required): what the "
+                                          "run trains on, or with data.mixture its sources' default store; evaluation reads it.").with({KeyRole::grid, KeyRole::resume}),
       integer("data.train_length", c.data.train_length, 1, kMaxInt, "L_t: length of every training sequence.").with({KeyRole::resume}),
       integer("data.extended_length", c.data.extended_length, 1, kMaxInt,
               "L_e: window length cut from documents; >= train_length.").with({KeyRole::grid, KeyRole::resume}),
@@ -131,6 +133,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       real("data.sampler.sigma", c.data.sampler.sigma, kAnyReal, kNoHigh,
            "cream only: the spread of the Gaussian the middle's reach is drawn from, in units of L_t/2 "
            "(the CREAM code's sigma, its default 3); its rules live in data/samplers/cream.cpp.").with({KeyRole::resume}),
+      mixture_list(c.data.mixture).with({KeyRole::resume}),
       integer("data.prefetch", c.data.prefetch, 1, 1024, "Batches prepared ahead on the loader thread."),
       flag("data.allow_tokenizer_mismatch", c.data.allow_tokenizer_mismatch,
            "Train a model.init base on a store made with another tokenizer (refused otherwise: its ids would "

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/numbers.h"
+#include "data/mixture.h"
 #include "data/sampler_kind.h"
 #include "data/sampler_rules.h"
 #include "models/spec/config_rules.h"
@@ -36,18 +37,29 @@ struct Checker {
   bool given(const std::string& key) const { return loaded.origins.count(key) > 0; }
 };
 
+// `store`, named by `key`, is a token store folder; reported where `origin` was written.
+void check_store(Checker& ck, const std::string& origin, const std::string& key, const std::string& store) {
+  auto fail = [&](const std::string& message) {
+    ck.errors.push_back(ck.loaded.origin(origin) + ": " + key + ": " + message);
+  };
+  if (store.empty()) fail("required: the token store directory written by `segtrain prepare`");
+  else if (!ck.check_paths) return;
+  else if (!fs::is_directory(store))
+    fail("'" + store + "' does not exist or is not a directory; create it with `segtrain prepare`");
+  else if (!fs::exists(fs::path(store) / "meta.json"))
+    fail("'" + store + "' is not a token store (no meta.json); create it with `segtrain prepare`");
+}
+
 void check_data(Checker& ck, const Config& c) {
   const auto& d = c.data;
-  if (d.store.empty()) {
-    ck.fail("data.store", "required: the token store directory written by `segtrain prepare`");
-  } else if (!ck.check_paths) {
-  } else if (!fs::is_directory(d.store)) {
-    ck.fail("data.store", "'" + d.store + "' does not exist or is not a directory; create it with `segtrain prepare`");
-  } else if (!fs::exists(fs::path(d.store) / "meta.json")) {
-    ck.fail("data.store", "'" + d.store + "' is not a token store (no meta.json); create it with `segtrain prepare`");
-  }
-
+  check_store(ck, "data.store", "data.store", d.store);
+  for (std::size_t i = 0; i < d.mixture.size(); ++i)
+    if (!d.mixture[i].store.empty())
+      check_store(ck, "data.mixture", data::source_key(d, i) + ".store", d.mixture[i].store);
   for (const auto& problem : data::sampler_problems(d)) ck.fail(problem.key, problem.message);
+  // A mixture's keys have one origin, data.mixture's: each problem is reported there, by its own key.
+  for (const auto& problem : data::mixture_problems(d))
+    ck.errors.push_back(ck.loaded.origin("data.mixture") + ": " + problem.key + ": " + problem.message);
 }
 
 // peft:DIR: an adapter folder PEFT reads, on a base that is here (found through its
@@ -102,19 +114,22 @@ void check_model(Checker& ck, const Config& c) {
     ck.fail("model.extension.factor", "has no effect while model.extension.method is none; set the method too");
 
   // A learned table has no rows past max_positions: training at L_e positions
-  // needs interpolation or a table that is already long enough.
-  const data::SamplerKind* sampler = data::find_sampler(c.data.sampler.method);
-  const bool segmented = sampler && !sampler->within_train_length;
-  if (scheme == models::PositionScheme::learned && method == ExtensionMethod::none && segmented &&
-      c.data.extended_length > c.data.train_length) {
-    std::optional<int64_t> rows = m.max_positions;
-    if (!rows && init == "scratch") rows = c.data.train_length;
-    if (rows && *rows < c.data.extended_length)
-      ck.fail("model.extension.method",
-              "sampler " + c.data.sampler.method +
-                  " uses positions up to L_e - 1 = " + std::to_string(c.data.extended_length - 1) +
-                  " but the gpt2 position table has " + std::to_string(*rows) +
-                  " rows; set model.extension.method: interpolate (Karypis et al. 2024, 3.2)");
+  // needs interpolation or a table that is already long enough (every source of a mixture).
+  if (scheme != models::PositionScheme::learned || method != ExtensionMethod::none) return;
+  std::optional<int64_t> rows = m.max_positions;
+  if (!rows && init == "scratch") rows = c.data.train_length;
+  if (!rows) return;
+  const auto sources = data::data_sources(c.data);
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const data::DataConfig& d = sources[i].data;
+    const data::SamplerKind* sampler = data::find_sampler(d.sampler.method);
+    const bool segmented = sampler && !sampler->within_train_length;
+    if (!segmented || d.extended_length <= d.train_length || *rows >= d.extended_length) continue;
+    const std::string which = c.data.mixture.empty() ? "" : " (" + data::source_key(c.data, i) + ")";
+    ck.fail("model.extension.method",
+            "sampler " + d.sampler.method + which + " uses positions up to L_e - 1 = " +
+                std::to_string(d.extended_length - 1) + " but the gpt2 position table has " + std::to_string(*rows) +
+                " rows; set model.extension.method: interpolate (Karypis et al. 2024, 3.2)");
   }
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "data/mixture.h"
 #include "data/sampler.h"
 
 namespace segtrain::trainer {
@@ -21,7 +22,8 @@ TrainingPlan plan_training(const Config& c, int64_t samples_per_epoch, int64_t s
     p.total_steps = (*c.train.budget.tokens + p.tokens_per_step - 1) / p.tokens_per_step;
     p.epochs = static_cast<double>(p.total_steps * p.global_batch) / static_cast<double>(samples_per_epoch);
   } else {
-    p.epochs = data::compute_equivalent_epochs(c.data);
+    // A mixture's budget is its first source's rule, and counts the samples of every source.
+    p.epochs = data::compute_equivalent_epochs(data::data_sources(c.data).front().data);
     const auto samples = static_cast<int64_t>(std::ceil(p.epochs * static_cast<double>(samples_per_epoch) - 1e-9));
     p.total_steps = (samples + p.global_batch - 1) / p.global_batch;
   }

@@ -1,7 +1,9 @@
 #pragma once
 // How long a run is: Karypis et al.'s compute-equivalent rule (L_e/L_t epochs for the
 // segmented samplers, 1 for full) or a token budget, rounded up to whole
-// global batches.
+// global batches. A mixture (data.mixture) takes its first source's rule over that source's
+// windows, and every source's samples count: a mixture trains as many tokens as its first
+// source alone would, a share of them from the others.
 #include <cstdint>
 
 #include "trainer/config/config.h"
@@ -9,7 +11,7 @@
 namespace segtrain::trainer {
 
 struct TrainingPlan {
-  int64_t samples_per_epoch = 0;
+  int64_t samples_per_epoch = 0;  // the (first) source's windows
   int64_t sample_length = 0;
   int64_t global_batch = 0;     // sequences per optimizer step, all ranks
   int64_t tokens_per_step = 0;  // global_batch * sample_length

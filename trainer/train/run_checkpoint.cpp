@@ -33,6 +33,36 @@ std::optional<int64_t> step_of(const fs::path& dir) {
 
 }  // namespace
 
+namespace {
+
+json cursor_json(const data::Cursor& c) { return {{"epoch", c.epoch}, {"index", c.index}}; }
+
+// One store: {"epoch", "index"} (as before mixtures); a mixture: {"sources": [{"epoch", "index"}, ...]}.
+json stream_cursor_json(const data::StreamCursor& c) {
+  if (c.sources.size() <= 1) return cursor_json(c.sources.empty() ? data::Cursor{} : c.sources[0]);
+  json sources = json::array();
+  for (const auto& source : c.sources) sources.push_back(cursor_json(source));
+  return {{"sources", sources}};
+}
+
+// data.mixture's YAML with each source's store as an absolute folder.
+std::string comparable_mixture(const std::string& text) {
+  try {
+    YAML::Node list = YAML::Load(text);
+    if (!list.IsSequence()) return text;
+    for (auto item : list)
+      if (item.IsMap() && item["store"] && item["store"].IsScalar())
+        item["store"] = absolute_folder(item["store"].Scalar());
+    YAML::Emitter out;
+    out << YAML::Flow << list;
+    return out.c_str();
+  } catch (const YAML::Exception&) {
+    return text;
+  }
+}
+
+}  // namespace
+
 std::string state_to_json(const TrainerState& s) {
   json j = {{"step", s.step},
             {"tokens", s.tokens},
@@ -41,11 +71,16 @@ std::string state_to_json(const TrainerState& s) {
             {"world_size", s.world_size},
             {"skipped_steps", s.skipped_steps},
             {"consecutive_bad_steps", s.consecutive_bad_steps},
-            {"data_cursor", {{"epoch", s.cursor.epoch}, {"index", s.cursor.index}}},
+            {"data_cursor", stream_cursor_json(s.cursor)},
             // The data stream is a pure function of (seed, epoch, index) and the
             // model has no dropout, so the cursor is the whole RNG state to keep.
             {"rng", "stateless: data keyed by (run.seed, epoch, index)"}};
   if (s.train_seconds) j["train_seconds"] = *s.train_seconds;
+  if (!s.source_tokens.empty()) {
+    json sources = json::array();
+    for (const auto& [name, tokens] : s.source_tokens) sources.push_back({{"name", name}, {"tokens", tokens}});
+    j["source_tokens"] = sources;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -78,8 +113,24 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
                          seconds.dump());
       s.train_seconds = seconds.get<double>();
     }
-    s.cursor.epoch = count(j.at("data_cursor"), "epoch", std::nullopt, 0);
-    s.cursor.index = count(j.at("data_cursor"), "index", std::nullopt, 0);
+    const json& cursor = j.at("data_cursor");
+    if (cursor.contains("sources")) {
+      if (!cursor.at("sources").is_array())
+        throw InputError(source + ": not a valid trainer state: \"data_cursor.sources\" must be a list");
+      for (const json& c : cursor.at("sources"))
+        s.cursor.sources.push_back({count(c, "epoch", std::nullopt, 0), count(c, "index", std::nullopt, 0)});
+    } else {
+      s.cursor.sources.push_back({count(cursor, "epoch", std::nullopt, 0), count(cursor, "index", std::nullopt, 0)});
+    }
+    if (j.contains("source_tokens")) {
+      if (!j.at("source_tokens").is_array())
+        throw InputError(source + ": not a valid trainer state: \"source_tokens\" must be a list");
+      for (const json& t : j.at("source_tokens")) {
+        if (!t.is_object() || !t.contains("name") || !t.at("name").is_string())
+          throw InputError(source + ": not a valid trainer state: each of \"source_tokens\" needs a \"name\"");
+        s.source_tokens.emplace_back(t.at("name").get<std::string>(), count(t, "tokens", std::nullopt, 0));
+      }
+    }
     return s;
   } catch (const json::exception& e) {
     throw InputError(source + ": not a valid trainer state: " + e.what());
@@ -147,6 +198,7 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
   // A run records its folders absolute (trainer_setup.cpp); the config may name them relative: the
   // folders are compared, not their spellings.
   auto comparable = [](const std::string& key, const std::string& text) {
+    if (key == "data.mixture") return comparable_mixture(text);
     if (key != "data.store" && key != "model.init") return text;
     std::string value = text;  // key_text is YAML: a path that YAML quotes is read back first
     try {

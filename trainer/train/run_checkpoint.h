@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/loader.h"
@@ -40,7 +41,10 @@ struct TrainerState {
   // not in it). The experiment grid's cost table reads it. nullopt: unknown, a run
   // begun before segtrain recorded it (a resumed part alone would pass for the whole).
   std::optional<double> train_seconds = 0.0;
-  data::Cursor cursor;        // where the data stream continues
+  data::StreamCursor cursor;  // where the data stream continues (a cursor per source)
+  // A mixture's tokens from each source so far, all ranks, by name in data.mixture's order
+  // (empty for a single store: `tokens` says it).
+  std::vector<std::pair<std::string, int64_t>> source_tokens;
 };
 
 std::string state_to_json(const TrainerState& state);

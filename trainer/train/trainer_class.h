@@ -22,6 +22,7 @@
 #include "data/loader.h"
 #include "data/prompt_tokenizer.h"
 #include "data/token_store.h"
+#include "data/tokenizer_identity.h"
 #include "models/modules/converters/converter.h"
 #include "models/modules/transformer.h"
 #include "models/spec/base_record.h"
@@ -58,7 +59,8 @@ struct StepResult {
 struct LocalTotals {
   at::Tensor loss_sum;        // fp64 scalar on the device: the summed cross-entropy
   int64_t loss_tokens = 0;    // counted on the host batches
-  data::Cursor cursor_after;  // where the data continues after the step's last batch
+  data::StreamCursor cursor_after;  // where the data continues after the step's last batch
+  std::vector<int64_t> source_samples;  // per source: the step's samples over all ranks
 };
 
 class Trainer {
@@ -80,12 +82,16 @@ class Trainer {
 
  private:
   void check_inputs(const LoadedConfig& loaded);
+  void check_source_tokenizers(const LoadedConfig& loaded, const std::optional<data::TokenizerIdentity>& store_identity);
   void build_model_and_optimizer(const LoadedConfig& loaded);
   void settle_parameter_dtypes();
   void convert_model(const LoadedConfig& loaded, std::future<models::BaseRecord> base_record);
   void assemble_checkpoint_parts();
   void resume_from_checkpoint();
   void plan_steps();
+  void count_source_tokens();
+  void log_sources() const;
+  std::string epochs_text() const;
   void set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named);
   StepResult train_step();
   // The step's three parts, in order: this rank's micro-batches, their sums over ranks (the
@@ -137,6 +143,7 @@ class Trainer {
   Clock::time_point started_ = Clock::now();
   int64_t tokens_at_start_ = 0;  // state_.tokens when this process began (after a resume)
   bool resumed_optimizer_state_ = false;  // the checkpoint resumed from had AdamW's state
+  std::unique_ptr<data::SourceStores> sources_;  // the stores the loader reads (data.store, or the mixture's)
   std::unique_ptr<data::Loader> loader_;
   TrainingPlan plan_;
   LrSchedule schedule_;

@@ -50,6 +50,8 @@ StepResult Trainer::train_step() {
   const StepTotals totals = reduce_totals(local);
   state_.cursor = local.cursor_after;
   state_.tokens += plan_.tokens_per_step;
+  for (size_t i = 0; i < state_.source_tokens.size(); ++i)  // every rank knows the step's draws (data/loader.h)
+    state_.source_tokens[i].second += local.source_samples[i] * plan_.sample_length;
   state_.loss_tokens += totals.loss_tokens;
   const StepResult result = apply_update(totals);
   ++state_.step;
@@ -67,6 +69,8 @@ LocalTotals Trainer::forward_backward() {
   for (int64_t k = 0; k < c_.train.grad_accum; ++k) {
     data::Batch batch = loader_->next();
     local.cursor_after = batch.cursor;
+    local.source_samples.resize(batch.step_samples.size());
+    for (size_t i = 0; i < batch.step_samples.size(); ++i) local.source_samples[i] += batch.step_samples[i];
     micro.push_back(to_tensors(batch, device_));
     local.loss_tokens += micro.back().loss_tokens;
   }

@@ -38,6 +38,11 @@ void Trainer::log_step(const StepResult& step) {
     row["host_waits_per_step"] =
         static_cast<double>(window_host_waits_) / static_cast<double>(std::max<int64_t>(window_steps_, 1));
   row.update(peak_memory_json(peak_memory(device_)));
+  if (!state_.source_tokens.empty()) {  // a mixture: each source's tokens so far, all ranks
+    nlohmann::json sources = nlohmann::json::object();
+    for (const auto& [name, tokens] : state_.source_tokens) sources[name] = tokens;
+    row["source_tokens"] = sources;
+  }
   metrics_->record(row, seconds_per_step * static_cast<double>(plan_.total_steps - state_.step));
   window_start_ = Clock::now();
   window_tokens_ = window_steps_ = window_host_waits_ = 0;
@@ -76,8 +81,11 @@ void Trainer::save_final() {
     for (const auto& p : model_->parameters()) checksum += p.detach().to(at::kDouble).sum().item<double>();
     log::info("rank ", dist_.rank, " final parameter checksum ", std::setprecision(17), checksum);
   }
+  std::string sources;
+  for (const auto& [name, tokens] : state_.source_tokens)
+    sources += (sources.empty() ? "; " : ", ") + name + " " + std::to_string(tokens);
   log::info("trained ", state_.step, " steps, ", state_.tokens, " tokens (", state_.loss_tokens, " in the loss, ",
-            state_.skipped_steps, " steps skipped); saved ", (run_.dir / "final").string());
+            state_.skipped_steps, " steps skipped", sources, "); saved ", (run_.dir / "final").string());
 }
 
 // What a user reads last: how long it took, where everything is, what to do next.

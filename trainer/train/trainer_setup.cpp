@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/numbers.h"
+#include "data/sampler_kind.h"
 #include "data/tokenizer_identity.h"
 #include "kernels/fused_kernels.h"
 #include "models/modules/peft_adapter.h"
@@ -79,8 +80,9 @@ void Trainer::check_inputs(const LoadedConfig& loaded) {
   if (const std::string base = model_ref_dir(c_.model.init); !base.empty())
     check_store_tokenizer(c_.data.store, base, loaded.locate("data.store"), "data.allow_tokenizer_mismatch: true",
                           c_.data.allow_tokenizer_mismatch);
-  if (const auto identity = data::store_tokenizer_identity(c_.data.store))
-    store_tokenizer_ = data::identity_to_json(*identity, absolute_folder(c_.data.store));  // read from any directory
+  const auto identity = data::store_tokenizer_identity(c_.data.store);
+  if (identity) store_tokenizer_ = data::identity_to_json(*identity, absolute_folder(c_.data.store));  // read from any directory
+  check_source_tokenizers(loaded, identity);
   // The final evaluation reads eval.split: an empty one would end the run with ppl nan.
   if (store_.split(data::parse_split(c_.eval.split)).documents() == 0)
     throw InputError(loaded.locate("eval.split") + ": the store '" + c_.data.store + "' has no " + c_.eval.split +
@@ -98,6 +100,35 @@ void Trainer::check_inputs(const LoadedConfig& loaded) {
                          ": length " + std::to_string(task->longest()) + " is longer than the model's " +
                          std::to_string(models::ape_rows(model_config_)) +
                          " positions; evaluate an extended model (model.extension.method: interpolate) or drop it");
+}
+
+// A mixture's stores must give ids the model reads as data.store's do: each is checked against
+// the base (as data.store is), and against data.store's own tokenizer (which a scratch model learns).
+void Trainer::check_source_tokenizers(const LoadedConfig& loaded,
+                                      const std::optional<data::TokenizerIdentity>& store_identity) {
+  const auto& d = c_.data;
+  const auto sources = data::data_sources(d);
+  for (std::size_t i = 0; i < d.mixture.size(); ++i) {
+    const std::string& store = sources[i].data.store;
+    if (store == d.store) continue;  // data.store is checked above, and against the model's size by its resolution
+    const std::string key = data::source_key(d, i) + ".store";
+    const std::string where = loaded.origin("data.mixture") + ": " + key;
+    // Ids past the model's table cannot be read whatever data.allow_tokenizer_mismatch says.
+    const int64_t vocab = data::TokenStore::open(store).vocab_size();
+    if (model_config_.vocab_size && vocab > *model_config_.vocab_size)
+      throw InputError(where + ": the store '" + store + "' has a vocabulary of " + std::to_string(vocab) +
+                       " tokens, past the model's " + std::to_string(*model_config_.vocab_size) +
+                       "; prepare it with the model's tokenizer");
+    if (const std::string base = model_ref_dir(c_.model.init); !base.empty())
+      check_store_tokenizer(store, base, where, "data.allow_tokenizer_mismatch: true", d.allow_tokenizer_mismatch);
+    const auto identity = data::store_tokenizer_identity(store);
+    if (!store_identity || !identity) continue;  // a store that records none: check_store_tokenizer said so
+    const std::string difference = data::identity_difference(*identity, *store_identity);
+    if (difference.empty() || d.allow_tokenizer_mismatch) continue;
+    throw InputError(where + ": the store '" + store + "' was made with another tokenizer than data.store's '" +
+                     d.store + "' (" + difference + "); prepare every source with one tokenizer (segtrain prepare "
+                     "--tokenizer), or set data.allow_tokenizer_mismatch: true if this is deliberate");
+  }
 }
 
 // The model, converted, on its device, every rank from rank 0's weights; its
@@ -233,9 +264,13 @@ void Trainer::plan_steps() {
   loader_options.world_size = dist_.world_size;
   loader_options.micro_batch_size = c_.train.micro_batch_size;
   loader_options.start = state_.cursor;
+  if (loader_options.start.sources.empty())  // a new run: every source at its start
+    loader_options.start.sources.assign(data::data_sources(c_.data).size(), data::Cursor{});
   loader_options.threads = 1;
-  loader_ = std::make_unique<data::Loader>(store_, c_.data, loader_options);
+  sources_ = std::make_unique<data::SourceStores>(c_.data);
+  loader_ = std::make_unique<data::Loader>(sources_->sources(), c_.data, loader_options);
   plan_ = plan_training(c_, loader_->samples_per_epoch(), loader_->sample_length(), dist_.world_size);
+  count_source_tokens();
   state_.total_steps = plan_.total_steps;
   if (run_.resume_from && !resumed_optimizer_state_ && state_.step < plan_.total_steps)
     throw InputError("--resume: " + run_.resume_from->dir.string() + " has no optimizer state (final/ keeps it only "
@@ -271,21 +306,81 @@ void Trainer::plan_steps() {
   // What the run read, as folders that mean the same from any working directory (generate,
   // eval and export follow them from its config.yaml).
   resolved.data.store = absolute_folder(c_.data.store);
+  for (auto& source : resolved.data.mixture)
+    if (!source.store.empty()) source.store = absolute_folder(source.store);
   resolved.model.init = with_absolute_folder(c_.model.init);
   if (writer_) write_file_atomic(run_.dir / "config.yaml", to_yaml(resolved));
-  log::info("run ", c_.run.name, ": ", data::describe(loader_->windows().stats, c_.data.extended_length));
+  log_sources();
   // Whether bf16 on this CPU computes in bf16 is part of what the run will cost (cpu_matmul.h).
   const bool bf16_on_cpu = device_.is_cpu() && c_.train.precision == Precision::bf16;
   const std::string fused = kernels::describe_fused_kernels(device_.is_cuda());
   log::info("plan: ", plan_.total_steps, " steps of ", plan_.global_batch, " x ", plan_.sample_length, " tokens = ",
-            plan_.total_steps * plan_.tokens_per_step, " tokens (", std::setprecision(3), plan_.epochs, " epochs of ",
-            plan_.samples_per_epoch, " windows); model ", model_config_.d_model, "x", model_config_.n_layers, " ",
+            plan_.total_steps * plan_.tokens_per_step, " tokens (", epochs_text(), "); model ", model_config_.d_model, "x", model_config_.n_layers, " ",
             enum_name(models::kArchs, model_config_.arch), " on ", device_.str(), ", ", at::get_num_threads(),
             " threads; lr ", format_double(lr_of(c_)), " after ", warmup_steps_of(c_, plan_.total_steps),
             " warm-up steps", c_.train.lr ? "" : from_pretrained(c_) ? " (auto: a pretrained base's)" : " (auto)",
             bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "", fused.empty() ? "" : "; " + fused);
   metrics_ = std::make_unique<Metrics>(writer_ ? run_.dir : fs::path(), c_.train.tensorboard, state_.step,
                                        plan_.total_steps);
+}
+
+// A mixture counts each source's tokens from the start (a resumed run goes on with its checkpoint's).
+void Trainer::count_source_tokens() {
+  if (c_.data.mixture.empty()) return;
+  std::vector<std::pair<std::string, int64_t>> counts;
+  for (const auto& stream : loader_->streams()) counts.emplace_back(stream->setting().name, 0);
+  if (state_.source_tokens.empty()) {
+    state_.source_tokens = counts;
+    return;
+  }
+  auto names = [](const auto& list) {
+    std::string out;
+    for (const auto& [name, tokens] : list) out += (out.empty() ? "" : ", ") + name;
+    return out;
+  };
+  if (names(state_.source_tokens) != names(counts))
+    throw InputError("--resume: " + run_.resume_from->dir.string() + " counted the sources " +
+                     names(state_.source_tokens) + ", this run's data.mixture has " + names(counts) +
+                     " (data.mixture must stay as it was)");
+}
+
+// "0.433 epochs of 1182 windows"; a mixture's expected epochs of each source.
+std::string Trainer::epochs_text() const {
+  std::ostringstream out;
+  out << std::setprecision(3);
+  const auto& streams = loader_->streams();
+  if (streams.size() == 1) {
+    out << plan_.epochs << " epochs of " << plan_.samples_per_epoch << " windows";
+    return out.str();
+  }
+  double total = 0;
+  for (const auto& s : streams) total += s->setting().weight;
+  const auto samples = static_cast<double>(plan_.total_steps * plan_.global_batch);
+  out << "expected";
+  for (size_t i = 0; i < streams.size(); ++i)
+    out << (i ? ", " : " ") << streams[i]->setting().name << " "
+        << samples * streams[i]->setting().weight / total / static_cast<double>(streams[i]->samples_per_epoch())
+        << " epochs of " << streams[i]->samples_per_epoch() << " windows";
+  return out.str();
+}
+
+// Each source's windows, and for a mixture its share, L_e and sampler.
+void Trainer::log_sources() const {
+  const auto& streams = loader_->streams();
+  if (c_.data.mixture.empty())
+    return log::info("run ", c_.run.name, ": ", data::describe(loader_->windows().stats, c_.data.extended_length));
+  double total = 0;
+  for (const auto& s : streams) total += s->setting().weight;
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    const auto& setting = streams[i]->setting();
+    const auto& sampler = setting.data.sampler;
+    const data::SamplerKind& kind = data::sampler_kind(sampler);
+    std::ostringstream share;
+    share << std::setprecision(3) << 100.0 * setting.weight / total;
+    log::info("run ", c_.run.name, ": source ", setting.name, " (", share.str(), "% of the samples, ", sampler.method,
+              kind.settings ? kind.settings(sampler) : "", ", L_e ", setting.data.extended_length, "): ",
+              data::describe(streams[i]->windows().stats, setting.data.extended_length));
+  }
 }
 
 // Data parallel, or with bf16 parameters, the parameters live in flat buckets
