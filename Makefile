@@ -8,7 +8,7 @@ BUILD_DIR ?= build
 endif
 export BUILD_DIR
 
-.PHONY: all setup build build-cuda demo test bench fuzz lint gpu-check gpu-session gpu-pack experiments real-base kernel-corpus clean experiment-smollm2
+.PHONY: all setup build build-cuda demo test bench fuzz lint gpu-check gpu-session gpu-pack experiments real-base kernel-corpus short-store clean experiment-smollm2
 all: build
 
 setup build:
@@ -83,11 +83,20 @@ real-base: setup
 kernel-corpus:
 	@SEGTRAIN_APT_LISTS="scripts/apt-packages.txt scripts/apt-packages-experiments.txt" bash scripts/setup.sh
 	@$(if $(filter 1,$(SEGTRAIN_CUDA)),.venv-cuda,.venv)/bin/python scripts/kernel_corpus.py --out runs/corpora/linux-c.jsonl
+	@$(if $(filter 1,$(SEGTRAIN_CUDA)),.venv-cuda,.venv)/bin/python scripts/kernel_corpus.py --min-bytes 8000 \
+	  --max-bytes 120000 --every 16 --out runs/corpora/linux-c-short.jsonl
+
+# The short documents block 1's replay row mixes in (data.mixture), in the base's tokenizer.
+short-store: build real-base kernel-corpus
+	@test runs/stores/linux-c-short/meta.json -nt runs/corpora/linux-c-short.jsonl || \
+	  $(BUILD_DIR)/trainer/segtrain prepare --input runs/corpora/linux-c-short.jsonl --tokenizer $(REAL_BASE) \
+	    --out runs/stores/linux-c-short --valid-fraction 0.01
 
 # The study on the real base, two blocks, each runnable and resumable alone:
 # experiment-smollm2-noscale (seed 004's setting: no RoPE scaling, with full and the budget
 # curve) and experiment-smollm2-yarn (the same rows under YaRN x4); experiment-smollm2 runs both.
 experiment-smollm2-noscale experiment-smollm2-yarn: real-base kernel-corpus
+experiment-smollm2-noscale: short-store
 experiment-smollm2: experiment-smollm2-noscale experiment-smollm2-yarn
 	@:
 

@@ -885,6 +885,37 @@ TEST(ExperimentPlan, AVariantTrainsItsRowsAgainWithItsSettingsAfterTheirOwn) {
   EXPECT_NE(budget.find("experiment.variants[0].set.train.budget.tokens: every trained row has the same budget"),
             std::string::npos)
       << budget;
+  // versus: more rows its rows are compared with, at their budget; a data.mixture set through it.
+  test::write_file(dir / "v.yaml", with("  variants:\n"
+                                        "    - {name: mix, of: [chunk-0.5, chunk-0.5@8192], versus: [full], set: "
+                                        "{data.mixture: [{name: a, weight: 3}, {name: b, weight: 1, sampler: {method: truncate}}]}}\n"));
+  const std::string no_point = [&] {
+    try {
+      trainer::load_experiment(dir / "v.yaml", {});
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  }();
+  EXPECT_NE(no_point.find("experiment.variants[0].versus: 'full' has no row full@8192 beside chunk-0.5@8192"),
+            std::string::npos) << no_point;
+  test::write_file(dir / "v.yaml", with("  variants:\n"
+                                        "    - {name: mix, of: [chunk-0.5], versus: [full], set: "
+                                        "{data.mixture: [{name: a, weight: 3}, {name: b, weight: 1, sampler: {method: truncate}}]}}\n"));
+  const auto v = trainer::load_experiment(dir / "v.yaml", {});
+  const auto mix = std::find_if(v.methods.begin(), v.methods.end(), [](const auto& m) { return m.name == "chunk-0.5+mix"; });
+  ASSERT_NE(mix, v.methods.end());
+  EXPECT_EQ(mix->variant_versus, std::vector<std::string>{"full"});
+  int planned = 0;
+  for (const auto& run : trainer::plan_training_runs(v, v.corpora[0]))
+    if (run.method && run.method->name == "chunk-0.5+mix") {
+      ++planned;
+      const auto& mixture = run.config.config.data.mixture;
+      ASSERT_EQ(mixture.size(), 2u);
+      EXPECT_EQ(mixture[1].name, "b");
+      EXPECT_EQ(mixture[1].sampler->method, "truncate");
+    }
+  EXPECT_EQ(planned, 1);
   // Its settings are checked as every run's are: a LoRA rank below 0 names the variant's row.
   const std::string rank = error_of("  variants: [{name: a, of: [full], set: {model.adapters.lora.rank: -1}}]\n");
   EXPECT_NE(rank.find("model.adapters.lora.rank"), std::string::npos) << rank;

@@ -99,6 +99,18 @@ void resolve_variants(const std::vector<VariantItem>& items, schema::FieldReader
       TrainedMethod variant = *row;
       variant.name = row->name + "+" + item.name;
       variant.variant_of = row->name;
+      // versus names methods; a budget-curve row is compared with their point of its budget.
+      const std::string budget = row->budget ? "@" + std::to_string(*row->budget) : "";
+      for (const auto& other : item.versus) {
+        const std::string key = other + budget;
+        if (std::none_of(x.methods.begin(), x.methods.begin() + static_cast<std::ptrdiff_t>(method_rows),
+                         [&](const TrainedMethod& m) { return m.name == key; }))
+          reader.errors().push_back(reader.where(path + ".versus") + ": " + path + ".versus: '" + other +
+                                    "' has no row " + key + " beside " + row->name +
+                                    " in experiment.methods (a variant is compared with rows of its budget)");
+        else
+          variant.variant_versus.push_back(key);
+      }
       for (Assignment a : item.set) {  // its origin names the variant: "x.yaml:9:20 (experiment.variants[0].set, variant lora)"
         a.origin.insert(a.origin.size() - 1, ", variant " + item.name);
         variant.set.push_back(std::move(a));

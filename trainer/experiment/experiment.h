@@ -61,6 +61,8 @@ struct TrainedMethod {
   // A row of experiment.variants: the name of the row it trains again with its settings
   // ("chunk-0.25@262144" for "chunk-0.25@262144+lora"); empty: a method's own row.
   std::string variant_of;
+  // Its variant's versus: more rows (methods' names, at this row's budget) the report compares it with.
+  std::vector<std::string> variant_versus;
 };
 
 struct CorpusSpec {

@@ -214,6 +214,7 @@ std::vector<PlannedRow> plan_rows(const ExperimentConfig& x, const CorpusSpec& c
                    {}, run_dir, &run};
       p.row.budget = m.budget.value_or(0);
       p.row.variant_of = m.variant_of;
+      p.row.variant_versus = m.variant_versus;
       const auto ootb_extension = default_train_extension(base_arch(x, corpus));
       if (m.domain_adaptation && ootb_extension != models::ExtensionMethod::none)
         p.overrides = {extension_override(ootb_extension), factor_set};

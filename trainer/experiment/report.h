@@ -36,6 +36,7 @@ struct RowResult {
   int64_t train_tokens = 0;    // trained rows: tokens seen in training
   int64_t budget = 0;          // a point of a method's budget curve: its budget; 0: the experiment's
   std::string variant_of;      // a row of experiment.variants: the key of the row it varies
+  std::vector<std::string> variant_versus;  // and the keys of more rows it is compared with
   double train_seconds = 0;    // trained rows: the run's training loop (trainer_state.json); 0: not recorded
   double eval_seconds = 0;     // wall time of the perplexity evaluation
   // Every prompt task measured, by name ("passkey", "niah_single", ...).

@@ -231,24 +231,40 @@ void variant_section(std::ostringstream& md, const CorpusResults& c, int64_t fac
   md << "\n|---|---:|";
   for (size_t i = 0; i < lengths.size(); ++i) md << "---:|";
   md << "\n";
+  auto row_of = [&](const std::string& key) -> const RowResult* {
+    const auto it = std::find_if(c.rows.begin(), c.rows.end(), [&](const RowResult& r) {
+      return r.factor == factor && r.key == key && !r.results.empty();
+    });
+    return it == c.rows.end() ? nullptr : &*it;
+  };
   std::vector<const RowResult*> listed;
   std::vector<Comparison> all;
-  for (const auto& [variant, of] : pairs)
-    for (const RowResult* row : {of, variant}) {
+  for (const auto& [variant, of] : pairs) {
+    std::vector<const RowResult*> shown = {of};
+    for (const auto& key : variant->variant_versus) shown.push_back(row_of(key));  // experiment.variants[].versus
+    shown.push_back(variant);
+    for (const RowResult* row : shown) {
       if (!row || std::find(listed.begin(), listed.end(), row) != listed.end()) continue;
       listed.push_back(row);
       md << "| " << row->label << " | " << thousands(row->train_tokens) << " |";
       for (int64_t l : lengths) md << " " << ppl_cell(*row, l) << " |";
       md << "\n";
     }
+  }
   for (const auto& [variant, of] : pairs) {
-    if (!of) continue;
-    Comparison cmp{variant->label + " vs " + of->label, variant, {}};
-    for (int64_t l : lengths) cmp.b[l] = of;
-    all.push_back(cmp);
+    std::vector<const RowResult*> against = {of};
+    for (const auto& key : variant->variant_versus) against.push_back(row_of(key));  // experiment.variants[].versus
+    for (const RowResult* b : against) {
+      if (!b) continue;
+      Comparison cmp{variant->label + " vs " + b->label, variant, {}};
+      for (int64_t l : lengths) cmp.b[l] = b;
+      all.push_back(cmp);
+    }
   }
   if (all.empty()) return void(md << "\n");
-  md << "\nEach variant against its row: ppl(A) - ppl(B) [95% interval] (% of B; windows on that side). "
+  const bool versus = std::any_of(pairs.begin(), pairs.end(), [](const auto& p) { return !p.first->variant_versus.empty(); });
+  md << "\nEach variant against its row" << (versus ? " (and the rows its experiment.variants[].versus names)" : "")
+     << ": ppl(A) - ppl(B) [95% interval] (% of B; windows on that side). "
      << paired_method_text() << "\n\n";
   difference_table(md, all, lengths);
 }

@@ -50,6 +50,7 @@ json row_json(const RowResult& row) {
               {"eval_seconds", row.eval_seconds}, {"results", results}};
   if (row.budget) out["budget"] = row.budget;
   if (!row.variant_of.empty()) out["variant_of"] = row.variant_of;
+  if (!row.variant_versus.empty()) out["variant_versus"] = row.variant_versus;
   if (!row.imported_from.empty()) out["imported_from"] = row.imported_from;
   if (row.imported_windows) out["imported_windows"] = row.imported_windows;
   // The curve at the longest length is the one the plots show.
@@ -97,6 +98,7 @@ RowResult row_from_json(const std::string& text, const std::string& source) {
     row.train_tokens = j.at("train_tokens");
     row.budget = j.value("budget", int64_t{0});
     row.variant_of = j.value("variant_of", std::string());
+    row.variant_versus = j.value("variant_versus", std::vector<std::string>());
     row.train_seconds = j.value("train_seconds", 0.0);
     row.eval_seconds = j.value("eval_seconds", 0.0);
     row.imported_from = j.value("imported_from", std::string());

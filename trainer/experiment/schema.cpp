@@ -95,6 +95,10 @@ std::vector<Field> variant_fields(const std::string& prefix, VariantItem& v, Fie
       assignments(prefix + ".set", v.set, /*budget_fixed=*/true, reader,
                   "Settings of the variant's runs, applied after its row's own (e.g. model.adapters.lora.rank, "
                   "train.trainable): the one thing its comparison with the row measures."),
+      non_empty_texts(prefix + ".versus", v.versus, "a non-empty list of row names",
+                      "More rows each of its rows is compared with besides its own (optional), by their names in "
+                      "experiment.methods: e.g. [da] for a variant meant to close chunk's gap to DA inside the "
+                      "context; a point of a budget curve is matched with the same budget (da@262144)."),
   };
 }
 

@@ -27,6 +27,7 @@ struct VariantItem {
   std::string name;
   std::vector<std::string> of;
   std::vector<Assignment> set;
+  std::vector<std::string> versus;  // more rows its rows are compared with (e.g. da)
   std::string origin;  // file:line:col of the item
 };
 
