@@ -42,6 +42,14 @@ for arch in gpt2 gpt_neox bloom; do
   cp "runs/$arch/final/trainer_state.json" "$OUT/trainer_state/final_$arch.json"
 done
 cp runs/gpt2/checkpoints/step-*/trainer_state.json "$OUT/trainer_state/step.json" 2>/dev/null || true
+# A mixture (data.mixture): its resolved config and a state with a cursor and tokens a source.
+"$BIN" train run_gpt_neox.yaml --set run.output_dir=runs/mixture \
+  --set "data.mixture=[{name: a, weight: 3}, {name: b, weight: 1, extended_length: 16, sampler: {method: truncate}}]" \
+  >/dev/null 2>&1
+"$BIN" config check run_gpt_neox.yaml \
+  --set "data.mixture=[{name: a, weight: 3}, {name: b, weight: 1, extended_length: 16, sampler: {method: truncate}}]" \
+  >"$OUT/config/resolved_mixture.yaml" 2>/dev/null
+cp runs/mixture/final/trainer_state.json "$OUT/trainer_state/final_mixture.json"
 # Converted runs from the gpt_neox run: LoRA (adapters and norms) and train.freeze.
 "$BIN" train run_gpt_neox.yaml --set run.output_dir=runs/lora --set model.init=checkpoint:runs/gpt_neox/final \
   --set model.adapters.lora.rank=2 --set "model.adapters.lora.targets=[qkv, o]" \

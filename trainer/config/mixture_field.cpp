@@ -64,8 +64,8 @@ std::vector<Field> source_fields(const std::string& prefix, data::DataSource& s,
       text(p + "name", s.name, "Names the source in logs, metrics.jsonl and trainer_state.json; default: its store's folder name."),
       text(p + "store", s.store, "Its token store (`segtrain prepare`); default: data.store."),
       real(p + "weight", s.weight, at_least(0), kNoHigh,
-           "Its expected share of the samples: weight / the sum of the weights (each sample's source is drawn "
-           "with the run's seed)."),
+           "Required: its expected share of the samples, weight / the sum of the weights (each sample's source "
+           "is drawn with the run's seed)."),
       maybe_integer(p + "extended_length", s.extended_length, "auto", 1,
                     "Its L_e (windows cut from its documents); auto: data.extended_length. Short documents at "
                     "their own positions: extended_length = data.train_length with sampler.method truncate."),
