@@ -7,6 +7,8 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <stdexcept>
+#include <system_error>
 #include <thread>
 
 namespace segtrain::data {
@@ -115,8 +117,20 @@ EncodePipeline::EncodePipeline(NextDocument next, EncodeFn encode, int64_t threa
   state_->chunk_bytes = std::max<size_t>(chunk_bytes, 1);
   state_->capacity = 2 * encoders + 1;
   state_->handed.threads = encoders;
-  state_->threads.emplace_back([s = state_.get()] { s->read(); });
-  for (int64_t t = 0; t < encoders; ++t) state_->threads.emplace_back([s = state_.get()] { s->encode_chunks(); });
+  try {
+    state_->threads.emplace_back([s = state_.get()] { s->read(); });
+    for (int64_t t = 0; t < encoders; ++t) state_->threads.emplace_back([s = state_.get()] { s->encode_chunks(); });
+  } catch (const std::system_error& e) {
+    // The threads already started are stopped and joined: a joinable thread destroyed would terminate.
+    {
+      const std::lock_guard lock(state_->mutex);
+      state_->stopping = true;
+      state_->changed.notify_all();
+    }
+    for (auto& thread : state_->threads) thread.join();
+    throw std::runtime_error("cannot start " + std::to_string(encoders + 1) + " threads (a reader and " +
+                             std::to_string(encoders) + " encoders; --threads sets them): " + e.what());
+  }
 }
 
 EncodePipeline::~EncodePipeline() {

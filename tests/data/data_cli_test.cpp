@@ -104,6 +104,26 @@ TEST_F(Pipeline, PrepareWithTheStoresTokenizerReproducesTheTokens) {
     EXPECT_EQ(test::read_file(fs::path(out / "store") / f), test::read_file(fs::path(*dir_ / "store") / f)) << f;
 }
 
+// Threads that cannot be started (a pids cgroup holding the process to 4 tasks) end prepare with
+// the OS's reason (exit 1), never std::terminate, and nothing is written.
+TEST_F(Pipeline, PrepareSaysSoWhenItsThreadsCannotStart) {
+  const fs::path cgroup = "/sys/fs/cgroup/pids/segtrain-prepare-" + std::to_string(getpid());
+  std::error_code ec;
+  if (!fs::create_directory(cgroup, ec)) GTEST_SKIP() << "no pids cgroup to limit threads in: " << ec.message();
+  test::write_file(cgroup / "pids.max", "4");
+  TempDir out;
+  auto r = run("sh", {"-c", "echo $$ > " + (cgroup / "cgroup.procs").string() + " && exec " + kBin +
+                              " prepare --input " + (fs::path(*dir_ / "corpus") / "train.jsonl").string() + " --out " +
+                              (out / "store") + " --tokenizer " + (fs::path(*dir_ / "store") / "tokenizer.model").string() +
+                              " --threads 8"});
+  fs::remove(cgroup, ec);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cannot start 9 threads (a reader and 8 encoders; --threads sets them): "), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out / "store"));
+}
+
 // Every file of a folder, by name.
 std::map<std::string, std::string> folder_files(const fs::path& dir) {
   std::map<std::string, std::string> files;
