@@ -109,7 +109,7 @@ TEST_F(Pipeline, PrepareWithTheStoresTokenizerReproducesTheTokens) {
 TEST_F(Pipeline, PrepareSaysSoWhenItsThreadsCannotStart) {
   const fs::path cgroup = "/sys/fs/cgroup/pids/segtrain-prepare-" + std::to_string(getpid());
   std::error_code ec;
-  if (!fs::create_directory(cgroup, ec)) GTEST_SKIP() << "no pids cgroup to limit threads in: " << ec.message();
+  if (!fs::create_directory(cgroup, ec)) SKIP_NOT_APPLICABLE("no pids cgroup (v1) to limit threads in: " << ec.message());
   test::write_file(cgroup / "pids.max", "4");
   TempDir out;
   auto r = run("sh", {"-c", "echo $$ > " + (cgroup / "cgroup.procs").string() + " && exec " + kBin +
