@@ -264,8 +264,11 @@ void Trainer::plan_steps() {
   loader_options.world_size = dist_.world_size;
   loader_options.micro_batch_size = c_.train.micro_batch_size;
   loader_options.start = state_.cursor;
-  if (loader_options.start.sources.empty())  // a new run: every source at its start
+  // A new run: every source at its start, in the state too (a stop before step 1 saves it).
+  if (loader_options.start.sources.empty()) {
     loader_options.start.sources.assign(data::data_sources(c_.data).size(), data::Cursor{});
+    state_.cursor = loader_options.start;
+  }
   loader_options.threads = 1;
   sources_ = std::make_unique<data::SourceStores>(c_.data);
   loader_ = std::make_unique<data::Loader>(sources_->sources(), c_.data, loader_options);
