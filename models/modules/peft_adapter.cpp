@@ -14,9 +14,11 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "models/modules/converters/converter.h"
+#include "models/modules/converters/lora.h"
 #include "models/modules/safetensors.h"
-#include "models/spec/converters/lora_record.h"
+#include "models/spec/converters/lora_config.h"
 #include "models/spec/families/family.h"
+#include "models/spec/families/peft_config.h"
 
 namespace segtrain::models {
 
@@ -193,6 +195,11 @@ void export_peft_adapter(const TransformerLM& model, const LoraConfig& lora, con
   fs::create_directories(dir);
   write_safetensors((fs::path(dir) / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
   write_file_atomic(fs::path(dir) / "adapter_config.json", config.dump(2) + "\n");
+}
+
+int64_t apply_peft_adapter(TransformerLM& model, const std::string& dir) {
+  make_lora(read_peft_adapter_config(dir, model->config()).lora)->convert(model);
+  return load_peft_adapter(model, dir);
 }
 
 }  // namespace segtrain::models

@@ -40,4 +40,9 @@ void export_peft_adapter(const TransformerLM& model, const LoraConfig& lora, con
 // Returns how many tensors it loaded.
 int64_t load_peft_adapter(TransformerLM& model, const std::string& dir);
 
+// `model` (the adapter's base) with DIR's adapter on it, as eval and generate take a PEFT folder:
+// converted by LoRA of the settings its adapter_config.json holds (read against the model's config)
+// and load_peft_adapter's tensors loaded. Returns how many tensors it loaded.
+int64_t apply_peft_adapter(TransformerLM& model, const std::string& dir);
+
 }  // namespace segtrain::models

@@ -1,6 +1,6 @@
 #pragma once
 // Every linear projection of a block (q/k/v/o, the MLP's): y = x W^T + b, and what an
-// adapter a converter adds to it (models/modules/converters/lora_adapter.h: LoRA's, DoRA's) adds
+// adapter a converter adds to it (models/modules/converters/lora.h: LoRA's, DoRA's) adds
 // to that output. The projection knows an adapter only through ProjectionAdapter: what it
 // adds for an input, and the weight it folds into. Its parameters are named as
 // torch::nn::Linear's ("weight", "bias"); an adapter registers its own on the projection

@@ -15,7 +15,6 @@
 #include "models/modules/converters/lora.h"
 #include "models/modules/transformer.h"
 #include "models/spec/converters/lora_config.h"
-#include "models/spec/converters/lora_record.h"
 #include "models/spec/families/peft_config.h"
 #include "test_util.h"
 #include "tiny_models.h"

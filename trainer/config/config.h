@@ -59,6 +59,7 @@ struct RunConfig {
 // Adapters a run adds to its model (model.adapters.*): each one a model converter.
 struct Adapters {
   models::LoraConfig lora;  // rank 0: none; its trainable is train.trainable
+  bool any() const { return lora.rank > 0; }  // a frozen base, only adapters (and what they name) train
 };
 
 struct ModelSection {
@@ -169,7 +170,7 @@ inline bool from_pretrained(const Config& c) { return c.model.init != "scratch";
 inline double lr_of(const Config& c) {
   if (c.train.lr) return *c.train.lr;
   if (!from_pretrained(c)) return kScratchLr;
-  return c.model.adapters.lora.rank > 0 ? kAdapterLr : kPretrainedLr;
+  return c.model.adapters.any() ? kAdapterLr : kPretrainedLr;
 }
 // The schedule's final learning rate: min_lr, or lr / 10 when it is auto (so a
 // lower lr, as when extending a pretrained model, never falls below its floor).
@@ -241,6 +242,9 @@ void apply_override(LoadedConfig& loaded, const std::string& assignment);
 // experiment checks runs whose inputs earlier runs will write).
 std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_paths = true,
                                          ConfigUse use = ConfigUse::train);
+// The adapters' size on a model of `sizes`' shape, before anything allocates them (validator.cpp):
+// the validator asks it of a run's own base, an experiment's plan of each row's.
+std::vector<ConfigProblem> adapter_size_problems(const Adapters& adapters, const models::ModelConfig& sizes);
 
 // The resolved config as YAML: every key, in schema order. Parsing it gives back
 // an equal Config.

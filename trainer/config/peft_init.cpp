@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 #include "common/numbers.h"
-#include "models/spec/converters/lora_record.h"
+#include "models/spec/converters/lora_config.h"
 #include "models/spec/families/hf_config.h"
 #include "models/spec/families/peft_config.h"
 #include "trainer/config/model_ref.h"

@@ -159,15 +159,21 @@ std::optional<models::ModelConfig> built_sizes(const Checker& ck, const Config& 
   }
 }
 
+}  // namespace
+
+std::vector<ConfigProblem> adapter_size_problems(const Adapters& adapters, const models::ModelConfig& sizes) {
+  return models::lora_size_problems(adapters.lora, sizes);
+}
+
+namespace {
+
 void check_train(Checker& ck, const Config& c) {
   const auto& t = c.train;
-  const auto lora =
+  const auto adapters =
       models::lora_problems(c.model.adapters.lora, c.model.spec.arch, c.model.spec.activation_checkpointing);
-  for (const auto& problem : lora) ck.fail(problem.key, problem.message);
-  // The adapters' size, before anything allocates them (an experiment's rows: its plan).
-  if (const auto sizes = c.model.adapters.lora.rank > 0 && lora.empty() ? built_sizes(ck, c) : std::nullopt)
-    for (const auto& problem : models::lora_size_problems(c.model.adapters.lora, *sizes))
-      ck.fail(problem.key, problem.message);
+  for (const auto& problem : adapters) ck.fail(problem.key, problem.message);
+  if (const auto sizes = c.model.adapters.any() && adapters.empty() ? built_sizes(ck, c) : std::nullopt)
+    for (const auto& problem : adapter_size_problems(c.model.adapters, *sizes)) ck.fail(problem.key, problem.message);
   if (!t.budget.compute_equivalent && !t.budget.tokens)
     ck.fail("train.budget.compute_equivalent", "is false but train.budget.tokens is not set; give one budget");
   if (t.min_lr && *t.min_lr > lr_of(c))

@@ -15,8 +15,6 @@
 #include "common/log.h"
 #include "common/numbers.h"
 #include "common/output_path.h"
-#include "models/modules/converters/converter.h"
-#include "models/modules/converters/lora.h"
 #include "models/modules/hf.h"
 #include "models/modules/model_io.h"
 #include "models/modules/peft_adapter.h"
@@ -152,9 +150,7 @@ StoredModel open_stored_model(const std::string& path, const std::vector<std::st
 models::TransformerLM load_stored_model(const StoredModel& stored) {
   models::TransformerLM model = models::load_model(stored.dir, stored.config);
   if (stored.adapter.empty()) return model;
-  const models::PeftAdapterConfig adapter = models::read_peft_adapter_config(stored.adapter, stored.config);
-  models::make_lora(adapter.lora)->convert(model);
-  const int64_t tensors = models::load_peft_adapter(model, stored.adapter);
+  const int64_t tensors = models::apply_peft_adapter(model, stored.adapter);
   log::info("the PEFT adapter ", stored.adapter, " (", tensors, " tensors) on its base ", stored.dir);
   return model;
 }

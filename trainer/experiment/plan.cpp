@@ -12,7 +12,6 @@
 #include "models/modules/model_io.h"
 #include "models/modules/positions.h"
 #include "models/spec/auto_values.h"
-#include "models/spec/converters/lora_config.h"
 #include "trainer/config/model_ref.h"
 #include "trainer/config/setting.h"
 
@@ -86,12 +85,12 @@ void apply_assignments(LoadedConfig& run, const std::vector<Assignment>& assignm
 void check_adapter_sizes(const CorpusSpec& corpus, const std::vector<PlannedRun>& runs) {
   std::optional<models::ModelConfig> sizes;
   for (const auto& run : runs) {
-    const auto& lora = run.config.config.model.adapters.lora;
-    if (!run.method || lora.rank <= 0) continue;
+    const auto& adapters = run.config.config.model.adapters;
+    if (!run.method || !adapters.any()) continue;
     if (!sizes)
       sizes = corpus.base.empty() ? runs.front().config.config.model.spec
                                   : models::read_model_config(model_ref_dir(corpus.base));
-    for (const auto& problem : models::lora_size_problems(lora, *sizes))
+    for (const auto& problem : adapter_size_problems(adapters, *sizes))
       throw InputError(run.config.locate(problem.key) + ": " + problem.message + " (row " + corpus.name + "/" +
                        run.label + ")");
   }
@@ -114,7 +113,7 @@ std::string extension_override(models::ExtensionMethod method) {
 std::string ootb_label(const ExperimentConfig& x, const CorpusSpec& corpus, models::ExtensionMethod method) {
   const bool learned = models::position_scheme(base_arch(x, corpus)) == models::PositionScheme::learned;
   if (method == models::ExtensionMethod::none) return "OOTB";
-  // Seed 004's APE OOTB row is the interpolated table.
+  // Karypis et al. 2024's OOTB row of a learned (APE) table is the interpolated table.
   if (learned && method == models::ExtensionMethod::interpolate) return "OOTB";
   return std::string("OOTB ") + enum_name(models::kExtensionMethods, method);
 }

@@ -1,15 +1,17 @@
 #pragma once
-// What a LoRA run asks for (model.adapters.lora, train.trainable) and its rules,
-// without LibTorch: the run config checks them at the file's line, and the LoRA
-// converter (models/modules/converters/lora.h) refuses them as the last guard. Its records (converters.json,
-// PEFT's adapter_config.json) are lora_record.h's. A setting LoRA gains (as DoRA's use_dora) is a field
-// below, its row of kLoraSettings, its lines in lora_record.cpp, its key in trainer/config/schema.cpp and
-// what the adapter does with it (models/modules/converters/lora_adapter.h).
+// What a LoRA run asks for (model.adapters.lora, train.trainable), its rules and the records
+// that keep it, without LibTorch: the run config checks the rules at the file's line, and the LoRA
+// converter (models/modules/converters/lora.h, the library with LibTorch) refuses them as the
+// last guard. A setting LoRA gains (as DoRA's use_dora) is a field below, its row of
+// kLoraSettings, its lines in the records (lora_config.cpp), its key in trainer/config/schema.cpp
+// and what the adapter does with it (models/modules/converters/lora.h).
 //
 // Targets are named by what a projection does, not by a family's module names:
 // q, k, v, o, gate, up, down on the Llama block (q_proj ... down_proj), and qkv, o,
 // up, down on Megatron's (its one q/k/v projection, the attention output, the MLP's
 // two), so one config adapts any family.
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -108,5 +110,29 @@ double lora_parameters(const LoraConfig& lora, const ModelConfig& model);
 // "1.5M", "2.57 TiB": how the size messages above show counts and bytes.
 std::string human_count(double count);
 std::string human_bytes(double bytes);
+
+// The records of the settings, as the files that keep them name them: the run config
+// (model.adapters.lora.KEY), its entry in converters.json (models/modules/converters/converter.h),
+// which a checkpoint rebuilds its converter from, and its own fields of PEFT's
+// adapter_config.json (models/modules/peft_adapter.h writes the file, these functions read and
+// write those fields, models/spec/families/peft_config.h reads the rest).
+
+// Each row of kLoraSettings by its record name, whatever its value: what a continued adapter's
+// settings are compared by.
+nlohmann::json lora_settings_json(const LoraConfig& lora);
+// converters.json's entry: {"name": "lora", "trainable", and lora_settings_json's values}, less a false
+// DoRA flag, so that a LoRA record reads as it did before DoRA (an older segtrain continues it).
+nlohmann::json lora_record(const LoraConfig& lora);
+// The settings an entry of lora_record's form holds (a record written before DoRA, without its
+// flag, is LoRA); InputError naming `source` and the keys expected when it holds other values.
+LoraConfig lora_from_record(const nlohmann::json& entry, const std::string& source);
+
+// adapter_config.json's r, lora_alpha, lora_dropout and the variants segtrain's adapters are not
+// (use_rslora) or are as `lora` says (DoRA).
+nlohmann::json peft_lora_fields(const LoraConfig& lora);
+// The settings those fields of PEFT's `config` (read from `file`) hold: rank, alpha, dropout and
+// DoRA's flag (targets and trainable are the base's module names, which peft_config.h matches);
+// InputError "file: KEY: what was expected" for a value segtrain cannot continue.
+LoraConfig lora_from_peft_fields(const nlohmann::json& config, const std::string& file);
 
 }  // namespace segtrain::models

@@ -17,7 +17,7 @@
 
 #include "common/error.h"
 #include "common/input_text.h"
-#include "models/spec/converters/lora_record.h"
+#include "models/spec/converters/lora_config.h"
 #include "models/spec/families/family.h"
 
 namespace segtrain::models {
@@ -217,7 +217,7 @@ json read_adapter_json(const std::string& file) {
   return config;
 }
 
-// LoRA's own fields (lora_record.h) and base_model_name_or_path; refused: what PEFT's LoRA has and segtrain's has not.
+// LoRA's own fields (lora_config.h's records) and base_model_name_or_path; refused: what PEFT's LoRA has and segtrain's has not.
 void read_numbers(const json& config, const std::string& file, PeftAdapterConfig& out) {
   if (field(config, "peft_type") != "LORA")
     throw InputError(file + ": peft_type: " + shown(field(config, "peft_type")) + "; segtrain continues LORA adapters");
