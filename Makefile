@@ -67,7 +67,7 @@ gpu-bench:
 gpu-pack:
 	@bash scripts/pack_offline.sh .offline
 
-# Seed 004's comparison per position scheme: `make experiment-rope` (or -ape, -alibi);
+# Karypis et al. 2024's comparison per position scheme: `make experiment-rope` (or -ape, -alibi);
 # `make experiments` runs all three. Results: runs/experiments/<scheme>/results.md.
 experiment-%: build
 	@$(BUILD_DIR)/trainer/segtrain experiment configs/experiments/$*.yaml
@@ -93,7 +93,7 @@ short-store: build real-base kernel-corpus
 	    --out runs/stores/linux-c-short --valid-fraction 0.01
 
 # The study on the real base, two blocks, each runnable and resumable alone:
-# experiment-smollm2-noscale (seed 004's setting: no RoPE scaling, with full and the budget
+# experiment-smollm2-noscale (Karypis et al.'s setting: no RoPE scaling, with full and the budget
 # curve) and experiment-smollm2-yarn (the same rows under YaRN x4); experiment-smollm2 runs both.
 experiment-smollm2-noscale experiment-smollm2-yarn: real-base kernel-corpus
 experiment-smollm2-noscale: short-store

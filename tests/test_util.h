@@ -150,7 +150,7 @@ inline void make_store_stub(const fs::path& dir) {
 
 // The binaries of this build, for the suites that run them: SEGTRAIN_BIN and SEGTRAIN_LAUNCH_BIN
 // (tests/test_paths.h).
-// SEGTRAIN_TEST_BIN replaces the first: the GPU harness test (tests/gpu/harness_test.sh)
+// SEGTRAIN_TEST_BIN replaces the first: the harness test (tests/harness_test.sh)
 // proves with a binary that cannot run that a suite whose set-up fails is failed.
 #ifdef SEGTRAIN_BIN
 inline const std::string kBin = [] {

@@ -12,7 +12,7 @@
 namespace segtrain::models {
 
 // --- learned absolute positions (gpt2) -------------------------------------
-// Seed 004 section 3.2: row i of the new table is the old table linearly
+// Karypis et al. 2024 (segmented training), section 3.2: row i of the new table is the old table linearly
 // interpolated at i / beta, beta = new_rows / old_rows; rows past beta*(L_t-1)
 // copy the last original row. For integer beta this is the paper's formula.
 at::Tensor interpolate_ape_table(const at::Tensor& table, int64_t new_rows);

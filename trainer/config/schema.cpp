@@ -142,7 +142,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       maybe_integer("train.budget.tokens", t.budget.tokens, "null", 1,
                     "Training tokens to process; setting it turns compute_equivalent off.").with({KeyRole::resume}),
       flag("train.budget.compute_equivalent", t.budget.compute_equivalent,
-           "Seed 004 eq. 2: L_e/L_t epochs for segmented samplers, 1 epoch for full.").with({KeyRole::grid, KeyRole::resume}),
+           "Karypis et al. 2024, eq. 2: L_e/L_t epochs for segmented samplers, 1 epoch for full.").with({KeyRole::grid, KeyRole::resume}),
       integer("train.micro_batch_size", t.micro_batch_size, 1, kMaxInt, "Sequences per forward pass and rank."),
       integer("train.grad_accum", t.grad_accum, 1, kMaxInt, "Micro-batches per optimizer step."),
       maybe_real("train.lr", t.lr, "auto", above(0), kNoHigh,

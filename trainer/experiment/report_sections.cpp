@@ -101,7 +101,7 @@ std::string percent(double ratio) {
   return out.str();
 }
 
-// Seed 004's chunk row at `factor`: the first chunk-<alpha> at the experiment's budget.
+// Karypis et al. 2024's chunk row at `factor`: the first chunk-<alpha> at the experiment's budget.
 const RowResult* chunk_row(const CorpusResults& c, int64_t factor) {
   for (const auto& row : c.rows)
     if (row.factor == factor && compared_row(row) && row.label.rfind("chunk-", 0) == 0 &&
