@@ -257,14 +257,19 @@ TEST(ShardedAdamW, ThreeRanksOfSlicesUpdateLikeFusedAdamWOnTheWholeTensors) {
 }
 
 // A rank's share of the norm is its own slices' squares (the ranks' shares add
-// up to the whole gradient's); scaling touches only the rank's own slices.
+// up to the whole gradient's); the step's factor scales only the rank's own slices,
+// as FusedAdamW on the scaled gradient would (an eps of 1 makes the update depend on the
+// gradient's size: lr g / (|g| + 1), 2/3 lr for 2.0, 1/3 lr for 0.5).
 TEST(ShardedAdamW, ReportsAndScalesOnlyItsOwnSlices) {
   auto params = make_params(3);
   std::vector<at::Tensor> plain;
   for (auto& [n, p] : params) plain.push_back(p);
   SimulatedRank group(1, 2);
   FlatBuckets flat(plain, 1 << 20, 2);
-  ShardedAdamW sharded(params, AdamWOptions{}, flat, ShardedAdamWSetup{&group, true, {}});
+  AdamWOptions o;
+  o.eps = 1.0;
+  o.weight_decay = 0.0;
+  ShardedAdamW sharded(params, o, flat, ShardedAdamWSetup{&group, true, {}});
   {
     torch::NoGradGuard no_grad;
     for (auto& [n, p] : params) p.mutable_grad().fill_(2.0);
@@ -276,9 +281,42 @@ TEST(ShardedAdamW, ReportsAndScalesOnlyItsOwnSlices) {
   const at::Tensor squares = sharded.grad_square_sum();
   EXPECT_EQ(squares.scalar_type(), at::kDouble);
   EXPECT_NEAR(squares.item<double>(), 4.0 * static_cast<double>(mine), 1e-6 * 4.0 * static_cast<double>(mine));  // fp32 norms
-  sharded.scale_grads(0.25);
-  EXPECT_TRUE(bucket.grads.narrow(0, n, mine).eq(0.5).all().item<bool>());
-  EXPECT_EQ(bucket.grads[0].item<double>(), 2.0);  // rank 0's slice: not this rank's to scale
+  const at::Tensor before = bucket.params.clone();
+  sharded.step(0.3, 0.25);
+  // Bias correction after one step: m^ = g, v^ = g^2, so the update is lr g / (|g| + eps).
+  const at::Tensor moved = before - bucket.params;
+  EXPECT_TRUE(at::allclose(moved.narrow(0, n, mine), at::full({mine}, 0.3 * 0.5 / 1.5), 1e-6, 1e-7));
+  EXPECT_TRUE(moved.narrow(0, 0, n).eq(0).all().item<bool>());  // rank 0's slice: not this rank's to update
+}
+
+// The step's factor (1 / loss tokens and the clipping) goes into the fused kernel:
+// stepping with it equals torch::optim::AdamW on the gradients multiplied by it, for a
+// factor no power of two is (an eps of 0.1 keeps the update sensitive to the gradient's
+// size), and the learning rate read from device memory changes with every step.
+TEST(FusedAdamW, StepFactorEqualsAdamWOnScaledGradients) {
+  AdamWOptions o;
+  o.eps = 0.1;
+  o.weight_decay = 0.0;
+  auto ours = make_params(11);
+  auto ref = make_params(11);
+  FusedAdamW fused(ours, o);
+  std::vector<torch::Tensor> all;
+  for (auto& [name, p] : ref) all.push_back(p);
+  torch::optim::AdamW reference(all, torch::optim::AdamWOptions(1e-2).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(0));
+  for (int step = 0; step < 4; ++step) {
+    const double factor = 0.37 / (step + 1), lr = 1e-2 * (step + 1);
+    fake_grads(ours, step);
+    fake_grads(ref, step);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& [name, p] : ref) p.mutable_grad().mul_(factor);
+    }
+    fused.step(lr, factor);
+    static_cast<torch::optim::AdamWOptions&>(reference.param_groups()[0].options()).lr(lr);
+    reference.step();
+    for (size_t i = 0; i < ours.size(); ++i)
+      EXPECT_TRUE(torch::allclose(ours[i].second, ref[i].second, 1e-5, 1e-6)) << ours[i].first << " step " << step;
+  }
 }
 
 // torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6) above the

@@ -24,6 +24,16 @@ FusedAdamW::FusedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& na
     g.steps.push_back(at::zeros({}, param.options().dtype(at::kFloat)));
     device_ = param.device();
   }
+  scalars_ = FusedStepScalars(device_);
+}
+
+FusedStepScalars::FusedStepScalars(const c10::Device& device)
+    : lr(at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device))), grad_scale(at::ones_like(lr)) {}
+
+void FusedStepScalars::set(double lr_value, double grad_factor) {
+  TORCH_CHECK(grad_factor > 0, "FusedStepScalars: the gradient factor must be positive");
+  lr.fill_(lr_value);
+  grad_scale.fill_(1.0 / grad_factor);
 }
 
 bool decays(const AdamWOptions& options, const std::string& name, const at::Tensor& param) {
@@ -53,13 +63,7 @@ at::Tensor grad_square_sum_of(const std::vector<at::Tensor>& grads, const c10::D
 
 at::Tensor FusedAdamW::grad_square_sum() { return grad_square_sum_of(grads(), device_); }
 
-void FusedAdamW::scale_grads(double factor) {
-  if (factor == 1.0) return;
-  const auto all = grads();
-  if (!all.empty()) at::_foreach_mul_(all, factor);
-}
-
-void FusedAdamW::step_group(Group& g, double lr) {
+void FusedAdamW::step_group(Group& g) {
   std::vector<at::Tensor> params, grads, m, v, steps;
   for (size_t i = 0; i < g.params.size(); ++i) {
     const at::Tensor& grad = g.params[i].grad();
@@ -73,12 +77,14 @@ void FusedAdamW::step_group(Group& g, double lr) {
   if (params.empty()) return;
   at::_foreach_add_(steps, 1.0);  // the kernel expects the already-incremented step
   at::NoGradGuard no_grad;
-  at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1, options_.beta2,
-                    g.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+  at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, scalars_.lr, options_.beta1, options_.beta2,
+                    g.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false, scalars_.grad_scale,
+                    /*found_inf=*/std::nullopt);
 }
 
-void FusedAdamW::step(double lr) {
-  for (auto& g : groups_) step_group(g, lr);
+void FusedAdamW::step(double lr, double grad_factor) {
+  scalars_.set(lr, grad_factor);
+  for (auto& g : groups_) step_group(g);
   ++steps_taken_;
 }
 

@@ -43,6 +43,18 @@ double clip_factor(double norm, double max_norm);
 // The sum of squares of `grads` in fp64 on `device` (zero for none).
 at::Tensor grad_square_sum_of(const std::vector<at::Tensor>& grads, const c10::Device& device);
 
+// The fused kernel's two per-step scalars as 0-dim fp32 tensors on the parameters'
+// device: the learning rate and grad_scale, the divisor the kernel applies to each
+// gradient as it reads it (1 / the step's factor), so scaling costs no pass of its own
+// over the gradients. Refilled each step by a fill kernel (no copy, no wait); held in
+// device memory, not passed as host numbers, so that a captured step would read the
+// step's values rather than the first's.
+struct FusedStepScalars {
+  explicit FusedStepScalars(const c10::Device& device);
+  void set(double lr, double grad_factor);
+  at::Tensor lr, grad_scale;
+};
+
 // What the training loop needs of an optimizer; FusedAdamW (every rank holds
 // the whole state) and ShardedAdamW (ZeRO-1, sharded_optimizer.h) provide it.
 class Optimizer {
@@ -55,11 +67,10 @@ class Optimizer {
   // Whether each rank updates its own part of the parameters, so the ranks'
   // grad_square_sum add up to the whole gradient's (else each has it all).
   virtual bool sharded() const = 0;
-  // Multiplies the gradients step() reads by `factor` (the step's 1 / loss
-  // tokens and the clipping, in one pass).
-  virtual void scale_grads(double factor) = 0;
-  // One update at learning rate `lr`.
-  virtual void step(double lr) = 0;
+  // One update at learning rate `lr` of the gradients multiplied by `grad_factor`
+  // (the step's 1 / loss tokens and the clipping), inside the fused kernel
+  // (FusedStepScalars). The gradients are left scaled.
+  virtual void step(double lr, double grad_factor = 1.0) = 0;
   virtual void zero_grad() = 0;
   virtual int64_t steps_taken() const = 0;
   // This rank's moments as pieces: every parameter whole, or a sharded rank's
@@ -101,9 +112,8 @@ class FusedAdamW : public Optimizer {
 
   at::Tensor grad_square_sum() override;
   bool sharded() const override { return false; }
-  void scale_grads(double factor) override;
   // Parameters without a gradient are skipped.
-  void step(double lr) override;
+  void step(double lr, double grad_factor = 1.0) override;
   void zero_grad() override;  // drops the gradients (.grad undefined), or zeroes the buckets
   int64_t steps_taken() const override { return steps_taken_; }
   std::vector<StatePiece> state_pieces() override;
@@ -116,13 +126,14 @@ class FusedAdamW : public Optimizer {
     std::vector<std::string> names;
     std::vector<at::Tensor> params, exp_avg, exp_avg_sq, steps;
   };
-  void step_group(Group& group, double lr);
+  void step_group(Group& group);
 
   AdamWOptions options_;
   std::vector<at::Tensor> grads() const;  // the defined ones
 
   std::vector<Group> groups_;
   c10::Device device_ = at::kCPU;  // the parameters'
+  FusedStepScalars scalars_{at::kCPU};
   FlatBuckets* views_ = nullptr;
   int64_t steps_taken_ = 0;
 };

@@ -70,15 +70,17 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
     pieces_.push_back(std::move(pieces));
     updates_.push_back(std::move(updates));
   }
+  // On the device of what the kernel updates (the master weights' with bf16 parameters).
+  for (const auto& updates : updates_)
+    if (!updates.empty()) {
+      scalars_ = FusedStepScalars(updates.front().params.front().device());
+      break;
+    }
 }
 
 at::Tensor ShardedAdamW::grad_square_sum() {
   const auto& params = buckets_.params();
   return grad_square_sum_of(update_grads_, params.empty() ? c10::Device(at::kCPU) : params.front().device());
-}
-
-void ShardedAdamW::scale_grads(double factor) {
-  if (factor != 1.0 && !update_grads_.empty()) at::_foreach_mul_(update_grads_, factor);
 }
 
 void ShardedAdamW::accumulate(size_t bucket, FlatRange range, const at::Tensor& reduced) {
@@ -99,15 +101,16 @@ void ShardedAdamW::accumulate_local() {
   }
 }
 
-void ShardedAdamW::step(double lr) {
+void ShardedAdamW::step(double lr, double grad_factor) {
   at::NoGradGuard no_grad;
+  scalars_.set(lr, grad_factor);
   std::vector<std::unique_ptr<PendingCollective>> gathers;
   for (size_t b = 0; b < updates_.size(); ++b) {
     for (auto& u : updates_[b]) {
       at::_foreach_add_(u.steps, 1.0);  // the kernel expects the already-incremented step
-      at::_fused_adamw_(u.params, u.grads, u.exp_avg, u.exp_avg_sq, /*max_exp_avg_sqs=*/{}, u.steps, lr,
+      at::_fused_adamw_(u.params, u.grads, u.exp_avg, u.exp_avg_sq, /*max_exp_avg_sqs=*/{}, u.steps, scalars_.lr,
                         options_.beta1, options_.beta2, u.weight_decay, options_.eps, /*amsgrad=*/false,
-                        /*maximize=*/false);
+                        /*maximize=*/false, scalars_.grad_scale, /*found_inf=*/std::nullopt);
     }
     const FlatBucket& bucket = buckets_.buckets()[b];
     if (master_)  // the bf16 parameters: the updated master, rounded

@@ -50,8 +50,7 @@ class ShardedAdamW : public Optimizer {
 
   at::Tensor grad_square_sum() override;  // of this rank's slices (their gradient sums with master weights)
   bool sharded() const override { return sharded_; }
-  void scale_grads(double factor) override;  // this rank's slices
-  void step(double lr) override;
+  void step(double lr, double grad_factor = 1.0) override;  // scales this rank's slices alone
   // The flat gradient buffers (and the fp32 sums) to zero, in place.
   void zero_grad() override;
   int64_t steps_taken() const override { return steps_taken_; }
@@ -93,7 +92,8 @@ class ShardedAdamW : public Optimizer {
   std::vector<std::string> names_;             // by FlatBuckets parameter index
   std::vector<std::vector<Piece>> pieces_;     // by bucket
   std::vector<std::vector<Update>> updates_;   // by bucket
-  std::vector<at::Tensor> update_grads_;       // what the updates read, for the norm and the scaling
+  std::vector<at::Tensor> update_grads_;       // what the updates read, for the norm
+  FusedStepScalars scalars_{at::kCPU};
   int64_t steps_taken_ = 0;
 };
 

@@ -138,8 +138,7 @@ StepResult Trainer::apply_update(const StepTotals& totals) {
     state_.consecutive_bad_steps = 0;
     if (result.loss_tokens > 0) {
       waiting_for_saves([&] { checkpoints_->wait_for_copy(); });  // a save in flight has copied what step() changes
-      optimizer_->scale_grads(clip_factor(grad_norm, c_.train.grad_clip) / denominator);
-      optimizer_->step(result.lr);
+      optimizer_->step(result.lr, clip_factor(grad_norm, c_.train.grad_clip) / denominator);
     }
   }
   optimizer_->zero_grad();
