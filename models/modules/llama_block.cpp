@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "models/modules/attention.h"
 #include "models/modules/positions.h"
@@ -18,14 +19,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", at::ones({dim}));
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  // transformers' LlamaRMSNorm, step for step: the weight multiplies after the cast back.
-  const auto dtype = x.scalar_type();
-  auto h = x.to(at::kFloat);
-  auto variance = h.pow(2).mean(-1, /*keepdim=*/true);
-  h = h * at::rsqrt(variance + eps);
-  return weight * h.to(dtype);
-}
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return kernels::rms_norm(x, weight, eps); }
 
 LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c)
     : n_heads(c.n_heads), n_kv_heads(n_kv_heads_of(c)), head_dim(head_dim_of(c)) {

@@ -36,6 +36,7 @@
 #include <c10/util/Exception.h>
 #endif
 
+#include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "models/modules/attention.h"
 #include "models/modules/converters/lora.h"
@@ -502,6 +503,49 @@ TEST(FusedKernels, RopeEqualsTheCompositeForwardAndBackward) {
       }
   record("fused rope vs composite: largest |difference| forward " + std::to_string(worst_forward) + ", backward " +
          std::to_string(worst_backward));
+}
+
+// ATen's fused RMSNorm (kernels/rms_norm.h) against transformers' composite on the GPU: fp32,
+// bf16 and fp16 rows of Llama-3-8B's width and of a head (Qwen3's q and k norms), inside autocast
+// as a bf16 run calls it, forward and the gradients of x and weight against the fp32 composite's.
+TEST(FusedKernels, RmsNormEqualsTheCompositeForwardAndBackward) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda")
+    SKIP_NOT_APPLICABLE("the fused RMSNorm is CUDA's; tests/models/rms_norm_test.cpp checks the op on the CPU");
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  double worst_forward = 0, worst_backward = 0;
+  for (const int64_t width : {int64_t{4096}, int64_t{128}})
+    for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      at::manual_seed(13);
+      auto x = (at::randn({2, 37, width}, cuda) * 3.0).to(dtype).requires_grad_();
+      auto w = (at::rand({width}, cuda) + 0.5).to(dtype).requires_grad_();
+      at::autocast::set_autocast_enabled(at::kCUDA, dtype != at::kFloat);
+      const auto got = kernels::rms_norm_fused(x, w, 1e-5);
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      const auto what = std::string(c10::toString(dtype)) + " width " + std::to_string(width);
+      ASSERT_EQ(got.scalar_type(), dtype) << what;
+      auto x32 = x.detach().to(at::kFloat).requires_grad_();
+      auto w32 = w.detach().to(at::kFloat).requires_grad_();
+      const auto want = kernels::rms_norm_composite(x32, w32, 1e-5);
+      const double tol = dtype == at::kFloat ? 1e-5 : (dtype == at::kHalf ? 2e-3 : 1.6e-2);
+      const auto forward_error = (got.to(at::kFloat) - want.detach()).abs();
+      worst_forward = std::max(worst_forward, forward_error.max().item<double>());
+      EXPECT_TRUE(at::allclose(got.to(at::kFloat), want.detach(), tol, 1e-4))
+          << what << ": largest difference " << forward_error.max().item<double>();
+      const auto upstream = at::randn(got.sizes(), cuda).to(dtype);
+      const auto grads_got = torch::autograd::grad({got}, {x, w}, {upstream});
+      const auto grads_want = torch::autograd::grad({want}, {x32, w32}, {upstream.to(at::kFloat)});
+      for (size_t i = 0; i < 2; ++i) {
+        ASSERT_EQ(grads_got[i].scalar_type(), dtype) << what;
+        const auto scale = grads_want[i].abs().max().item<double>();
+        const auto backward_error = (grads_got[i].to(at::kFloat) - grads_want[i]).abs().max().item<double>();
+        worst_backward = std::max(worst_backward, backward_error / scale);
+        EXPECT_LE(backward_error, (dtype == at::kFloat ? 1e-5 : 2e-2) * scale)
+            << what << (i == 0 ? " d x" : " d weight") << ": largest difference " << backward_error;
+      }
+    }
+  record("fused rms_norm vs composite: largest |difference| forward " + std::to_string(worst_forward) +
+         ", backward (relative to the largest gradient) " + std::to_string(worst_backward));
 }
 
 // ---------------------------------------------------------------------------
