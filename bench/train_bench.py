@@ -54,7 +54,9 @@ default all of the device's but the "tiny" test shape), BENCH_REFERENCES (the
 PyTorch references of `speed`: eager, compiled or both, comma-separated; default
 eager,compiled on CUDA, eager on the CPU; segtrain / compiled is ratio_compiled),
 BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
-in `speed`: auto, the default, or N; 0 is the whole logits, as the PyTorch loop computes them).
+in `speed`: auto, the default, or N; 0 is the whole logits, as the PyTorch loop computes them),
+BENCH_PARAM_DTYPE (segtrain's train.param_dtype: auto, the default, which a bf16 run on CUDA takes as
+bf16 with fp32 master weights, or fp32 or bf16; the PyTorch loops keep fp32 weights under autocast).
 
 One thread per process by default: on the 2-core machine these figures come from,
 2 OpenMP threads slow down 4-8x (in both programs, unevenly) as soon as anything
@@ -102,8 +104,11 @@ def positive_env(name, default):
 
 THREADS = positive_env("BENCH_THREADS", 1)
 LOSS_CHUNK_TOKENS = os.environ.get("BENCH_LOSS_CHUNK_TOKENS", "auto")
+PARAM_DTYPE = os.environ.get("BENCH_PARAM_DTYPE", "auto")
 if LOSS_CHUNK_TOKENS != "auto" and not LOSS_CHUNK_TOKENS.isdigit():
     raise SystemExit(f"train_bench: BENCH_LOSS_CHUNK_TOKENS={LOSS_CHUNK_TOKENS!r}: expected auto or an integer >= 0")
+if PARAM_DTYPE not in ("auto", "fp32", "bf16"):
+    raise SystemExit(f"train_bench: BENCH_PARAM_DTYPE={PARAM_DTYPE!r}: expected auto, fp32 or bf16")
 ROUNDS = positive_env("BENCH_ROUNDS", 5)
 REFERENCES = [r for r in os.environ.get("BENCH_REFERENCES", "eager,compiled" if CUDA else "eager").split(",") if r]
 if "eager" not in REFERENCES or any(r not in ("eager", "compiled") for r in REFERENCES) or len(set(REFERENCES)) != len(REFERENCES):
@@ -295,7 +300,7 @@ model: {{arch: gpt2, d_model: {shape['d_model']}, n_layers: {shape['n_layers']},
 data: {{store: {store}, train_length: {L}, extended_length: {Le}, sampler: {{method: {method}, alpha: 0.25}}}}
 train: {{budget: {{tokens: {tokens}}}, micro_batch_size: {shape['micro_batch']}, warmup_steps: 2, log_every: 1,
         checkpoint_every: 0, tensorboard: false, lr: 3.0e-4, weight_decay: 0.1, betas: [0.9, 0.95], grad_clip: 1.0,
-        precision: {PRECISION}, loss_chunk_tokens: {LOSS_CHUNK_TOKENS}}}
+        precision: {PRECISION}, param_dtype: {PARAM_DTYPE}, loss_chunk_tokens: {LOSS_CHUNK_TOKENS}}}
 eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
 """
     pathlib.Path(path).write_text(config)
@@ -623,6 +628,8 @@ def speed():
             "d_ff": 4 * shape["d_model"], "vocab": shape["vocab"], "length": shape["length"],
             "micro_batch": shape["micro_batch"], "params": param_count(shape), "threads": THREADS,
             "segtrain_loss_chunk_tokens": LOSS_CHUNK_TOKENS,
+            "segtrain_param_dtype": ("bf16" if CUDA and PRECISION == "bf16" else "fp32") if PARAM_DTYPE == "auto"
+            else PARAM_DTYPE,
             "steps": shape["steps"], "warmup_steps_excluded": WARMUP_STEPS, "rounds": ROUNDS,
             "segtrain_tokens_per_s": round(seg, 1), "pytorch_tokens_per_s": round(py, 1),
             "ratio": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),

@@ -87,6 +87,28 @@ TEST_F(ConfigTest, LrAndWarmUpAutoSuitTheBase) {
   EXPECT_EQ(warmup_steps_of(c, 100), 300);  // as given; the trainer warns that it is over a quarter
 }
 
+// train.param_dtype auto: bf16 storage for a bf16 run on a CUDA device, fp32 on the CPU (no
+// fast bf16 GEMM) or when eval.precision: fp32 asks for fp32 weights; a written value is kept;
+// bf16 gradient collectives ask for bf16 parameters in writing.
+TEST_F(ConfigTest, ParamDtypeAutoIsBf16ForABf16RunOnCudaOnly) {
+  Config c = load_config(minimal(), {}).config;
+  EXPECT_FALSE(c.train.param_dtype.has_value());
+  EXPECT_EQ(param_dtype_of(c, /*cuda_device=*/true), Precision::fp32);  // an fp32 run
+  c = load_config(minimal(), {"train.precision=bf16"}).config;
+  EXPECT_EQ(param_dtype_of(c, true), Precision::bf16);
+  EXPECT_EQ(param_dtype_of(c, false), Precision::fp32);
+  c.eval.precision = EvalPrecision::fp32;
+  EXPECT_EQ(param_dtype_of(c, true), Precision::fp32);
+  c = load_config(minimal(), {"train.precision=bf16", "train.param_dtype=fp32"}).config;
+  EXPECT_EQ(param_dtype_of(c, true), Precision::fp32);
+  c = load_config(minimal(), {"train.precision=bf16", "train.param_dtype=bf16"}).config;
+  EXPECT_EQ(param_dtype_of(c, false), Precision::bf16);
+  EXPECT_EQ(load_config(minimal(), {"train.param_dtype=auto"}).config.train.param_dtype, std::nullopt);
+  const std::string refused =
+      input_error_of([&] { load_config(minimal(), {"train.precision=bf16", "train.reduce_dtype=bf16"}); });
+  EXPECT_NE(refused.find("bf16 applies to bf16 parameters; set train.param_dtype: bf16"), std::string::npos) << refused;
+}
+
 // A run from a base folder takes the folder's architecture when model.arch is not
 // written: without it a chunk run from a Llama folder was checked as gpt2 (learned
 // table, "set model.extension.method: interpolate"). HF model types map as the reader does.

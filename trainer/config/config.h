@@ -90,11 +90,11 @@ struct TrainConfig {
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0: no clipping
   Precision precision = Precision::fp32;
-  // Storage of parameters and gradients on every rank. bf16 keeps an fp32
-  // master copy of the parameters in the optimizer state (sharded with the
-  // moments under distributed.shard_optimizer) and accumulates the reduced
+  // Storage of parameters and gradients on every rank (nullopt: auto, param_dtype_of).
+  // bf16 keeps an fp32 master copy of the parameters in the optimizer state (sharded
+  // with the moments under distributed.shard_optimizer) and accumulates the reduced
   // gradient in fp32 there; needs precision bf16.
-  Precision param_dtype = Precision::fp32;
+  std::optional<Precision> param_dtype;
   Precision reduce_dtype = Precision::fp32;  // the gradient collectives' dtype with bf16 parameters
   int64_t checkpoint_every = 500;  // steps; 0: only the final checkpoint
   int64_t keep_last = 2;           // step checkpoints kept; 0: keep all
@@ -171,6 +171,16 @@ inline double lr_of(const Config& c) {
   if (c.train.lr) return *c.train.lr;
   if (!from_pretrained(c)) return kScratchLr;
   return c.model.adapters.any() ? kAdapterLr : kPretrainedLr;
+}
+// train.param_dtype when auto: bf16 where a bf16 run trains on a CUDA device (its matmuls
+// take bf16 weights anyway: bf16 storage spares autocast's cast of every weight in every
+// forward and keeps the residual stream in bf16, as Megatron and llm.c train), unless
+// eval.precision: fp32 asks for fp32 weights; else fp32 (a CPU has no fast bf16 GEMM,
+// trainer/runtime/cpu_matmul.h). The master weights stay fp32 either way.
+inline Precision param_dtype_of(const Config& c, bool cuda_device) {
+  if (c.train.param_dtype) return *c.train.param_dtype;
+  const bool bf16_run = c.train.precision == Precision::bf16 && c.eval.precision != EvalPrecision::fp32;
+  return cuda_device && bf16_run ? Precision::bf16 : Precision::fp32;
 }
 // The schedule's final learning rate: min_lr, or lr / 10 when it is auto (so a
 // lower lr, as when extending a pretrained model, never falls below its floor).

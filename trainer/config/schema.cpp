@@ -171,11 +171,13 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       real("train.eps", t.eps, above(0), kNoHigh, "AdamW epsilon.").with({KeyRole::optimizer}),
       real("train.grad_clip", t.grad_clip, at_least(0), kNoHigh, "Global gradient-norm clip; 0 disables.").with({KeyRole::optimizer}),
       choice("train.precision", t.precision, kPrecisions, "Compute precision (bf16 autocast; positions stay fp32).").with({KeyRole::resume}),
-      choice("train.param_dtype", t.param_dtype, kPrecisions,
+      maybe_choice("train.param_dtype", t.param_dtype, "auto", kPrecisions,
              "Parameters and gradients held in fp32, or in bf16 with an fp32 master copy of the parameters, the "
              "moments and the summed gradient in the optimizer (2 + 2 + 16/N bytes a parameter with "
              "distributed.shard_optimizer over N ranks, else 2 + 2 + 16); bf16 needs train.precision: bf16. "
-             "Checkpoints hold the fp32 master weights either way, so a run resumes in the other storage."),
+             "auto: bf16 when train.precision is bf16 on a CUDA device (unless eval.precision is fp32), else "
+             "fp32; the plan line says which. Checkpoints hold the fp32 master weights either way, so a run "
+             "resumes in the other storage."),
       choice("train.reduce_dtype", t.reduce_dtype, kPrecisions,
              "The dtype gradients are summed over ranks in, with train.param_dtype: bf16 (accumulated in fp32 "
              "across micro-batches either way); fp32 parameters are reduced in fp32."),

@@ -187,8 +187,8 @@ void check_train(Checker& ck, const Config& c) {
                               "evaluate under bf16 (train) here, or the run's fp32 master weights afterwards with "
                               "`segtrain eval --model RUN/final --precision fp32`");
   if (t.reduce_dtype == Precision::bf16 && t.param_dtype != Precision::bf16)
-    ck.fail("train.reduce_dtype", "bf16 applies to bf16 parameters (train.param_dtype: bf16); fp32 parameters "
-                                  "are reduced in fp32");
+    ck.fail("train.reduce_dtype", "bf16 applies to bf16 parameters; set train.param_dtype: bf16 (auto decides by "
+                                  "the device, and fp32 parameters are reduced in fp32)");
 }
 
 void check_run_and_eval(Checker& ck, const Config& c) {

@@ -119,6 +119,7 @@ class Trainer {
   RunDirectory run_;
   bool writer_;  // rank 0 writes the run directory
   c10::Device device_;
+  Precision param_dtype_;  // train.param_dtype, auto decided for device_
   std::unique_ptr<ProcessGroup> group_;
   data::TokenStore store_;
   std::unique_ptr<EvalSuite> suite_;              // eval.tasks, run by the final evaluation

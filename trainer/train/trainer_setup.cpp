@@ -57,6 +57,7 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
       run_(open_run_directory(c_, dist_, resume)),
       writer_(dist_.rank == 0),
       device_(pick_device(c_.run.device, dist_.local_rank)),
+      param_dtype_(param_dtype_of(c_, device_.is_cuda())),
       group_(connect(dist_, c_.distributed, device_)),
       store_(data::TokenStore::open(c_.data.store)),
       model_config_(run_model_config(loaded, store_.vocab_size())),
@@ -167,7 +168,7 @@ void Trainer::build_model_and_optimizer(const LoadedConfig& loaded) {
 // else in fp32. One tensor at a time, so the host never holds the base twice.
 void Trainer::settle_parameter_dtypes() {
   torch::NoGradGuard no_grad;
-  const bool bf16_base = c_.train.param_dtype == Precision::bf16 && converted_from_base_;
+  const bool bf16_base = param_dtype_ == Precision::bf16 && converted_from_base_;
   for (auto& p : model_->parameters()) {
     const auto dtype = !p.requires_grad() && bf16_base ? at::kBFloat16 : at::kFloat;
     if (p.scalar_type() != dtype) p.set_data(p.detach().to(dtype));
@@ -306,6 +307,7 @@ void Trainer::plan_steps() {
 
   Config resolved = c_;
   resolved.model.spec = model_config_;
+  resolved.train.param_dtype = param_dtype_;
   // What the run read, as folders that mean the same from any working directory (generate,
   // eval and export follow them from its config.yaml).
   resolved.data.store = absolute_folder(c_.data.store);
@@ -317,12 +319,18 @@ void Trainer::plan_steps() {
   // Whether bf16 on this CPU computes in bf16 is part of what the run will cost (cpu_matmul.h).
   const bool bf16_on_cpu = device_.is_cpu() && c_.train.precision == Precision::bf16;
   const std::string fused = kernels::describe_fused_kernels(device_.is_cuda());
+  // What auto decided for a bf16 run on a GPU (config.h, param_dtype_of).
+  const std::string storage =
+      c_.train.param_dtype || !device_.is_cuda() || c_.train.precision != Precision::bf16 ? ""
+      : param_dtype_ == Precision::bf16 ? "; bf16 parameters, fp32 master weights (train.param_dtype auto)"
+                                        : "; fp32 parameters (train.param_dtype auto: eval.precision fp32 needs them)";
   log::info("plan: ", plan_.total_steps, " steps of ", plan_.global_batch, " x ", plan_.sample_length, " tokens = ",
             plan_.total_steps * plan_.tokens_per_step, " tokens (", epochs_text(), "); model ", model_config_.d_model, "x", model_config_.n_layers, " ",
             enum_name(models::kArchs, model_config_.arch), " on ", device_.str(), ", ", at::get_num_threads(),
             " threads; lr ", format_double(lr_of(c_)), " after ", warmup_steps_of(c_, plan_.total_steps),
             " warm-up steps", c_.train.lr ? "" : from_pretrained(c_) ? " (auto: a pretrained base's)" : " (auto)",
-            bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "", fused.empty() ? "" : "; " + fused);
+            bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "", storage,
+            fused.empty() ? "" : "; " + fused);
   metrics_ = std::make_unique<Metrics>(writer_ ? run_.dir : fs::path(), c_.train.tensorboard, state_.step,
                                        plan_.total_steps);
 }
@@ -391,7 +399,7 @@ void Trainer::log_sources() const {
 // gradients over ranks while backward runs. bf16 parameters take their fp32
 // master weights from the values they are rounded from.
 void Trainer::set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named) {
-  const bool bf16 = c_.train.param_dtype == Precision::bf16;
+  const bool bf16 = param_dtype_ == Precision::bf16;
   const bool shard = group_ && c_.distributed.shard_optimizer;
   // The master weights' source. On a GPU a host copy, so each parameter's fp32
   // storage on the device is freed as soon as its bucket holds its bf16 value:
