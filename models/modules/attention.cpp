@@ -85,7 +85,9 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
 
 }  // namespace
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionBias& bias) {
+  if (bias.folded.defined()) return folded_alibi_attention(q, k, v, bias.folded);
+  const at::Tensor& mask = bias.mask;
   const auto device = q.device().type();
   const bool autocast = at::autocast::is_autocast_enabled(device);
   // Without a mask the causal mask is implicit; under autocast SDPA runs in the autocast dtype.

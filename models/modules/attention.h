@@ -2,7 +2,21 @@
 // Causal self-attention through at::scaled_dot_product_attention.
 #include <ATen/ATen.h>
 
+#include <utility>
+
+#include "models/modules/alibi_folded.h"
+
 namespace segtrain::models {
+
+// What attention adds to q·k besides causality by sequence order: nothing (RoPE, APE), a
+// float mask (ALiBi's fp32 bias; the causal mask after a KV cache's read tokens), or ALiBi
+// folded into q·k (alibi_folded.h).
+struct AttentionBias {
+  at::Tensor mask;
+  FoldedAlibi folded;
+  AttentionBias() = default;
+  AttentionBias(at::Tensor float_mask) : mask(std::move(float_mask)) {}  // NOLINT(google-explicit-constructor): a mask is a bias
+};
 
 // One float mask of shape (B, H, T, T) holding the causal mask (by sequence
 // order) and the ALiBi bias -m_h * (pos_q - pos_k) from the actual position ids,
@@ -37,7 +51,8 @@ bool repeats_kv_heads(c10::DeviceType device, at::ScalarType compute_dtype, bool
 // flash kernel on CUDA under bf16 autocast). With a mask it stays fp32 (seed
 // 002): under autocast q/k/v run in the autocast dtype on CPU, and in fp32 on
 // CUDA, whose fused bias kernel (memory-efficient) needs q's dtype for the bias.
+// A folded ALiBi bias runs folded_alibi_attention.
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& mask = {});
+                            const AttentionBias& bias = {});
 
 }  // namespace segtrain::models

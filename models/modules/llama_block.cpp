@@ -40,7 +40,7 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c)
 }
 
 at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                                   const at::Tensor& mask, KvLayer* kv) {
+                                   const AttentionBias& bias, KvLayer* kv) {
   const int64_t b = x.size(0), t = x.size(1);
   auto h = ln1(x);
   auto q = q_proj(h).view({b, t, n_heads, head_dim}).transpose(1, 2);
@@ -50,7 +50,7 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_c
   q = kernels::rope(q, rope_cos, rope_sin);
   k = kernels::rope(k, rope_cos, rope_sin);
   if (kv) std::tie(k, v) = kv->append(k, v);
-  auto y = causal_attention(q, k, v, mask);
+  auto y = causal_attention(q, k, v, bias);
   auto attended = x + o_proj(y.transpose(1, 2).reshape({b, t, n_heads * head_dim}));
   auto m = ln2(attended);
   return attended + down_proj(at::silu(gate_proj(m)) * up_proj(m));

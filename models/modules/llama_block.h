@@ -14,6 +14,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "models/modules/attention.h"
 #include "models/modules/kv_cache.h"
 #include "models/modules/projection.h"
 #include "models/spec/config.h"
@@ -22,11 +23,12 @@ namespace segtrain::models {
 
 // One transformer block of any layout.
 struct DecoderBlock : torch::nn::Module {
-  // rope_cos/sin: [B, 1, T, rotary_dim] or undefined; mask: fp32 (B,H,T,T) or undefined.
-  // With `kv`, the block attends over the keys and values it holds as well, and
-  // appends the new ones (then mask is (B|1, H|1, T, T_read + T): causal, or ALiBi's bias).
+  // rope_cos/sin: [B, 1, T, rotary_dim] or undefined; bias: nothing, an fp32 mask (B,H,T,T)
+  // or ALiBi folded (attention.h). With `kv`, the block attends over the keys and values it
+  // holds as well, and appends the new ones (then the mask is (B|1, H|1, T, T_read + T):
+  // causal, or ALiBi's bias).
   virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                             const at::Tensor& mask, KvLayer* kv = nullptr) = 0;
+                             const AttentionBias& bias, KvLayer* kv = nullptr) = 0;
 };
 
 // x.float() * rsqrt(mean(x.float()^2) + eps), cast back to x's dtype, then * weight.
@@ -41,7 +43,7 @@ TORCH_MODULE(RMSNorm);
 struct LlamaBlockImpl : DecoderBlock {
   explicit LlamaBlockImpl(const ModelConfig& config);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                     const at::Tensor& mask, KvLayer* kv = nullptr) override;
+                     const AttentionBias& bias, KvLayer* kv = nullptr) override;
 
   int64_t n_heads, n_kv_heads, head_dim;
   RMSNorm ln1{nullptr}, ln2{nullptr};

@@ -51,7 +51,7 @@ BlockImpl::BlockImpl(const ModelConfig& c)
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                              const at::Tensor& mask, KvLayer* kv) {
+                              const AttentionBias& bias, KvLayer* kv) {
   auto attention = [&](const at::Tensor& h) {
     const int64_t b = h.size(0), t = h.size(1), d = h.size(2);
     auto packed = qkv(h);
@@ -70,7 +70,7 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
       k = kernels::rope(k, rope_cos, rope_sin);
     }
     if (kv) std::tie(k, v) = kv->append(k, v);
-    auto y = causal_attention(q, k, v, mask);
+    auto y = causal_attention(q, k, v, bias);
     return proj(y.transpose(1, 2).reshape({b, t, d}));
   };
   auto mlp = [&](const at::Tensor& h) {
@@ -175,7 +175,8 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
   const int64_t seq_len = need_length ? std::max(bounds.end, cache ? cache->end : 0) : tokens.size(1);
 
   auto x = wte(tokens);
-  at::Tensor cos, sin, mask;
+  at::Tensor cos, sin;
+  AttentionBias bias;
   if (scheme == PositionScheme::learned) {
     const int64_t rows = wpe->weight.size(0);
     const int64_t lowest = bounds.lowest;
@@ -195,12 +196,16 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
     cos = angles.cos() * rope.attention_scale;
     sin = angles.sin() * rope.attention_scale;
   } else if (read == 0) {
-    // Samples that share their position ids (evaluation) share one mask.
-    const auto mask_positions = bounds.rows_share_positions ? positions.slice(0, 0, 1) : positions;
-    mask = alibi_causal_mask(mask_positions, alibi_table_.on(alibi_slopes_for(c, seq_len), positions.device()));
+    // Samples that share their position ids (evaluation) share one bias.
+    const auto bias_positions = bounds.rows_share_positions ? positions.slice(0, 0, 1) : positions;
+    const auto slopes = alibi_table_.on(alibi_slopes_for(c, seq_len), positions.device());
+    if (folds_alibi(positions.device(), head_dim_of(c), bounds))
+      bias.folded = fold_alibi(bias_positions, bounds, slopes, head_dim_of(c), at::kBFloat16);
+    else
+      bias.mask = alibi_causal_mask(bias_positions, slopes);
   }
   if (read > 0)  // the new tokens after those read: causal from where they start (and ALiBi's bias)
-    mask = causal_mask_after_read(
+    bias.mask = causal_mask_after_read(
         positions, at::cat({cache->positions, positions}, 1),
         scheme == PositionScheme::alibi ? alibi_table_.on(alibi_slopes_for(c, seq_len), positions.device())
                                         : at::Tensor());
@@ -214,13 +219,13 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
     const auto module = blocks->ptr(i);
     auto block = module->as<DecoderBlock>();
     if (cache) {
-      x = block->forward(x, cos, sin, mask, &cache->layers[i]);
+      x = block->forward(x, cos, sin, bias, &cache->layers[i]);
     } else if (c.activation_checkpointing && is_training()) {
       auto holder = std::dynamic_pointer_cast<DecoderBlock>(module);
-      x = checkpointed([holder, cos, sin, mask](const at::Tensor& h) { return holder->forward(h, cos, sin, mask); },
+      x = checkpointed([holder, cos, sin, bias](const at::Tensor& h) { return holder->forward(h, cos, sin, bias); },
                        x);
     } else {
-      x = block->forward(x, cos, sin, mask);
+      x = block->forward(x, cos, sin, bias);
     }
   }
   return ln_f ? normed(ln_f, x) : rms_f(x);

@@ -40,7 +40,7 @@ enum class WeightDtype { fp32, as_stored };
 struct BlockImpl : DecoderBlock {
   BlockImpl(const ModelConfig& config);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                     const at::Tensor& mask, KvLayer* kv = nullptr) override;
+                     const AttentionBias& bias, KvLayer* kv = nullptr) override;
 
   const ArchLayout& layout;
   int64_t n_heads, head_dim;

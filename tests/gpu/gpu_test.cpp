@@ -36,10 +36,13 @@
 #include <c10/util/Exception.h>
 #endif
 
+#include "kernels/fused_kernels.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
+#include "models/modules/alibi_folded.h"
 #include "models/modules/attention.h"
 #include "models/modules/converters/lora.h"
+#include "models/modules/positions.h"
 #include "models/modules/safetensors.h"
 #include "models/modules/transformer.h"
 #include "test_util.h"
@@ -548,6 +551,59 @@ TEST(FusedKernels, RmsNormEqualsTheCompositeForwardAndBackward) {
          ", backward (relative to the largest gradient) " + std::to_string(worst_backward));
 }
 
+// ALiBi folded into q·k (models/modules/alibi_folded.h) on CUDA under bf16 autocast, BLOOM's
+// head shape (64), segmented positions spanning 60,000 and slopes of a run interpolated 16x:
+// the folded tensors go to a fused 16-bit kernel (flash or cuDNN, not the math fallback), and
+// the output and the gradients of q, k and v stay within bf16 of attention in fp32 with the fp32
+// bias tensor on the same bf16-rounded inputs.
+TEST(FusedKernels, FoldedAlibiTakesAFused16BitKernelAndMatchesTheFp32Bias) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda")
+    SKIP_NOT_APPLICABLE("the folded bias is for CUDA's flash kernel; tests/models/alibi_folded_test.cpp checks it on the CPU");
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const int64_t b = 2, h = 16, t = 512, d = 64;
+  at::manual_seed(19);
+  // Four chunks of 128 tokens a sample, at their original positions in a 60,000-token window.
+  auto starts = std::get<0>(at::randint(0, 60000 - 128, {b, 4}, cuda.dtype(at::kLong)).sort(-1));
+  auto positions = (starts.unsqueeze(-1) + at::arange(128, cuda.dtype(at::kLong))).view({b, t});
+  const auto bounds = models::PositionBounds::of(positions.cpu());
+  const auto slopes = models::alibi_slopes(h).to(at::kCUDA) / 16.0;
+  auto q = at::randn({b, h, t, d}, cuda).to(at::kBFloat16).requires_grad_();
+  auto k = at::randn({b, h, t, d}, cuda).to(at::kBFloat16).requires_grad_();
+  auto v = at::randn({b, h, t, d}, cuda).to(at::kBFloat16).requires_grad_();
+  const auto folded = models::fold_alibi(positions, bounds, slopes, d, at::kBFloat16);
+  const int64_t backend = at::_fused_sdp_choice(at::zeros({b, h, t, d + models::kFoldedAlibiDims}, cuda.dtype(at::kBFloat16)),
+                                                at::zeros({b, h, t, d + models::kFoldedAlibiDims}, cuda.dtype(at::kBFloat16)),
+                                                at::zeros({b, h, t, d + models::kFoldedAlibiDims}, cuda.dtype(at::kBFloat16)),
+                                                std::nullopt, 0.0, true, 1.0 / 8.0, false);
+  // at::SDPBackend: 1 flash, 3 cuDNN (0 math, 2 memory-efficient).
+  EXPECT_TRUE(backend == 1 || backend == 3) << "SDPA backend " << backend;
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  const bool folds = models::folds_alibi(c10::Device(at::kCUDA), d, bounds);
+  const auto got = models::folded_alibi_attention(q, k, v, folded);
+  at::autocast::set_autocast_enabled(at::kCUDA, false);
+  EXPECT_EQ(folds, kernels::fused_kernels_requested());
+  ASSERT_EQ(got.scalar_type(), at::kBFloat16);
+  auto q32 = q.detach().to(at::kFloat).requires_grad_(), k32 = k.detach().to(at::kFloat).requires_grad_(),
+       v32 = v.detach().to(at::kFloat).requires_grad_();
+  const auto want = models::causal_attention(q32, k32, v32, models::alibi_causal_mask(positions, slopes));
+  const double forward_error = (got.to(at::kFloat) - want.detach()).abs().max().item<double>();
+  EXPECT_LT(forward_error, 3e-2);
+  const auto upstream = at::randn(got.sizes(), cuda);
+  const auto g = torch::autograd::grad({got}, {q, k, v}, {upstream.to(at::kBFloat16)});
+  const auto w = torch::autograd::grad({want}, {q32, k32, v32}, {upstream});
+  double worst_backward = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const double scale = w[i].abs().max().item<double>();
+    const double error = (g[i].to(at::kFloat) - w[i]).abs().max().item<double>();
+    worst_backward = std::max(worst_backward, error / scale);
+    EXPECT_LE(error, 3e-2 * scale) << "gradient " << i;
+  }
+  record("folded alibi vs fp32 bias: SDPA backend " + std::to_string(backend) + ", largest |difference| forward " +
+         std::to_string(forward_error) + ", backward (relative) " + std::to_string(worst_backward));
+}
+
 // ---------------------------------------------------------------------------
 // Attention at long lengths.
 
@@ -691,28 +747,35 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
     EXPECT_EQ(state_of(run_dir("cut") + "/final")[key], state_of(run_dir("whole") + "/final")[key]) << key;
 }
 
-// A bf16 run of a RoPE model with the project's CUDA kernels (SEGTRAIN_FUSED_KERNELS=1) follows
-// the run without: 8 steps' losses within 1e-3 (the fused attention's backward sums in no fixed
-// order), its plan line saying so. The CPU keeps the composites: there the losses are equal.
+// A bf16 run with the fused paths (SEGTRAIN_FUSED_KERNELS=1) follows the run without, for each
+// model they touch: gpt_neox (the RoPE kernel), llama (RoPE and ATen's fused RMSNorm on the bf16
+// parameters that train.param_dtype auto gives a bf16 run on CUDA), bloom (ALiBi folded into q.k):
+// 8 steps' losses within 1e-3 (the fused attention's backward sums in no fixed order; bloom's
+// folded bias, 5e-3), its plan line saying so. The CPU keeps the composites: there the losses are equal.
 TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
-  std::vector<std::vector<double>> losses;
-  for (const std::string fused : {"0", "1"}) {
-    const std::string name = "fused-" + fused;
-    auto trained = run("env", {"SEGTRAIN_FUSED_KERNELS=" + fused, kBin, "train", config(name, dev), "--set",
-                               "train.budget.tokens=1024", "--set", "train.precision=bf16"},
-                       900);
-    ASSERT_EQ(trained.exit_code, 0) << trained.err;
-    if (fused == "1" && dev == "cuda") {
-      EXPECT_NE((trained.out + trained.err).find("fused CUDA kernels on"), std::string::npos) << trained.err;
+  for (const std::string arch : {"gpt_neox", "llama", "bloom"}) {
+    std::vector<std::vector<double>> losses;
+    for (const std::string fused : {"0", "1"}) {
+      const std::string name = "fused-" + arch + "-" + fused;
+      tiny_run_config(name, {.arch = arch, .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
+      auto trained = run("env", {"SEGTRAIN_FUSED_KERNELS=" + fused, kBin, "train", config_path(name), "--set",
+                                 "train.budget.tokens=1024", "--set", "train.precision=bf16"},
+                         900);
+      ASSERT_EQ(trained.exit_code, 0) << arch << ": " << trained.err;
+      if (fused == "1" && dev == "cuda") {
+        EXPECT_NE((trained.out + trained.err).find("fused CUDA kernels on"), std::string::npos) << trained.err;
+      }
+      losses.emplace_back();
+      for (const auto& row : rows(run_dir(name))) losses.back().push_back(row["loss"].get<double>());
     }
-    losses.emplace_back();
-    for (const auto& row : rows(run_dir(name))) losses.back().push_back(row["loss"].get<double>());
+    ASSERT_EQ(losses[0].size(), 8u) << arch;
+    ASSERT_EQ(losses[1].size(), 8u) << arch;
+    const double tolerance = dev != "cuda" ? 0.0 : arch == "bloom" ? 5e-3 : 1e-3;
+    for (size_t i = 0; i < 8; ++i)
+      EXPECT_NEAR(losses[1][i], losses[0][i], tolerance) << arch << " step " << i + 1;
   }
-  ASSERT_EQ(losses[0].size(), 8u);
-  ASSERT_EQ(losses[1].size(), 8u);
-  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(losses[1][i], losses[0][i], dev == "cuda" ? 1e-3 : 0.0) << "step " << i + 1;
 }
 
 // Activation checkpointing recomputes each block in backward (on CUDA, on autograd's device
