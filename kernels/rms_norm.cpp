@@ -2,12 +2,14 @@
 
 #include <ATen/autocast_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/version.h>
 
 #include "common/error.h"
 #include "kernels/fused_kernels.h"
 
-// ATen's fused RMSNorm arrived with torch 2.9 (the CUDA kernel); an older torch keeps the composite.
-#if __has_include(<ATen/ops/_fused_rms_norm.h>)
+// ATen's fused RMSNorm with its CUDA kernel and (output, rstd) signature came with torch 2.9
+// (2.8 had an MPS-only op of another signature); an older torch keeps the composite.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
 #define SEGTRAIN_HAS_FUSED_RMS_NORM 1
 #else
 #define SEGTRAIN_HAS_FUSED_RMS_NORM 0

@@ -8,8 +8,8 @@
 
 namespace segtrain::models {
 
-FoldedAlibi fold_alibi(const at::Tensor& positions, const PositionBounds& bounds, const at::Tensor& slopes,
-                       int64_t head_dim, at::ScalarType dtype) {
+FoldedAlibi fold_alibi(const at::Tensor& positions, const at::Tensor& slopes, int64_t head_dim,
+                       at::ScalarType dtype) {
   at::NoGradGuard no_grad;
   const int64_t h = slopes.size(0);
   const auto device = positions.device();
@@ -20,8 +20,9 @@ FoldedAlibi fold_alibi(const at::Tensor& positions, const PositionBounds& bounds
   const auto lo = (scaled - hi).to(at::kBFloat16).to(at::kFloat);
   const auto zeros = at::zeros_like(hi);
   auto q_dims = at::stack({hi * 65536.0, hi * 256.0, hi, lo * 65536.0, lo * 256.0, lo, zeros, zeros}, -1);
-  // Digits of p - lowest, integer arithmetic (exact).
-  const auto p = positions.to(at::kLong) - bounds.lowest;
+  // Digits of p - p_0, integer arithmetic (exact); p_0 on the device, so nothing is read back.
+  const auto ids = positions.to(at::kLong);
+  const auto p = ids - ids.narrow(1, 0, 1);
   const auto a = at::floor_divide(p, 65536), b = at::remainder(at::floor_divide(p, 256), 256),
              c = at::remainder(p, 256);
   const auto none = at::zeros_like(a);
@@ -29,12 +30,18 @@ FoldedAlibi fold_alibi(const at::Tensor& positions, const PositionBounds& bounds
   return {q_dims.view({1, h, 1, kFoldedAlibiDims}).to(dtype), k_dims.unsqueeze(1).to(dtype)};
 }
 
-bool folds_alibi(const c10::Device& device, int64_t head_dim, const PositionBounds& bounds) {
+bool alibi_folds_within_precision(int64_t head_dim, const PositionBounds& bounds, double largest_slope) {
+  const auto span = static_cast<double>(bounds.end - bounds.lowest);
+  return head_dim + kFoldedAlibiDims <= 256 && span < static_cast<double>(kFoldedAlibiMaxSpan) &&
+         largest_slope * span <= kFoldedAlibiMaxBias;
+}
+
+bool folds_alibi(const c10::Device& device, int64_t head_dim, const PositionBounds& bounds, double largest_slope) {
   if (!device.is_cuda() || !kernels::fused_kernels_requested()) return false;
   if (!at::autocast::is_autocast_enabled(device.type()) ||
       at::autocast::get_autocast_dtype(device.type()) != at::kBFloat16)
     return false;
-  return head_dim + kFoldedAlibiDims <= 256 && bounds.end - bounds.lowest <= kFoldedAlibiMaxSpan;
+  return alibi_folds_within_precision(head_dim, bounds, largest_slope);
 }
 
 at::Tensor folded_alibi_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -198,9 +198,10 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
   } else if (read == 0) {
     // Samples that share their position ids (evaluation) share one bias.
     const auto bias_positions = bounds.rows_share_positions ? positions.slice(0, 0, 1) : positions;
-    const auto slopes = alibi_table_.on(alibi_slopes_for(c, seq_len), positions.device());
-    if (folds_alibi(positions.device(), head_dim_of(c), bounds))
-      bias.folded = fold_alibi(bias_positions, bounds, slopes, head_dim_of(c), at::kBFloat16);
+    const auto host_slopes = alibi_slopes_for(c, seq_len);
+    const auto slopes = alibi_table_.on(host_slopes, positions.device());
+    if (folds_alibi(positions.device(), head_dim_of(c), bounds, host_slopes.max().item<double>()))
+      bias.folded = fold_alibi(bias_positions, slopes, head_dim_of(c), at::kBFloat16);
     else
       bias.mask = alibi_causal_mask(bias_positions, slopes);
   }

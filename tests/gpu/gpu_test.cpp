@@ -522,9 +522,13 @@ TEST(FusedKernels, RmsNormEqualsTheCompositeForwardAndBackward) {
       at::manual_seed(13);
       auto x = (at::randn({2, 37, width}, cuda) * 3.0).to(dtype).requires_grad_();
       auto w = (at::rand({width}, cuda) + 0.5).to(dtype).requires_grad_();
+      // Inside autocast in the tensors' own 16-bit dtype, as a run calls it; the op leaves autocast out.
+      const auto autocast_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
       at::autocast::set_autocast_enabled(at::kCUDA, dtype != at::kFloat);
+      if (dtype != at::kFloat) at::autocast::set_autocast_dtype(at::kCUDA, dtype);
       const auto got = kernels::rms_norm_fused(x, w, 1e-5);
       at::autocast::set_autocast_enabled(at::kCUDA, false);
+      at::autocast::set_autocast_dtype(at::kCUDA, autocast_dtype);
       const auto what = std::string(c10::toString(dtype)) + " width " + std::to_string(width);
       ASSERT_EQ(got.scalar_type(), dtype) << what;
       auto x32 = x.detach().to(at::kFloat).requires_grad_();
@@ -571,18 +575,21 @@ TEST(FusedKernels, FoldedAlibiTakesAFused16BitKernelAndMatchesTheFp32Bias) {
   auto q = at::randn({b, h, t, d}, cuda).to(at::kBFloat16).requires_grad_();
   auto k = at::randn({b, h, t, d}, cuda).to(at::kBFloat16).requires_grad_();
   auto v = at::randn({b, h, t, d}, cuda).to(at::kBFloat16).requires_grad_();
-  const auto folded = models::fold_alibi(positions, bounds, slopes, d, at::kBFloat16);
+  const auto folded = models::fold_alibi(positions, slopes, d, at::kBFloat16);
   const int64_t backend = at::_fused_sdp_choice(at::zeros({b, h, t, d + models::kFoldedAlibiDims}, cuda.dtype(at::kBFloat16)),
                                                 at::zeros({b, h, t, d + models::kFoldedAlibiDims}, cuda.dtype(at::kBFloat16)),
                                                 at::zeros({b, h, t, d + models::kFoldedAlibiDims}, cuda.dtype(at::kBFloat16)),
                                                 std::nullopt, 0.0, true, 1.0 / 8.0, false);
   // at::SDPBackend: 1 flash, 3 cuDNN (0 math, 2 memory-efficient).
   EXPECT_TRUE(backend == 1 || backend == 3) << "SDPA backend " << backend;
+  const auto autocast_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
   at::autocast::set_autocast_enabled(at::kCUDA, true);
   at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-  const bool folds = models::folds_alibi(c10::Device(at::kCUDA), d, bounds);
+  // The model folds this batch where the switch is on (slope 2^-0.5 / 16 times a span under 60,000).
+  const bool folds = models::folds_alibi(c10::Device(at::kCUDA), d, bounds, slopes.max().item<double>());
   const auto got = models::folded_alibi_attention(q, k, v, folded);
   at::autocast::set_autocast_enabled(at::kCUDA, false);
+  at::autocast::set_autocast_dtype(at::kCUDA, autocast_dtype);
   EXPECT_EQ(folds, kernels::fused_kernels_requested());
   ASSERT_EQ(got.scalar_type(), at::kBFloat16);
   auto q32 = q.detach().to(at::kFloat).requires_grad_(), k32 = k.detach().to(at::kFloat).requires_grad_(),
@@ -752,6 +759,8 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
 // parameters that train.param_dtype auto gives a bf16 run on CUDA), bloom (ALiBi folded into q.k):
 // 8 steps' losses within 1e-3 (the fused attention's backward sums in no fixed order; bloom's
 // folded bias, 5e-3), its plan line saying so. The CPU keeps the composites: there the losses are equal.
+// (Nothing in a run's output names the paths a forward took; FusedKernels.* check each path and,
+// for ALiBi, that such a batch folds.)
 TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();

@@ -25,40 +25,54 @@ at::Tensor folded_bias(const FoldedAlibi& f) {
 }
 
 TEST(FoldedAlibi, EveryPositionKeepsItsOwnBiasWhereABf16BiasMergesNeighbours) {
-  // Head 0 of 32 (slope 2^-0.25) over positions 8000..8191, the study's Figure 4.
+  // Head 0 of 32 (slope 2^-0.25) over positions 8000..8191 of a row that starts at 0: the
+  // biases m p_j of the study's Figure 4, as the kernel's accumulator sums them.
   const int64_t head_dim = 128;
   const auto slopes = alibi_slopes(32);
-  const auto positions = at::arange(8000, 8192, at::kLong).view({1, -1});
-  const auto folded = fold_alibi(positions, PositionBounds::of(positions), slopes, head_dim, at::kBFloat16);
+  auto positions = at::cat({at::zeros({1}, at::kLong), at::arange(8000, 8192, at::kLong)}).view({1, -1});
+  const auto folded = fold_alibi(positions, slopes, head_dim, at::kBFloat16);
   ASSERT_EQ(folded.q_dims.scalar_type(), at::kBFloat16);
   ASSERT_EQ(folded.q_dims.sizes(), (std::vector<int64_t>{1, 32, 1, kFoldedAlibiDims}));
-  ASSERT_EQ(folded.k_dims.sizes(), (std::vector<int64_t>{1, 1, 192, kFoldedAlibiDims}));
-  const auto bias = folded_bias(folded)[0][0];  // head 0, in SDPA's units (times 1/sqrt(head_dim) later)
+  ASSERT_EQ(folded.k_dims.sizes(), (std::vector<int64_t>{1, 1, 193, kFoldedAlibiDims}));
+  const auto bias = folded_bias(folded)[0][0] / std::sqrt(double(head_dim));  // head 0, in logits
   std::set<float> folded_values, bf16_values;
   const double m = slopes[0].item<double>();
-  for (int64_t j = 0; j < 192; ++j) {
+  for (int64_t j = 1; j <= 192; ++j) {
+    const double p = static_cast<double>(8000 + j - 1);
     folded_values.insert(bias[j].item<float>());
-    bf16_values.insert(at::scalar_tensor(m * static_cast<double>(8000 + j)).to(at::kBFloat16).item<float>());
-    // The folded value, scaled back, is m (p_j - p_0) to the pair's 16 significant bits.
-    EXPECT_NEAR(bias[j].item<double>() / std::sqrt(double(head_dim)), m * static_cast<double>(j), 1e-4 * m * j + 1e-6);
+    // What a bias tensor in the kernel's dtype would hold.
+    bf16_values.insert(at::scalar_tensor(m * p).to(at::kBFloat16).item<float>());
+    // The slope pair carries 16 significant bits; the sum is fp32.
+    EXPECT_NEAR(bias[j].item<double>(), m * p, 2e-5 * m * p) << p;
   }
   EXPECT_EQ(folded_values.size(), 192u);
   EXPECT_LE(bf16_values.size(), 8u);  // bf16 spaces values 32 apart near 6,700: about 38 positions a value
 }
 
 TEST(FoldedAlibi, DigitsCoverPositionsUpToTheSpanLimitExactly) {
-  const std::vector<int64_t> ids = {5, 255, 256, 65535, 65536, 1000000, kFoldedAlibiMaxSpan + 4};
+  // From the row's first position, up and down (a row need not start at its smallest).
+  const std::vector<int64_t> ids = {5, 0, 255, 256, 65535, 65536, 1000000, kFoldedAlibiMaxSpan + 4};
   const auto positions = at::tensor(ids, at::kLong).view({1, -1});
-  PositionBounds bounds{5, kFoldedAlibiMaxSpan + 5, true};
   const auto slope = at::tensor({1.0f / 256});
-  const auto folded = fold_alibi(positions, bounds, slope, 64, at::kBFloat16);
+  const auto folded = fold_alibi(positions, slope, 64, at::kBFloat16);
   const auto k = folded.k_dims.to(at::kDouble)[0][0];
   for (int64_t j = 0; j < positions.size(1); ++j) {
-    const double p = positions[0][j].item<double>() - 5;
+    const double p = static_cast<double>(ids[j] - 5);
     EXPECT_EQ(k[j][0].item<double>() * 65536 + k[j][1].item<double>() * 256 + k[j][2].item<double>(), p) << p;
     EXPECT_EQ(k[j][3].item<double>() * 65536 + k[j][4].item<double>() * 256 + k[j][5].item<double>(), p) << p;
   }
-  EXPECT_FALSE(folds_alibi(c10::Device(at::kCPU), 64, bounds));  // the CPU keeps the bias tensor
+}
+
+// Where precision allows: m (p_i - p_0) up to 2^14, heads up to 248, spans below 2^24; the CPU
+// keeps the bias tensor whatever they are.
+TEST(FoldedAlibi, FoldsOnlyWherePrecisionAllows) {
+  const PositionBounds window{0, 32768, false};
+  EXPECT_TRUE(alibi_folds_within_precision(64, window, 0.5));          // 0.5 x 32,768 = 2^14
+  EXPECT_FALSE(alibi_folds_within_precision(64, {0, 32770, false}, 0.5));
+  EXPECT_TRUE(alibi_folds_within_precision(64, {0, 1 << 20, false}, 0.5 / 64));  // slopes interpolated 64x
+  EXPECT_FALSE(alibi_folds_within_precision(256, window, 1e-6));       // 264 dimensions: past flash's 256
+  EXPECT_FALSE(alibi_folds_within_precision(64, {0, kFoldedAlibiMaxSpan, false}, 1e-9));
+  EXPECT_FALSE(folds_alibi(c10::Device(at::kCPU), 64, window, 0.5));
 }
 
 struct Inputs {
@@ -75,9 +89,9 @@ Inputs segmented_inputs(int64_t h, int64_t h_kv, int64_t d) {
           at::randn({b, h_kv, t, d}).requires_grad_(), positions};
 }
 
-// Small slopes (interpolated to a long window, as an extended run uses them) keep keys far
-// apart in weight; the study's concern is the bias's resolution, checked above.
-at::Tensor long_range_slopes(int64_t h) { return alibi_slopes(h) / 64.0; }
+// Slopes interpolated to a long window, as an extended run uses them; by 48, so that no slope
+// over SDPA's scale is a power of two and the pair's low half is used too.
+at::Tensor long_range_slopes(int64_t h) { return alibi_slopes(h) / 48.0; }
 
 TEST(FoldedAlibi, AttentionEqualsTheFp32BiasTensorsInValueAndGradient) {
   for (const int64_t h_kv : {int64_t{4}, int64_t{2}}) {
@@ -85,12 +99,13 @@ TEST(FoldedAlibi, AttentionEqualsTheFp32BiasTensorsInValueAndGradient) {
     const auto in = segmented_inputs(h, h_kv, d);
     const auto slopes = long_range_slopes(h);
     const auto bounds = PositionBounds::of(in.positions);
-    const auto folded = fold_alibi(in.positions, bounds, slopes, d, at::kFloat);
+    const auto folded = fold_alibi(in.positions, slopes, d, at::kFloat);
+    ASSERT_TRUE(folded.q_dims.narrow(-1, 3, 3).ne(0).any().item<bool>());  // the low half carries bits
     const auto got = folded_alibi_attention(in.q, in.k, in.v, folded);
     const auto want = causal_attention(in.q, in.k, in.v, alibi_causal_mask(in.positions, slopes));
     ASSERT_EQ(got.sizes(), want.sizes());
     // The header's bound: the fp32 accumulator rounds each logit, near m (p_i - p_0) (at most
-    // 2^-8 / 64 * 140,003 = 547 here), to 2^-24 of it, a few times over (q·k's own sum, the scale).
+    // 2^-8 / 48 * 140,003 = 729 here), to 2^-24 of it, a few times over (q·k's own sum, the scale).
     const double largest = slopes.max().item<double>() * static_cast<double>(bounds.end - 1 - bounds.lowest);
     const double bound = 4.0 * std::ldexp(largest, -24);
     EXPECT_LT(test::max_abs_diff(got, want), bound) << "h_kv " << h_kv;
@@ -106,7 +121,7 @@ TEST(FoldedAlibi, InBf16ItStaysWithinBf16OfTheFp32Reference) {
   const int64_t h = 4, d = 32;
   const auto in = segmented_inputs(h, h, d);
   const auto slopes = long_range_slopes(h);
-  const auto folded = fold_alibi(in.positions, PositionBounds::of(in.positions), slopes, d, at::kBFloat16);
+  const auto folded = fold_alibi(in.positions, slopes, d, at::kBFloat16);
   const auto q = in.q.detach().to(at::kBFloat16), k = in.k.detach().to(at::kBFloat16),
              v = in.v.detach().to(at::kBFloat16);
   const auto got = folded_alibi_attention(q, k, v, folded);

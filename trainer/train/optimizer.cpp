@@ -1,6 +1,8 @@
 #include "trainer/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/error.h"
 #include "trainer/train/flat_buckets.h"
@@ -33,7 +35,8 @@ FusedStepScalars::FusedStepScalars(const c10::Device& device)
 void FusedStepScalars::set(double lr_value, double grad_factor) {
   TORCH_CHECK(grad_factor > 0, "FusedStepScalars: the gradient factor must be positive");
   lr.fill_(lr_value);
-  grad_scale.fill_(1.0 / grad_factor);
+  // A factor below fp32's range (a norm near fp32's largest) stays a finite divisor.
+  grad_scale.fill_(std::min(1.0 / grad_factor, static_cast<double>(std::numeric_limits<float>::max())));
 }
 
 bool decays(const AdamWOptions& options, const std::string& name, const at::Tensor& param) {
