@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/fused_kernels.h"
@@ -36,12 +37,17 @@ bool alibi_folds_within_precision(int64_t head_dim, const PositionBounds& bounds
          largest_slope * span <= kFoldedAlibiMaxBias;
 }
 
-bool folds_alibi(const c10::Device& device, int64_t head_dim, const PositionBounds& bounds, double largest_slope) {
+bool folds_alibi(const c10::Device& device, int64_t head_dim, const PositionBounds& bounds,
+                 const at::Tensor& host_slopes) {
   if (!device.is_cuda() || !kernels::fused_kernels_requested()) return false;
   if (!at::autocast::is_autocast_enabled(device.type()) ||
       at::autocast::get_autocast_dtype(device.type()) != at::kBFloat16)
     return false;
-  return alibi_folds_within_precision(head_dim, bounds, largest_slope);
+  if (!host_slopes.is_cpu() || host_slopes.numel() == 0) return false;
+  const auto values = host_slopes.to(at::kFloat).contiguous();
+  const float* slopes = values.const_data_ptr<float>();
+  const double largest = *std::max_element(slopes, slopes + values.numel());
+  return alibi_folds_within_precision(head_dim, bounds, largest);
 }
 
 at::Tensor folded_alibi_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -54,8 +54,10 @@ bool alibi_folds_within_precision(int64_t head_dim, const PositionBounds& bounds
 
 // Whether a forward on `device` folds ALiBi: a CUDA device under bf16 autocast (the flash
 // kernel's case), with SEGTRAIN_FUSED_KERNELS=1 until a GPU session has run it, where
-// alibi_folds_within_precision. Elsewhere the fp32 bias tensor serves (attention.h).
-bool folds_alibi(const c10::Device& device, int64_t head_dim, const PositionBounds& bounds, double largest_slope);
+// alibi_folds_within_precision for the largest of host_slopes ([H] on the host, read from its
+// memory: no op, no wait). Elsewhere the fp32 bias tensor serves (attention.h).
+bool folds_alibi(const c10::Device& device, int64_t head_dim, const PositionBounds& bounds,
+                 const at::Tensor& host_slopes);
 
 // Causal attention of q [B, H, T, hd] over k, v [B, H_kv, T, hd] (H_kv dividing H) with the
 // folded bias; the same result as causal_attention with alibi_causal_mask, within the

@@ -200,7 +200,7 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
     const auto bias_positions = bounds.rows_share_positions ? positions.slice(0, 0, 1) : positions;
     const auto host_slopes = alibi_slopes_for(c, seq_len);
     const auto slopes = alibi_table_.on(host_slopes, positions.device());
-    if (folds_alibi(positions.device(), head_dim_of(c), bounds, host_slopes.max().item<double>()))
+    if (folds_alibi(positions.device(), head_dim_of(c), bounds, host_slopes))
       bias.folded = fold_alibi(bias_positions, slopes, head_dim_of(c), at::kBFloat16);
     else
       bias.mask = alibi_causal_mask(bias_positions, slopes);

@@ -72,7 +72,7 @@ TEST(FoldedAlibi, FoldsOnlyWherePrecisionAllows) {
   EXPECT_TRUE(alibi_folds_within_precision(64, {0, 1 << 20, false}, 0.5 / 64));  // slopes interpolated 64x
   EXPECT_FALSE(alibi_folds_within_precision(256, window, 1e-6));       // 264 dimensions: past flash's 256
   EXPECT_FALSE(alibi_folds_within_precision(64, {0, kFoldedAlibiMaxSpan, false}, 1e-9));
-  EXPECT_FALSE(folds_alibi(c10::Device(at::kCPU), 64, window, 0.5));
+  EXPECT_FALSE(folds_alibi(c10::Device(at::kCPU), 64, window, at::full({4}, 0.5f)));
 }
 
 struct Inputs {
