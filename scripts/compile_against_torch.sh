@@ -3,7 +3,9 @@
 # another torch release: the one GPU images run (torch 2.11.0+cu130 on the machines this project
 # is lent), where CI builds against 2.14.1. A LibTorch API that moved between the two breaks here,
 # not on a GPU allocation. Only what differs by device is compiled: the sources that name CUDA or
-# NCCL (SEGTRAIN_WITH_CUDA, SEGTRAIN_WITH_NCCL, c10/cuda, ATen/cuda, torch/cuda.h), each with its
+# NCCL (SEGTRAIN_WITH_CUDA, SEGTRAIN_WITH_NCCL, c10/cuda, ATen/cuda, torch/cuda.h) and those that
+# call the fused ATen ops whose signatures moved between releases (_fused_rms_norm, _fused_adamw_,
+# scaled_dot_product_attention, _fused_sdp_choice), each with its
 # own command from BUILD_DIR's compile_commands.json, torch's include folders swapped for the
 # release's (from its PyPI wheel: only torch/include is unpacked, cached) and -fsyntax-only.
 # usage: scripts/compile_against_torch.sh VERSION [BUILD_DIR]    (e.g. 2.11.0 build-cuda)
@@ -50,7 +52,7 @@ found=$(sed -n 's/^#define TORCH_VERSION "\(.*\)"/\1/p' "$headers/torch/csrc/api
 
 # The units that differ by device, and their commands with torch's include folders swapped.
 mapfile -t units < <(git ls-files -z '*.cpp' |
-  xargs -0 grep -lE 'SEGTRAIN_WITH_CUDA|SEGTRAIN_WITH_NCCL|c10/cuda|ATen/cuda|torch/cuda\.h' | sort)
+  xargs -0 grep -lE 'SEGTRAIN_WITH_CUDA|SEGTRAIN_WITH_NCCL|c10/cuda|ATen/cuda|torch/cuda\.h|_fused_rms_norm|_fused_adamw_|scaled_dot_product_attention|_fused_sdp_choice' | sort)
 ((${#units[@]})) || die "no source names CUDA: nothing to compile"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
