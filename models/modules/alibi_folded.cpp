@@ -15,7 +15,7 @@ FoldedAlibi fold_alibi(const at::Tensor& positions, const at::Tensor& slopes, in
   const int64_t h = slopes.size(0);
   const auto device = positions.device();
   // The slopes in SDPA's units (it multiplies q·k by 1/sqrt(head_dim)), split into a bf16
-  // pair; in fp32 storage the pair sums to the fp32 value exactly as well.
+  // pair, which carries 16 significant bits of each in either storage.
   const auto scaled = slopes.to(device, at::kFloat, /*non_blocking=*/true) * std::sqrt(static_cast<double>(head_dim));
   const auto hi = scaled.to(at::kBFloat16).to(at::kFloat);
   const auto lo = (scaled - hi).to(at::kBFloat16).to(at::kFloat);
