@@ -109,6 +109,31 @@ TEST_F(ConfigTest, ParamDtypeAutoIsBf16ForABf16RunOnCudaOnly) {
   EXPECT_NE(refused.find("bf16 applies to bf16 parameters; set train.param_dtype: bf16"), std::string::npos) << refused;
 }
 
+// train.micro_batch_size auto sizes a step's passes, so the step itself must be given
+// (train.global_batch_size), and grad_accum then follows from it; each refusal names its key.
+TEST_F(ConfigTest, GlobalBatchSizeDecidesTheStepAndMicroBatchAutoNeedsIt) {
+  Config c = load_config(minimal(), {"train.micro_batch_size=auto", "train.global_batch_size=24"}).config;
+  EXPECT_FALSE(c.train.micro_batch_size.has_value());
+  EXPECT_EQ(c.train.global_batch_size, 24);
+  EXPECT_FALSE(c.train.batch_memory_gib.has_value());
+  EXPECT_EQ(load_config(minimal(), {}).config.train.micro_batch_size, 8) << "the default stays a number";
+  c = load_config(minimal(), {"train.micro_batch_size=auto", "train.global_batch_size=24", "train.batch_memory_gib=20.5"})
+          .config;
+  EXPECT_EQ(c.train.batch_memory_gib, 20.5);
+  auto msg = input_error_of([&] { load_config(minimal(), {"train.micro_batch_size=auto"}); });
+  EXPECT_NE(msg.find("train.micro_batch_size: auto needs train.global_batch_size"), std::string::npos) << msg;
+  msg = input_error_of([&] { load_config(minimal(), {"train.global_batch_size=16", "train.grad_accum=2"}); });
+  EXPECT_NE(msg.find("--set train.grad_accum=2: train.grad_accum: follows from train.global_batch_size (16 sequences"),
+            std::string::npos) << msg;
+  msg = input_error_of([&] { load_config(minimal(), {"train.global_batch_size=12"}); });  // micro_batch_size 8
+  EXPECT_NE(msg.find("train.global_batch_size: 12 is not a multiple of train.micro_batch_size 8"), std::string::npos) << msg;
+  msg = input_error_of([&] { load_config(minimal(), {"train.batch_memory_gib=4"}); });
+  EXPECT_NE(msg.find("train.batch_memory_gib: applies to train.micro_batch_size: auto"), std::string::npos) << msg;
+  msg = input_error_of([&] { load_config(minimal(), {"train.micro_batch_size=auto", "train.global_batch_size=8",
+                                                     "train.batch_memory_gib=0"}); });
+  EXPECT_NE(msg.find("train.batch_memory_gib: expected auto or a number > 0"), std::string::npos) << msg;
+}
+
 // A run from a base folder takes the folder's architecture when model.arch is not
 // written: without it a chunk run from a Llama folder was checked as gpt2 (learned
 // table, "set model.extension.method: interpolate"). HF model types map as the reader does.

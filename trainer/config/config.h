@@ -75,8 +75,13 @@ struct Budget {
 
 struct TrainConfig {
   Budget budget;
-  int64_t micro_batch_size = 8;
+  std::optional<int64_t> micro_batch_size = 8;  // nullopt ("auto"): the largest that fits (trainer/train/batch_size.h)
   int64_t grad_accum = 1;
+  // Sequences per optimizer step over all ranks; nullopt: micro_batch_size x grad_accum x ranks.
+  // Set, grad_accum follows from it, so the step is the same on any number of ranks or any device.
+  std::optional<int64_t> global_batch_size;
+  // The memory micro_batch_size auto may fill, GiB; nullopt: 90% of the device's (batch_size.h).
+  std::optional<double> batch_memory_gib;
   std::optional<double> lr;            // nullopt ("auto"): lr_of
   std::optional<double> min_lr;        // nullopt ("auto"): lr / 10 (min_lr_of)
   std::optional<int64_t> warmup_steps;  // nullopt ("auto"): warmup_steps_of

@@ -143,8 +143,21 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                     "Training tokens to process; setting it turns compute_equivalent off.").with({KeyRole::resume}),
       flag("train.budget.compute_equivalent", t.budget.compute_equivalent,
            "Karypis et al. 2024, eq. 2: L_e/L_t epochs for segmented samplers, 1 epoch for full.").with({KeyRole::grid, KeyRole::resume}),
-      integer("train.micro_batch_size", t.micro_batch_size, 1, kMaxInt, "Sequences per forward pass and rank."),
-      integer("train.grad_accum", t.grad_accum, 1, kMaxInt, "Micro-batches per optimizer step."),
+      maybe_integer("train.micro_batch_size", t.micro_batch_size, "auto", 1,
+                    "Sequences per forward pass and rank. auto: the largest that divides train.global_batch_size "
+                    "over the ranks and fits train.batch_memory_gib, found by measuring forward and backward at 1 "
+                    "and 2 sequences (and checking the choice) before the first step; the plan line says what it "
+                    "measured and chose. Needs train.global_batch_size."),
+      integer("train.grad_accum", t.grad_accum, 1, kMaxInt,
+              "Micro-batches per optimizer step; with train.global_batch_size it follows from it (leave it 1)."),
+      maybe_integer("train.global_batch_size", t.global_batch_size, "null", 1,
+                    "Sequences per optimizer step over all ranks; train.grad_accum is then this over "
+                    "micro_batch_size x ranks, which must divide it, so a run takes the same steps on any number of "
+                    "ranks. null: micro_batch_size x grad_accum x ranks."),
+      maybe_real("train.batch_memory_gib", t.batch_memory_gib, "auto", above(0), kNoHigh,
+                 "The memory, GiB, that train.micro_batch_size: auto lets this process hold at its peak (the "
+                 "model, its optimizer state and the step's activations): auto is 90% of the device's (a GPU's "
+                 "total memory; on the CPU, the host's available memory with what the process holds)."),
       maybe_real("train.lr", t.lr, "auto", above(0), kNoHigh,
                  "Peak learning rate; auto is 3e-4 from scratch, 2e-5 from a pretrained base (model.init hf: or "
                  "checkpoint:, the recipe of Position Interpolation, YaRN and LongLoRA), 2e-4 for LoRA adapters "

@@ -186,6 +186,18 @@ void check_train(Checker& ck, const Config& c) {
     ck.fail("eval.precision", "fp32 evaluation needs fp32 weights but train.param_dtype: bf16 holds them in bf16; "
                               "evaluate under bf16 (train) here, or the run's fp32 master weights afterwards with "
                               "`segtrain eval --model RUN/final --precision fp32`");
+  if (!t.micro_batch_size && !t.global_batch_size)
+    ck.fail("train.micro_batch_size", "auto needs train.global_batch_size (the sequences of a step: auto chooses "
+                                      "how many go through at once, train.grad_accum the rest)");
+  if (t.global_batch_size && t.grad_accum != 1)
+    ck.fail("train.grad_accum", "follows from train.global_batch_size (" + std::to_string(*t.global_batch_size) +
+                                " sequences a step over micro_batch_size x ranks); leave it out, or drop "
+                                "train.global_batch_size");
+  if (t.global_batch_size && t.micro_batch_size && *t.global_batch_size % *t.micro_batch_size != 0)
+    ck.fail("train.global_batch_size", std::to_string(*t.global_batch_size) + " is not a multiple of "
+                                       "train.micro_batch_size " + std::to_string(*t.micro_batch_size));
+  if (t.batch_memory_gib && t.micro_batch_size)
+    ck.fail("train.batch_memory_gib", "applies to train.micro_batch_size: auto, which this config does not set");
   if (t.reduce_dtype == Precision::bf16 && t.param_dtype != Precision::bf16)
     ck.fail("train.reduce_dtype", "bf16 applies to bf16 parameters; set train.param_dtype: bf16 (auto decides by "
                                   "the device, and fp32 parameters are reduced in fp32)");

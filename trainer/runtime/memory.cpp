@@ -87,6 +87,54 @@ std::optional<int64_t> available_memory_bytes(const c10::Device& device) {
   return std::nullopt;
 }
 
+namespace {
+
+// A line of /proc/self/status ("VmRSS:  1234 kB"), in bytes; 0 where there is none.
+int64_t own_status_bytes(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
+  return 0;
+}
+
+}  // namespace
+
+int64_t held_memory_bytes(const c10::Device& device) {
+#if SEGTRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    init_cuda_allocator();
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  }
+#else
+  (void)device;
+#endif
+  return own_status_bytes("VmRSS");
+}
+
+std::optional<int64_t> device_memory_bytes(const c10::Device& device) {
+#if SEGTRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    init_cuda_allocator();
+    const c10::cuda::CUDAGuard guard(device.index());
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
+    return static_cast<int64_t>(total);
+  }
+#endif
+  const auto available = available_memory_bytes(device);
+  if (!available) return std::nullopt;
+  return *available + held_memory_bytes(device);
+}
+
+void release_cached_memory(const c10::Device& device) {
+#if SEGTRAIN_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;
+#endif
+}
+
 nlohmann::json peak_memory_json(const PeakMemory& peak) {
   nlohmann::json out = {{"peak_rss_mb", round_tenth(peak.rss_mb)}};
   if (peak.gpu_allocated_mb) out["peak_gpu_mb"] = round_tenth(*peak.gpu_allocated_mb);

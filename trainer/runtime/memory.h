@@ -26,6 +26,18 @@ void reset_peak_memory(const c10::Device& device);
 // nullopt where neither can be read.
 std::optional<int64_t> available_memory_bytes(const c10::Device& device);
 
+// What this process holds on `device` now: the bytes its tensors take on a GPU (the caching
+// allocator's count), its resident set (VmRSS) on the CPU.
+int64_t held_memory_bytes(const c10::Device& device);
+
+// The memory a process may fill on `device`: a GPU's total, or on the CPU what the host has
+// available now plus what this process already holds; nullopt where it cannot be read.
+std::optional<int64_t> device_memory_bytes(const c10::Device& device);
+
+// Hands the caching allocator's unused blocks back to the driver (after an out-of-memory
+// that a caller recovers from); no-op on the CPU.
+void release_cached_memory(const c10::Device& device);
+
 // {"peak_rss_mb", and on CUDA "peak_gpu_mb", "peak_gpu_reserved_mb"}, rounded to 0.1 MiB.
 nlohmann::json peak_memory_json(const PeakMemory& peak);
 

@@ -9,11 +9,11 @@
 
 namespace segtrain::trainer {
 
-TrainingPlan plan_training(const Config& c, int64_t samples_per_epoch, int64_t sample_length, int64_t world_size) {
+TrainingPlan plan_training(const Config& c, int64_t samples_per_epoch, int64_t sample_length, int64_t global_batch) {
   TrainingPlan p;
   p.samples_per_epoch = samples_per_epoch;
   p.sample_length = sample_length;
-  p.global_batch = c.train.micro_batch_size * c.train.grad_accum * world_size;
+  p.global_batch = global_batch;
   p.tokens_per_step = p.global_batch * sample_length;
   if (samples_per_epoch == 0)
     throw InputError("data.store: the train split has no document of at least data.extended_length = " +

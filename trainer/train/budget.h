@@ -19,8 +19,8 @@ struct TrainingPlan {
   int64_t total_steps = 0;
 };
 
-// InputError when the store has no window to train on.
+// `global_batch` sequences a step (batch_size.h); InputError when the store has no window to train on.
 TrainingPlan plan_training(const Config& config, int64_t samples_per_epoch, int64_t sample_length,
-                           int64_t world_size);
+                           int64_t global_batch);
 
 }  // namespace segtrain::trainer

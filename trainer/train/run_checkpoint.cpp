@@ -229,17 +229,22 @@ void check_resume_compatible(const fs::path& checkpoint_dir, const Config& confi
     }
     throw InputError(saved_config.string() + ": " + key + " is " + text + ", expected an integer >= 1");
   };
+  // train.global_batch_size where set (micro_batch_size may be auto then), else the product.
   auto global_batch = [&](const YAML::Node& c, int64_t ranks) {
+    if (const std::string global = key_text(c, "train.global_batch_size");
+        global != "(missing)" && global != "null" && global != "~" && !global.empty())
+      return std::make_pair(count(c, "train.global_batch_size"), "global_batch_size " + global);
     const int64_t micro = count(c, "train.micro_batch_size"), accum = count(c, "train.grad_accum");
-    return std::make_pair(micro * accum * ranks, std::to_string(micro) + " x grad_accum " + std::to_string(accum) +
-                                                     " x " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks"));
+    return std::make_pair(micro * accum * ranks, "micro_batch_size " + std::to_string(micro) + " x grad_accum " +
+                                                     std::to_string(accum) + " x " + std::to_string(ranks) +
+                                                     (ranks == 1 ? " rank" : " ranks"));
   };
   const auto then = global_batch(saved, state.world_size), now = global_batch(current, world_size);
   if (then.first != now.first)
-    differences.push_back("global batch: checkpoint has " + std::to_string(then.first) + " sequences a step (micro_batch_size " +
-                          then.second + "), this run has " + std::to_string(now.first) + " (micro_batch_size " + now.second +
+    differences.push_back("global batch: checkpoint has " + std::to_string(then.first) + " sequences a step (" +
+                          then.second + "), this run has " + std::to_string(now.first) + " (" + now.second +
                           "); with another number of ranks, set train.grad_accum or train.micro_batch_size so the "
-                          "product stays the same");
+                          "product stays the same, or train.global_batch_size");
   if (!differences.empty()) {
     std::string message = "cannot resume from " + checkpoint_dir.string() + ": its config differs:";
     for (const auto& d : differences) message += "\n  " + d;

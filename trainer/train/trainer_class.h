@@ -3,6 +3,7 @@
 // and write its outputs. Private to trainer/train (run_training, trainer.h, is the way in). One
 // class, its methods in a file per concern:
 //   trainer_setup.cpp       inputs checked, model converted, optimizer, resume, the plan
+//   trainer_batch_size.cpp  the step's micro-batches, micro_batch_size auto measured
 //   trainer_loop.cpp        the loop, its step (forward_backward, reduce_totals, apply_update),
 //                           and what all ranks agree on
 //   trainer_outputs.cpp     metrics rows, checkpoints, final/, the closing summary
@@ -29,6 +30,7 @@
 #include "trainer/config/config.h"
 #include "trainer/eval/perplexity.h"
 #include "trainer/eval/suite.h"
+#include "trainer/train/batch_size.h"
 #include "trainer/train/budget.h"
 #include "trainer/train/cadence.h"
 #include "trainer/train/checkpoint_parts.h"
@@ -88,6 +90,8 @@ class Trainer {
   void convert_model(const LoadedConfig& loaded, std::future<models::BaseRecord> base_record);
   void assemble_checkpoint_parts();
   void resume_from_checkpoint();
+  void size_batch();
+  void measuring_pass(int64_t sequences);
   void plan_steps();
   void count_source_tokens();
   void log_sources() const;
@@ -120,6 +124,8 @@ class Trainer {
   bool writer_;  // rank 0 writes the run directory
   c10::Device device_;
   Precision param_dtype_;  // train.param_dtype, auto decided for device_
+  BatchShape batch_;       // train.micro_batch_size and grad_accum for these ranks (size_batch)
+  std::optional<MicroBatchChoice> auto_batch_;  // what micro_batch_size auto measured and chose
   std::unique_ptr<ProcessGroup> group_;
   data::TokenStore store_;
   std::unique_ptr<EvalSuite> suite_;              // eval.tasks, run by the final evaluation

@@ -66,7 +66,7 @@ StepResult Trainer::train_step() {
 LocalTotals Trainer::forward_backward() {
   LocalTotals local;
   std::vector<MicroBatch> micro;
-  for (int64_t k = 0; k < c_.train.grad_accum; ++k) {
+  for (int64_t k = 0; k < batch_.grad_accum; ++k) {
     data::Batch batch = loader_->next();
     local.cursor_after = batch.cursor;
     local.source_samples.resize(batch.step_samples.size());

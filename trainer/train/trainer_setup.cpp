@@ -70,6 +70,7 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
   check_inputs(loaded);
   build_model_and_optimizer(loaded);
   resume_from_checkpoint();
+  size_batch();
   plan_steps();
 }
 
@@ -263,7 +264,7 @@ void Trainer::plan_steps() {
   loader_options.seed = static_cast<uint64_t>(c_.run.seed);
   loader_options.rank = dist_.rank;
   loader_options.world_size = dist_.world_size;
-  loader_options.micro_batch_size = c_.train.micro_batch_size;
+  loader_options.micro_batch_size = batch_.micro_batch_size;
   loader_options.start = state_.cursor;
   // A new run: every source at its start, in the state too (a stop before step 1 saves it).
   if (loader_options.start.sources.empty()) {
@@ -273,7 +274,7 @@ void Trainer::plan_steps() {
   loader_options.threads = 1;
   sources_ = std::make_unique<data::SourceStores>(c_.data);
   loader_ = std::make_unique<data::Loader>(sources_->sources(), c_.data, loader_options);
-  plan_ = plan_training(c_, loader_->samples_per_epoch(), loader_->sample_length(), dist_.world_size);
+  plan_ = plan_training(c_, loader_->samples_per_epoch(), loader_->sample_length(), batch_.global(dist_.world_size));
   count_source_tokens();
   state_.total_steps = plan_.total_steps;
   if (run_.resume_from && !resumed_optimizer_state_ && state_.step < plan_.total_steps)
@@ -308,6 +309,11 @@ void Trainer::plan_steps() {
   Config resolved = c_;
   resolved.model.spec = model_config_;
   resolved.train.param_dtype = param_dtype_;
+  // The batch as this run steps it (micro_batch_size auto measured, grad_accum from the global batch).
+  resolved.train.micro_batch_size = batch_.micro_batch_size;
+  resolved.train.grad_accum = batch_.grad_accum;
+  resolved.train.global_batch_size.reset();
+  resolved.train.batch_memory_gib.reset();
   // What the run read, as folders that mean the same from any working directory (generate,
   // eval and export follow them from its config.yaml).
   resolved.data.store = absolute_folder(c_.data.store);
@@ -324,12 +330,18 @@ void Trainer::plan_steps() {
       c_.train.param_dtype || !device_.is_cuda() || c_.train.precision != Precision::bf16 ? ""
       : param_dtype_ == Precision::bf16 ? "; bf16 parameters, fp32 master weights (train.param_dtype auto)"
                                         : "; fp32 parameters (train.param_dtype auto: eval.precision fp32 needs them)";
+  // How the global batch goes through, where the config did not say it in numbers.
+  const std::string batch =
+      c_.train.micro_batch_size && !c_.train.global_batch_size ? ""
+      : "; micro-batch " + (auto_batch_ ? "auto: " + auto_batch_->describe() : std::to_string(batch_.micro_batch_size)) +
+            " x grad_accum " + std::to_string(batch_.grad_accum) + " x " + std::to_string(dist_.world_size) +
+            (dist_.world_size == 1 ? " rank" : " ranks");
   log::info("plan: ", plan_.total_steps, " steps of ", plan_.global_batch, " x ", plan_.sample_length, " tokens = ",
             plan_.total_steps * plan_.tokens_per_step, " tokens (", epochs_text(), "); model ", model_config_.d_model, "x", model_config_.n_layers, " ",
             enum_name(models::kArchs, model_config_.arch), " on ", device_.str(), ", ", at::get_num_threads(),
             " threads; lr ", format_double(lr_of(c_)), " after ", warmup_steps_of(c_, plan_.total_steps),
             " warm-up steps", c_.train.lr ? "" : from_pretrained(c_) ? " (auto: a pretrained base's)" : " (auto)",
-            bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "", storage,
+            batch, bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "", storage,
             fused.empty() ? "" : "; " + fused);
   metrics_ = std::make_unique<Metrics>(writer_ ? run_.dir : fs::path(), c_.train.tensorboard, state_.step,
                                        plan_.total_steps);

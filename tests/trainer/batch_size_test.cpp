@@ -1,0 +1,171 @@
+// train.micro_batch_size auto (trainer/train/batch_size.h) against passes whose memory the
+// test decides: CPU tensors of known sizes held at once, so the measured peak, the line
+// through 1 and 2 sequences and the size chosen have exact expectations.
+#include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "common/error.h"
+#include "trainer/runtime/allocation_peak.h"
+#include "trainer/runtime/memory.h"
+#include "trainer/train/batch_size.h"
+
+namespace segtrain::trainer {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+const c10::Device kCpu(c10::kCPU);
+
+// A pass that holds `bytes` at once, in float tensors, and frees them.
+void hold(int64_t bytes) {
+  std::vector<at::Tensor> held;
+  for (int64_t left = bytes; left > 0; left -= kMiB) held.push_back(at::empty({std::min(left, kMiB) / 4}, at::kFloat));
+}
+
+TEST(AllocationPeak, CountsWhatTheWorkHeldAtOnceOnTheCpuAndPutsPyTorchsAllocatorBack) {
+  c10::Allocator* before = c10::GetCPUAllocator();
+  const at::Tensor earlier = at::empty({kMiB}, at::kFloat);  // 4 MiB before the watch: not counted
+  int64_t peak = 0;
+  at::Tensor kept;
+  {
+    AllocationPeak watch(kCpu);
+    EXPECT_NE(c10::GetCPUAllocator(), before);
+    hold(3 * kMiB);  // 3 MiB at once, freed
+    { const at::Tensor a = at::empty({kMiB / 4}, at::kFloat), b = at::empty({kMiB / 4}, at::kFloat); }  // 2 MiB
+    kept = at::empty({kMiB / 2}, at::kFloat);  // 2 MiB that outlives the watch
+    hold(2 * kMiB);                            // 2 + 2 MiB at once
+    peak = watch.bytes();
+    EXPECT_THROW(AllocationPeak{kCpu}, std::logic_error) << "one CPU watch at a time";
+  }
+  EXPECT_EQ(peak, 4 * kMiB);
+  EXPECT_EQ(c10::GetCPUAllocator(), before);
+  kept = at::Tensor();  // freed through the counter after the watch: no crash, no effect
+  AllocationPeak again(kCpu);
+  EXPECT_EQ(again.bytes(), 0);
+}
+
+TEST(BatchSize, GlobalBatchSizeGivesEachRankItsShareAndTheAccumulation) {
+  TrainConfig t;
+  t.grad_accum = 3;
+  BatchShape shape = batch_shape(t, 2, 4);
+  EXPECT_EQ(shape.grad_accum, 3) << "no global batch: grad_accum as configured";
+  EXPECT_EQ(shape.global(2), 24);
+  t.grad_accum = 1;
+  t.global_batch_size = 24;
+  shape = batch_shape(t, 2, 4);
+  EXPECT_EQ(shape.micro_batch_size, 4);
+  EXPECT_EQ(shape.grad_accum, 3);
+  EXPECT_EQ(batch_shape(t, 3, 8).grad_accum, 1);
+  EXPECT_EQ(sequences_per_rank(t, 4), 6);
+  try {
+    batch_shape(t, 5, 1);
+    ADD_FAILURE() << "24 over 5 ranks";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "train.global_batch_size: 24 sequences do not divide over 5 ranks; make it a multiple of 5");
+  }
+  try {
+    batch_shape(t, 2, 5);
+    ADD_FAILURE() << "12 a rank in passes of 5";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("leave 12 a rank, not a multiple of train.micro_batch_size 5"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(micro_batch_candidates(12), (std::vector<int64_t>{12, 6, 4, 3, 2, 1}));
+  EXPECT_EQ(micro_batch_candidates(1), (std::vector<int64_t>{1}));
+  const MemoryFit fit = MemoryFit::through(7 * kMiB, 10 * kMiB);
+  EXPECT_EQ(fit.fixed_bytes, 4 * kMiB);
+  EXPECT_EQ(fit.per_sequence_bytes, 3 * kMiB);
+  EXPECT_EQ(fit.at(5), 19 * kMiB);
+}
+
+// The budget is set around what the process holds when the choice starts (its resident set
+// on the CPU), with a margin of a MiB either way for what the test itself moves.
+struct Pass {
+  std::function<int64_t(int64_t)> bytes;  // what a pass of `size` sequences holds at once
+  std::vector<int64_t> sizes;             // the sizes measured, in order
+  void operator()(int64_t size) {
+    sizes.push_back(size);
+    hold(bytes(size));
+  }
+};
+
+MemoryBudget room_for(int64_t bytes) { return {held_memory_bytes(kCpu) + bytes, "the test's"}; }
+
+TEST(BatchSize, AutoTakesTheLargestDivisorThatTheLineAndItsOwnPassFit) {
+  // 2 MiB whatever the size, 3 MiB a sequence; room for 4 sequences and a half of 12.
+  Pass linear{[](int64_t n) { return 2 * kMiB + 3 * kMiB * n; }, {}};
+  auto choice = choose_micro_batch(kCpu, 12, room_for(2 * kMiB + 3 * kMiB * 9 / 2), std::ref(linear));
+  EXPECT_EQ(choice.micro_batch_size, 4);
+  EXPECT_EQ(linear.sizes, (std::vector<int64_t>{1, 2, 4})) << "6 and 12 are past the line, 4 is measured itself";
+  EXPECT_EQ(choice.fit.per_sequence_bytes, 3 * kMiB);
+  EXPECT_EQ(choice.fit.fixed_bytes, 2 * kMiB);
+  EXPECT_EQ(choice.peak_bytes, 14 * kMiB);
+  EXPECT_NE(choice.describe().find("4 (measured: "), std::string::npos) << choice.describe();
+  EXPECT_NE(choice.describe().find("the test's)"), std::string::npos) << choice.describe();
+  // Room for everything: the whole share in one pass.
+  Pass all{linear.bytes, {}};
+  EXPECT_EQ(choose_micro_batch(kCpu, 12, room_for(200 * kMiB), std::ref(all)).micro_batch_size, 12);
+  EXPECT_EQ(all.sizes, (std::vector<int64_t>{1, 2, 12}));
+}
+
+// A pass that grows faster than the line through 1 and 2 (attention's T^2 grows per sequence, but
+// an allocator's rounding does not): the line's choice is measured, found over, and the next
+// divisor taken.
+TEST(BatchSize, AutoStepsDownWhenTheChosenSizesOwnPassDoesNotFit) {
+  Pass quadratic{[](int64_t n) { return kMiB * n * n; }, {}};  // 1, 4, 9 (3), 16 (4), 36 (6) MiB
+  auto choice = choose_micro_batch(kCpu, 12, room_for(13 * kMiB), std::ref(quadratic));
+  // The line through 1 and 4 MiB is 3 MiB a sequence, -2 MiB fixed (counted 0): 6 x 3 = 18 > 13,
+  // 4 x 3 = 12 fits by the line but measures 16; 3 measures 9.
+  EXPECT_EQ(choice.micro_batch_size, 3);
+  EXPECT_EQ(quadratic.sizes, (std::vector<int64_t>{1, 2, 4, 3}));
+  EXPECT_EQ(choice.peak_bytes, 9 * kMiB);
+}
+
+TEST(BatchSize, APassThatRunsOutOfMemoryCountsAsOverAndOneSequenceOverIsRefused) {
+  Pass out_of_memory{[](int64_t n) {
+                       TORCH_CHECK_WITH(OutOfMemoryError, n < 4, "out of memory (the test's)");
+                       return kMiB * n;
+                     },
+                     {}};
+  auto choice = choose_micro_batch(kCpu, 8, room_for(100 * kMiB), std::ref(out_of_memory));
+  EXPECT_EQ(choice.micro_batch_size, 2);
+  EXPECT_EQ(out_of_memory.sizes, (std::vector<int64_t>{1, 2, 8, 4}));
+
+  Pass two_over{[](int64_t n) { return 5 * kMiB * n; }, {}};
+  EXPECT_EQ(choose_micro_batch(kCpu, 8, room_for(7 * kMiB), std::ref(two_over)).micro_batch_size, 1);
+  EXPECT_EQ(two_over.sizes, (std::vector<int64_t>{1, 2})) << "two over: nothing larger is tried";
+
+  Pass too_big{[](int64_t n) { return 20 * kMiB * n; }, {}};
+  try {
+    choose_micro_batch(kCpu, 8, room_for(10 * kMiB), std::ref(too_big));
+    ADD_FAILURE() << "one sequence of 20 MiB in 10";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("train.micro_batch_size auto: one sequence does not fit cpu: the process holds "), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("a pass of one sequence adds 0.02 GiB, over the budget of "), std::string::npos) << what;
+    EXPECT_NE(what.find("raise train.batch_memory_gib"), std::string::npos) << what;
+  }
+  EXPECT_EQ(too_big.sizes, (std::vector<int64_t>{1}));
+}
+
+TEST(BatchSize, TheBudgetIsTheConfigsOrNineTenthsOfTheDevice) {
+  TrainConfig t;
+  t.batch_memory_gib = 1.5;
+  const MemoryBudget given = memory_budget(t, kCpu);
+  EXPECT_EQ(given.bytes, 3 * (int64_t{1} << 29));
+  EXPECT_EQ(given.source, "train.batch_memory_gib");
+  t.batch_memory_gib.reset();
+  const MemoryBudget device = memory_budget(t, kCpu);
+  const auto total = device_memory_bytes(kCpu);
+  ASSERT_TRUE(total.has_value());
+  EXPECT_NEAR(static_cast<double>(device.bytes), 0.9 * static_cast<double>(*total), 0.02 * static_cast<double>(*total));
+  EXPECT_NE(device.source.find("90% of the host's available "), std::string::npos) << device.source;
+}
+
+}  // namespace
+}  // namespace segtrain::trainer

@@ -1,0 +1,72 @@
+#pragma once
+// How many sequences a step takes and how they go through the model: train.micro_batch_size,
+// train.grad_accum and train.global_batch_size resolved for a run's ranks, and
+// micro_batch_size auto: the largest micro-batch that divides a rank's share of the global
+// batch and whose measured peak memory fits the budget (train.batch_memory_gib).
+//
+// auto measures, not models: forward and backward at 1 and 2 sequences give the peak as a
+// line in the micro-batch size (what the model, optimizer state and gradients hold, plus what
+// each sequence's activations add, whatever checkpointing, loss slicing or attention kernel
+// the run takes); the largest size the line fits is then measured itself, and a smaller one
+// taken while it does not fit (or runs out of memory), because allocators do not add up exactly.
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "trainer/config/config.h"
+
+namespace segtrain::trainer {
+
+struct BatchShape {
+  int64_t micro_batch_size = 0;  // sequences per forward pass and rank
+  int64_t grad_accum = 0;        // micro-batches per optimizer step
+  int64_t global(int64_t ranks) const { return micro_batch_size * grad_accum * ranks; }
+};
+
+// A rank's sequences a step under train.global_batch_size; InputError naming the key when the
+// ranks do not divide it.
+int64_t sequences_per_rank(const TrainConfig& train, int64_t ranks);
+
+// The step of `micro` sequences a pass: grad_accum as configured, or what train.global_batch_size
+// leaves over micro x ranks (InputError naming the key when that does not divide it).
+BatchShape batch_shape(const TrainConfig& train, int64_t ranks, int64_t micro);
+
+// Peak memory as a line in the micro-batch size, from the peaks measured at 1 and 2 sequences.
+struct MemoryFit {
+  int64_t fixed_bytes = 0;         // what a pass holds whatever its size (gradients, the loss's slices)
+  int64_t per_sequence_bytes = 0;  // what each sequence adds (activations)
+  int64_t at(int64_t sequences) const { return fixed_bytes + per_sequence_bytes * sequences; }
+  static MemoryFit through(int64_t peak_of_one, int64_t peak_of_two);
+};
+
+// The sizes that divide `sequences` evenly, largest first.
+std::vector<int64_t> micro_batch_candidates(int64_t sequences);
+
+struct MemoryBudget {
+  int64_t bytes = 0;
+  std::string source;  // how it was set, for the plan line: "train.batch_memory_gib", "90% of the GPU's 79.2 GiB"
+};
+
+// train.batch_memory_gib, or 90% of the device's memory (runtime/memory.h, device_memory_bytes);
+// a runtime error where the device's memory cannot be read.
+MemoryBudget memory_budget(const TrainConfig& train, const c10::Device& device);
+
+struct MicroBatchChoice {
+  int64_t micro_batch_size = 0;
+  MemoryFit fit;
+  int64_t held_bytes = 0;  // what the process held before the first pass (weights, optimizer state)
+  int64_t peak_bytes = 0;  // the chosen size's measured peak above held_bytes
+  MemoryBudget budget;
+  std::string describe() const;  // "4 (measured: 1.2 GiB held + 96 MiB + 310 MiB a sequence; ...)"
+};
+
+// The largest of micro_batch_candidates(sequences) whose pass `forward_backward(size)` peaks
+// within the budget on `device` (held_bytes + its peak), measured as the header says. A pass
+// that runs out of memory counts as over. A runtime error (exit 1) when one sequence does not fit.
+MicroBatchChoice choose_micro_batch(const c10::Device& device, int64_t sequences, const MemoryBudget& budget,
+                                    const std::function<void(int64_t)>& forward_backward);
+
+}  // namespace segtrain::trainer

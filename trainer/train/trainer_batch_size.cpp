@@ -1,0 +1,115 @@
+// The Trainer's batch (trainer_class.h): train.micro_batch_size, grad_accum and
+// global_batch_size resolved for this run's ranks, with micro_batch_size auto measured on the
+// run's own model, optimizer and device before the first step (batch_size.h).
+#include <ATen/Context.h>
+#include <ATen/core/Generator.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/log.h"
+#include "data/mixture.h"
+#include "data/sampler.h"
+#include "data/sampler_kind.h"
+#include "trainer/runtime/device.h"
+#include "trainer/runtime/memory.h"
+#include "trainer/train/step_loss.h"
+#include "trainer/train/trainer_class.h"
+
+namespace segtrain::trainer {
+namespace {
+
+// The positions of a measuring pass: the farthest the data can reach (L_e - 1, or L_t - 1 for a
+// sampler that stays within L_t), spread over the sequence as a sampler spreads them, since an
+// attention whose kernel depends on the span (ALiBi folded into q·k, or its bias tensor) must be
+// measured at the span training will see.
+std::vector<int32_t> reaching_positions(const data::DataConfig& data, int64_t length) {
+  int64_t last = length - 1;
+  for (const auto& source : data::data_sources(data))
+    if (!data::sampler_kind(source.data.sampler).within_train_length)
+      last = std::max(last, source.data.extended_length - 1);
+  std::vector<int32_t> positions(static_cast<size_t>(length));
+  for (int64_t j = 0; j < length; ++j)
+    positions[static_cast<size_t>(j)] = static_cast<int32_t>(length == 1 ? 0 : j * last / (length - 1));
+  return positions;
+}
+
+// The default generators of the CPU and the run's device, put back when it goes out of scope:
+// a measuring pass's dropout draws nothing the run would have drawn.
+class KeptGenerators {
+ public:
+  explicit KeptGenerators(const c10::Device& device) {
+    keep(at::globalContext().defaultGenerator(c10::Device(c10::kCPU)));
+    if (!device.is_cpu()) keep(at::globalContext().defaultGenerator(device));
+  }
+  ~KeptGenerators() {
+    for (auto& [generator, state] : kept_) {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(state);
+    }
+  }
+  KeptGenerators(const KeptGenerators&) = delete;
+  KeptGenerators& operator=(const KeptGenerators&) = delete;
+
+ private:
+  void keep(at::Generator generator) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    at::Tensor state = generator.get_state();
+    kept_.emplace_back(std::move(generator), std::move(state));
+  }
+  std::vector<std::pair<at::Generator, at::Tensor>> kept_;
+};
+
+}  // namespace
+
+void Trainer::size_batch() {
+  if (c_.train.micro_batch_size) {
+    batch_ = batch_shape(c_.train, dist_.world_size, *c_.train.micro_batch_size);
+    return;
+  }
+  const int64_t sequences = sequences_per_rank(c_.train, dist_.world_size);
+  const KeptGenerators generators(device_);
+  auto choice = choose_micro_batch(device_, sequences, memory_budget(c_.train, device_),
+                                   [this](int64_t size) { measuring_pass(size); });
+  // Every rank takes the smallest choice (ranks on other devices, or with more held, may differ).
+  if (group_) {
+    std::vector<double> chosen(static_cast<size_t>(dist_.world_size), 0.0);
+    chosen[static_cast<size_t>(dist_.rank)] = static_cast<double>(choice.micro_batch_size);
+    const auto all = global_sum(chosen);
+    const int64_t smallest = static_cast<int64_t>(*std::min_element(all.begin(), all.end()));
+    if (smallest != choice.micro_batch_size)
+      log::info("rank ", dist_.rank, ": micro-batch ", choice.micro_batch_size, " fits here; ", smallest,
+                " fits every rank");
+    choice.micro_batch_size = smallest;
+  }
+  batch_ = batch_shape(c_.train, dist_.world_size, choice.micro_batch_size);
+  auto_batch_ = choice;
+  reset_peak_memory(device_);  // the run's peaks are its steps', not the measuring passes'
+}
+
+// One micro-batch's forward and backward as a step runs it, on `sequences` sequences of the
+// longest positions with every target scored (what a step can hold at most); the gradients
+// are dropped after.
+void Trainer::measuring_pass(int64_t sequences) {
+  const int64_t length = data::sample_length(data::data_sources(c_.data).front().data);
+  const auto n = static_cast<size_t>(sequences * length);
+  data::Batch batch;
+  batch.batch_size = sequences;
+  batch.length = length;
+  batch.tokens.assign(n, 0);
+  batch.targets.assign(n, 0);
+  batch.loss_mask.assign(n, 1);
+  const std::vector<int32_t> positions = reaching_positions(c_.data, length);
+  for (int64_t s = 0; s < sequences; ++s) batch.positions.insert(batch.positions.end(), positions.begin(), positions.end());
+  const MicroBatch micro = to_tensors(batch, device_);
+  at::Tensor loss;
+  {
+    Autocast autocast(c_.train.precision == Precision::bf16, device_.type());
+    loss = micro_batch_loss(model_, micro, c_.train.loss_chunk_tokens);
+  }
+  loss.backward();
+  loss = at::Tensor();
+  optimizer_->zero_grad();
+}
+
+}  // namespace segtrain::trainer
