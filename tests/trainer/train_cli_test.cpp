@@ -692,6 +692,16 @@ TEST_F(TrainCli, TwoShardedRanksEqualOneRankWithCheckpointingAndAccumulation) {
                               "distributed.shard_optimizer=true"});
 }
 
+// train.global_batch_size over two ranks with micro_batch_size auto: each rank's share (2)
+// fits, so each takes it in one pass, and the two train as one process with micro-batch 4.
+TEST_F(TrainCli, TwoRanksWithAGlobalBatchAndAutoMicroBatchEqualOneRank) {
+  expect_two_ranks_equal_one("dp-global", {},
+                             {"--set", "train.micro_batch_size=auto", "--set", "train.global_batch_size=4"});
+  const std::string log = test::read_file(run_dir("dp-global-2") + "/logs/rank-0.log");
+  EXPECT_NE(log.find("micro-batch auto: 2 (measured: "), std::string::npos) << log;
+  EXPECT_NE(log.find(" x grad_accum 1 x 2 ranks"), std::string::npos) << log;
+}
+
 // A sharded run's checkpoint holds each rank's own slices of the optimizer
 // state (no rank gathers it): from step 8 two sharded ranks, and one rank with
 // grad_accum 2 (the same global batch) that reads both files' slices, continue
@@ -1427,6 +1437,70 @@ std::set<std::string> params_with_state(const fs::path& shard) {
   for (const auto& [key, t] : models::read_safetensors(shard.string()))
     if (key.rfind("exp_avg.", 0) == 0) params.insert(key.substr(8, key.find('@') - 8));
   return params;
+}
+
+// train.micro_batch_size auto measures forward and backward on the run's own model before the
+// first step and takes what fits: the passes change no weight and draw nothing the run would
+// (LoRA's dropout draws from the generator they leave as they found it), so the run trains the
+// bytes of the same batch given as a number; its config.yaml says the numbers, its checkpoints
+// keep auto (a resume measures again, to the same bytes); another global batch is refused on
+// resume, and a budget one sequence does not fit is a one-line error (exit 1).
+TEST_F(TrainCli, MicroBatchAutoTrainsTheBytesOfTheBatchItChose) {
+  auto base = run(kBin, {"train", config("auto-base", "llama", "truncate"), "--set", "train.budget.tokens=4000"});
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  auto args = [&](const std::string& name, const std::vector<std::string>& more) {
+    std::vector<std::string> a = {
+        "train", tiny_run_config(name, {.arch = "llama", .method = "chunk", .train_keys = ", budget: {tokens: 2048}"}),
+        "--set", "model.init=checkpoint:" + run_dir("auto-base") + "/final", "--set", "model.adapters.lora.rank=4",
+        "--set", "model.adapters.lora.dropout=0.1", "--set", "train.checkpoint_every=4", "--set", "train.keep_last=0"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const std::vector<std::string> automatic = {"--set", "train.micro_batch_size=auto", "--set",
+                                              "train.global_batch_size=4"};
+  auto given = run(kBin, args("auto-given", {}));  // the tiny run's micro_batch_size 4
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  auto chosen = run(kBin, args("auto-whole", automatic));
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.err;
+  EXPECT_TRUE(std::regex_search(chosen.err, std::regex(R"(micro-batch auto: 4 \(measured: \S+ GiB held, a pass \S+ MiB )"
+                                                       R"(\+ \S+ MiB a sequence, 4 sequences peak at \S+ GiB of the )"
+                                                       R"(budget \S+ GiB, 90% of the host's available \S+ GiB\) x )"
+                                                       R"(grad_accum 1 x 1 rank)")))
+      << chosen.err;
+  EXPECT_EQ(test::read_file(run_dir("auto-whole") + "/final/model.safetensors"),
+            test::read_file(run_dir("auto-given") + "/final/model.safetensors"));
+  const YAML::Node resolved = YAML::LoadFile(run_dir("auto-whole") + "/config.yaml");
+  EXPECT_EQ(resolved["train"]["micro_batch_size"].as<int>(), 4);
+  EXPECT_EQ(resolved["train"]["grad_accum"].as<int>(), 1);
+  EXPECT_TRUE(resolved["train"]["global_batch_size"].IsNull());
+  const YAML::Node kept = YAML::LoadFile(run_dir("auto-whole") + "/checkpoints/step-4/config.yaml");
+  EXPECT_EQ(kept["train"]["micro_batch_size"].as<std::string>(), "auto");
+  EXPECT_EQ(kept["train"]["global_batch_size"].as<int>(), 4);
+
+  // Without dropout, whose generator no checkpoint keeps.
+  std::vector<std::string> undropped = automatic;
+  undropped.insert(undropped.end(), {"--set", "model.adapters.lora.dropout=0"});
+  auto plain = run(kBin, args("auto-plain", undropped));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  expect_resumes_to_the_same_bytes(args("auto-cut", undropped), run_dir("auto-plain"), run_dir("auto-cut"), 4);
+  stopped_after(run_dir("auto-whole"), run_dir("auto-other"), 4);
+  auto other = args("auto-other", {"--set", "train.micro_batch_size=auto", "--set", "train.global_batch_size=8",
+                                   "--resume"});
+  auto refused = run(kBin, other);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("global batch: checkpoint has 4 sequences a step (global_batch_size 4), this run has 8 "
+                             "(global_batch_size 8)"),
+            std::string::npos)
+      << refused.err;
+
+  auto tight = run(kBin, args("auto-tight", {"--set", "train.micro_batch_size=auto", "--set",
+                                             "train.global_batch_size=4", "--set", "train.batch_memory_gib=0.01"}));
+  EXPECT_EQ(tight.exit_code, 1) << tight.err;
+  EXPECT_NE(tight.err.find("train.micro_batch_size auto: one sequence does not fit cpu: the process holds "),
+            std::string::npos)
+      << tight.err;
+  EXPECT_NE(tight.err.find("over the budget of 0.01 GiB (train.batch_memory_gib)"), std::string::npos) << tight.err;
+  EXPECT_EQ(tight.err.find("terminate called"), std::string::npos) << tight.err;
 }
 
 // train.freeze (models/modules/converters/freeze.h) on a trained base: "everything but the norms

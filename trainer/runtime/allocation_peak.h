@@ -27,7 +27,7 @@ class AllocationPeak {
 
  private:
   c10::Device device_;
-  int64_t start_ = 0;                    // CUDA: the bytes allocated when the watch began
+  int64_t start_ = 0;                    // the bytes held when the watch began (on the CPU, through the counter)
   c10::Allocator* replaced_ = nullptr;   // CPU: PyTorch's allocator, put back at the end
 };
 
