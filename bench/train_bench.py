@@ -56,7 +56,9 @@ eager,compiled on CUDA, eager on the CPU; segtrain / compiled is ratio_compiled)
 BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
 in `speed`: auto, the default, or N; 0 is the whole logits, as the PyTorch loop computes them),
 BENCH_PARAM_DTYPE (segtrain's train.param_dtype: auto, the default, which a bf16 run on CUDA takes as
-bf16 with fp32 master weights, or fp32 or bf16; the PyTorch loops keep fp32 weights under autocast).
+bf16 with fp32 master weights, or fp32 or bf16; the PyTorch loops keep fp32 weights under autocast),
+BENCH_MICRO_BATCH (N: every program's micro-batch instead of the shape's, e.g. to measure GPT-2 medium's
+MFU at the larger micro-batch that segtrain's train.micro_batch_size: auto chooses on the card).
 
 One thread per process by default: on the 2-core machine these figures come from,
 2 OpenMP threads slow down 4-8x (in both programs, unevenly) as soon as anything
@@ -103,6 +105,7 @@ def positive_env(name, default):
 
 
 THREADS = positive_env("BENCH_THREADS", 1)
+MICRO_BATCH = positive_env("BENCH_MICRO_BATCH", 1) if os.environ.get("BENCH_MICRO_BATCH") else None
 LOSS_CHUNK_TOKENS = os.environ.get("BENCH_LOSS_CHUNK_TOKENS", "auto")
 PARAM_DTYPE = os.environ.get("BENCH_PARAM_DTYPE", "auto")
 if LOSS_CHUNK_TOKENS != "auto" and not LOSS_CHUNK_TOKENS.isdigit():
@@ -533,7 +536,8 @@ def selected_shapes(table):
     for n in names:
         if n not in table:
             raise SystemExit(f"train_bench: BENCH_SHAPES: no {DEVICE} shape '{n}'; expected some of {', '.join(table)}")
-    return {n: s for n, s in table.items() if n in names or (not names and not s.get("explicit_only"))}
+    chosen = {n: s for n, s in table.items() if n in names or (not names and not s.get("explicit_only"))}
+    return {n: dict(s, micro_batch=MICRO_BATCH) if MICRO_BATCH else s for n, s in chosen.items()}
 
 
 def programs_of(runs):

@@ -155,6 +155,7 @@ declare -A about=(
   [LongAttention.GroupedQueryAttentionAt32kTokensTakesAFusedKernelInFp32AndBf16]="SmolLM2's attention at 32,768 tokens adds under 1 GiB in fp32 and bf16"
   [DeviceRun.ChunkRunTrainsAndResumesExactly]="a chunk run, stopped by SIGTERM and resumed, follows the uninterrupted run"
   [DeviceRun.Bf16StepsWithActivationCheckpointingEqualStepsWithout]="8 bf16 steps with activation checkpointing = 8 without (1e-3)"
+  [DeviceRun.MicroBatchAutoKeepsTheRunsPeakWithinTheBudget]="micro_batch_size auto: a budget halfway between micro-batch 1's and 32's peaks gives a smaller micro-batch whose run peaks within it"
   [DeviceRun.Bf16StepsWithFusedKernelsEqualStepsWithout]="8 bf16 steps with SEGTRAIN_FUSED_KERNELS=1 = 8 without, gpt_neox, llama, bloom (1e-3; bloom 5e-3)"
   [FusedKernels.RopeEqualsTheCompositeForwardAndBackward]="the RoPE kernel = ATen's composite, forward and backward, fp32/bf16/fp16"
   [FusedKernels.RmsNormEqualsTheCompositeForwardAndBackward]="ATen's fused RMSNorm = transformers' composite in fp32, forward and backward"

@@ -787,6 +787,57 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
   }
 }
 
+// train.micro_batch_size auto against the caching allocator's own peak: runs of micro-batch 1
+// and 32 peak at P1 and P32 (metrics.jsonl's peak_gpu_mb); with train.batch_memory_gib halfway
+// between, auto takes a micro-batch below 32 (its plan line says which and what it measured)
+// and its run's peak stays within the budget. With room for all 32, it takes 32. On the CPU as
+// the device (no allocator peak to hold it to) only the choices and plan lines are checked.
+TEST_F(DeviceRun, MicroBatchAutoKeepsTheRunsPeakWithinTheBudget) {
+  REQUIRE_DEVICE(1);
+  const std::string dev = device_under_test();
+  const std::vector<std::string> wider = {"--set", "model.d_model=512", "--set", "model.n_layers=4", "--set",
+                                          "train.budget.tokens=2048", "--set", "train.precision=bf16"};
+  auto train = [&](const std::string& name, const std::vector<std::string>& sets) {
+    std::vector<std::string> args = {"train", config(name, dev)};
+    args.insert(args.end(), wider.begin(), wider.end());
+    args.insert(args.end(), sets.begin(), sets.end());
+    return run(kBin, args, 900);
+  };
+  auto peak_mib = [&](const std::string& name) {
+    double most = 0;
+    for (const auto& row : rows(run_dir(name)))
+      if (row.contains("peak_gpu_mb")) most = std::max(most, row["peak_gpu_mb"].get<double>());
+    return most;
+  };
+  auto chosen = [](const std::string& err) {
+    std::smatch m;
+    return std::regex_search(err, m, std::regex(R"(micro-batch auto: (\d+) \(measured: )")) ? std::stoi(m[1]) : -1;
+  };
+  const std::vector<std::string> automatic = {"--set", "train.micro_batch_size=auto", "--set",
+                                              "train.global_batch_size=32"};
+  auto roomy = train("auto-roomy", automatic);
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  EXPECT_EQ(chosen(roomy.err), 32) << roomy.err;
+  if (dev != "cuda") return;
+  auto one = train("auto-1", {"--set", "train.micro_batch_size=1"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  auto all = train("auto-32", {"--set", "train.micro_batch_size=32"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  const double p1 = peak_mib("auto-1"), p32 = peak_mib("auto-32"), budget_mib = (p1 + p32) / 2;
+  ASSERT_GT(p32, p1) << "32 sequences must hold more than 1";
+  std::vector<std::string> tight = automatic;
+  tight.insert(tight.end(), {"--set", "train.batch_memory_gib=" + std::to_string(budget_mib / 1024.0)});
+  auto halfway = train("auto-halfway", tight);
+  ASSERT_EQ(halfway.exit_code, 0) << halfway.err;
+  const int micro = chosen(halfway.err);
+  EXPECT_GE(micro, 1) << halfway.err;
+  EXPECT_LT(micro, 32) << halfway.err;
+  EXPECT_LE(peak_mib("auto-halfway"), budget_mib) << halfway.err;
+  record("micro_batch_size auto on " + dev + ": P1 " + std::to_string(p1) + " MiB, P32 " + std::to_string(p32) +
+         " MiB, budget " + std::to_string(budget_mib) + " MiB -> micro-batch " + std::to_string(micro) + " peaking at " +
+         std::to_string(peak_mib("auto-halfway")) + " MiB");
+}
+
 // Activation checkpointing recomputes each block in backward (on CUDA, on autograd's device
 // thread) under the forward's autocast state: 8 bf16 steps with it give the losses of 8 without.
 // A recomputation that reused a bf16 cast made before the optimizer's in-place update (autocast's

@@ -11,6 +11,7 @@
 #include "models/modules/model_io.h"
 #include "models/modules/safetensors.h"
 #include "models/spec/base_record.h"
+#include "trainer/train/random_state.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -153,6 +154,17 @@ std::shared_ptr<SavedPart> TrainerStatePart::save(const SaveRequest& request) {
 void TrainerStatePart::load(const fs::path& dir) {
   const fs::path file = dir / "trainer_state.json";
   state_ = state_from_json(read_file(file, "trainer state"), file.string());
+}
+
+std::shared_ptr<SavedPart> RandomStatePart::save(const SaveRequest& request) {
+  if (request.rank != 0) return nullptr;
+  return saved_texts({{"rng_state.json", generators_to_json(capture_generators(device_))}});
+}
+
+void RandomStatePart::load(const fs::path& dir) {
+  const fs::path file = dir / "rng_state.json";
+  if (!fs::exists(file)) return;
+  restore_generators(generators_from_json(read_file(file, "random generators' state"), file.string()), device_);
 }
 
 std::shared_ptr<SavedPart> RunRecordPart::save(const SaveRequest& request) {

@@ -5,6 +5,7 @@
 //   OptimizerPart       optimizer-<r>-of-<N>.safetensors           every rank
 //                       optimizer.index.json                       rank 0
 //   TrainerStatePart    trainer_state.json                         rank 0
+//   RandomStatePart     rng_state.json                             rank 0
 //   RunRecordPart       config.yaml, store_tokenizer.json          rank 0
 //   ConvertersPart      converters.json (a converted model only)   rank 0
 #include <map>
@@ -73,6 +74,18 @@ class TrainerStatePart final : public CheckpointPart {
 
  private:
   TrainerState& state_;
+};
+
+// The random generators dropout draws from (random_state.h). A checkpoint without the file
+// (written before segtrain kept it) leaves them as run.seed set them.
+class RandomStatePart final : public CheckpointPart {
+ public:
+  explicit RandomStatePart(c10::Device device) : device_(device) {}
+  std::shared_ptr<SavedPart> save(const SaveRequest& request) override;
+  void load(const fs::path& dir) override;
+
+ private:
+  c10::Device device_;
 };
 
 // What the run was: its resolved config.yaml and the store's tokenizer record

@@ -72,9 +72,9 @@ std::string state_to_json(const TrainerState& s) {
             {"skipped_steps", s.skipped_steps},
             {"consecutive_bad_steps", s.consecutive_bad_steps},
             {"data_cursor", stream_cursor_json(s.cursor)},
-            // The data stream is a pure function of (seed, epoch, index) and the
-            // model has no dropout, so the cursor is the whole RNG state to keep.
-            {"rng", "stateless: data keyed by (run.seed, epoch, index)"}};
+            // The data stream is a pure function of (seed, epoch, index): the cursor is its
+            // whole state. Dropout's generators are rng_state.json's (random_state.h).
+            {"rng", "data keyed by (run.seed, epoch, index); dropout's generators in rng_state.json"}};
   if (s.train_seconds) j["train_seconds"] = *s.train_seconds;
   if (!s.source_tokens.empty()) {
     json sources = json::array();

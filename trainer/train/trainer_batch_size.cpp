@@ -1,9 +1,6 @@
 // The Trainer's batch (trainer_class.h): train.micro_batch_size, grad_accum and
 // global_batch_size resolved for this run's ranks, with micro_batch_size auto measured on the
 // run's own model, optimizer and device before the first step (batch_size.h).
-#include <ATen/Context.h>
-#include <ATen/core/Generator.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -13,6 +10,7 @@
 #include "data/sampler_kind.h"
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/memory.h"
+#include "trainer/train/random_state.h"
 #include "trainer/train/step_loss.h"
 #include "trainer/train/trainer_class.h"
 
@@ -34,32 +32,6 @@ std::vector<int32_t> reaching_positions(const data::DataConfig& data, int64_t le
   return positions;
 }
 
-// The default generators of the CPU and the run's device, put back when it goes out of scope:
-// a measuring pass's dropout draws nothing the run would have drawn.
-class KeptGenerators {
- public:
-  explicit KeptGenerators(const c10::Device& device) {
-    keep(at::globalContext().defaultGenerator(c10::Device(c10::kCPU)));
-    if (!device.is_cpu()) keep(at::globalContext().defaultGenerator(device));
-  }
-  ~KeptGenerators() {
-    for (auto& [generator, state] : kept_) {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(state);
-    }
-  }
-  KeptGenerators(const KeptGenerators&) = delete;
-  KeptGenerators& operator=(const KeptGenerators&) = delete;
-
- private:
-  void keep(at::Generator generator) {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    at::Tensor state = generator.get_state();
-    kept_.emplace_back(std::move(generator), std::move(state));
-  }
-  std::vector<std::pair<at::Generator, at::Tensor>> kept_;
-};
-
 }  // namespace
 
 void Trainer::size_batch() {
@@ -68,7 +40,7 @@ void Trainer::size_batch() {
     return;
   }
   const int64_t sequences = sequences_per_rank(c_.train, dist_.world_size);
-  const KeptGenerators generators(device_);
+  const KeptGenerators generators(device_);  // the passes' dropout draws nothing the run would
   auto choice = choose_micro_batch(device_, sequences, memory_budget(c_.train, device_),
                                    [this](int64_t size) { measuring_pass(size); });
   // Every rank takes the smallest choice (ranks on other devices, or with more held, may differ).

@@ -230,6 +230,7 @@ void Trainer::assemble_checkpoint_parts() {
   optimizer_part_ = optimizer.get();
   checkpoint_parts_.push_back(std::move(optimizer));
   checkpoint_parts_.push_back(std::make_unique<TrainerStatePart>(state_));
+  checkpoint_parts_.push_back(std::make_unique<RandomStatePart>(device_));
   checkpoint_parts_.push_back(std::make_unique<RunRecordPart>(to_yaml(c_), store_tokenizer_));
   checkpoint_parts_.push_back(std::make_unique<ConvertersPart>(converters_));
 }
