@@ -16,7 +16,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=1
 
-for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer optimizer_state converters base_record adapter_config jsonl_zst parquet; do
+for t in config experiment safetensors safetensors_index hf_config model_config megatron_idx store_meta jsonl trainer_state hf_tokenizer optimizer_state converters base_record adapter_config jsonl_zst parquet rng_state; do
   rm -rf "${OUT:?}/$t"
   mkdir -p "$OUT/$t"
 done
@@ -50,6 +50,7 @@ cp runs/gpt2/checkpoints/step-*/trainer_state.json "$OUT/trainer_state/step.json
   --set "data.mixture=[{name: a, weight: 3}, {name: b, weight: 1, extended_length: 16, sampler: {method: truncate}}]" \
   >"$OUT/config/resolved_mixture.yaml" 2>/dev/null
 cp runs/mixture/final/trainer_state.json "$OUT/trainer_state/final_mixture.json"
+cp runs/gpt2/final/rng_state.json "$OUT/rng_state/final_gpt2.json"
 # Converted runs from the gpt_neox run: LoRA (adapters and norms) and train.freeze.
 "$BIN" train run_gpt_neox.yaml --set run.output_dir=runs/lora --set model.init=checkpoint:runs/gpt_neox/final \
   --set model.adapters.lora.rank=2 --set "model.adapters.lora.targets=[qkv, o]" \
