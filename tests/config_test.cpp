@@ -129,9 +129,11 @@ TEST_F(ConfigTest, GlobalBatchSizeDecidesTheStepAndMicroBatchAutoNeedsIt) {
   EXPECT_NE(msg.find("train.global_batch_size: 12 is not a multiple of train.micro_batch_size 8"), std::string::npos) << msg;
   msg = input_error_of([&] { load_config(minimal(), {"train.batch_memory_gib=4"}); });
   EXPECT_NE(msg.find("train.batch_memory_gib: applies to train.micro_batch_size: auto"), std::string::npos) << msg;
+  msg = input_error_of([&] { load_config(minimal(), {"train.micro_batch_size=auto", "train.global_batch_size=2097152"}); });
+  EXPECT_NE(msg.find("train.global_batch_size: 2097152 sequences a step is past 1048576"), std::string::npos) << msg;
   msg = input_error_of([&] { load_config(minimal(), {"train.micro_batch_size=auto", "train.global_batch_size=8",
                                                      "train.batch_memory_gib=0"}); });
-  EXPECT_NE(msg.find("train.batch_memory_gib: expected auto or a number > 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train.batch_memory_gib: expected auto or a number in (0, 1048576), got '0'"), std::string::npos) << msg;
 }
 
 // A run from a base folder takes the folder's architecture when model.arch is not

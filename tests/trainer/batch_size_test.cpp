@@ -76,6 +76,9 @@ TEST(BatchSize, GlobalBatchSizeGivesEachRankItsShareAndTheAccumulation) {
   }
   EXPECT_EQ(micro_batch_candidates(12), (std::vector<int64_t>{12, 6, 4, 3, 2, 1}));
   EXPECT_EQ(micro_batch_candidates(1), (std::vector<int64_t>{1}));
+  EXPECT_EQ(micro_batch_candidates(36), (std::vector<int64_t>{36, 18, 12, 9, 6, 4, 3, 2, 1}));
+  EXPECT_EQ(micro_batch_candidates(7), (std::vector<int64_t>{7, 1}));
+  EXPECT_EQ(micro_batch_candidates(int64_t{1} << 20).size(), 21u) << "2^20's divisors, found up to its square root";
   const MemoryFit fit = MemoryFit::through(7 * kMiB, 10 * kMiB);
   EXPECT_EQ(fit.fixed_bytes, 4 * kMiB);
   EXPECT_EQ(fit.per_sequence_bytes, 3 * kMiB);
@@ -100,16 +103,17 @@ TEST(BatchSize, AutoTakesTheLargestDivisorThatTheLineAndItsOwnPassFit) {
   Pass linear{[](int64_t n) { return 2 * kMiB + 3 * kMiB * n; }, {}};
   auto choice = choose_micro_batch(kCpu, 12, room_for(2 * kMiB + 3 * kMiB * 9 / 2), std::ref(linear));
   EXPECT_EQ(choice.micro_batch_size, 4);
-  EXPECT_EQ(linear.sizes, (std::vector<int64_t>{1, 2, 4})) << "6 and 12 are past the line, 4 is measured itself";
+  EXPECT_EQ(linear.sizes, (std::vector<int64_t>{1, 1, 2, 4}))
+      << "1 twice (the first pass warms what a run makes once), 6 and 12 past the line, 4 measured itself";
   EXPECT_EQ(choice.fit.per_sequence_bytes, 3 * kMiB);
   EXPECT_EQ(choice.fit.fixed_bytes, 2 * kMiB);
-  EXPECT_EQ(choice.peak_bytes, 14 * kMiB);
+  EXPECT_EQ(choice.peak_bytes, choice.held_bytes + 14 * kMiB) << "what was held, and the pass's 2 + 4 x 3 MiB";
   EXPECT_NE(choice.describe().find("4 (measured: "), std::string::npos) << choice.describe();
   EXPECT_NE(choice.describe().find("the test's)"), std::string::npos) << choice.describe();
   // Room for everything: the whole share in one pass.
   Pass all{linear.bytes, {}};
   EXPECT_EQ(choose_micro_batch(kCpu, 12, room_for(200 * kMiB), std::ref(all)).micro_batch_size, 12);
-  EXPECT_EQ(all.sizes, (std::vector<int64_t>{1, 2, 12}));
+  EXPECT_EQ(all.sizes, (std::vector<int64_t>{1, 1, 2, 12}));
 }
 
 // A pass that grows faster than the line through 1 and 2 (attention's T^2 grows per sequence, but
@@ -121,8 +125,25 @@ TEST(BatchSize, AutoStepsDownWhenTheChosenSizesOwnPassDoesNotFit) {
   // The line through 1 and 4 MiB is 3 MiB a sequence, -2 MiB fixed (counted 0): 6 x 3 = 18 > 13,
   // 4 x 3 = 12 fits by the line but measures 16; 3 measures 9.
   EXPECT_EQ(choice.micro_batch_size, 3);
-  EXPECT_EQ(quadratic.sizes, (std::vector<int64_t>{1, 2, 4, 3}));
-  EXPECT_EQ(choice.peak_bytes, 9 * kMiB);
+  EXPECT_EQ(quadratic.sizes, (std::vector<int64_t>{1, 1, 2, 4, 3}));
+  EXPECT_EQ(choice.peak_bytes, choice.held_bytes + 9 * kMiB);
+}
+
+// What a pass leaves behind (cuBLAS's workspace, a cache: here 6 MiB the first pass keeps) is
+// held by every later pass: the whole peak counts it, not only each pass's growth.
+TEST(BatchSize, WhatTheFirstPassLeavesCountsInEveryLaterPass) {
+  std::vector<at::Tensor> workspace;
+  Pass leaving{[&](int64_t n) {
+                 if (workspace.empty()) workspace.push_back(at::empty({6 * kMiB / 4}, at::kFloat));
+                 return kMiB * n;
+               },
+               {}};
+  auto choice = choose_micro_batch(kCpu, 8, room_for(11 * kMiB), std::ref(leaving));
+  // 1 MiB a sequence: 8 needs 6 + 8 = 14 MiB (past the line, which counts the 6), 4 needs 10.
+  EXPECT_EQ(choice.micro_batch_size, 4);
+  EXPECT_EQ(leaving.sizes, (std::vector<int64_t>{1, 1, 2, 4}));
+  EXPECT_EQ(choice.fit.per_sequence_bytes, kMiB) << "the line runs through the passes after the first";
+  EXPECT_EQ(choice.peak_bytes, choice.held_bytes + 10 * kMiB);
 }
 
 TEST(BatchSize, APassThatRunsOutOfMemoryCountsAsOverAndOneSequenceOverIsRefused) {
@@ -133,11 +154,11 @@ TEST(BatchSize, APassThatRunsOutOfMemoryCountsAsOverAndOneSequenceOverIsRefused)
                      {}};
   auto choice = choose_micro_batch(kCpu, 8, room_for(100 * kMiB), std::ref(out_of_memory));
   EXPECT_EQ(choice.micro_batch_size, 2);
-  EXPECT_EQ(out_of_memory.sizes, (std::vector<int64_t>{1, 2, 8, 4}));
+  EXPECT_EQ(out_of_memory.sizes, (std::vector<int64_t>{1, 1, 2, 8, 4}));
 
   Pass two_over{[](int64_t n) { return 5 * kMiB * n; }, {}};
   EXPECT_EQ(choose_micro_batch(kCpu, 8, room_for(7 * kMiB), std::ref(two_over)).micro_batch_size, 1);
-  EXPECT_EQ(two_over.sizes, (std::vector<int64_t>{1, 2})) << "two over: nothing larger is tried";
+  EXPECT_EQ(two_over.sizes, (std::vector<int64_t>{1, 1, 2})) << "two over: nothing larger is tried";
 
   Pass too_big{[](int64_t n) { return 20 * kMiB * n; }, {}};
   try {
@@ -150,7 +171,7 @@ TEST(BatchSize, APassThatRunsOutOfMemoryCountsAsOverAndOneSequenceOverIsRefused)
     EXPECT_NE(what.find("a pass of one sequence adds 0.02 GiB, over the budget of "), std::string::npos) << what;
     EXPECT_NE(what.find("raise train.batch_memory_gib"), std::string::npos) << what;
   }
-  EXPECT_EQ(too_big.sizes, (std::vector<int64_t>{1}));
+  EXPECT_EQ(too_big.sizes, (std::vector<int64_t>{1})) << "the first pass is over: not measured again";
 }
 
 TEST(BatchSize, TheBudgetIsTheConfigsOrNineTenthsOfTheDevice) {
@@ -165,6 +186,11 @@ TEST(BatchSize, TheBudgetIsTheConfigsOrNineTenthsOfTheDevice) {
   ASSERT_TRUE(total.has_value());
   EXPECT_NEAR(static_cast<double>(device.bytes), 0.9 * static_cast<double>(*total), 0.02 * static_cast<double>(*total));
   EXPECT_NE(device.source.find("90% of the host's available "), std::string::npos) << device.source;
+  // Two ranks on the host share what it has available.
+  const MemoryBudget shared = memory_budget(t, kCpu, 2);
+  const double held = static_cast<double>(held_memory_bytes(kCpu)), whole = static_cast<double>(*total);
+  EXPECT_NEAR(static_cast<double>(shared.bytes), 0.9 * ((whole - held) / 2 + held), 0.02 * whole);
+  EXPECT_NE(shared.source.find("90% of this rank's share of the host's "), std::string::npos) << shared.source;
 }
 
 }  // namespace

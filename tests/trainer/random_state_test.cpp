@@ -41,7 +41,8 @@ TEST(RandomState, AFileThatIsNotAGeneratorStateIsRefusedNamingIt) {
            {"{\"cpu\": \"0g\"}", "\"cpu\" is not hex bytes"},
            {"{\"cpu\": \"abc\"}", "\"cpu\" is not hex bytes"},
            {"{\"cpu\": \"00ff\"}", "\"cpu\" is not a CPU generator's state"},
-           {good.substr(0, good.size() - 2) + ", \"cuda\": \"xyz\"}", "\"cuda\" is not hex bytes"}}) {
+           {good.substr(0, good.size() - 2) + ", \"cuda\": \"xyz\"}", "\"cuda\" is not hex bytes"},
+           {good.substr(0, good.size() - 2) + ", \"cuda\": \"00ff\"}", "\"cuda\" holds 2 bytes, a CUDA generator's state 16"}}) {
     try {
       generators_from_json(text, "ck/rng_state.json");
       ADD_FAILURE() << text;

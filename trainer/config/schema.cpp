@@ -154,7 +154,7 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                     "Sequences per optimizer step over all ranks; train.grad_accum is then this over "
                     "micro_batch_size x ranks, which must divide it, so a run takes the same steps on any number of "
                     "ranks. null: micro_batch_size x grad_accum x ranks."),
-      maybe_real("train.batch_memory_gib", t.batch_memory_gib, "auto", above(0), kNoHigh,
+      maybe_real("train.batch_memory_gib", t.batch_memory_gib, "auto", above(0), below(1 << 20),
                  "The memory, GiB, that train.micro_batch_size: auto lets this process hold at its peak (the "
                  "model, its optimizer state and the step's activations): auto is 90% of the device's (a GPU's "
                  "total memory; on the CPU, the host's available memory with what the process holds)."),

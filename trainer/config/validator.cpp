@@ -28,6 +28,9 @@ namespace {
 namespace fs = std::filesystem;
 using schema::format_double;
 
+// The most sequences train.global_batch_size takes (2^20: LLaMA's 4M-token batches are 2,048 of 2,048).
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;
+
 struct Checker {
   const LoadedConfig& loaded;
   std::vector<std::string> errors;
@@ -189,6 +192,9 @@ void check_train(Checker& ck, const Config& c) {
   if (!t.micro_batch_size && !t.global_batch_size)
     ck.fail("train.micro_batch_size", "auto needs train.global_batch_size (the sequences of a step: auto chooses "
                                       "how many go through at once, train.grad_accum the rest)");
+  if (t.global_batch_size && *t.global_batch_size > kMaxGlobalBatch)
+    ck.fail("train.global_batch_size", std::to_string(*t.global_batch_size) + " sequences a step is past " +
+                                       std::to_string(kMaxGlobalBatch) + "; a step of that many is not a batch");
   if (t.global_batch_size && t.grad_accum != 1)
     ck.fail("train.grad_accum", "follows from train.global_batch_size (" + std::to_string(*t.global_batch_size) +
                                 " sequences a step over micro_batch_size x ranks); leave it out, or drop "

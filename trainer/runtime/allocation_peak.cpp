@@ -79,17 +79,18 @@ void CountingCpuAllocator::release(void* data) {
   c10::DataPtr memory;
   {
     std::lock_guard<std::mutex> lock(counter.mutex_);
-    auto it = counter.allocations_.find(data);
-    if (it == counter.allocations_.end()) {
-      // PyTorch's allocation, handed back raw while the watch runs: PyTorch's to free.
-      if (const auto deleter = counter.inner.load()->raw_deleter()) deleter(data);
-      return;
+    if (auto it = counter.allocations_.find(data); it != counter.allocations_.end()) {
+      counter.live.fetch_sub(it->second.bytes);
+      memory = std::move(it->second.memory);
+      counter.allocations_.erase(it);
     }
-    counter.live.fetch_sub(it->second.bytes);
-    memory = std::move(it->second.memory);
-    counter.allocations_.erase(it);
   }
-}  // `memory` frees it here, outside the lock
+  // Freed outside the lock (a deleter may allocate). Not found: PyTorch's own allocation, handed
+  // back raw while the watch runs, PyTorch's to free.
+  if (!memory) {
+    if (const auto deleter = counter.inner.load()->raw_deleter()) deleter(data);
+  }
+}
 
 // The highest priority, so that the swap takes whatever priority the allocator in place had.
 constexpr uint8_t kSwapPriority = 255;

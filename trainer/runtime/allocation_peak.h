@@ -4,7 +4,8 @@
 // On CUDA the caching allocator's own peak, reset at the start. On the CPU, where PyTorch
 // keeps no statistics, every allocation goes through a counting allocator wrapped around
 // PyTorch's for the watch's lifetime (one watch at a time); what the work frees of tensors
-// made before it is not subtracted, so the figure errs high, never low.
+// made before it is not subtracted. Not counted on the CPU: oneDNN's own scratch memory, and a
+// storage made before the watch that the work resizes (it keeps the allocator it was made with).
 #include <c10/core/Device.h>
 
 #include <cstdint>
@@ -24,6 +25,9 @@ class AllocationPeak {
 
   // The peak so far, in bytes above the start.
   int64_t bytes() const;
+  // The bytes held as the watch began, as the watch counts them (CUDA: allocated; CPU: live
+  // through the counter, from earlier watches): differences between watches say what one left.
+  int64_t start_bytes() const { return start_; }
 
  private:
   c10::Device device_;

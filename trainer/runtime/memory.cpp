@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -112,19 +113,21 @@ int64_t held_memory_bytes(const c10::Device& device) {
   return own_status_bytes("VmRSS");
 }
 
-std::optional<int64_t> device_memory_bytes(const c10::Device& device) {
+std::optional<int64_t> device_memory_bytes(const c10::Device& device, int64_t ranks_on_host) {
 #if SEGTRAIN_WITH_CUDA
   if (device.is_cuda()) {
     init_cuda_allocator();
     const c10::cuda::CUDAGuard guard(device.index());
     size_t free = 0, total = 0;
     if (cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
-    return static_cast<int64_t>(total);
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const int64_t reserved = stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+    return std::min(static_cast<int64_t>(free) + reserved, static_cast<int64_t>(total));
   }
 #endif
   const auto available = available_memory_bytes(device);
   if (!available) return std::nullopt;
-  return *available + held_memory_bytes(device);
+  return *available / std::max<int64_t>(ranks_on_host, 1) + held_memory_bytes(device);
 }
 
 void release_cached_memory(const c10::Device& device) {

@@ -30,9 +30,11 @@ std::optional<int64_t> available_memory_bytes(const c10::Device& device);
 // allocator's count), its resident set (VmRSS) on the CPU.
 int64_t held_memory_bytes(const c10::Device& device);
 
-// The memory a process may fill on `device`: a GPU's total, or on the CPU what the host has
-// available now plus what this process already holds; nullopt where it cannot be read.
-std::optional<int64_t> device_memory_bytes(const c10::Device& device);
+// The memory a process may fill on `device`: on a GPU what is free now plus what this process's
+// allocator already reserved (its total where nothing else uses it); on the CPU this process's
+// share of what the host has available now (`ranks_on_host` processes share it) plus what it
+// already holds; nullopt where it cannot be read.
+std::optional<int64_t> device_memory_bytes(const c10::Device& device, int64_t ranks_on_host = 1);
 
 // Hands the caching allocator's unused blocks back to the driver (after an out-of-memory
 // that a caller recovers from); no-op on the CPU.

@@ -35,18 +35,36 @@ std::string mib(int64_t bytes) {
 
 std::string ranks_text(int64_t ranks) { return std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks"); }
 
-// `forward_backward(size)`'s peak above what was held, or nullopt when it ran out of memory.
-std::optional<int64_t> measure(const c10::Device& device, const std::function<void(int64_t)>& forward_backward,
-                               int64_t size) {
-  try {
-    const AllocationPeak peak(device);
-    forward_backward(size);
-    return peak.bytes();
-  } catch (const c10::OutOfMemoryError&) {
-    release_cached_memory(device);
-    return std::nullopt;
+// What a pass of `size` sequences took: its peak above what was held as it began, and the
+// process's whole peak (the figure the budget is held to): `held` before the first pass, what
+// earlier passes left (a workspace, a cache: the growth of the watch's start since the first
+// pass's) and this pass's peak. nullopt when it ran out of memory.
+struct PassPeak {
+  int64_t above = 0, total = 0;
+};
+class PassMeasure {
+ public:
+  PassMeasure(const c10::Device& device, int64_t held, const std::function<void(int64_t)>& forward_backward)
+      : device_(device), held_(held), forward_backward_(forward_backward) {}
+  std::optional<PassPeak> operator()(int64_t size) {
+    try {
+      const AllocationPeak peak(device_);
+      if (!first_start_) first_start_ = peak.start_bytes();
+      forward_backward_(size);
+      const int64_t left = std::max<int64_t>(peak.start_bytes() - *first_start_, 0);
+      return PassPeak{peak.bytes(), held_ + left + peak.bytes()};
+    } catch (const c10::OutOfMemoryError&) {
+      release_cached_memory(device_);
+      return std::nullopt;
+    }
   }
-}
+
+ private:
+  c10::Device device_;
+  int64_t held_;
+  const std::function<void(int64_t)>& forward_backward_;
+  std::optional<int64_t> first_start_;
+};
 
 }  // namespace
 
@@ -75,29 +93,35 @@ MemoryFit MemoryFit::through(int64_t peak_of_one, int64_t peak_of_two) {
 }
 
 std::vector<int64_t> micro_batch_candidates(int64_t sequences) {
-  std::vector<int64_t> sizes;
-  for (int64_t size = sequences; size >= 1; --size)
-    if (sequences % size == 0) sizes.push_back(size);
+  std::vector<int64_t> small, large;  // divisors up to its square root, and their partners
+  for (int64_t d = 1; d <= sequences / d; ++d)
+    if (sequences % d == 0) {
+      small.push_back(d);
+      if (d != sequences / d) large.push_back(sequences / d);
+    }
+  std::vector<int64_t> sizes(large.begin(), large.end());  // largest first
+  sizes.insert(sizes.end(), small.rbegin(), small.rend());
   return sizes;
 }
 
-MemoryBudget memory_budget(const TrainConfig& train, const c10::Device& device) {
+MemoryBudget memory_budget(const TrainConfig& train, const c10::Device& device, int64_t ranks_on_host) {
   if (train.batch_memory_gib)
     return {static_cast<int64_t>(*train.batch_memory_gib * static_cast<double>(int64_t{1} << 30)),
             "train.batch_memory_gib"};
-  const auto total = device_memory_bytes(device);
+  const auto total = device_memory_bytes(device, device.is_cpu() ? ranks_on_host : 1);
   if (!total)
     throw std::runtime_error("train.micro_batch_size auto: the memory of " + device.str() +
                              " cannot be read; set train.batch_memory_gib");
-  return {static_cast<int64_t>(kAutoBudgetShare * static_cast<double>(*total)),
-          "90% of " + std::string(device.is_cuda() ? "the GPU's " : "the host's available ") + gib(*total)};
+  const std::string whose = device.is_cuda() ? "the GPU's " : ranks_on_host > 1 ? "this rank's share of the host's "
+                                                                                  : "the host's available ";
+  return {static_cast<int64_t>(kAutoBudgetShare * static_cast<double>(*total)), "90% of " + whose + gib(*total)};
 }
 
 std::string MicroBatchChoice::describe() const {
   std::ostringstream out;
   out << micro_batch_size << " (measured: " << gib(held_bytes) << " held, a pass " << mib(fit.fixed_bytes) << " + "
       << mib(fit.per_sequence_bytes) << " a sequence, " << micro_batch_size << " sequences peak at "
-      << gib(held_bytes + peak_bytes) << " of the budget " << gib(budget.bytes) << ", " << budget.source << ")";
+      << gib(peak_bytes) << " of the budget " << gib(budget.bytes) << ", " << budget.source << ")";
   return out.str();
 }
 
@@ -106,27 +130,38 @@ MicroBatchChoice choose_micro_batch(const c10::Device& device, int64_t sequences
   MicroBatchChoice choice;
   choice.budget = budget;
   choice.held_bytes = held_memory_bytes(device);
-  const auto fits = [&](std::optional<int64_t> peak) { return peak && choice.held_bytes + *peak <= budget.bytes; };
-  const auto one = measure(device, forward_backward, 1);
+  const auto fits = [&](const std::optional<PassPeak>& peak) { return peak && peak->total <= budget.bytes; };
+  PassMeasure measure(device, choice.held_bytes, forward_backward);
+  // The first pass makes what a run makes once (cuBLAS's workspace, position tables): it is
+  // measured again, so that the line runs through passes that no longer include it (what it
+  // left counts in every pass's whole).
+  auto one = measure(1);
+  if (fits(one)) one = measure(1);
   if (!fits(one))
     throw std::runtime_error(
         "train.micro_batch_size auto: one sequence does not fit " + device.str() + ": the process holds " +
-        gib(choice.held_bytes) + " and a pass of one sequence " + (one ? "adds " + gib(*one) : "ran out of memory") +
+        gib(choice.held_bytes) + " and a pass of one sequence " + (one ? "adds " + gib(one->above) : "ran out of memory") +
         ", over the budget of " + gib(budget.bytes) + " (" + budget.source +
         "); turn model.activation_checkpointing on, shorten data.train_length, or raise train.batch_memory_gib");
-  const auto two = sequences >= 2 ? measure(device, forward_backward, 2) : std::nullopt;
-  choice.fit = MemoryFit::through(*one, two.value_or(*one));
+  const auto two = sequences >= 2 ? measure(2) : std::nullopt;
+  choice.fit = MemoryFit::through(one->above, two ? two->above : one->above);
   if (!fits(two)) {  // one rank's share is 1, or two sequences are already over
     choice.micro_batch_size = 1;
-    choice.peak_bytes = *one;
+    choice.peak_bytes = one->total;
     return choice;
   }
+  // Whether the line puts `size` within the budget, in a division: size x per_sequence may not fit an
+  // int64. The room is what the budget leaves beside what the process held as the pass of 2 began.
+  const int64_t room = budget.bytes - (two->total - two->above) - choice.fit.fixed_bytes;
+  const auto line_fits = [&](int64_t size) {
+    return room >= 0 && (choice.fit.per_sequence_bytes == 0 || size <= room / choice.fit.per_sequence_bytes);
+  };
   for (const int64_t size : micro_batch_candidates(sequences)) {
-    if (size > 1 && choice.held_bytes + choice.fit.at(size) > budget.bytes) continue;  // the line says it cannot fit
-    const auto peak = size == 1 ? one : size == 2 ? two : measure(device, forward_backward, size);
+    if (size > 2 && !line_fits(size)) continue;
+    const auto peak = size == 1 ? one : size == 2 ? two : measure(size);
     if (!fits(peak)) continue;
     choice.micro_batch_size = size;
-    choice.peak_bytes = *peak;
+    choice.peak_bytes = peak->total;
     return choice;
   }
   throw std::logic_error("choose_micro_batch: no size fits although two sequences do");  // 2 divides, or was not tried

@@ -4,7 +4,8 @@
 // micro_batch_size auto: the largest micro-batch that divides a rank's share of the global
 // batch and whose measured peak memory fits the budget (train.batch_memory_gib).
 //
-// auto measures, not models: forward and backward at 1 and 2 sequences give the peak as a
+// auto measures, not models: forward and backward at 1 (after a first pass at 1 that makes
+// what a run makes once) and 2 sequences give the peak as a
 // line in the micro-batch size (what the model, optimizer state and gradients hold, plus what
 // each sequence's activations add, whatever checkpointing, loss slicing or attention kernel
 // the run takes); the largest size the line fits is then measured itself, and a smaller one
@@ -50,22 +51,25 @@ struct MemoryBudget {
   std::string source;  // how it was set, for the plan line: "train.batch_memory_gib", "90% of the GPU's 79.2 GiB"
 };
 
-// train.batch_memory_gib, or 90% of the device's memory (runtime/memory.h, device_memory_bytes);
-// a runtime error where the device's memory cannot be read.
-MemoryBudget memory_budget(const TrainConfig& train, const c10::Device& device);
+// train.batch_memory_gib, or 90% of the device's memory (runtime/memory.h, device_memory_bytes),
+// the host's shared by the `ranks_on_host` processes on it on the CPU; a runtime error where the
+// device's memory cannot be read.
+MemoryBudget memory_budget(const TrainConfig& train, const c10::Device& device, int64_t ranks_on_host = 1);
 
 struct MicroBatchChoice {
   int64_t micro_batch_size = 0;
   MemoryFit fit;
   int64_t held_bytes = 0;  // what the process held before the first pass (weights, optimizer state)
-  int64_t peak_bytes = 0;  // the chosen size's measured peak above held_bytes
+  int64_t peak_bytes = 0;  // the chosen size's measured peak, all the process held then included
   MemoryBudget budget;
   std::string describe() const;  // "4 (measured: 1.2 GiB held + 96 MiB + 310 MiB a sequence; ...)"
 };
 
 // The largest of micro_batch_candidates(sequences) whose pass `forward_backward(size)` peaks
-// within the budget on `device` (held_bytes + its peak), measured as the header says. A pass
-// that runs out of memory counts as over. A runtime error (exit 1) when one sequence does not fit.
+// within the budget on `device` (what the process held as the pass began, and the pass's peak
+// above it: a workspace an earlier pass left counts), measured as the header says. A pass that
+// runs out of memory (c10::OutOfMemoryError) counts as over. A runtime error (exit 1) when one
+// sequence does not fit.
 MicroBatchChoice choose_micro_batch(const c10::Device& device, int64_t sequences, const MemoryBudget& budget,
                                     const std::function<void(int64_t)>& forward_backward);
 

@@ -5,15 +5,19 @@
 #include <ATen/core/Generator.h>
 #include <c10/util/Exception.h>
 
+#include <exception>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace segtrain::trainer {
 namespace {
 
 using nlohmann::json;
+
+constexpr int64_t kCudaStateBytes = 16;
 
 at::Tensor state_of(at::Generator generator) {
   std::lock_guard<std::mutex> lock(generator.mutex());
@@ -66,6 +70,14 @@ void restore_generators(const GeneratorStates& states, const c10::Device& device
   if (states.device.defined() && device.is_cuda()) set_state(at::globalContext().defaultGenerator(device), states.device);
 }
 
+KeptGenerators::~KeptGenerators() {
+  try {
+    restore_generators(states_, device_);
+  } catch (const std::exception& e) {
+    log::warn("the random generators could not be put back (", e.what(), "): dropout draws other masks from here");
+  }
+}
+
 std::string generators_to_json(const GeneratorStates& states) {
   json j = {{"cpu", hex_of(states.cpu)}};
   if (states.device.defined()) j["cuda"] = hex_of(states.device);
@@ -87,6 +99,10 @@ GeneratorStates generators_from_json(const std::string& text, const std::string&
   if (j.contains("cuda")) {
     if (!j.at("cuda").is_string() || !(states.device = bytes_of(j.at("cuda").get<std::string>())).defined())
       throw InputError(expected + "; \"cuda\" is not hex bytes");
+    // A CUDA generator's state is its seed and its offset, 8 bytes each (CUDAGeneratorImpl::get_state).
+    if (states.device.numel() != kCudaStateBytes)
+      throw InputError(source + ": \"cuda\" holds " + std::to_string(states.device.numel()) + " bytes, a CUDA "
+                       "generator's state " + std::to_string(kCudaStateBytes));
   }
   // The CPU generator checks its state's size and contents as it takes it: a state it refuses is the file's error.
   try {

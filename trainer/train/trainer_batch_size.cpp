@@ -2,6 +2,8 @@
 // global_batch_size resolved for this run's ranks, with micro_batch_size auto measured on the
 // run's own model, optimizer and device before the first step (batch_size.h).
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "common/log.h"
@@ -40,19 +42,33 @@ void Trainer::size_batch() {
     return;
   }
   const int64_t sequences = sequences_per_rank(c_.train, dist_.world_size);
-  const KeptGenerators generators(device_);  // the passes' dropout draws nothing the run would
-  auto choice = choose_micro_batch(device_, sequences, memory_budget(c_.train, device_),
-                                   [this](int64_t size) { measuring_pass(size); });
-  // Every rank takes the smallest choice (ranks on other devices, or with more held, may differ).
+  MicroBatchChoice choice;
+  std::string failure;  // this rank's, said by every rank after they agree (none waits for a rank that gave up)
+  {
+    const KeptGenerators generators(device_);  // the passes' dropout draws nothing the run would
+    try {
+      choice = choose_micro_batch(device_, sequences, memory_budget(c_.train, device_, dist_.local_world_size),
+                                  [this](int64_t size) { measuring_pass(size); });
+    } catch (const std::runtime_error& e) {
+      if (!group_) throw;
+      failure = e.what();
+    }
+  }
+  // Every rank takes the smallest choice (ranks on other devices, or with more held, may differ);
+  // 0 is a rank where one sequence did not fit.
   if (group_) {
     std::vector<double> chosen(static_cast<size_t>(dist_.world_size), 0.0);
     chosen[static_cast<size_t>(dist_.rank)] = static_cast<double>(choice.micro_batch_size);
     const auto all = global_sum(chosen);
-    const int64_t smallest = static_cast<int64_t>(*std::min_element(all.begin(), all.end()));
-    if (smallest != choice.micro_batch_size)
-      log::info("rank ", dist_.rank, ": micro-batch ", choice.micro_batch_size, " fits here; ", smallest,
-                " fits every rank");
-    choice.micro_batch_size = smallest;
+    const auto smallest = std::min_element(all.begin(), all.end());
+    if (!failure.empty()) throw std::runtime_error("rank " + std::to_string(dist_.rank) + ": " + failure);
+    if (*smallest == 0)
+      throw std::runtime_error("train.micro_batch_size auto: one sequence does not fit rank " +
+                               std::to_string(smallest - all.begin()) + "'s device (its log says why)");
+    if (static_cast<int64_t>(*smallest) != choice.micro_batch_size)
+      log::info("rank ", dist_.rank, ": micro-batch ", choice.micro_batch_size, " fits here; ",
+                static_cast<int64_t>(*smallest), " fits every rank");
+    choice.micro_batch_size = static_cast<int64_t>(*smallest);
   }
   batch_ = batch_shape(c_.train, dist_.world_size, choice.micro_batch_size);
   auto_batch_ = choice;
@@ -61,7 +77,7 @@ void Trainer::size_batch() {
 
 // One micro-batch's forward and backward as a step runs it, on `sequences` sequences of the
 // longest positions with every target scored (what a step can hold at most); the gradients
-// are dropped after.
+// are dropped after, also after a pass that ran out of memory.
 void Trainer::measuring_pass(int64_t sequences) {
   const int64_t length = data::sample_length(data::data_sources(c_.data).front().data);
   const auto n = static_cast<size_t>(sequences * length);
@@ -74,13 +90,17 @@ void Trainer::measuring_pass(int64_t sequences) {
   const std::vector<int32_t> positions = reaching_positions(c_.data, length);
   for (int64_t s = 0; s < sequences; ++s) batch.positions.insert(batch.positions.end(), positions.begin(), positions.end());
   const MicroBatch micro = to_tensors(batch, device_);
-  at::Tensor loss;
-  {
-    Autocast autocast(c_.train.precision == Precision::bf16, device_.type());
-    loss = micro_batch_loss(model_, micro, c_.train.loss_chunk_tokens);
+  try {
+    at::Tensor loss;
+    {
+      Autocast autocast(c_.train.precision == Precision::bf16, device_.type());
+      loss = micro_batch_loss(model_, micro, c_.train.loss_chunk_tokens);
+    }
+    loss.backward();
+  } catch (...) {
+    optimizer_->zero_grad();  // a pass out of memory in backward leaves some gradients summed
+    throw;
   }
-  loss.backward();
-  loss = at::Tensor();
   optimizer_->zero_grad();
 }
 
