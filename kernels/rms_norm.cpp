@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include "common/error.h"
+#include "kernels/forward_paths.h"
 #include "kernels/fused_kernels.h"
 
 // ATen's fused RMSNorm with its CUDA kernel and (output, rstd) signature came with torch 2.9
@@ -49,8 +50,11 @@ at::Tensor rms_norm_fused(const at::Tensor& x, const at::Tensor& weight, double 
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (SEGTRAIN_HAS_FUSED_RMS_NORM && fused_kernels_requested() && x.is_cuda() && weight.defined() && weight.scalar_type() == x.scalar_type() &&
-      floating(x.scalar_type()))
+      floating(x.scalar_type())) {
+    record_path(ForwardPath::rms_norm_fused);
     return rms_norm_fused(x, weight, eps);
+  }
+  record_path(ForwardPath::rms_norm_composite);
   return rms_norm_composite(x, weight, eps);
 }
 

@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "common/error.h"
+#include "kernels/forward_paths.h"
 #include "kernels/fused_kernels.h"
 #if SEGTRAIN_WITH_CUDA
 #include "kernels/rope_cuda.h"
@@ -72,8 +73,12 @@ at::Tensor rope_composite(const at::Tensor& x, const at::Tensor& cos, const at::
 
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
 #if SEGTRAIN_WITH_CUDA
-  if (fused_kernels_requested() && fused_applies(x, cos, sin)) return rope_fused(x, cos, sin);
+  if (fused_kernels_requested() && fused_applies(x, cos, sin)) {
+    record_path(ForwardPath::rope_fused);
+    return rope_fused(x, cos, sin);
+  }
 #endif
+  record_path(ForwardPath::rope_composite);
   return rope_composite(x, cos, sin);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/forward_paths.h"
 #include "kernels/fused_kernels.h"
 
 namespace segtrain::models {
@@ -61,6 +62,7 @@ at::Tensor folded_alibi_attention(const at::Tensor& q, const at::Tensor& k, cons
   auto kx = at::cat({k.to(dtype), folded.k_dims.to(dtype).expand({b, h_kv, t, kFoldedAlibiDims})}, -1);
   // Flash takes one head size for q, k and v: v's extra dimensions are zeros, cut from the output.
   auto vx = at::constant_pad_nd(v.to(dtype), {0, kFoldedAlibiDims});
+  kernels::record_sdpa(qx, kx, vx, std::nullopt, true, 1.0 / std::sqrt(static_cast<double>(hd)), h_kv < h);
   auto y = at::scaled_dot_product_attention(qx, kx, vx, std::nullopt, 0.0, /*is_causal=*/true,
                                             /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)),
                                             /*enable_gqa=*/h_kv < h);

@@ -6,6 +6,8 @@
 #include <limits>
 #include <optional>
 
+#include "kernels/forward_paths.h"
+
 namespace segtrain::models {
 
 int64_t alibi_row_stride(int64_t length) {
@@ -77,22 +79,35 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
   const bool causal = !mask.defined();
   const auto bias = causal ? std::nullopt : std::optional<at::Tensor>(mask);
   if (group > 1 && repeats_kv_heads(q.device().type(), compute_dtype, !causal)) {
-    return at::scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), bias,
-                                           0.0, causal);
+    kernels::record_path(kernels::ForwardPath::attention_kv_repeated);
+    const auto kr = k.repeat_interleave(group, 1), vr = v.repeat_interleave(group, 1);
+    kernels::record_sdpa(q, kr, vr, bias, causal, std::nullopt, false);
+    return at::scaled_dot_product_attention(q, kr, vr, bias, 0.0, causal);
   }
+  kernels::record_sdpa(q, k, v, bias, causal, std::nullopt, group > 1);
   return at::scaled_dot_product_attention(q, k, v, bias, 0.0, causal, std::nullopt, /*enable_gqa=*/group > 1);
 }
 
 }  // namespace
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionBias& bias) {
-  if (bias.folded.defined()) return folded_alibi_attention(q, k, v, bias.folded);
+  using kernels::ForwardPath;
+  if (bias.folded.defined()) {
+    kernels::record_path(ForwardPath::attention_alibi_folded);
+    return folded_alibi_attention(q, k, v, bias.folded);
+  }
   const at::Tensor& mask = bias.mask;
   const auto device = q.device().type();
   const bool autocast = at::autocast::is_autocast_enabled(device);
   // Without a mask the causal mask is implicit; under autocast SDPA runs in the autocast dtype.
-  if (!mask.defined()) return sdpa(q, k, v, mask, autocast ? at::autocast::get_autocast_dtype(device) : q.scalar_type());
-  if (!autocast) return sdpa(q, k, v, mask, q.scalar_type());
+  if (!mask.defined()) {
+    kernels::record_path(ForwardPath::attention_causal);
+    return sdpa(q, k, v, mask, autocast ? at::autocast::get_autocast_dtype(device) : q.scalar_type());
+  }
+  if (!autocast) {
+    kernels::record_path(q.scalar_type() == at::kFloat ? ForwardPath::attention_bias_fp32 : ForwardPath::attention_bias_16bit);
+    return sdpa(q, k, v, mask, q.scalar_type());
+  }
   // Autocast would round the ALiBi bias to 16 bits (the ALiBi precision study: positional math
   // stays fp32), so autocast is bypassed here and the mask kept fp32.
   const auto dtype = at::autocast::get_autocast_dtype(device);
@@ -101,9 +116,11 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
     // CUDA's fused kernel for an additive bias (memory-efficient attention)
     // takes the bias only in q's dtype: q/k/v go fp32 with the fp32 bias, and
     // the output returns to the autocast dtype for the projections after it.
+    kernels::record_path(ForwardPath::attention_bias_fp32);
     return sdpa(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), mask, at::kFloat).to(dtype);
   }
   // The CPU fused kernel takes 16-bit q/k/v with an fp32 bias.
+  kernels::record_path(ForwardPath::attention_bias_16bit);
   return sdpa(q.to(dtype), k.to(dtype), v.to(dtype), mask, dtype);
 }
 

@@ -759,8 +759,8 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
 // parameters that train.param_dtype auto gives a bf16 run on CUDA), bloom (ALiBi folded into q.k):
 // 8 steps' losses within 1e-3 (the fused attention's backward sums in no fixed order; bloom's
 // folded bias, 5e-3), its plan line saying so. The CPU keeps the composites: there the losses are equal.
-// (Nothing in a run's output names the paths a forward took; FusedKernels.* check each path and,
-// for ALiBi, that such a batch folds.)
+// The first step's log line names the paths its forward took (kernels/forward_paths.h): with the
+// switch on, the fused RoPE kernel, ATen's fused RMSNorm, ALiBi folded, and a fused SDPA kernel.
 TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
@@ -775,6 +775,18 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
       ASSERT_EQ(trained.exit_code, 0) << arch << ": " << trained.err;
       if (fused == "1" && dev == "cuda") {
         EXPECT_NE((trained.out + trained.err).find("fused CUDA kernels on"), std::string::npos) << trained.err;
+        // What the first step's forward took (kernels/forward_paths.h), each in bf16 on a fused SDPA kernel.
+        const std::string took = arch == "llama"  ? "RoPE fused kernel; RMSNorm fused (ATen); attention causal"
+                                 : arch == "bloom" ? "attention ALiBi folded into q·k; SDPA kernel "
+                                                   : "RoPE fused kernel; attention causal";
+        EXPECT_NE(trained.err.find("step 1's forward took: " + took), std::string::npos) << arch << ": " << trained.err;
+        EXPECT_TRUE(trained.err.find("SDPA kernel flash") != std::string::npos ||
+                    trained.err.find("SDPA kernel cuDNN") != std::string::npos)
+            << arch << ": " << trained.err;
+        const std::string said = "step 1's forward took: ";
+        if (const auto at = trained.err.find(said); at != std::string::npos)
+          record("fused kernels, " + arch + ": " +
+                 trained.err.substr(at + said.size(), trained.err.find('\n', at) - at - said.size()));
       }
       losses.emplace_back();
       for (const auto& row : rows(run_dir(name))) losses.back().push_back(row["loss"].get<double>());

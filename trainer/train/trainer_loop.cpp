@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/signals.h"
+#include "kernels/forward_paths.h"
 #include "trainer/runtime/device.h"
 #include "trainer/train/step_loss.h"
 #include "trainer/train/trainer_class.h"
@@ -23,8 +24,17 @@ namespace segtrain::trainer {
 void Trainer::train() {
   window_start_ = Clock::now();
   Clock::time_point counted_until = window_start_;
+  bool first_step = true;
   while (!cadence_->finished(state_.step)) {
+    // The first step's forward says which paths it took (kernels/forward_paths.h): a plan line
+    // can only say what is switched on.
+    if (first_step) kernels::start_recording_paths();
     const StepResult step = train_step();
+    if (first_step) {
+      first_step = false;
+      const std::string paths = kernels::describe_paths(kernels::stop_recording_paths());
+      if (!paths.empty()) log::info("step ", state_.step, "'s forward took: ", paths);
+    }
     // Counted before this step's checkpoint is taken, so that the checkpoint's figure
     // covers everything up to it; the saving and evaluating after a step count in the next.
     const Clock::time_point now = Clock::now();

@@ -1,0 +1,49 @@
+#pragma once
+// Which implementation each of a forward's choices took: the fused RoPE kernel or the composite,
+// ATen's fused RMSNorm or the composite, attention with the implicit causal mask, with ALiBi
+// folded into q·k or with its bias tensor, and the kernel SDPA picked for it. The choices are made
+// per call (by the switch, the device, the dtypes, a batch's positions), so a plan line can only
+// say what is switched on; the trainer records its first step's choices and logs them, so that a
+// GPU run says whether it took the paths its GPU tests check.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace segtrain::kernels {
+
+enum class ForwardPath : uint32_t {
+  rope_fused = 1u << 0,
+  rope_composite = 1u << 1,
+  rms_norm_fused = 1u << 2,
+  rms_norm_composite = 1u << 3,
+  attention_causal = 1u << 4,        // no mask: SDPA's is_causal
+  attention_alibi_folded = 1u << 5,  // ALiBi folded into q·k (models/modules/alibi_folded.h), is_causal
+  attention_bias_fp32 = 1u << 6,     // a bias tensor, q, k and v in fp32 (CUDA under autocast, or an fp32 run)
+  attention_bias_16bit = 1u << 7,    // a bias tensor, 16-bit q, k and v (the CPU under autocast)
+  attention_kv_repeated = 1u << 8,   // k and v repeated to q's heads for a kernel that takes no fewer
+  sdpa_math = 1u << 9,               // SDPA's kernel (at::_fused_sdp_choice)
+  sdpa_flash = 1u << 10,
+  sdpa_memory_efficient = 1u << 11,
+  sdpa_cudnn = 1u << 12,
+  sdpa_other = 1u << 13,
+};
+
+// Starts recording (clearing what an earlier recording noted).
+void start_recording_paths();
+// Ends the recording: the paths taken since it started, as a mask of ForwardPath bits.
+uint32_t stop_recording_paths();
+bool recording_paths();
+
+// Notes a path (a relaxed atomic or; nothing while not recording).
+void record_path(ForwardPath path);
+// Notes the kernel SDPA takes for these arguments, asked of at::_fused_sdp_choice while
+// recording only, with q, k and v in the dtype autocast would give them.
+void record_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
+                 bool is_causal, std::optional<double> scale, bool enable_gqa);
+
+// "RoPE composite; RMSNorm fused (ATen); attention: ALiBi folded into q·k; SDPA kernel flash" ("" for none).
+std::string describe_paths(uint32_t paths);
+
+}  // namespace segtrain::kernels
