@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <utility>
 #if SEGTRAIN_WITH_CUDA
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -25,16 +27,33 @@ double round_tenth(double mb) { return std::round(mb * 10.0) / 10.0; }
 void init_cuda_allocator() { at::globalContext().lazyInitDevice(c10::DeviceType::CUDA); }
 #endif
 
+// A line of /proc/self/status ("VmRSS:  1234 kB"), in bytes; nullopt where there is none.
+std::optional<int64_t> own_status_bytes(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
+  return std::nullopt;
+}
+
 // This process's own peak resident memory, MiB: /proc/self/status's VmHWM (the high-water
 // mark of its address space). Not getrusage's ru_maxrss: Linux carries that over exec from the
 // parent's copy at fork, so a run started by a 1 GB Python process reported 1 GB whatever it held.
 double own_peak_rss_mb() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "VmHWM:  1234 kB"
+  if (const auto peak = own_status_bytes("VmHWM")) return static_cast<double>(*peak) / (1024.0 * 1024.0);
   rusage usage{};  // no procfs: the closest there is
   return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<double>(usage.ru_maxrss) / 1024.0 : 0.0;
 }
+
+#if SEGTRAIN_WITH_CUDA
+// cudaMemGetInfo of `device`: {free, total} bytes, nullopt where it fails.
+std::optional<std::pair<int64_t, int64_t>> cuda_memory_info(const c10::Device& device) {
+  init_cuda_allocator();
+  const c10::cuda::CUDAGuard guard(device.index());
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
+  return std::pair{static_cast<int64_t>(free), static_cast<int64_t>(total)};
+}
+#endif
 
 }  // namespace
 
@@ -71,11 +90,9 @@ void reset_peak_memory(const c10::Device& device) {
 std::optional<int64_t> available_memory_bytes(const c10::Device& device) {
 #if SEGTRAIN_WITH_CUDA
   if (device.is_cuda()) {
-    init_cuda_allocator();
-    const c10::cuda::CUDAGuard guard(device.index());
-    size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
-    return static_cast<int64_t>(free);
+    const auto info = cuda_memory_info(device);
+    if (!info) return std::nullopt;
+    return info->first;
   }
 #else
   (void)device;
@@ -88,18 +105,6 @@ std::optional<int64_t> available_memory_bytes(const c10::Device& device) {
   return std::nullopt;
 }
 
-namespace {
-
-// A line of /proc/self/status ("VmRSS:  1234 kB"), in bytes; 0 where there is none.
-int64_t own_status_bytes(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
-  return 0;
-}
-
-}  // namespace
-
 int64_t held_memory_bytes(const c10::Device& device) {
 #if SEGTRAIN_WITH_CUDA
   if (device.is_cuda()) {
@@ -110,19 +115,17 @@ int64_t held_memory_bytes(const c10::Device& device) {
 #else
   (void)device;
 #endif
-  return own_status_bytes("VmRSS");
+  return own_status_bytes("VmRSS").value_or(0);
 }
 
 std::optional<int64_t> device_memory_bytes(const c10::Device& device, int64_t ranks_on_host) {
 #if SEGTRAIN_WITH_CUDA
   if (device.is_cuda()) {
-    init_cuda_allocator();
-    const c10::cuda::CUDAGuard guard(device.index());
-    size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
+    const auto info = cuda_memory_info(device);
+    if (!info) return std::nullopt;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
     const int64_t reserved = stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
-    return std::min(static_cast<int64_t>(free) + reserved, static_cast<int64_t>(total));
+    return std::min(info->first + reserved, info->second);
   }
 #endif
   const auto available = available_memory_bytes(device);
