@@ -120,7 +120,8 @@ MemoryBudget memory_budget(const TrainConfig& train, const c10::Device& device, 
 std::string MicroBatchChoice::describe() const {
   std::ostringstream out;
   out << micro_batch_size << " (measured: " << gib(held_bytes) << " held, a pass " << mib(fit.fixed_bytes) << " + "
-      << mib(fit.per_sequence_bytes) << " a sequence, " << micro_batch_size << " sequences peak at "
+      << mib(fit.per_sequence_bytes) << " a sequence, " << micro_batch_size << " sequences peak"
+      << (peak_measured ? "" : " by the line") << " at "
       << gib(peak_bytes) << " of the budget " << gib(budget.bytes) << ", " << budget.source << ")";
   return out.str();
 }

@@ -60,7 +60,8 @@ struct MicroBatchChoice {
   int64_t micro_batch_size = 0;
   MemoryFit fit;
   int64_t held_bytes = 0;  // what the process held before the first pass (weights, optimizer state)
-  int64_t peak_bytes = 0;  // the chosen size's measured peak, all the process held then included
+  int64_t peak_bytes = 0;  // the chosen size's peak, all the process held then included
+  bool peak_measured = true;  // false: another rank's smaller choice, its peak read off the line
   MemoryBudget budget;
   std::string describe() const;  // "4 (measured: 1.2 GiB held + 96 MiB + 310 MiB a sequence; ...)"
 };

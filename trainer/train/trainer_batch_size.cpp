@@ -65,10 +65,13 @@ void Trainer::size_batch() {
     if (*smallest == 0)
       throw std::runtime_error("train.micro_batch_size auto: one sequence does not fit rank " +
                                std::to_string(smallest - all.begin()) + "'s device (its log says why)");
-    if (static_cast<int64_t>(*smallest) != choice.micro_batch_size)
-      log::info("rank ", dist_.rank, ": micro-batch ", choice.micro_batch_size, " fits here; ",
-                static_cast<int64_t>(*smallest), " fits every rank");
-    choice.micro_batch_size = static_cast<int64_t>(*smallest);
+    if (const auto agreed = static_cast<int64_t>(*smallest); agreed != choice.micro_batch_size) {
+      log::info("rank ", dist_.rank, ": micro-batch ", choice.micro_batch_size, " fits here; ", agreed,
+                " fits every rank");
+      choice.peak_bytes = choice.peak_bytes - choice.fit.at(choice.micro_batch_size) + choice.fit.at(agreed);
+      choice.peak_measured = false;
+      choice.micro_batch_size = agreed;
+    }
   }
   batch_ = batch_shape(c_.train, dist_.world_size, choice.micro_batch_size);
   auto_batch_ = choice;
