@@ -52,7 +52,9 @@ build-cuda with BENCH_DEVICE=cuda), BENCH_THREADS (default 1), BENCH_ROUNDS
 (default 5), BENCH_SHAPES (the speed or memory shapes to run, e.g. quickstart;
 default all of the device's but the "tiny" test shape), BENCH_REFERENCES (the
 PyTorch references of `speed`: eager, compiled or both, comma-separated; default
-eager,compiled on CUDA, eager on the CPU; segtrain / compiled is ratio_compiled),
+eager,compiled on CUDA, eager on the CPU; segtrain / compiled is ratio_compiled; and
+fused: segtrain again with SEGTRAIN_FUSED_KERNELS=1 in the same rounds, fused / segtrain
+is ratio_fused; segtrain_fused_kernels says whether the plain segtrain program had it),
 BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
 in `speed`: auto, the default, or N; 0 is the whole logits, as the PyTorch loop computes them),
 BENCH_PARAM_DTYPE (segtrain's train.param_dtype: auto, the default, which a bf16 run on CUDA takes as
@@ -114,13 +116,16 @@ if PARAM_DTYPE not in ("auto", "fp32", "bf16"):
     raise SystemExit(f"train_bench: BENCH_PARAM_DTYPE={PARAM_DTYPE!r}: expected auto, fp32 or bf16")
 ROUNDS = positive_env("BENCH_ROUNDS", 5)
 REFERENCES = [r for r in os.environ.get("BENCH_REFERENCES", "eager,compiled" if CUDA else "eager").split(",") if r]
-if "eager" not in REFERENCES or any(r not in ("eager", "compiled") for r in REFERENCES) or len(set(REFERENCES)) != len(REFERENCES):
-    raise SystemExit(f"train_bench: BENCH_REFERENCES={os.environ.get('BENCH_REFERENCES')!r}: expected eager or "
-                     f"eager,compiled (the eager loop is the reference every ratio is read against)")
+if "eager" not in REFERENCES or any(r not in ("eager", "compiled", "fused") for r in REFERENCES) or len(set(REFERENCES)) != len(REFERENCES):
+    raise SystemExit(f"train_bench: BENCH_REFERENCES={os.environ.get('BENCH_REFERENCES')!r}: expected eager, "
+                     f"optionally with compiled and fused (the eager loop is the reference every ratio is read against)")
+# SEGTRAIN_FUSED_KERNELS as this bench was started: what the "segtrain" program runs with. The "fused" program
+# is segtrain with the switch on (kernels/fused_kernels.h), measured beside it in the same rounds.
+FUSED_SWITCH = os.environ.get("SEGTRAIN_FUSED_KERNELS", "")
 COMPILE_BACKEND = os.environ.get("BENCH_COMPILE_BACKEND", "inductor")
 COMPILE_MODE = os.environ.get("BENCH_COMPILE_MODE", "default")
 # Program names in a speed run: segtrain, then the references ("pytorch" is the eager loop, as before).
-PROGRAM = {"eager": "pytorch", "compiled": "compiled"}
+PROGRAM = {"eager": "pytorch", "compiled": "compiled", "fused": "segtrain_fused"}
 # First steps (allocation, kernel selection, optimizer state; on CUDA also cuBLAS
 # and the caching allocator warming up) are left out of the rates.
 WARMUP_STEPS = 5 if CUDA else 2
@@ -245,10 +250,11 @@ def read_split(prefix):
 # --- child processes ----------------------------------------------------------------
 
 
-def run_child(cmd, log_path):
-    """Runs cmd to completion; returns its peak RSS in MB (its own, from wait4)."""
+def run_child(cmd, log_path, env=None):
+    """Runs cmd to completion (in `env`, or this process's environment); returns its peak RSS in MB (its own,
+    from wait4)."""
     with open(log_path, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
@@ -330,11 +336,13 @@ def gpu_peaks(rows, run_dir):
     return max(r["peak_gpu_mb"] for r in rows), max(r["peak_gpu_reserved_mb"] for r in rows)
 
 
-def run_segtrain(work, store, shape, tag):
+def run_segtrain(work, store, shape, tag, fused=None):
+    """One segtrain run; fused True or False sets SEGTRAIN_FUSED_KERNELS for it, None leaves this process's."""
     out = os.path.join(work, f"segtrain-{tag}")
     config = os.path.join(work, f"segtrain-{tag}.yaml")
     segtrain_config(config, out, store, shape, threads=THREADS)
-    rss = run_child([str(SEGTRAIN), "train", config], out + ".log")
+    env = None if fused is None else {**os.environ, "SEGTRAIN_FUSED_KERNELS": "1" if fused else "0"}
+    rss = run_child([str(SEGTRAIN), "train", config], out + ".log", env=env)
     rows = metrics_rows(out)
     params = safetensors_numel(os.path.join(out, "final", "model.safetensors"))
     peak_gpu = gpu_peaks(rows, out)[0] if CUDA else None
@@ -545,6 +553,27 @@ def programs_of(runs):
     return ["segtrain"] + [PROGRAM[v] for v in REFERENCES if PROGRAM[v] in runs]
 
 
+def fused_fields(runs, seg_rounds, fpt, peak, nominal):
+    """segtrain with SEGTRAIN_FUSED_KERNELS=1 beside segtrain as the bench was started: the median of the rounds
+    and of the per-round ratios fused_r / segtrain_r (above 1: the fused kernels are faster)."""
+    rounds = [r["tokens_per_s"] for r in runs["segtrain_fused"]]
+    ratios = [f / s for f, s in zip(rounds, seg_rounds)]
+    rate = statistics.median(rounds)
+    fields = {
+        "fused_tokens_per_s": round(rate, 1),
+        "ratio_fused": round(statistics.median(ratios), 3), "ratio_fused_min": round(min(ratios), 3),
+        "ratio_fused_max": round(max(ratios), 3),
+        "mfu_fused": round(rate * fpt / (peak * 1e9), 4),
+        "fused_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["segtrain_fused"]), 1),
+        "fused_rounds_tokens_per_s": [round(x, 1) for x in rounds],
+        "ratio_fused_rounds": [round(x, 3) for x in ratios],
+    }
+    if CUDA:
+        fields["mfu_fused_nominal"] = round(rate * fpt / (nominal * 1e12), 4) if nominal else None
+        fields["fused_peak_gpu_mb"] = round(max(r["peak_gpu_mb"] for r in runs["segtrain_fused"]), 1)
+    return fields
+
+
 def compiled_fields(runs, seg_rounds, fpt, peak, nominal):
     """The torch.compile reference's figures, read as the eager loop's: the median of the rounds and of the
     per-round ratios segtrain_r / compiled_r; its first step (compiling included) apart."""
@@ -588,6 +617,8 @@ def speed():
                 for who in order:
                     if who == "segtrain":
                         run = run_segtrain(work, store, shape, f"{name}-{r}")
+                    elif who == "segtrain_fused":
+                        run = run_segtrain(work, store, shape, f"{name}-{r}-fused", fused=True)
                     elif who == "compiled" and compile_error is None:
                         try:
                             run = run_pytorch(work, store, shape, f"{name}-{r}", "compiled")
@@ -658,6 +689,9 @@ def speed():
             "pytorch_rounds_tokens_per_s": [round(x, 1) for x in py_rounds],
             "ratio_rounds": [round(x, 3) for x in ratios],
         })
+        row["segtrain_fused_kernels"] = FUSED_SWITCH == "1"
+        if "segtrain_fused" in runs:
+            row.update(fused_fields(runs, seg_rounds, fpt, peak, nominal))
         if "compiled" in runs:
             row.update(compiled_fields(runs, seg_rounds, fpt, peak, nominal))
         elif "compile_error" in runs:
@@ -679,6 +713,8 @@ def speed():
                   + (f"and the same loop with its forward and loss under torch.compile (backend {COMPILE_BACKEND}, "
                      f"mode {COMPILE_MODE}; compiled_*, ratio_compiled = segtrain / compiled); "
                      if "compiled" in REFERENCES else "")
+                  + ("and segtrain with SEGTRAIN_FUSED_KERNELS=1 (fused_*, ratio_fused = fused / segtrain); "
+                     if "fused" in REFERENCES else "")
                   + f"tokens/s over the steps after the first {WARMUP_STEPS}; {ROUNDS} interleaved rounds, the order "
                   f"rotated (first_in_round); ratio = median of the per-round ratios "
                   f"segtrain_r / pytorch_r [min, max], tokens/s = median of the rounds; {ceiling}; "

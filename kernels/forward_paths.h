@@ -1,7 +1,8 @@
 #pragma once
 // Which implementation each of a forward's choices took: the fused RoPE kernel or the composite,
 // ATen's fused RMSNorm or the composite, attention with the implicit causal mask, with ALiBi
-// folded into q·k or with its bias tensor, and the kernel SDPA picked for it. The choices are made
+// folded into q·k or with its bias tensor, the kernel SDPA picked for it, and the loss's
+// cross-entropy kernel or composite. The choices are made
 // per call (by the switch, the device, the dtypes, a batch's positions), so a plan line can only
 // say what is switched on; the trainer records its first step's choices and logs them, so that a
 // GPU run says whether it took the paths its GPU tests check.
@@ -28,6 +29,8 @@ enum class ForwardPath : uint32_t {
   sdpa_memory_efficient = 1u << 11,
   sdpa_cudnn = 1u << 12,
   sdpa_other = 1u << 13,
+  cross_entropy_fused = 1u << 14,  // the LM head's loss (kernels/cross_entropy.h)
+  cross_entropy_composite = 1u << 15,
 };
 
 // Starts recording (clearing what an earlier recording noted).
@@ -43,7 +46,8 @@ void record_path(ForwardPath path);
 void record_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
                  bool is_causal, std::optional<double> scale, bool enable_gqa);
 
-// "RoPE composite; RMSNorm fused (ATen); attention: ALiBi folded into q·k; SDPA kernel flash" ("" for none).
+// "RoPE composite; RMSNorm fused (ATen); attention ALiBi folded into q·k; SDPA kernel flash;
+// cross-entropy fused kernel" ("" for none).
 std::string describe_paths(uint32_t paths);
 
 }  // namespace segtrain::kernels

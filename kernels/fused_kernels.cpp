@@ -25,7 +25,7 @@ std::string describe_fused_kernels(bool cuda_device) {
   if (!fused_kernels_requested()) return "";
   if (!fused_kernels_built()) return "SEGTRAIN_FUSED_KERNELS=1, but this build has no CUDA: ATen's composites";
   if (!cuda_device) return "SEGTRAIN_FUSED_KERNELS=1, but the CPU computes ATen's composites";
-  return "fused CUDA kernels on (SEGTRAIN_FUSED_KERNELS=1: rope, rms_norm, alibi folded into q.k)";
+  return "fused CUDA kernels on (SEGTRAIN_FUSED_KERNELS=1: rope, rms_norm, alibi folded into q.k, cross-entropy)";
 }
 
 }  // namespace segtrain::kernels

@@ -5,11 +5,7 @@
 // arithmetic against ATen's composite where no GPU is (tests/models/rope_test.cpp).
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SEGTRAIN_HOST_DEVICE __host__ __device__
-#else
-#define SEGTRAIN_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace segtrain::kernels {
 

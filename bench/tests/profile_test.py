@@ -63,6 +63,8 @@ NAMES = {
         "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)",
         "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)",
         "triton_per_fused__log_softmax_backward_data_nll_loss_backward_0", "aten::_log_softmax",
+        # segtrain's own (kernels/cross_entropy_cuda.cu, SEGTRAIN_FUSED_KERNELS=1)
+        "void segtrain::kernels::(anonymous namespace)::cross_entropy_kernel<c10::BFloat16>(c10::BFloat16*, long const*, float*, long, long, bool)",
     ],
     "optimizer": [
         "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, float*, float*>(at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, float*, float*)",

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "kernels/cross_entropy.h"
+
 namespace segtrain::models {
 
 namespace {
@@ -46,10 +48,10 @@ struct Slices {
 };
 
 // The head and cross-entropy of hidden [N,D] against targets [N], `chunk` rows at
-// a time. Each slice's fp32 [chunk,V] log-softmax (one fused kernel) becomes, in
-// place, d nll / d logits = softmax - onehot(t): a few passes over the slice, where
-// the memory traffic of this loss lies. Rows of ignored targets are dropped where
-// they meet W and hidden (a [chunk,D] mask), not zeroed in the [chunk,V] buffer.
+// a time: each slice's logits, their loss and d nll / d logits = softmax - onehot(t)
+// (kernels/cross_entropy.h: where the memory traffic of this loss lies), folded into d hidden
+// and d W. Rows of ignored targets are dropped where they meet W and hidden (a [chunk,D]
+// mask), not zeroed in the [chunk,V] buffer.
 Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk,
                   int64_t ignore_index, at::ScalarType compute, bool want_hidden, bool want_weight) {
   TORCH_CHECK(chunk >= 1, "lm_head_loss: chunk_tokens must be >= 1, got ", chunk);
@@ -65,19 +67,14 @@ Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::
     const int64_t rows = std::min(chunk, n - start);
     const at::Tensor h = hidden.narrow(0, start, rows).to(compute);
     const at::Tensor t = targets.narrow(0, start, rows);
-    const at::Tensor ignored = t.eq(ignore_index);
-    const at::Tensor index = t.masked_fill(ignored, 0).unsqueeze(1);  // in range for gather; masked below
-
-    // The logits in the compute dtype, then fp32, as cross_entropy on .to(kFloat) logits sees them.
-    at::Tensor log_p = at::log_softmax(at::mm(h, w.t()), 1, at::kFloat);
-    out.nll.narrow(0, start, rows).copy_(log_p.gather(1, index).squeeze(1).neg().masked_fill_(ignored, 0));
+    // The logits in the compute dtype; the loss takes them as cross_entropy on .to(kFloat) logits does.
+    kernels::CrossEntropyRows loss =
+        kernels::cross_entropy_rows(at::mm(h, w.t()), t, ignore_index, want_hidden || want_weight);
+    out.nll.narrow(0, start, rows).copy_(loss.nll);
     if (!want_hidden && !want_weight) continue;
 
-    // d nll / d logits = softmax - onehot(t), in place of the log-softmax.
-    at::Tensor g = log_p.exp_();
-    g.scatter_add_(1, index, at::full({rows, 1}, -1.0, fp32));
-    g = g.to(compute);  // the same buffer when compute is fp32
-    const at::Tensor dropped = ignored.unsqueeze(1);
+    const at::Tensor& g = loss.grad;  // [rows, V] in the compute dtype
+    const at::Tensor dropped = t.eq(ignore_index).unsqueeze(1);
     if (want_hidden) {
       at::Tensor slice = out.grad_hidden.narrow(0, start, rows);
       if (compute == at::kFloat) at::mm_out(slice, g, w);

@@ -36,6 +36,7 @@
 #include <c10/util/Exception.h>
 #endif
 
+#include "kernels/cross_entropy.h"
 #include "kernels/fused_kernels.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
@@ -555,6 +556,45 @@ TEST(FusedKernels, RmsNormEqualsTheCompositeForwardAndBackward) {
          ", backward (relative to the largest gradient) " + std::to_string(worst_backward));
 }
 
+// The LM head's cross-entropy kernel (kernels/cross_entropy.h) against ATen's composite on the
+// same CUDA logits: fp32, bf16 and fp16 rows of GPT-2's, Llama-3's and a small vocabulary, two
+// targets ignored; the loss within fp32 rounding, the gradient (written over the logits) the
+// composite's fp32 value rounded once to the logits' dtype, zero on the ignored rows.
+TEST(FusedKernels, CrossEntropyEqualsTheCompositeLossAndGradient) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda")
+    SKIP_NOT_APPLICABLE("the cross-entropy kernel is CUDA's; tests/models/cross_entropy_test.cpp checks its arithmetic on the CPU");
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const int64_t ignore = -100, rows = 67;
+  double worst_loss = 0, worst_gradient = 0;
+  for (const int64_t vocab : {int64_t{50257}, int64_t{128256}, int64_t{1000}})
+    for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      at::manual_seed(17);
+      const auto logits = (at::randn({rows, vocab}, cuda) * 4.0).to(dtype);
+      auto targets = at::randint(0, vocab, {rows}, cuda.dtype(at::kLong));
+      targets.index_put_({at::tensor({int64_t{0}, int64_t{40}}, cuda.dtype(at::kLong))}, ignore);
+      const auto what = std::string(c10::toString(dtype)) + " vocab " + std::to_string(vocab);
+      const auto want = kernels::cross_entropy_rows_composite(logits, targets, ignore, true);
+      const auto got = kernels::cross_entropy_rows_fused(logits.clone(), targets, ignore, true);
+      const auto loss_only = kernels::cross_entropy_rows_fused(logits.clone(), targets, ignore, false);
+      ASSERT_EQ(got.nll.scalar_type(), at::kFloat) << what;
+      ASSERT_EQ(got.grad.scalar_type(), dtype) << what;
+      EXPECT_TRUE(at::equal(got.nll, loss_only.nll)) << what;
+      const double loss_error = (got.nll - want.nll).abs().max().item<double>();
+      worst_loss = std::max(worst_loss, loss_error);
+      EXPECT_LE(loss_error, 2e-6 * want.nll.abs().max().item<double>()) << what;
+      const auto kept = targets.ne(ignore).unsqueeze(1);
+      const auto g = got.grad.to(at::kFloat), w = want.grad.to(at::kFloat).masked_fill(kept.logical_not(), 0);
+      EXPECT_EQ(g.masked_select(kept.logical_not()).abs().max().item<float>(), 0.0f) << what;
+      const double gradient_error = (g - w).abs().max().item<double>();
+      worst_gradient = std::max(worst_gradient, gradient_error);
+      EXPECT_TRUE(at::allclose(g, w, dtype == at::kFloat ? 1e-4 : (dtype == at::kHalf ? 1e-3 : 1.0 / 128), 1e-7))
+          << what << ": largest difference " << gradient_error;
+    }
+  record("fused cross-entropy vs composite: largest |difference| loss " + std::to_string(worst_loss) + ", gradient " +
+         std::to_string(worst_gradient));
+}
+
 // ALiBi folded into q·k (models/modules/alibi_folded.h) on CUDA under bf16 autocast, BLOOM's
 // head shape (64), segmented positions spanning 60,000 and slopes of a run interpolated 16x:
 // the folded tensors go to a fused 16-bit kernel (flash or cuDNN, not the math fallback), and
@@ -756,30 +796,35 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
 
 // A bf16 run with the fused paths (SEGTRAIN_FUSED_KERNELS=1) follows the run without, for each
 // model they touch: gpt_neox (the RoPE kernel), llama (RoPE and ATen's fused RMSNorm on the bf16
-// parameters that train.param_dtype auto gives a bf16 run on CUDA), bloom (ALiBi folded into q.k):
+// parameters that train.param_dtype auto gives a bf16 run on CUDA), bloom (ALiBi folded into q.k),
+// and every one of them and gpt2 (the LM head's cross-entropy kernel):
 // 8 steps' losses within 1e-3 (the fused attention's backward sums in no fixed order; bloom's
 // folded bias, 5e-3), its plan line saying so. The CPU keeps the composites: there the losses are equal.
 // The first step's log line names the paths its forward took (kernels/forward_paths.h): with the
-// switch on, the fused RoPE kernel, ATen's fused RMSNorm, ALiBi folded, and a fused SDPA kernel.
+// switch on, the fused RoPE kernel, ATen's fused RMSNorm, ALiBi folded, a fused SDPA kernel and
+// the cross-entropy kernel.
 TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
-  for (const std::string arch : {"gpt_neox", "llama", "bloom"}) {
+  for (const std::string arch : {"gpt2", "gpt_neox", "llama", "bloom"}) {
     std::vector<std::vector<double>> losses;
     for (const std::string fused : {"0", "1"}) {
       const std::string name = "fused-" + arch + "-" + fused;
       tiny_run_config(name, {.arch = arch, .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
-      auto trained = run("env", {"SEGTRAIN_FUSED_KERNELS=" + fused, kBin, "train", config_path(name), "--set",
-                                 "train.budget.tokens=1024", "--set", "train.precision=bf16"},
-                         900);
+      std::vector<std::string> args = {"SEGTRAIN_FUSED_KERNELS=" + fused, kBin, "train", config_path(name), "--set",
+                                       "train.budget.tokens=1024", "--set", "train.precision=bf16"};
+      if (arch == "gpt2") args.insert(args.end(), {"--set", "model.extension.method=interpolate"});  // its table is shorter than L_e
+      auto trained = run("env", args, 900);
       ASSERT_EQ(trained.exit_code, 0) << arch << ": " << trained.err;
       if (fused == "1" && dev == "cuda") {
         EXPECT_NE((trained.out + trained.err).find("fused CUDA kernels on"), std::string::npos) << trained.err;
         // What the first step's forward took (kernels/forward_paths.h), each in bf16 on a fused SDPA kernel.
         const std::string took = arch == "llama"  ? "RoPE fused kernel; RMSNorm fused (ATen); attention causal"
                                  : arch == "bloom" ? "attention ALiBi folded into q·k; SDPA kernel "
+                                 : arch == "gpt2"  ? "attention causal"
                                                    : "RoPE fused kernel; attention causal";
         EXPECT_NE(trained.err.find("step 1's forward took: " + took), std::string::npos) << arch << ": " << trained.err;
+        EXPECT_NE(trained.err.find("; cross-entropy fused kernel\n"), std::string::npos) << arch << ": " << trained.err;
         EXPECT_TRUE(trained.err.find("SDPA kernel flash") != std::string::npos ||
                     trained.err.find("SDPA kernel cuDNN") != std::string::npos)
             << arch << ": " << trained.err;

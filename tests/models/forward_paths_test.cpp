@@ -59,6 +59,9 @@ TEST(ForwardPaths, NothingIsRecordedOutsideARecordingAndStartClearsTheLastOne) {
                                           ForwardPath::attention_causal, ForwardPath::sdpa_flash})),
             "RoPE fused kernel and composite; RMSNorm fused (ATen); attention causal (no mask), ALiBi folded into "
             "q·k; SDPA kernel flash");
+  EXPECT_EQ(kernels::describe_paths(bits({ForwardPath::attention_causal, ForwardPath::sdpa_cudnn,
+                                          ForwardPath::cross_entropy_fused})),
+            "attention causal (no mask); SDPA kernel cuDNN; cross-entropy fused kernel");
 }
 
 TEST(ForwardPaths, EachArchitectureRecordsThePathsItsForwardTakesOnTheCpu) {

@@ -1471,9 +1471,11 @@ TEST_F(TrainCli, MicroBatchAutoTrainsTheBytesOfTheBatchItChose) {
   EXPECT_EQ(test::read_file(run_dir("auto-whole") + "/final/model.safetensors"),
             test::read_file(run_dir("auto-given") + "/final/model.safetensors"));
   // The first step says the paths its forward took (kernels/forward_paths.h): a Llama on the CPU
-  // takes the composites and causal attention, the measuring passes before it not counted.
+  // takes the composites and causal attention, the loss ATen's composite, the measuring passes
+  // before it not counted.
   EXPECT_TRUE(std::regex_search(chosen.err, std::regex("step 1's forward took: RoPE composite; RMSNorm composite; "
-                                                       "attention causal \\(no mask\\); SDPA kernel (flash|math)\n")))
+                                                       "attention causal \\(no mask\\); SDPA kernel (flash|math); "
+                                                       "cross-entropy composite\n")))
       << chosen.err;
   const YAML::Node resolved = YAML::LoadFile(run_dir("auto-whole") + "/config.yaml");
   EXPECT_EQ(resolved["train"]["micro_batch_size"].as<int>(), 4);

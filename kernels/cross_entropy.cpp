@@ -1,0 +1,74 @@
+#include "kernels/cross_entropy.h"
+
+#include <string>
+
+#include "common/error.h"
+#include "kernels/forward_paths.h"
+#include "kernels/fused_kernels.h"
+#if SEGTRAIN_WITH_CUDA
+#include "kernels/cross_entropy_cuda.h"
+#endif
+
+namespace segtrain::kernels {
+
+namespace {
+
+// Why the kernel does not take these tensors ("" when it does).
+std::string fused_refusal(const at::Tensor& logits, const at::Tensor& targets) {
+  if (!SEGTRAIN_WITH_CUDA) return "this build of segtrain has no CUDA";
+  if (!logits.is_cuda() || !targets.is_cuda()) return "it takes CUDA tensors; got logits on " + logits.device().str();
+  const auto t = logits.scalar_type();
+  if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf)
+    return std::string("it takes fp32, bf16 or fp16 logits; got ") + c10::toString(t);
+  if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0) ||
+      targets.scalar_type() != at::kLong)
+    return "it takes logits [rows, vocab] and int64 targets [rows]";
+  return "";
+}
+
+}  // namespace
+
+CrossEntropyRows cross_entropy_rows_composite(const at::Tensor& logits, const at::Tensor& targets,
+                                              int64_t ignore_index, bool gradient) {
+  const at::Tensor ignored = targets.eq(ignore_index);
+  const at::Tensor index = targets.masked_fill(ignored, 0).unsqueeze(1);  // in range for gather; masked below
+  // The logits in their dtype, then fp32, as cross_entropy on .to(kFloat) logits sees them.
+  at::Tensor log_p = at::log_softmax(logits, 1, at::kFloat);
+  CrossEntropyRows out;
+  out.nll = log_p.gather(1, index).squeeze(1).neg().masked_fill_(ignored, 0);
+  if (!gradient) return out;
+  // softmax - onehot(t), in place of the log-softmax.
+  at::Tensor g = log_p.exp_();
+  g.scatter_add_(1, index, at::full({logits.size(0), 1}, -1.0, g.options()));
+  out.grad = g.to(logits.scalar_type());  // the same buffer when the logits are fp32
+  return out;
+}
+
+CrossEntropyRows cross_entropy_rows_fused(at::Tensor logits, const at::Tensor& targets, int64_t ignore_index,
+                                          bool gradient) {
+  if (const std::string why = fused_refusal(logits, targets); !why.empty())
+    throw InputError("the fused cross-entropy kernel does not apply: " + why);
+#if SEGTRAIN_WITH_CUDA
+  logits = logits.contiguous();  // the slice's fresh matmul result already is
+  CrossEntropyRows out;
+  out.nll = cross_entropy_cuda(logits, targets.contiguous(), ignore_index, gradient);
+  if (gradient) out.grad = std::move(logits);
+  return out;
+#else
+  (void)ignore_index;
+  (void)gradient;
+  return {};
+#endif
+}
+
+CrossEntropyRows cross_entropy_rows(at::Tensor logits, const at::Tensor& targets, int64_t ignore_index,
+                                    bool gradient) {
+  if (fused_kernels_requested() && fused_refusal(logits, targets).empty()) {
+    record_path(ForwardPath::cross_entropy_fused);
+    return cross_entropy_rows_fused(std::move(logits), targets, ignore_index, gradient);
+  }
+  record_path(ForwardPath::cross_entropy_composite);
+  return cross_entropy_rows_composite(logits, targets, ignore_index, gradient);
+}
+
+}  // namespace segtrain::kernels
