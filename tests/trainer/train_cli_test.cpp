@@ -1513,6 +1513,63 @@ TEST_F(TrainCli, MicroBatchAutoTrainsTheBytesOfTheBatchItChose) {
 // holds state for the trainable ones only, a run stopped at a checkpoint resumes to the same
 // bytes, a resume that changes the patterns is refused, the export writes the base's frozen
 // tensors, and patterns that do not fit the model are refused naming the key.
+// SEGTRAIN_CUDA_GRAPH=static runs the step that a CUDA graph captures (trainer/runtime/cuda_graph.h:
+// each step's micro-batches copied into tensors that stay, the loss summed into one, gradients kept
+// and zeroed in place, the update's scalars in device memory) without capturing it: on the CPU it
+// trains the ordinary step's bytes, with gradient accumulation, fp32 parameters, and bf16 parameters
+// with fp32 master weights. What a captured step cannot take is refused before anything trains,
+// naming why (exit 2): the CPU asked to capture, ALiBi (it decides per batch whether it folds its
+// bias), a dynamic RoPE scaling, a value the switch does not take.
+TEST_F(TrainCli, TheCapturedStepsStaticPathTrainsTheOrdinaryStepsBytes) {
+  struct Case {
+    std::string name, arch, method;
+    std::vector<std::string> sets;
+  };
+  for (const Case& k : {Case{"graph-gpt2-accum", "gpt2", "truncate",
+                             {"--set", "train.micro_batch_size=2", "--set", "train.grad_accum=2"}},
+                        Case{"graph-neox-bf16", "gpt_neox", "chunk",
+                             {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16"}},
+                        Case{"graph-llama", "llama", "chunk", {}}}) {
+    for (const std::string mode : {"0", "static"}) {
+      std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=" + mode, kBin, "train", config(k.name + "-" + mode, k.arch, k.method),
+                                       "--set", "train.budget.tokens=2048"};
+      args.insert(args.end(), k.sets.begin(), k.sets.end());
+      auto r = run("env", args);
+      ASSERT_EQ(r.exit_code, 0) << k.name << " " << mode << ": " << r.err;
+      if (mode == "static")
+        EXPECT_NE(r.err.find("; the captured step's static path, not captured (SEGTRAIN_CUDA_GRAPH=static)"),
+                  std::string::npos)
+            << r.err;
+    }
+    EXPECT_EQ(losses(run_dir(k.name + "-static")), losses(run_dir(k.name + "-0"))) << k.name;
+    EXPECT_TRUE(test::read_file(run_dir(k.name + "-static") + "/final/model.safetensors") ==
+                test::read_file(run_dir(k.name + "-0") + "/final/model.safetensors"))
+        << k.name << ": the final weights differ";
+  }
+  struct Refused {
+    std::string mode, arch;
+    std::vector<std::string> sets;
+    std::string said;
+  };
+  for (const Refused& k :
+       {Refused{"1", "llama", {}, "SEGTRAIN_CUDA_GRAPH=1: this run's step cannot be captured: it captures a CUDA "
+                                  "device's step; this run computes on cpu; unset SEGTRAIN_CUDA_GRAPH to train it"},
+        Refused{"static", "bloom", {}, "ALiBi decides for each batch whether it folds its bias"},
+        Refused{"static", "llama", {"--set", "model.extension.method=dynamic_ntk", "--set", "model.extension.factor=2"},
+                "a dynamic scaling"},
+        Refused{"yes", "llama", {}, "SEGTRAIN_CUDA_GRAPH=yes: expected 0 (the ordinary step), 1 (the step captured "
+                                    "as CUDA graphs) or static"}}) {
+    const std::string name = "graph-refused-" + k.arch + "-" + k.mode;
+    std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=" + k.mode, kBin, "train", config(name, k.arch, "chunk")};
+    args.insert(args.end(), k.sets.begin(), k.sets.end());
+    auto r = run("env", args);
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.err;
+    EXPECT_NE(r.err.find(k.said), std::string::npos) << name << ": " << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(run_dir(name) + "/metrics.jsonl")) << name;
+  }
+}
+
 TEST_F(TrainCli, FreezeKeepsFrozenWeightsBitIdenticalThroughTrainResumeAndExport) {
   auto base = run(kBin, {"train", config("freeze-base", "llama", "truncate"), "--set", "train.budget.tokens=4000"});
   ASSERT_EQ(base.exit_code, 0) << base.err;

@@ -85,17 +85,28 @@ void FusedAdamW::step_group(Group& g) {
                     /*found_inf=*/std::nullopt);
 }
 
-void FusedAdamW::step(double lr, double grad_factor) {
-  scalars_.set(lr, grad_factor);
+void FusedAdamW::update() {
   for (auto& g : groups_) step_group(g);
-  ++steps_taken_;
 }
 
 void FusedAdamW::zero_grad() {
   if (views_) return views_->zero_grad();
+  if (keep_gradients_) {
+    std::vector<at::Tensor> kept = grads();
+    if (!kept.empty()) at::_foreach_zero_(kept);
+    return;
+  }
   for (auto& g : groups_)
     for (auto& p : g.params)
       if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+}
+
+void FusedAdamW::keep_gradients() {
+  if (views_) return;  // the buckets' views stay
+  keep_gradients_ = true;
+  for (auto& g : groups_)
+    for (auto& p : g.params)
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
 }
 
 int64_t FusedAdamW::state_bytes() const {

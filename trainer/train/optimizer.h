@@ -70,8 +70,24 @@ class Optimizer {
   // One update at learning rate `lr` of the gradients multiplied by `grad_factor`
   // (the step's 1 / loss tokens and the clipping), inside the fused kernel
   // (FusedStepScalars). The gradients are left scaled.
-  virtual void step(double lr, double grad_factor = 1.0) = 0;
+  void step(double lr, double grad_factor = 1.0) {
+    set_step_scalars(lr, grad_factor);
+    update();
+    count_step();
+  }
+  // step() in its three parts, for a step whose device work is a CUDA graph
+  // (trainer/runtime/cuda_graph.h): the step's scalars written into device memory (the
+  // host's values: outside the graph), the update (device work alone: what a graph
+  // captures) and the host's count of steps taken.
+  virtual void set_step_scalars(double lr, double grad_factor) = 0;
+  virtual void update() = 0;
+  virtual void count_step() = 0;
   virtual void zero_grad() = 0;
+  // From now on every trainable parameter's gradient stays allocated (zeros where it had
+  // none) and zero_grad zeroes it in place, so that a graph finds it at the same address:
+  // a parameter without a gradient in a step is then updated with a zero one (weight decay
+  // and the moments' decay apply). Gradients in flat buckets always are.
+  virtual void keep_gradients() {}
   virtual int64_t steps_taken() const = 0;
   // This rank's moments as pieces: every parameter whole, or a sharded rank's
   // slices. Live views of the state: a checkpoint copies them before the next
@@ -113,8 +129,13 @@ class FusedAdamW : public Optimizer {
   at::Tensor grad_square_sum() override;
   bool sharded() const override { return false; }
   // Parameters without a gradient are skipped.
-  void step(double lr, double grad_factor = 1.0) override;
-  void zero_grad() override;  // drops the gradients (.grad undefined), or zeroes the buckets
+  void set_step_scalars(double lr, double grad_factor) override { scalars_.set(lr, grad_factor); }
+  void update() override;
+  void count_step() override { ++steps_taken_; }
+  // Drops the gradients (.grad undefined), or zeroes the buckets, or after keep_gradients
+  // zeroes them in place.
+  void zero_grad() override;
+  void keep_gradients() override;
   int64_t steps_taken() const override { return steps_taken_; }
   std::vector<StatePiece> state_pieces() override;
   void load_state(const SavedOptimizerState& saved) override;
@@ -135,6 +156,7 @@ class FusedAdamW : public Optimizer {
   c10::Device device_ = at::kCPU;  // the parameters'
   FusedStepScalars scalars_{at::kCPU};
   FlatBuckets* views_ = nullptr;
+  bool keep_gradients_ = false;
   int64_t steps_taken_ = 0;
 };
 

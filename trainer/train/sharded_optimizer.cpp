@@ -101,9 +101,8 @@ void ShardedAdamW::accumulate_local() {
   }
 }
 
-void ShardedAdamW::step(double lr, double grad_factor) {
+void ShardedAdamW::update() {
   at::NoGradGuard no_grad;
-  scalars_.set(lr, grad_factor);
   std::vector<std::unique_ptr<PendingCollective>> gathers;
   for (size_t b = 0; b < updates_.size(); ++b) {
     for (auto& u : updates_[b]) {
@@ -120,7 +119,6 @@ void ShardedAdamW::step(double lr, double grad_factor) {
         gathers.push_back(group_->all_gather_async(bucket.params.narrow(0, segment.begin, segment.numel)));
   }
   for (auto& g : gathers) g->wait();
-  ++steps_taken_;
 }
 
 void ShardedAdamW::zero_grad() {

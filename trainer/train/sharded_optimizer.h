@@ -50,7 +50,9 @@ class ShardedAdamW : public Optimizer {
 
   at::Tensor grad_square_sum() override;  // of this rank's slices (their gradient sums with master weights)
   bool sharded() const override { return sharded_; }
-  void step(double lr, double grad_factor = 1.0) override;  // scales this rank's slices alone
+  void set_step_scalars(double lr, double grad_factor) override { scalars_.set(lr, grad_factor); }
+  void update() override;  // scales this rank's slices alone
+  void count_step() override { ++steps_taken_; }
   // The flat gradient buffers (and the fp32 sums) to zero, in place.
   void zero_grad() override;
   int64_t steps_taken() const override { return steps_taken_; }

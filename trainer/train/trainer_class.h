@@ -30,6 +30,7 @@
 #include "trainer/config/config.h"
 #include "trainer/eval/perplexity.h"
 #include "trainer/eval/suite.h"
+#include "trainer/runtime/cuda_graph.h"
 #include "trainer/train/batch_size.h"
 #include "trainer/train/budget.h"
 #include "trainer/train/cadence.h"
@@ -43,6 +44,7 @@
 #include "trainer/train/optimizer.h"
 #include "trainer/train/run_checkpoint.h"
 #include "trainer/train/run_directory.h"
+#include "trainer/train/step_loss.h"
 #include "trainer/train/step_totals.h"
 #include "trainer/train/trainer.h"
 
@@ -103,6 +105,17 @@ class Trainer {
   LocalTotals forward_backward();
   StepTotals reduce_totals(const LocalTotals& local);
   StepResult apply_update(const StepTotals& totals);
+  // forward_backward's device work: every micro-batch's forward and backward, the loss summed
+  // into loss_sum (what a CUDA graph captures: trainer_captured_step.cpp).
+  void run_micro_batches(const std::vector<MicroBatch>& micro, at::Tensor& loss_sum);
+  // SEGTRAIN_CUDA_GRAPH (trainer/runtime/cuda_graph.h): why this run cannot take the captured
+  // step ("" when it can), the plan line's words, the step's halves through their graphs.
+  std::string cuda_graph_refusal() const;
+  std::string describe_cuda_graph() const;
+  at::Tensor forward_backward_captured(const std::vector<MicroBatch>& micro);
+  // The update at lr with the gradient factor; with SEGTRAIN_CUDA_GRAPH its device work and the
+  // gradients' zeroing replay as one graph. Whether the gradients were zeroed.
+  bool update_parameters(double lr, double grad_factor);
   void log_step(const StepResult& step);
   // Starts saving `dir` (in the background unless train.save_in_background is
   // false or `wait`); a save in flight is finished first.
@@ -144,6 +157,12 @@ class Trainer {
   std::unique_ptr<FlatBuckets> flat_;  // data parallel: parameters and gradients in flat buckets
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<Optimizer> optimizer_;
+  // SEGTRAIN_CUDA_GRAPH: the step's two halves as graphs, the micro-batches' tensors they read
+  // and the loss sum they write.
+  CudaGraphMode graph_mode_ = CudaGraphMode::off;
+  std::unique_ptr<GraphedCall> graphed_forward_backward_, graphed_update_;
+  std::vector<MicroBatch> static_micro_;
+  at::Tensor static_loss_sum_;
   std::vector<std::unique_ptr<CheckpointPart>> checkpoint_parts_;  // what a checkpoint is made of
   OptimizerPart* optimizer_part_ = nullptr;                        // one of them: says whether a resume had its state
   TrainerState state_;

@@ -1,12 +1,14 @@
 // The training loop and its step (trainer_class.h). A step is three calls: forward_backward
 // (this rank's micro-batches), reduce_totals (the gradients and the step's totals summed over
 // ranks: its one host read) and apply_update (clip, optimizer step, zero the gradients): the
-// work on each side of the host read is one call, the unit a CUDA graph can capture. A stop
+// device work on each side of the host read is one call, the unit a CUDA graph captures
+// (SEGTRAIN_CUDA_GRAPH: trainer_captured_step.cpp). A stop
 // asked for on any rank is agreed by all, so that every rank stops after the same step.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -56,6 +58,8 @@ void Trainer::train() {
 // (step_totals.h) instead of needing a round trip of its own before backward.
 StepResult Trainer::train_step() {
   const int64_t waits_before = group_ ? group_->host_waits() : 0;
+  std::optional<StepStream> stream;  // a captured step's own stream (trainer/runtime/cuda_graph.h)
+  if (graph_mode_ != CudaGraphMode::off) stream.emplace(device_);
   const LocalTotals local = forward_backward();
   const StepTotals totals = reduce_totals(local);
   state_.cursor = local.cursor_after;
@@ -84,7 +88,16 @@ LocalTotals Trainer::forward_backward() {
     micro.push_back(to_tensors(batch, device_));
     local.loss_tokens += micro.back().loss_tokens;
   }
+  if (graph_mode_ != CudaGraphMode::off) {
+    local.loss_sum = forward_backward_captured(micro);
+    return local;
+  }
   local.loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  run_micro_batches(micro, local.loss_sum);
+  return local;
+}
+
+void Trainer::run_micro_batches(const std::vector<MicroBatch>& micro, at::Tensor& loss_sum) {
   const bool master = optimizer_->keeps_master_weights();
   for (size_t k = 0; k < micro.size(); ++k) {
     at::Tensor loss;
@@ -96,14 +109,13 @@ LocalTotals Trainer::forward_backward() {
     // every one's does, into the optimizer's fp32 sums.
     if (sync_ && (master || k + 1 == micro.size())) sync_->arm();
     loss.backward();
-    local.loss_sum += loss.detach().to(at::kDouble);
+    loss_sum += loss.detach().to(at::kDouble);
     if (master) {
       if (sync_) sync_->finish();
       else optimizer_->accumulate_local();
       flat_->zero_grad();
     }
   }
-  return local;
 }
 
 // The gradients' reduction finished, then the step's totals summed over ranks and read on the
@@ -148,7 +160,7 @@ StepResult Trainer::apply_update(const StepTotals& totals) {
     state_.consecutive_bad_steps = 0;
     if (result.loss_tokens > 0) {
       waiting_for_saves([&] { checkpoints_->wait_for_copy(); });  // a save in flight has copied what step() changes
-      optimizer_->step(result.lr, clip_factor(grad_norm, c_.train.grad_clip) / denominator);
+      if (update_parameters(result.lr, clip_factor(grad_norm, c_.train.grad_clip) / denominator)) return result;
     }
   }
   optimizer_->zero_grad();

@@ -76,8 +76,14 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
 
 // What would fail only after training is refused now (exit 2): a store in another
 // tokenizer than the base's, an empty evaluation split, a store that cannot write
-// passkey prompts, evaluation lengths past a learned table.
+// passkey prompts, evaluation lengths past a learned table, a captured step
+// (SEGTRAIN_CUDA_GRAPH) this run cannot take.
 void Trainer::check_inputs(const LoadedConfig& loaded) {
+  graph_mode_ = cuda_graph_requested();
+  if (graph_mode_ != CudaGraphMode::off)
+    if (const std::string why = cuda_graph_refusal(); !why.empty())
+      throw InputError("SEGTRAIN_CUDA_GRAPH=" + std::string(graph_mode_ == CudaGraphMode::captured ? "1" : "static") +
+                       ": this run's step cannot be captured: " + why + "; unset SEGTRAIN_CUDA_GRAPH to train it");
   // The store's ids must mean the base's tokens; checkpoints keep which tokenizer the model learns.
   if (const std::string base = model_ref_dir(c_.model.init); !base.empty())
     check_store_tokenizer(c_.data.store, base, loaded.locate("data.store"), "data.allow_tokenizer_mismatch: true",
@@ -343,7 +349,7 @@ void Trainer::plan_steps() {
             " threads; lr ", format_double(lr_of(c_)), " after ", warmup_steps_of(c_, plan_.total_steps),
             " warm-up steps", c_.train.lr ? "" : from_pretrained(c_) ? " (auto: a pretrained base's)" : " (auto)",
             batch, bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "", storage,
-            fused.empty() ? "" : "; " + fused);
+            fused.empty() ? "" : "; " + fused, graph_mode_ == CudaGraphMode::off ? "" : "; " + describe_cuda_graph());
   metrics_ = std::make_unique<Metrics>(writer_ ? run_.dir : fs::path(), c_.train.tensorboard, state_.step,
                                        plan_.total_steps);
 }

@@ -1,0 +1,110 @@
+// The captured step (SEGTRAIN_CUDA_GRAPH, trainer/runtime/cuda_graph.h): forward_backward's
+// device work and the update replayed as two CUDA graphs, the step's host read between them.
+// Each step's micro-batches are copied into tensors that stay (static_micro_), the loss summed
+// into one that stays (static_loss_sum_), gradients stay allocated (Optimizer::keep_gradients);
+// the learning rate and clipping factor reach the update graph through device scalars
+// (FusedStepScalars), and a skipped step's gradients are zeroed outside it.
+#include <string>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "models/spec/arch.h"
+#include "models/spec/auto_values.h"
+#include "trainer/train/trainer_class.h"
+
+namespace segtrain::trainer {
+
+namespace {
+
+// Eager steps before the capture: the first makes cuBLAS's handles and workspaces, the
+// allocator's blocks and the optimizer's state; PyTorch's own examples warm up 3.
+constexpr int64_t kGraphWarmupSteps = 3;
+
+// `fresh`'s tensors into `fixed`'s (same shapes), and its host values.
+void copy_micro_batch(MicroBatch& fixed, const MicroBatch& fresh, size_t index) {
+  if (fixed.tokens.sizes() != fresh.tokens.sizes())
+    throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: micro-batch " + std::to_string(index) + " of this step is " +
+                             c10::str(fresh.tokens.sizes()) + " where the captured step's is " +
+                             c10::str(fixed.tokens.sizes()) + "; a captured step needs one shape");
+  fixed.tokens.copy_(fresh.tokens, /*non_blocking=*/true);
+  fixed.positions.copy_(fresh.positions, /*non_blocking=*/true);
+  fixed.targets.copy_(fresh.targets, /*non_blocking=*/true);
+  fixed.loss_tokens = fresh.loss_tokens;
+  fixed.bounds = fresh.bounds;
+}
+
+}  // namespace
+
+std::string Trainer::cuda_graph_refusal() const {
+  if (graph_mode_ == CudaGraphMode::captured && !device_.is_cuda())
+    return "it captures a CUDA device's step; this run computes on " + device_.str();
+  if (dist_.world_size > 1)
+    return "it captures one process's step; this run has " + std::to_string(dist_.world_size) +
+           " ranks, whose gradient reduction runs while backward does";
+  if (models::position_scheme(model_config_.arch) == models::PositionScheme::alibi)
+    return "ALiBi decides for each batch whether it folds its bias into q.k (models/modules/alibi_folded.h)";
+  if (models::positions_depend_on_length(model_config_))
+    return "the model's RoPE scaling recomputes its table from each batch's largest position (a dynamic scaling)";
+  return "";
+}
+
+std::string Trainer::describe_cuda_graph() const {
+  switch (graph_mode_) {
+    case CudaGraphMode::captured:
+      return "the step captured as two CUDA graphs after " + std::to_string(kGraphWarmupSteps) +
+             " warm-up steps (SEGTRAIN_CUDA_GRAPH=1)";
+    case CudaGraphMode::static_path:
+      return "the captured step's static path, not captured (SEGTRAIN_CUDA_GRAPH=static)";
+    case CudaGraphMode::off:
+      break;
+  }
+  return "";
+}
+
+at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& micro) {
+  if (!graphed_forward_backward_) {
+    optimizer_->keep_gradients();
+    graphed_forward_backward_ = std::make_unique<GraphedCall>(graph_mode_, kGraphWarmupSteps);
+    graphed_update_ = std::make_unique<GraphedCall>(graph_mode_, kGraphWarmupSteps);
+    static_micro_ = micro;
+    for (auto& m : static_micro_) {  // copies that stay, not the fresh tensors
+      m.tokens = m.tokens.clone();
+      m.positions = m.positions.clone();
+      m.targets = m.targets.clone();
+    }
+    static_loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  } else {
+    if (micro.size() != static_micro_.size())
+      throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: a step of " + std::to_string(micro.size()) +
+                               " micro-batches after steps of " + std::to_string(static_micro_.size()));
+    for (size_t k = 0; k < micro.size(); ++k) copy_micro_batch(static_micro_[k], micro[k], k);
+  }
+  // No other thread may touch the device while a graph is captured: a save still copying waits.
+  if (graphed_forward_backward_->calls() == kGraphWarmupSteps)
+    waiting_for_saves([&] { checkpoints_->wait_for_copy(); });
+  (*graphed_forward_backward_)([&] {
+    static_loss_sum_.zero_();
+    run_micro_batches(static_micro_, static_loss_sum_);
+  });
+  if (graphed_forward_backward_->calls() == kGraphWarmupSteps + 1 && graphed_forward_backward_->captured())
+    log::info("step ", state_.step + 1, ": forward and backward captured as a CUDA graph, replayed from now on");
+  return static_loss_sum_;
+}
+
+bool Trainer::update_parameters(double lr, double grad_factor) {
+  if (graph_mode_ == CudaGraphMode::off) {
+    optimizer_->step(lr, grad_factor);
+    return false;
+  }
+  optimizer_->set_step_scalars(lr, grad_factor);  // device scalars the graph reads
+  (*graphed_update_)([&] {
+    optimizer_->update();
+    optimizer_->zero_grad();
+  });
+  optimizer_->count_step();
+  if (graphed_update_->calls() == kGraphWarmupSteps + 1 && graphed_update_->captured())
+    log::info("step ", state_.step + 1, ": the update captured as a CUDA graph, replayed from now on");
+  return true;
+}
+
+}  // namespace segtrain::trainer
