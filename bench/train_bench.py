@@ -54,7 +54,9 @@ default all of the device's but the "tiny" test shape), BENCH_REFERENCES (the
 PyTorch references of `speed`: eager, compiled or both, comma-separated; default
 eager,compiled on CUDA, eager on the CPU; segtrain / compiled is ratio_compiled; and
 fused: segtrain again with SEGTRAIN_FUSED_KERNELS=1 in the same rounds, fused / segtrain
-is ratio_fused; segtrain_fused_kernels says whether the plain segtrain program had it),
+is ratio_fused; graph: segtrain again with SEGTRAIN_CUDA_GRAPH=1, graph / segtrain is
+ratio_graph; segtrain_fused_kernels and segtrain_cuda_graph say what the plain segtrain
+program ran with),
 BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
 in `speed`: auto, the default, or N; 0 is the whole logits, as the PyTorch loop computes them),
 BENCH_PARAM_DTYPE (segtrain's train.param_dtype: auto, the default, which a bf16 run on CUDA takes as
@@ -116,16 +118,23 @@ if PARAM_DTYPE not in ("auto", "fp32", "bf16"):
     raise SystemExit(f"train_bench: BENCH_PARAM_DTYPE={PARAM_DTYPE!r}: expected auto, fp32 or bf16")
 ROUNDS = positive_env("BENCH_ROUNDS", 5)
 REFERENCES = [r for r in os.environ.get("BENCH_REFERENCES", "eager,compiled" if CUDA else "eager").split(",") if r]
-if "eager" not in REFERENCES or any(r not in ("eager", "compiled", "fused") for r in REFERENCES) or len(set(REFERENCES)) != len(REFERENCES):
+# segtrain again with a switch on, measured beside the plain program in the same rounds: its environment.
+SEGTRAIN_VARIANTS = {
+    "fused": {"SEGTRAIN_FUSED_KERNELS": "1"},  # the project's CUDA kernels (kernels/fused_kernels.h)
+    "graph": {"SEGTRAIN_CUDA_GRAPH": "1"},     # the step replayed as CUDA graphs (trainer/runtime/cuda_graph.h)
+}
+if "eager" not in REFERENCES or any(r not in ("eager", "compiled", *SEGTRAIN_VARIANTS) for r in REFERENCES) \
+        or len(set(REFERENCES)) != len(REFERENCES):
     raise SystemExit(f"train_bench: BENCH_REFERENCES={os.environ.get('BENCH_REFERENCES')!r}: expected eager, "
-                     f"optionally with compiled and fused (the eager loop is the reference every ratio is read against)")
-# SEGTRAIN_FUSED_KERNELS as this bench was started: what the "segtrain" program runs with. The "fused" program
-# is segtrain with the switch on (kernels/fused_kernels.h), measured beside it in the same rounds.
+                     f"optionally with compiled, fused and graph (the eager loop is the reference every ratio is "
+                     f"read against)")
+# The switches as this bench was started: what the plain "segtrain" program runs with.
 FUSED_SWITCH = os.environ.get("SEGTRAIN_FUSED_KERNELS", "")
+GRAPH_SWITCH = os.environ.get("SEGTRAIN_CUDA_GRAPH", "")
 COMPILE_BACKEND = os.environ.get("BENCH_COMPILE_BACKEND", "inductor")
 COMPILE_MODE = os.environ.get("BENCH_COMPILE_MODE", "default")
 # Program names in a speed run: segtrain, then the references ("pytorch" is the eager loop, as before).
-PROGRAM = {"eager": "pytorch", "compiled": "compiled", "fused": "segtrain_fused"}
+PROGRAM = {"eager": "pytorch", "compiled": "compiled", **{v: f"segtrain_{v}" for v in SEGTRAIN_VARIANTS}}
 # First steps (allocation, kernel selection, optimizer state; on CUDA also cuBLAS
 # and the caching allocator warming up) are left out of the rates.
 WARMUP_STEPS = 5 if CUDA else 2
@@ -336,13 +345,17 @@ def gpu_peaks(rows, run_dir):
     return max(r["peak_gpu_mb"] for r in rows), max(r["peak_gpu_reserved_mb"] for r in rows)
 
 
-def run_segtrain(work, store, shape, tag, fused=None):
-    """One segtrain run; fused True or False sets SEGTRAIN_FUSED_KERNELS for it, None leaves this process's."""
+def run_segtrain(work, store, shape, tag, variant=None):
+    """One segtrain run, in this process's environment or with a SEGTRAIN_VARIANTS switch on."""
     out = os.path.join(work, f"segtrain-{tag}")
     config = os.path.join(work, f"segtrain-{tag}.yaml")
     segtrain_config(config, out, store, shape, threads=THREADS)
-    env = None if fused is None else {**os.environ, "SEGTRAIN_FUSED_KERNELS": "1" if fused else "0"}
-    rss = run_child([str(SEGTRAIN), "train", config], out + ".log", env=env)
+    env = None if variant is None else {**os.environ, **SEGTRAIN_VARIANTS[variant]}
+    try:
+        rss = run_child([str(SEGTRAIN), "train", config], out + ".log", env=env)
+    except SystemExit as e:  # with segtrain's own last line (its one-line error)
+        lines = pathlib.Path(out + ".log").read_text(errors="replace").strip().splitlines()
+        raise SystemExit(f"{e}: {lines[-1] if lines else 'no output'}") from None
     rows = metrics_rows(out)
     params = safetensors_numel(os.path.join(out, "final", "model.safetensors"))
     peak_gpu = gpu_peaks(rows, out)[0] if CUDA else None
@@ -553,24 +566,26 @@ def programs_of(runs):
     return ["segtrain"] + [PROGRAM[v] for v in REFERENCES if PROGRAM[v] in runs]
 
 
-def fused_fields(runs, seg_rounds, fpt, peak, nominal):
-    """segtrain with SEGTRAIN_FUSED_KERNELS=1 beside segtrain as the bench was started: the median of the rounds
-    and of the per-round ratios fused_r / segtrain_r (above 1: the fused kernels are faster)."""
-    rounds = [r["tokens_per_s"] for r in runs["segtrain_fused"]]
+def variant_fields(variant, runs, seg_rounds, fpt, peak, nominal):
+    """segtrain with a SEGTRAIN_VARIANTS switch on beside segtrain as the bench was started: the median of the
+    rounds and of the per-round ratios variant_r / segtrain_r (above 1: the switch makes it faster)."""
+    program = PROGRAM[variant]
+    rounds = [r["tokens_per_s"] for r in runs[program]]
     ratios = [f / s for f, s in zip(rounds, seg_rounds)]
     rate = statistics.median(rounds)
+    v = variant
     fields = {
-        "fused_tokens_per_s": round(rate, 1),
-        "ratio_fused": round(statistics.median(ratios), 3), "ratio_fused_min": round(min(ratios), 3),
-        "ratio_fused_max": round(max(ratios), 3),
-        "mfu_fused": round(rate * fpt / (peak * 1e9), 4),
-        "fused_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["segtrain_fused"]), 1),
-        "fused_rounds_tokens_per_s": [round(x, 1) for x in rounds],
-        "ratio_fused_rounds": [round(x, 3) for x in ratios],
+        f"{v}_tokens_per_s": round(rate, 1),
+        f"ratio_{v}": round(statistics.median(ratios), 3), f"ratio_{v}_min": round(min(ratios), 3),
+        f"ratio_{v}_max": round(max(ratios), 3),
+        f"mfu_{v}": round(rate * fpt / (peak * 1e9), 4),
+        f"{v}_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs[program]), 1),
+        f"{v}_rounds_tokens_per_s": [round(x, 1) for x in rounds],
+        f"ratio_{v}_rounds": [round(x, 3) for x in ratios],
     }
     if CUDA:
-        fields["mfu_fused_nominal"] = round(rate * fpt / (nominal * 1e12), 4) if nominal else None
-        fields["fused_peak_gpu_mb"] = round(max(r["peak_gpu_mb"] for r in runs["segtrain_fused"]), 1)
+        fields[f"mfu_{v}_nominal"] = round(rate * fpt / (nominal * 1e12), 4) if nominal else None
+        fields[f"{v}_peak_gpu_mb"] = round(max(r["peak_gpu_mb"] for r in runs[program]), 1)
     return fields
 
 
@@ -610,6 +625,7 @@ def speed():
             programs = ["segtrain"] + [PROGRAM[v] for v in REFERENCES]
             runs = {who: [] for who in programs}
             compile_error = None
+            variant_errors = {}  # a switch segtrain refused (SEGTRAIN_CUDA_GRAPH=1 on the CPU): said, left out
             for r in range(ROUNDS):
                 # Rotate who goes first so a slow spell on the machine hits every program
                 # (two programs: segtrain first in even rounds).
@@ -617,8 +633,16 @@ def speed():
                 for who in order:
                     if who == "segtrain":
                         run = run_segtrain(work, store, shape, f"{name}-{r}")
-                    elif who == "segtrain_fused":
-                        run = run_segtrain(work, store, shape, f"{name}-{r}-fused", fused=True)
+                    elif who.startswith("segtrain_"):
+                        variant = who.removeprefix("segtrain_")
+                        if variant in variant_errors:
+                            continue
+                        try:
+                            run = run_segtrain(work, store, shape, f"{name}-{r}-{variant}", variant=variant)
+                        except SystemExit as e:
+                            variant_errors[variant] = str(e)
+                            log(f"{name} round {r} {who}: {e}; left out")
+                            continue
                     elif who == "compiled" and compile_error is None:
                         try:
                             run = run_pytorch(work, store, shape, f"{name}-{r}", "compiled")
@@ -636,9 +660,12 @@ def speed():
             if compile_error is not None:
                 runs.pop("compiled")
                 runs["compile_error"] = compile_error
+            for variant, error in variant_errors.items():
+                runs.pop(PROGRAM[variant])
+                runs[f"{variant}_error"] = error
             expected = param_count(shape)
             for who, rows in runs.items():
-                if who == "compile_error":
+                if who.endswith("_error"):
                     continue
                 for row in rows:
                     if row["params"] != expected:
@@ -690,8 +717,12 @@ def speed():
             "ratio_rounds": [round(x, 3) for x in ratios],
         })
         row["segtrain_fused_kernels"] = FUSED_SWITCH == "1"
-        if "segtrain_fused" in runs:
-            row.update(fused_fields(runs, seg_rounds, fpt, peak, nominal))
+        row["segtrain_cuda_graph"] = GRAPH_SWITCH or "0"
+        for variant in SEGTRAIN_VARIANTS:
+            if PROGRAM[variant] in runs:
+                row.update(variant_fields(variant, runs, seg_rounds, fpt, peak, nominal))
+            elif f"{variant}_error" in runs:
+                row[f"{variant}_error"] = runs[f"{variant}_error"][-300:]
         if "compiled" in runs:
             row.update(compiled_fields(runs, seg_rounds, fpt, peak, nominal))
         elif "compile_error" in runs:
@@ -713,8 +744,8 @@ def speed():
                   + (f"and the same loop with its forward and loss under torch.compile (backend {COMPILE_BACKEND}, "
                      f"mode {COMPILE_MODE}; compiled_*, ratio_compiled = segtrain / compiled); "
                      if "compiled" in REFERENCES else "")
-                  + ("and segtrain with SEGTRAIN_FUSED_KERNELS=1 (fused_*, ratio_fused = fused / segtrain); "
-                     if "fused" in REFERENCES else "")
+                  + "".join(f"and segtrain with {' '.join(f'{k}={x}' for k, x in SEGTRAIN_VARIANTS[v].items())} "
+                            f"({v}_*, ratio_{v} = {v} / segtrain); " for v in SEGTRAIN_VARIANTS if v in REFERENCES)
                   + f"tokens/s over the steps after the first {WARMUP_STEPS}; {ROUNDS} interleaved rounds, the order "
                   f"rotated (first_in_round); ratio = median of the per-round ratios "
                   f"segtrain_r / pytorch_r [min, max], tokens/s = median of the rounds; {ceiling}; "

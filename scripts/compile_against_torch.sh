@@ -7,7 +7,8 @@
 # call the fused ATen ops whose signatures moved between releases (_fused_rms_norm, _fused_adamw_,
 # scaled_dot_product_attention, _fused_sdp_choice), each with its
 # own command from BUILD_DIR's compile_commands.json, torch's include folders swapped for the
-# release's (from its PyPI wheel: only torch/include is unpacked, cached) and -fsyntax-only.
+# release's (from its PyPI wheel: only torch/include is unpacked, cached) and -fsyntax-only (the
+# project's CUDA kernels, kernels/*.cu, are compiled by nvcc into a dropped object).
 # usage: scripts/compile_against_torch.sh VERSION [BUILD_DIR]    (e.g. 2.11.0 build-cuda)
 # Environment: SEGTRAIN_CACHE (default ~/.cache/segtrain) holds the unpacked headers; JOBS.
 # Exit 0 every unit compiles; 1 one does not (its first errors are printed); 2 bad usage, no
@@ -51,7 +52,7 @@ found=$(sed -n 's/^#define TORCH_VERSION "\(.*\)"/\1/p' "$headers/torch/csrc/api
 [[ -f $headers/c10/cuda/CUDAFunctions.h ]] || die "torch==$version's wheel has no CUDA headers (a CPU build?)"
 
 # The units that differ by device, and their commands with torch's include folders swapped.
-mapfile -t units < <(git ls-files -z '*.cpp' |
+mapfile -t units < <(git ls-files -z '*.cpp' '*.cu' |
   xargs -0 grep -lE 'SEGTRAIN_WITH_CUDA|SEGTRAIN_WITH_NCCL|c10/cuda|ATen/cuda|torch/cuda\.h|_fused_rms_norm|_fused_adamw_|scaled_dot_product_attention|_fused_sdp_choice' | sort)
 ((${#units[@]})) || die "no source names CUDA: nothing to compile"
 work=$(mktemp -d)
@@ -84,7 +85,8 @@ for i, unit in enumerate(units):
         print(f"[compile-against-torch] error: {unit}: torch's include folders not swapped ({left or 'none found'})",
               file=sys.stderr)
         sys.exit(2)
-    out.append("-fsyntax-only")
+    # nvcc has no -fsyntax-only: a CUDA unit is compiled (its device code for the listed architectures) and dropped.
+    out += ["-o", str(work / f"{i:03d}.o")] if unit.endswith(".cu") else ["-fsyntax-only"]
     (work / f"{i:03d}.sh").write_text(f"cd {shlex.quote(entry['directory'])} && exec {shlex.join(out)}\n")
     (work / f"{i:03d}.name").write_text(unit)
 EOF

@@ -9,7 +9,9 @@ that the GPU call's aggregation has run before it meets a GPU:
    the measured peak for each, the order rotates (first_in_round), and speed() itself refuses a program whose
    parameter count differs;
    With the "fused" reference, segtrain again with SEGTRAIN_FUSED_KERNELS=1 in the same rounds: its tokens/s,
-   MFU and ratio_fused (the median of fused / segtrain), the plain segtrain program's switch off;
+   MFU and ratio_fused (the median of fused / segtrain), the plain segtrain program's switch off; and the
+   "graph" reference (SEGTRAIN_CUDA_GRAPH=1), which segtrain refuses on the CPU: the row says why
+   (graph_error, segtrain's own line), no graph figure, the other programs measured;
 2. a compile that fails (a backend that does not exist): the row says so (compile_error) and still holds
    segtrain's and the eager loop's figures, exit 0.
 """
@@ -48,7 +50,7 @@ def main():
     p.add_argument("--python", default=sys.executable)
     args = p.parse_args()
 
-    result = speed(args, 2, "aot_eager", "eager,compiled,fused")
+    result = speed(args, 2, "aot_eager", "eager,compiled,fused,graph")
     if result:
         r = result["results"][0]
         check(r["model"] == "tiny" and r["rounds"] == 2, "the tiny shape, 2 rounds")
@@ -69,7 +71,10 @@ def main():
         check(abs(r["ratio_fused"] - statistics.median(fused)) < 2e-3
               and r["ratio_fused_min"] <= r["ratio_fused"] <= r["ratio_fused_max"],
               f"ratio_fused {r['ratio_fused']} = the median of the rounds' fused / segtrain {fused}")
-        check(r["segtrain_fused_kernels"] is False, "the plain segtrain program ran without the switch")
+        check(r["segtrain_fused_kernels"] is False and r["segtrain_cuda_graph"] == "0",
+              "the plain segtrain program ran without the switches")
+        check("graph_tokens_per_s" not in r and "captures a CUDA device's step" in r.get("graph_error", ""),
+              f"the graph program refused on the CPU, said: {r.get('graph_error')!r}")
         check("SEGTRAIN_FUSED_KERNELS=1" in result["setup"], "the setup says what fused is")
         check(r["first_in_round"] == ["segtrain", "pytorch"], f"the order rotates: {r['first_in_round']}")
         check(r["compile_backend"] == "aot_eager" and r["compiled_first_step_s"] > 0, "the backend and first step")
