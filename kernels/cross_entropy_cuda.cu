@@ -3,6 +3,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include <cub/block/block_reduce.cuh>
 
@@ -22,29 +23,36 @@ struct MergePartials {
 
 // One block a row: the threads fold strided logits into partials (coalesced reads), the block
 // merges them; thread 0 writes the row's nll; with `gradient` the row is read again (mostly
-// from L2: a 50k-vocabulary bf16 row is 100 KB) and overwritten by its gradient.
+// from L2: a 50k-vocabulary bf16 row is 100 KB) and overwritten by its gradient. A row whose
+// target is ignored is zeroed without being read.
 template <typename T>
-__global__ void cross_entropy_kernel(T* __restrict__ logits, const int64_t* __restrict__ targets,
-                                     float* __restrict__ nll, int64_t vocab, int64_t ignore_index, bool gradient) {
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_kernel(T* __restrict__ logits, const int64_t* __restrict__ targets, float* __restrict__ nll,
+                         int64_t vocab, int64_t ignore_index, bool gradient) {
   using BlockReduce = cub::BlockReduce<SoftmaxPartial, kThreads>;
   __shared__ typename BlockReduce::TempStorage reduce_storage;
   __shared__ SoftmaxRow row_softmax;
   T* x = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  const int64_t target = targets[blockIdx.x];
+  if (target == ignore_index) {  // the whole block alike: no reduction to join
+    if (threadIdx.x == 0) nll[blockIdx.x] = 0.0f;
+    if (gradient)
+      for (int64_t j = threadIdx.x; j < vocab; j += kThreads) x[j] = static_cast<T>(0.0f);
+    return;
+  }
   SoftmaxPartial partial = softmax_partial_empty();
   for (int64_t j = threadIdx.x; j < vocab; j += kThreads) partial = softmax_partial_add(partial, static_cast<float>(x[j]));
   const SoftmaxPartial whole = BlockReduce(reduce_storage).Reduce(partial, MergePartials{});  // valid in thread 0
-  const int64_t target = targets[blockIdx.x];
-  const bool ignored = target == ignore_index;
   if (threadIdx.x == 0) {
     row_softmax = softmax_row(whole);
     const bool in_range = target >= 0 && target < vocab;
-    nll[blockIdx.x] = ignored ? 0.0f : (in_range ? cross_entropy_nll(static_cast<float>(x[target]), row_softmax) : NAN);
+    nll[blockIdx.x] = in_range ? cross_entropy_nll(static_cast<float>(x[target]), row_softmax) : NAN;
   }
   if (!gradient) return;
   __syncthreads();  // row_softmax written, and x[target] read before any thread overwrites it
   const SoftmaxRow softmax = row_softmax;
   for (int64_t j = threadIdx.x; j < vocab; j += kThreads)
-    x[j] = ignored ? static_cast<T>(0.0f) : static_cast<T>(cross_entropy_gradient(static_cast<float>(x[j]), softmax, j == target));
+    x[j] = static_cast<T>(cross_entropy_gradient(static_cast<float>(x[j]), softmax, j == target));
 }
 
 }  // namespace
@@ -55,6 +63,7 @@ at::Tensor cross_entropy_cuda(at::Tensor& logits, const at::Tensor& targets, int
   TORCH_CHECK(targets.is_cuda() && targets.scalar_type() == at::kLong && targets.dim() == 1 &&
                   targets.is_contiguous() && targets.size(0) == logits.size(0),
               "cross_entropy_cuda: expected contiguous int64 CUDA targets [rows]");
+  const c10::cuda::CUDAGuard on_device(logits.device());
   const int64_t rows = logits.size(0), vocab = logits.size(1);
   at::Tensor nll = at::empty({rows}, logits.options().dtype(at::kFloat));
   if (rows == 0) return nll;

@@ -41,7 +41,12 @@ SEGTRAIN_HOST_DEVICE inline SoftmaxPartial softmax_partial_merge(SoftmaxPartial 
     a = b;
     b = t;
   }
-  if (b.max == -INFINITY) return a;  // nothing (but -inf logits) on b's side
+  // Nothing but -inf logits on b's side: its sum is 0, or NaN when a NaN was folded in, which must
+  // reach the row's loss (a thread whose share of a short row is one NaN logit holds {-inf, NaN}).
+  if (b.max == -INFINITY) {
+    a.sum += b.sum;
+    return a;
+  }
   a.sum += b.sum * expf(b.max - a.max);
   return a;
 }

@@ -162,6 +162,17 @@ at::Tensor TransformerLMImpl::decode(const at::Tensor& tokens, const at::Tensor&
   return out;
 }
 
+void TransformerLMImpl::check_positions(const PositionBounds& bounds) const {
+  if (position_scheme(config_.arch) != PositionScheme::learned) return;
+  const int64_t rows = wpe->weight.size(0);
+  if (bounds.end > rows || bounds.lowest < 0)
+    throw InputError("position id " + std::to_string(bounds.lowest < 0 ? bounds.lowest : bounds.end - 1) +
+                     " is outside the learned position table (" + std::to_string(rows) + " rows" +
+                     (config_.extension.method == ExtensionMethod::none
+                          ? "); set model.extension.method=interpolate with a factor to extend it"
+                          : ")"));
+}
+
 at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Tensor& positions,
                                          const PositionBounds& bounds, KvCache* cache) {
   const auto& c = config_;
@@ -178,15 +189,7 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
   at::Tensor cos, sin;
   AttentionBias bias;
   if (scheme == PositionScheme::learned) {
-    const int64_t rows = wpe->weight.size(0);
-    const int64_t lowest = bounds.lowest;
-    if (seq_len > rows || lowest < 0)
-      throw InputError("position id " + std::to_string(lowest < 0 ? lowest : seq_len - 1) +
-                       " is outside the learned position table (" +
-                       std::to_string(rows) + " rows" +
-                       (c.extension.method == ExtensionMethod::none
-                            ? "); set model.extension.method=interpolate with a factor to extend it"
-                            : ")"));
+    check_positions({bounds.lowest, seq_len, bounds.rows_share_positions});
     x = x + wpe(positions);
   } else if (scheme == PositionScheme::rope) {
     auto rope = rope_params(c, seq_len);

@@ -66,6 +66,10 @@ struct TransformerLMImpl : torch::nn::Module {
   // Positions continue under the model's extension: dynamic NTK, LongRoPE and dynamic
   // ALiBi take the length from the largest position id read (transformers' rule).
   at::Tensor decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache);
+  // InputError when a learned position table has no row for some position within `bounds`
+  // (`end` is the largest id + 1): what forward checks, for a caller that replays a captured
+  // forward on new positions (trainer/train/trainer_captured_step.cpp).
+  void check_positions(const PositionBounds& bounds) const;
   // The LM head's weight [V,D]: lm_head's, or wte's when the head is tied.
   at::Tensor head_weight() const;
   // The LM head on hidden states [...,D] -> logits [...,V].

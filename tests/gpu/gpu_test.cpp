@@ -884,7 +884,9 @@ TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
     const double tolerance = dev != "cuda" ? 0.0 : 1e-3;
     for (size_t i = 0; i < 16; ++i) {
       EXPECT_NEAR(losses["static"][i], losses["0"][i], tolerance) << arch << " static, step " << i + 1;
-      if (dev == "cuda") EXPECT_NEAR(losses["1"][i], losses["0"][i], tolerance) << arch << " captured, step " << i + 1;
+      if (dev == "cuda") {
+        EXPECT_NEAR(losses["1"][i], losses["0"][i], tolerance) << arch << " captured, step " << i + 1;
+      }
     }
     if (dev == "cuda")
       record("captured step, " + arch + ": step 16's loss " + std::to_string(losses["1"][15]) + " vs " +

@@ -129,6 +129,20 @@ TEST(CrossEntropyKernel, MaskedLogitsANanAndATargetOutOfRange) {
   // A target past the vocabulary: NaN from the kernel (it cannot throw without a wait); the composite throws.
   EXPECT_TRUE(std::isnan(kernel.nll[3].item<float>()));
   EXPECT_ANY_THROW(cross_entropy_rows_composite(logits, targets, kIgnore, false));
+
+  // A row shorter than the block: the thread holding the NaN holds nothing else ({-inf, NaN}), and
+  // the merge must keep its NaN; a row of -inf but the target stays finite.
+  for (const int64_t short_vocab : {int64_t{300}, int64_t{1}}) {
+    auto row = at::randn({2, short_vocab});
+    row[0][short_vocab - 1] = std::numeric_limits<float>::quiet_NaN();
+    row[1].fill_(-std::numeric_limits<float>::infinity());
+    row[1][0] = 2.5f;
+    const auto t = at::zeros({2}, at::kLong);
+    const auto replayed = host_kernel(row, t, true);
+    EXPECT_TRUE(std::isnan(replayed.nll[0].item<float>())) << "vocab " << short_vocab;
+    EXPECT_TRUE(std::isnan(cross_entropy_rows_composite(row, t, kIgnore, false).nll[0].item<float>()));
+    EXPECT_EQ(replayed.nll[1].item<float>(), 0.0f) << "vocab " << short_vocab;  // softmax 1 at the only finite logit
+  }
 }
 
 TEST(CrossEntropyKernel, PartialsMergeInAnyOrder) {

@@ -1536,10 +1536,11 @@ TEST_F(TrainCli, TheCapturedStepsStaticPathTrainsTheOrdinaryStepsBytes) {
       args.insert(args.end(), k.sets.begin(), k.sets.end());
       auto r = run("env", args);
       ASSERT_EQ(r.exit_code, 0) << k.name << " " << mode << ": " << r.err;
-      if (mode == "static")
+      if (mode == "static") {
         EXPECT_NE(r.err.find("; the captured step's static path, not captured (SEGTRAIN_CUDA_GRAPH=static)"),
                   std::string::npos)
             << r.err;
+      }
     }
     EXPECT_EQ(losses(run_dir(k.name + "-static")), losses(run_dir(k.name + "-0"))) << k.name;
     EXPECT_TRUE(test::read_file(run_dir(k.name + "-static") + "/final/model.safetensors") ==

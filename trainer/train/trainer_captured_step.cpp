@@ -77,7 +77,10 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
     if (micro.size() != static_micro_.size())
       throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: a step of " + std::to_string(micro.size()) +
                                " micro-batches after steps of " + std::to_string(static_micro_.size()));
-    for (size_t k = 0; k < micro.size(); ++k) copy_micro_batch(static_micro_[k], micro[k], k);
+    for (size_t k = 0; k < micro.size(); ++k) {
+      model_->check_positions(micro[k].bounds);  // the forward's own check, which a replay skips
+      copy_micro_batch(static_micro_[k], micro[k], k);
+    }
   }
   // No other thread may touch the device while a graph is captured: a save still copying waits.
   if (graphed_forward_backward_->calls() == kGraphWarmupSteps)
