@@ -423,3 +423,34 @@ TEST(ShardedAdamW, ATinyLearningRateThatBf16WeightsAloneWouldLoseMovesTheMaster)
 
 }  // namespace
 }  // namespace segtrain::trainer
+
+namespace segtrain::trainer {
+namespace {
+
+// keep_gradients (a captured step, trainer/runtime/cuda_graph.h): it names the parameters that had
+// no gradient and gives them zeros; from then on zero_grad zeroes every gradient in place (the same
+// storage, as a graph needs), where before it dropped them.
+TEST(FusedAdamW, KeptGradientsStayAtTheirAddressAndTheParametersWithoutOneAreNamed) {
+  auto params = make_params(3);
+  FusedAdamW adamw(params, AdamWOptions{});
+  params[0].second.mutable_grad() = torch::randn_like(params[0].second);
+  params[3].second.mutable_grad() = torch::randn_like(params[3].second);
+  EXPECT_EQ(adamw.keep_gradients(), (std::vector<std::string>{"h.0.attn.bias", "h.0.ln_1.weight"}));
+  std::vector<const void*> addresses;
+  for (auto& [name, p] : params) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    addresses.push_back(p.grad().const_data_ptr());
+  }
+  EXPECT_EQ(params[1].second.grad().abs().sum().item<float>(), 0.0f);
+  adamw.step(1e-3);
+  adamw.zero_grad();
+  for (size_t i = 0; i < params.size(); ++i) {
+    ASSERT_TRUE(params[i].second.grad().defined()) << params[i].first;
+    EXPECT_EQ(params[i].second.grad().const_data_ptr(), addresses[i]) << params[i].first;
+    EXPECT_EQ(params[i].second.grad().abs().sum().item<float>(), 0.0f) << params[i].first;
+  }
+  EXPECT_TRUE(adamw.keep_gradients().empty());  // all kept already
+}
+
+}  // namespace
+}  // namespace segtrain::trainer

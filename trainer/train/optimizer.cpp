@@ -101,12 +101,17 @@ void FusedAdamW::zero_grad() {
       if (p.grad().defined()) p.mutable_grad() = at::Tensor();
 }
 
-void FusedAdamW::keep_gradients() {
-  if (views_) return;  // the buckets' views stay
+std::vector<std::string> FusedAdamW::keep_gradients() {
+  std::vector<std::string> without;
+  if (views_) return without;  // the buckets' views stay
   keep_gradients_ = true;
   for (auto& g : groups_)
-    for (auto& p : g.params)
-      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    for (size_t i = 0; i < g.params.size(); ++i)
+      if (!g.params[i].grad().defined()) {
+        g.params[i].mutable_grad() = at::zeros_like(g.params[i]);
+        without.push_back(g.names[i]);
+      }
+  return without;
 }
 
 int64_t FusedAdamW::state_bytes() const {

@@ -83,11 +83,12 @@ class Optimizer {
   virtual void update() = 0;
   virtual void count_step() = 0;
   virtual void zero_grad() = 0;
-  // From now on every trainable parameter's gradient stays allocated (zeros where it had
-  // none) and zero_grad zeroes it in place, so that a graph finds it at the same address:
-  // a parameter without a gradient in a step is then updated with a zero one (weight decay
-  // and the moments' decay apply). Gradients in flat buckets always are.
-  virtual void keep_gradients() {}
+  // From now on every trainable parameter's gradient stays allocated and zero_grad zeroes it
+  // in place, so that a graph finds it at the same address (gradients in flat buckets always
+  // are). Called after a backward: returns the names of the parameters that had no gradient
+  // (kept as zeros), which a kept gradient would then update every step with a zero one
+  // (weight decay and the moments' decay), where the ordinary step skips them.
+  virtual std::vector<std::string> keep_gradients() { return {}; }
   virtual int64_t steps_taken() const = 0;
   // This rank's moments as pieces: every parameter whole, or a sharded rank's
   // slices. Live views of the state: a checkpoint copies them before the next
@@ -135,7 +136,7 @@ class FusedAdamW : public Optimizer {
   // Drops the gradients (.grad undefined), or zeroes the buckets, or after keep_gradients
   // zeroes them in place.
   void zero_grad() override;
-  void keep_gradients() override;
+  std::vector<std::string> keep_gradients() override;
   int64_t steps_taken() const override { return steps_taken_; }
   std::vector<StatePiece> state_pieces() override;
   void load_state(const SavedOptimizerState& saved) override;

@@ -62,8 +62,8 @@ std::string Trainer::describe_cuda_graph() const {
 }
 
 at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& micro) {
-  if (!graphed_forward_backward_) {
-    optimizer_->keep_gradients();
+  const bool first = !graphed_forward_backward_;
+  if (first) {
     graphed_forward_backward_ = std::make_unique<GraphedCall>(graph_mode_, kGraphWarmupSteps);
     graphed_update_ = std::make_unique<GraphedCall>(graph_mode_, kGraphWarmupSteps);
     static_micro_ = micro;
@@ -89,6 +89,15 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
     static_loss_sum_.zero_();
     run_micro_batches(static_micro_, static_loss_sum_);
   });
+  // After the first backward (an eager warm-up): every gradient stays from now on, and a parameter
+  // that took none would be updated every step with a zero one, where the ordinary step skips it.
+  if (first)
+    if (const std::vector<std::string> without = optimizer_->keep_gradients(); !without.empty())
+      throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: " + std::to_string(without.size()) +
+                               " trainable parameter(s) took no gradient in the first step (" + without.front() +
+                               (without.size() > 1 ? ", ..." : "") +
+                               "); a captured step would update them every step with a zero gradient: freeze them "
+                               "(train.freeze) or train without SEGTRAIN_CUDA_GRAPH");
   if (graphed_forward_backward_->calls() == kGraphWarmupSteps + 1 && graphed_forward_backward_->captured())
     log::info("step ", state_.step + 1, ": forward and backward captured as a CUDA graph, replayed from now on");
   return static_loss_sum_;
