@@ -49,7 +49,8 @@ CrossEntropyRows cross_entropy_rows_fused(at::Tensor logits, const at::Tensor& t
   if (const std::string why = fused_refusal(logits, targets); !why.empty())
     throw InputError("the fused cross-entropy kernel does not apply: " + why);
 #if SEGTRAIN_WITH_CUDA
-  logits = logits.contiguous();  // the slice's fresh matmul result already is
+  // Rows of unit stride however far apart (the head's padded buffer) are taken as they are.
+  if (logits.stride(1) != 1 || logits.stride(0) < logits.size(1)) logits = logits.contiguous();
   CrossEntropyRows out;
   out.nll = cross_entropy_cuda(logits, targets.contiguous(), ignore_index, gradient);
   if (gradient) out.grad = std::move(logits);
@@ -68,7 +69,10 @@ CrossEntropyRows cross_entropy_rows(at::Tensor logits, const at::Tensor& targets
     return cross_entropy_rows_fused(std::move(logits), targets, ignore_index, gradient);
   }
   record_path(ForwardPath::cross_entropy_composite);
-  return cross_entropy_rows_composite(logits, targets, ignore_index, gradient);
+  CrossEntropyRows out = cross_entropy_rows_composite(logits, targets, ignore_index, gradient);
+  // Into the logits' buffer, as the kernel writes it: the caller's GEMMs read its padded rows.
+  if (gradient) out.grad = logits.copy_(out.grad);
+  return out;
 }
 
 }  // namespace segtrain::kernels

@@ -23,9 +23,11 @@ struct CrossEntropyRows {
 };
 
 // logits [rows, vocab] (fp32, or the autocast dtype the head's matmul gave) and targets [rows]
-// int64. The logits are taken: the fused kernel writes the gradient over them, so the caller
-// hands over a buffer it no longer needs (std::move). A target outside [0, vocab) other than
-// ignore_index: the composite throws, the kernel (which cannot, without a wait) gives NaN.
+// int64. The logits are taken: the gradient is written over them (the kernel's, or the
+// composite's copied there), so the caller hands over a buffer it no longer needs (std::move),
+// and its rows may lie further apart than vocab (models/modules/lm_head_loss.h pads them for
+// the GEMMs that read the gradient). A target outside [0, vocab) other than ignore_index: the
+// composite throws, the kernel (which cannot, without a wait) gives NaN.
 CrossEntropyRows cross_entropy_rows(at::Tensor logits, const at::Tensor& targets, int64_t ignore_index,
                                     bool gradient);
 
@@ -34,7 +36,8 @@ CrossEntropyRows cross_entropy_rows(at::Tensor logits, const at::Tensor& targets
 CrossEntropyRows cross_entropy_rows_fused(at::Tensor logits, const at::Tensor& targets, int64_t ignore_index,
                                           bool gradient);
 
-// ATen's composite: log_softmax in fp32, gather, exp, scatter of -1 at the targets.
+// ATen's composite: log_softmax in fp32, gather, exp, scatter of -1 at the targets; the logits
+// are left as they are (the gradient is a new tensor).
 CrossEntropyRows cross_entropy_rows_composite(const at::Tensor& logits, const at::Tensor& targets,
                                               int64_t ignore_index, bool gradient);
 

@@ -28,11 +28,11 @@ struct MergePartials {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_kernel(T* __restrict__ logits, const int64_t* __restrict__ targets, float* __restrict__ nll,
-                         int64_t vocab, int64_t ignore_index, bool gradient) {
+                         int64_t vocab, int64_t row_stride, int64_t ignore_index, bool gradient) {
   using BlockReduce = cub::BlockReduce<SoftmaxPartial, kThreads>;
   __shared__ typename BlockReduce::TempStorage reduce_storage;
   __shared__ SoftmaxRow row_softmax;
-  T* x = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  T* x = logits + static_cast<int64_t>(blockIdx.x) * row_stride;
   const int64_t target = targets[blockIdx.x];
   if (target == ignore_index) {  // the whole block alike: no reduction to join
     if (threadIdx.x == 0) nll[blockIdx.x] = 0.0f;
@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 at::Tensor cross_entropy_cuda(at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index, bool gradient) {
-  TORCH_CHECK(logits.is_cuda() && logits.dim() == 2 && logits.is_contiguous(),
-              "cross_entropy_cuda: expected contiguous CUDA logits [rows, vocab]");
+  TORCH_CHECK(logits.is_cuda() && logits.dim() == 2 && logits.stride(1) == 1 && logits.stride(0) >= logits.size(1),
+              "cross_entropy_cuda: expected CUDA logits [rows, vocab] with rows of unit stride, at least vocab apart");
   TORCH_CHECK(targets.is_cuda() && targets.scalar_type() == at::kLong && targets.dim() == 1 &&
                   targets.is_contiguous() && targets.size(0) == logits.size(0),
               "cross_entropy_cuda: expected contiguous int64 CUDA targets [rows]");
@@ -71,7 +71,7 @@ at::Tensor cross_entropy_cuda(at::Tensor& logits, const at::Tensor& targets, int
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, logits.scalar_type(), "cross_entropy_cuda", [&] {
     cross_entropy_kernel<scalar_t><<<static_cast<unsigned>(rows), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
         logits.mutable_data_ptr<scalar_t>(), targets.const_data_ptr<int64_t>(), nll.mutable_data_ptr<float>(), vocab,
-        ignore_index, gradient);
+        logits.stride(0), ignore_index, gradient);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return nll;

@@ -14,6 +14,8 @@
 #   two-ranks the 2-rank tests: both ranks on one GPU over Gloo, and with 2 GPUs, NCCL with one each;
 #   rest      every other gpu test (none today: a test added later is never left out);
 #   storage   train.param_dtype x shard_optimizer memory (bench/gpu_param_dtype_memory_bench.sh);
+#   logits    the LM head's GEMMs with the logits' rows aligned (segtrain's padded buffer) or not
+#             (bench/gpu_logits_gemm_bench.sh);
 #   sdpa      which attention kernels take grouped-query attention (bench/gpu_sdpa_backends_bench.sh);
 #   lora-8b   LoRA at Llama-3-8B's shape at L_t 4,096 and 8,192 and full fine-tuning at Llama-3.2-1B's
 #             (bench/gpu_lora_8b_bench.sh): only without --deadline; a session (`make gpu-session`) runs
@@ -24,7 +26,7 @@
 # too little time is reported as not run, and why).
 #
 # usage: scripts/gpu_check.sh [--out DIR] [--deadline SECONDS]
-#   --out DIR       (default bench/results/gpu-check) written as the command goes, 8 files, so that
+#   --out DIR       (default bench/results/gpu-check) written as the command goes, 9 files, so that
 #                   a command that is killed still leaves what finished:
 #                     report.md   the machine and versions, each phase, each test as it finishes
 #                                 (✓ passed, ✗ failed, ○ not applicable here, and why), the first
@@ -32,7 +34,8 @@
 #                     log.txt     everything the build, the tests and the benchmarks printed;
 #                     measured.txt the figures the tests measured, one a line;
 #                     gpu_speed_bench.json, gpu_memory_bench.json, gpu_param_dtype_memory_bench.json,
-#                     gpu_sdpa_backends_bench.json, gpu_lora_8b_bench.json  each benchmark's JSON.
+#                     gpu_logits_gemm_bench.json, gpu_sdpa_backends_bench.json, gpu_lora_8b_bench.json
+#                     each benchmark's JSON.
 #   --deadline S    the whole command ends within S seconds (`make gpu-session`: 540, for an
 #                   allocation of 15 minutes with the machine's start and a rerun's margin); the
 #                   benchmarks then run at the sizes that fit (GPT-2 medium, 3 rounds, the eager
@@ -277,6 +280,7 @@ test_phase "two-ranks (one GPU shared over Gloo; a GPU each over NCCL)" 150 0 -R
 test_phase "rest (every other gpu test)" 60 0 -E "$binary|$attention|$one_step|$two_ranks"
 bench_phase "storage (param_dtype x shard_optimizer memory)" 120 0 gpu_param_dtype_memory_bench
 bench_phase "sdpa (attention kernels for grouped-query attention)" 60 0 gpu_sdpa_backends_bench
+bench_phase "logits (the LM head's GEMMs, rows aligned or not)" 30 0 gpu_logits_gemm_bench
 # Writing a 16 GB base, loading it twice, a 1B base besides: a call of its own in a session (it never had the
 # 200 s it needs inside the 540; it now has 300 s in `make gpu-bench`, on this call's build); every phase here.
 if [[ -z $DEADLINE ]]; then

@@ -63,17 +63,23 @@ Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::
   out.nll = at::empty({n}, fp32);
   if (want_hidden) out.grad_hidden = at::empty({n, hidden.size(1)}, fp32);
   if (want_weight) out.grad_weight = at::zeros({weight.size(0), weight.size(1)}, fp32);
+  // Every slice's logits, then their gradient, in one buffer whose rows are padded for the GEMMs.
+  const int64_t vocab = weight.size(0);
+  const at::Tensor logits_buffer =
+      at::empty({std::min(chunk, n), logits_row_stride(vocab)}, hidden.options().dtype(compute));
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t rows = std::min(chunk, n - start);
     const at::Tensor h = hidden.narrow(0, start, rows).to(compute);
     const at::Tensor t = targets.narrow(0, start, rows);
     // The logits in the compute dtype; the loss takes them as cross_entropy on .to(kFloat) logits does.
+    at::Tensor logits = logits_buffer.narrow(0, 0, rows).narrow(1, 0, vocab);
+    at::mm_out(logits, h, w.t());
     kernels::CrossEntropyRows loss =
-        kernels::cross_entropy_rows(at::mm(h, w.t()), t, ignore_index, want_hidden || want_weight);
+        kernels::cross_entropy_rows(std::move(logits), t, ignore_index, want_hidden || want_weight);
     out.nll.narrow(0, start, rows).copy_(loss.nll);
     if (!want_hidden && !want_weight) continue;
 
-    const at::Tensor& g = loss.grad;  // [rows, V] in the compute dtype
+    const at::Tensor& g = loss.grad;  // [rows, V] in the compute dtype, in the padded buffer
     const at::Tensor dropped = t.eq(ignore_index).unsqueeze(1);
     if (want_hidden) {
       at::Tensor slice = out.grad_hidden.narrow(0, start, rows);
@@ -134,6 +140,11 @@ void check_shapes(const at::Tensor& hidden, const at::Tensor& weight, const at::
 }
 
 }  // namespace
+
+int64_t logits_row_stride(int64_t vocab) {
+  TORCH_CHECK(vocab >= 0, "logits_row_stride: vocabulary ", vocab);
+  return (vocab + kLogitsRowAlignment - 1) / kLogitsRowAlignment * kLogitsRowAlignment;
+}
 
 int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width) {
   if (configured) return *configured;

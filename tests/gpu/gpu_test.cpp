@@ -559,7 +559,8 @@ TEST(FusedKernels, RmsNormEqualsTheCompositeForwardAndBackward) {
 // The LM head's cross-entropy kernel (kernels/cross_entropy.h) against ATen's composite on the
 // same CUDA logits: fp32, bf16 and fp16 rows of GPT-2's, Llama-3's and a small vocabulary, two
 // targets ignored; the loss within fp32 rounding, the gradient (written over the logits) the
-// composite's fp32 value rounded once to the logits' dtype, zero on the ignored rows.
+// composite's fp32 value rounded once to the logits' dtype, zero on the ignored rows; rows in a
+// padded buffer taken where they lie.
 TEST(FusedKernels, CrossEntropyEqualsTheCompositeLossAndGradient) {
   REQUIRE_DEVICE(1);
   if (device_under_test() != "cuda")
@@ -629,6 +630,15 @@ TEST(FusedKernels, FoldedAlibiTakesAFused16BitKernelAndMatchesTheFp32Bias) {
   const bool folds = models::folds_alibi(c10::Device(at::kCUDA), d, bounds, models::alibi_slopes(h) / 16.0);
   const auto got = models::folded_alibi_attention(q, k, v, folded);
   at::autocast::set_autocast_enabled(at::kCUDA, false);
+      // The same rows in a buffer padded as the LM head's (models/modules/lm_head_loss.h): read where
+      // they lie, the gradient written there (no copy), the padding left alone.
+      auto padded = at::full({rows, vocab + 64}, 5.0, cuda.dtype(dtype));
+      padded.narrow(1, 0, vocab).copy_(logits);
+      const auto in_buffer = kernels::cross_entropy_rows_fused(padded.narrow(1, 0, vocab), targets, ignore, true);
+      EXPECT_EQ(in_buffer.grad.data_ptr(), padded.data_ptr()) << what;
+      EXPECT_TRUE(at::equal(in_buffer.nll, got.nll)) << what;
+      EXPECT_TRUE(at::equal(in_buffer.grad, got.grad)) << what;
+      EXPECT_TRUE(at::equal(padded.narrow(1, vocab, 64), at::full({rows, 64}, 5.0, cuda.dtype(dtype)))) << what;
   at::autocast::set_autocast_dtype(at::kCUDA, autocast_dtype);
   EXPECT_EQ(folds, kernels::fused_kernels_requested());
   ASSERT_EQ(got.scalar_type(), at::kBFloat16);

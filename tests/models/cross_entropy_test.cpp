@@ -167,12 +167,20 @@ TEST(CrossEntropyKernel, TheCpuTakesTheCompositeAndAFusedCallSaysWhyNot) {
   at::manual_seed(8);
   const auto logits = at::randn({5, 40});
   const auto targets = targets_for(5, 40);
+  // The logits in a buffer whose rows are padded (the LM head's): the gradient lands in the
+  // buffer, the padding columns untouched.
+  const auto buffer = at::full({5, 64}, 7.0f);
+  auto view = buffer.narrow(1, 0, 40);
+  view.copy_(logits);
   start_recording_paths();
-  const auto rows = cross_entropy_rows(logits, targets, kIgnore, true);
+  const auto rows = cross_entropy_rows(view, targets, kIgnore, true);
   EXPECT_EQ(stop_recording_paths(), static_cast<uint32_t>(ForwardPath::cross_entropy_composite));
   const auto composite = cross_entropy_rows_composite(logits, targets, kIgnore, true);
   EXPECT_TRUE(at::equal(rows.nll, composite.nll));
   EXPECT_TRUE(at::equal(rows.grad, composite.grad));
+  EXPECT_EQ(rows.grad.data_ptr(), buffer.data_ptr());
+  EXPECT_EQ(rows.grad.stride(0), 64);
+  EXPECT_TRUE(at::equal(buffer.narrow(1, 40, 24), at::full({5, 24}, 7.0f)));
   try {
     cross_entropy_rows_fused(logits, targets, kIgnore, true);
     FAIL() << "expected an InputError";

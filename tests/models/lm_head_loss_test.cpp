@@ -118,6 +118,20 @@ TEST(LmHeadLoss, AnAllIgnoredInputIsZeroWithZeroGradients) {
   EXPECT_EQ(w.grad().abs().max().item<double>(), 0.0);
 }
 
+// The logits' rows start on 16-byte boundaries for 2- and 4-byte elements (64 elements
+// apart at least: GPT-2's 50,257 become 50,304), and no vocabulary is padded that needs none.
+TEST(LmHeadLoss, LogitsRowsAreAlignedForTheGemms) {
+  for (const int64_t vocab : {int64_t{1}, int64_t{37}, int64_t{64}, int64_t{65}, int64_t{50257}, int64_t{128256}}) {
+    const int64_t stride = logits_row_stride(vocab);
+    EXPECT_GE(stride, vocab);
+    EXPECT_LT(stride - vocab, 64) << vocab;
+    EXPECT_EQ(stride * 2 % 128, 0) << vocab;  // bf16 rows on 128-byte lines
+  }
+  EXPECT_EQ(logits_row_stride(50257), 50304);
+  EXPECT_EQ(logits_row_stride(128256), 128256);
+  EXPECT_EQ(logits_row_stride(64), 64);
+}
+
 TEST(LmHeadLoss, AutoSlicesHoldAbout64MiBOfFp32Logits) {
   EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 32000), (64 << 20) / (32000 * 4));
   EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 160), (64 << 20) / (160 * 4));
