@@ -62,14 +62,16 @@ void record_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 
 std::string describe_paths(uint32_t paths) {
   std::vector<std::string> parts;
-  auto either = [&](const char* what, ForwardPath fused, const char* fused_words, ForwardPath composite) {
+  auto either = [&](const char* what, ForwardPath fused, const char* fused_words, ForwardPath composite,
+                    const char* composite_words = "composite") {
     std::string words;
     if (has(paths, fused)) words += fused_words;
-    if (has(paths, composite)) words += std::string(words.empty() ? "" : " and ") + "composite";
+    if (has(paths, composite)) words += std::string(words.empty() ? "" : " and ") + composite_words;
     if (!words.empty()) parts.push_back(std::string(what) + " " + words);
   };
   either("RoPE", ForwardPath::rope_fused, "fused kernel", ForwardPath::rope_composite);
   either("RMSNorm", ForwardPath::rms_norm_fused, "fused (ATen)", ForwardPath::rms_norm_composite);
+  either("LayerNorm", ForwardPath::layer_norm_16bit, "16-bit", ForwardPath::layer_norm_fp32, "fp32");
   std::vector<std::string> attention;
   for (const auto& [p, words] : std::vector<std::pair<ForwardPath, const char*>>{
            {ForwardPath::attention_causal, "causal (no mask)"},

@@ -1,6 +1,7 @@
 #pragma once
 // Whether the project's own CUDA kernels (kernels/) and the fused paths that have not yet
-// run on a GPU (ATen's fused RMSNorm, ALiBi folded into q.k: models/modules/alibi_folded.h)
+// run on a GPU (ATen's fused RMSNorm, LayerNorm in 16 bits outside autocast, ALiBi folded into
+// q.k: models/modules/alibi_folded.h)
 // replace ATen composites on a CUDA device. Off unless SEGTRAIN_FUSED_KERNELS=1 until a GPU
 // session has run their tests (docs/gpus.md, "Fused kernels"): they are compiled in every
 // CUDA build. The CPU always computes the composites.

@@ -160,10 +160,11 @@ declare -A about=(
   [DeviceRun.Bf16StepsWithActivationCheckpointingEqualStepsWithout]="8 bf16 steps with activation checkpointing = 8 without (1e-3)"
   [DeviceRun.MicroBatchAutoKeepsTheRunsPeakWithinTheBudget]="micro_batch_size auto: a budget halfway between micro-batch 1's and 32's peaks gives a smaller micro-batch whose run peaks within it"
   [DeviceRun.CapturedStepFollowsTheOrdinaryStep]="SEGTRAIN_CUDA_GRAPH=1: gpt2 and llama capture forward+backward and the update at step 4, 16 steps within 1e-3 of the ordinary step and the static path, checkpoints saved while replaying"
-  [DeviceRun.Bf16StepsWithFusedKernelsEqualStepsWithout]="8 bf16 steps with SEGTRAIN_FUSED_KERNELS=1 = 8 without, gpt2, gpt_neox, llama, bloom (1e-3; bloom 5e-3), the first step logging the fused paths it took"
+  [DeviceRun.Bf16StepsWithFusedKernelsEqualStepsWithout]="8 bf16 steps with SEGTRAIN_FUSED_KERNELS=1 = 8 without, gpt2, gpt_neox, llama, bloom (1e-3; bloom 5e-3), the first step logging the fused paths it took (LayerNorm 16-bit)"
   [FusedKernels.RopeEqualsTheCompositeForwardAndBackward]="the RoPE kernel = ATen's composite, forward and backward, fp32/bf16/fp16"
   [FusedKernels.RmsNormEqualsTheCompositeForwardAndBackward]="ATen's fused RMSNorm = transformers' composite in fp32, forward and backward"
-  [FusedKernels.CrossEntropyEqualsTheCompositeLossAndGradient]="the LM head's cross-entropy kernel = ATen's composite, loss and logits' gradient, fp32/bf16/fp16, vocab 50,257 and 128,256"
+  [FusedKernels.CrossEntropyEqualsTheCompositeLossAndGradient]="the LM head's cross-entropy kernel = ATen's composite, loss and logits' gradient, fp32/bf16/fp16, vocab 50,257 and 128,256, rows in a padded buffer"
+  [FusedKernels.LayerNormIn16BitsIsAutocastsFp32ResultRounded]="LayerNorm in bf16/fp16 outside autocast = autocast's fp32 LayerNorm rounded (1 ulp), forward and backward"
   [FusedKernels.FoldedAlibiTakesAFused16BitKernelAndMatchesTheFp32Bias]="ALiBi folded into q.k: a fused 16-bit SDPA kernel, within bf16 of the fp32 bias"
   [DeviceRun.ExportOfADeviceRunEqualsExportOfTheSameWeightsOnTheCpu]="the export of a device run = the export of the same weights on the CPU"
   [EveryArchitectureRun.TrainsResumesAndEvaluates]="a short run of each architecture: trains, resumes after SIGTERM, evaluates"
@@ -279,8 +280,8 @@ bench_phase "memory (peak GPU memory by method)" 90 0 gpu_memory_bench "${short[
 test_phase "two-ranks (one GPU shared over Gloo; a GPU each over NCCL)" 150 0 -R "$two_ranks"
 test_phase "rest (every other gpu test)" 60 0 -E "$binary|$attention|$one_step|$two_ranks"
 bench_phase "storage (param_dtype x shard_optimizer memory)" 120 0 gpu_param_dtype_memory_bench
-bench_phase "sdpa (attention kernels for grouped-query attention)" 60 0 gpu_sdpa_backends_bench
 bench_phase "logits (the LM head's GEMMs, rows aligned or not)" 30 0 gpu_logits_gemm_bench
+bench_phase "sdpa (attention kernels for grouped-query attention)" 60 0 gpu_sdpa_backends_bench
 # Writing a 16 GB base, loading it twice, a 1B base besides: a call of its own in a session (it never had the
 # 200 s it needs inside the 540; it now has 300 s in `make gpu-bench`, on this call's build); every phase here.
 if [[ -z $DEADLINE ]]; then

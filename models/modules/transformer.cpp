@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "kernels/layer_norm.h"
 #include "kernels/rope.h"
 #include "models/modules/activation_checkpoint.h"
 #include "models/modules/attention.h"
@@ -25,17 +26,10 @@ torch::nn::LayerNorm layer_norm(const ModelConfig& c) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model}).eps(c.layer_norm_eps));
 }
 
-// `ln` on x. Parameters narrower than x (bf16 weights in an fp32 stream: bf16 storage whose
-// matmuls run in fp32 on a CPU without a fast bf16 GEMM, trainer/runtime/cpu_matmul.h) are
-// read in x's dtype, since ATen's CPU kernel takes fp32 parameters with a bf16 input but not
-// the reverse; the cast is autograd's, so their gradients come back bf16. Otherwise the module
-// itself, bit for bit.
+// `ln` on x (kernels/layer_norm.h: where autocast's fp32 policy is skipped, and parameters
+// narrower than x).
 at::Tensor normed(torch::nn::LayerNorm& ln, const at::Tensor& x) {
-  const at::Tensor& w = ln->weight;
-  if (!w.defined() || c10::elementSize(w.scalar_type()) >= c10::elementSize(x.scalar_type())) return ln(x);
-  const auto& options = ln->options;
-  return at::layer_norm(x, options.normalized_shape(), w.to(x.scalar_type()),
-                        ln->bias.defined() ? ln->bias.to(x.scalar_type()) : at::Tensor(), options.eps());
+  return kernels::layer_norm(x, ln->weight, ln->bias, ln->options.eps());
 }
 
 }  // namespace

@@ -38,6 +38,7 @@
 
 #include "kernels/cross_entropy.h"
 #include "kernels/fused_kernels.h"
+#include "kernels/layer_norm.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "models/modules/alibi_folded.h"
@@ -556,6 +557,54 @@ TEST(FusedKernels, RmsNormEqualsTheCompositeForwardAndBackward) {
          ", backward (relative to the largest gradient) " + std::to_string(worst_backward));
 }
 
+// LayerNorm in 16 bits outside autocast (kernels/layer_norm.h) against what autocast computes for
+// the same bf16 or fp16 x, weight and bias (its fp32 result, which the next op rounds): GPT-2
+// medium's width and a small one, under autocast in the tensors' dtype as a run calls it; each
+// value within one unit in the last place of the rounded fp32 result, the gradients of x, weight
+// and bias within two units of the largest (autocast's rounded to their dtype by its casts' backward).
+TEST(FusedKernels, LayerNormIn16BitsIsAutocastsFp32ResultRounded) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda")
+    SKIP_NOT_APPLICABLE("autocast's fp32 LayerNorm is CUDA's; tests/models/layer_norm_test.cpp checks the call on the CPU");
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  double worst_forward = 0, worst_backward = 0;
+  for (const int64_t width : {int64_t{1024}, int64_t{96}})
+    for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+      at::manual_seed(19);
+      auto x = (at::randn({4, 33, width}, cuda) * 3.0 + 1.0).to(dtype).requires_grad_();
+      auto w = (at::rand({width}, cuda) + 0.5).to(dtype).requires_grad_();
+      auto b = at::randn({width}, cuda).to(dtype).requires_grad_();
+      const auto autocast_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+      at::autocast::set_autocast_enabled(at::kCUDA, true);
+      at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+      const auto got = kernels::layer_norm_16bit(x, w, b, 1e-5);
+      const auto want = at::layer_norm(x, {width}, w, b, 1e-5);  // autocast's policy: fp32
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      at::autocast::set_autocast_dtype(at::kCUDA, autocast_dtype);
+      const auto what = std::string(c10::toString(dtype)) + " width " + std::to_string(width);
+      ASSERT_EQ(got.scalar_type(), dtype) << what;
+      ASSERT_EQ(want.scalar_type(), at::kFloat) << what;
+      const double unit = dtype == at::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+      const auto rounded = want.detach().to(dtype).to(at::kDouble);
+      const auto forward_error = (got.to(at::kDouble) - rounded).abs();
+      worst_forward = std::max(worst_forward, (forward_error / (rounded.abs() + 1e-7)).max().item<double>());
+      EXPECT_TRUE(at::le(forward_error, rounded.abs() * unit * 2 + 1e-7).all().item<bool>()) << what;
+      const auto upstream = at::randn(got.sizes(), cuda).to(dtype);
+      const auto grads_got = torch::autograd::grad({got}, {x, w, b}, {upstream});
+      const auto grads_want = torch::autograd::grad({want}, {x, w, b}, {upstream.to(at::kFloat)});
+      for (size_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(grads_got[i].scalar_type(), dtype) << what << " " << i;
+        const auto reference = grads_want[i].to(at::kDouble);
+        const double error = (grads_got[i].to(at::kDouble) - reference).abs().max().item<double>() /
+                             reference.abs().max().item<double>();
+        worst_backward = std::max(worst_backward, error);
+        EXPECT_LE(error, 2 * unit) << what << (i == 0 ? " d x" : i == 1 ? " d weight" : " d bias");
+      }
+    }
+  record("LayerNorm 16-bit vs autocast's fp32 rounded: largest relative difference forward " +
+         std::to_string(worst_forward) + ", backward (of the largest gradient) " + std::to_string(worst_backward));
+}
+
 // The LM head's cross-entropy kernel (kernels/cross_entropy.h) against ATen's composite on the
 // same CUDA logits: fp32, bf16 and fp16 rows of GPT-2's, Llama-3's and a small vocabulary, two
 // targets ignored; the loss within fp32 rounding, the gradient (written over the logits) the
@@ -581,6 +630,15 @@ TEST(FusedKernels, CrossEntropyEqualsTheCompositeLossAndGradient) {
       ASSERT_EQ(got.nll.scalar_type(), at::kFloat) << what;
       ASSERT_EQ(got.grad.scalar_type(), dtype) << what;
       EXPECT_TRUE(at::equal(got.nll, loss_only.nll)) << what;
+      // The same rows in a buffer padded as the LM head's (models/modules/lm_head_loss.h): read where
+      // they lie, the gradient written there (no copy), the padding left alone.
+      auto padded = at::full({rows, vocab + 64}, 5.0, cuda.dtype(dtype));
+      padded.narrow(1, 0, vocab).copy_(logits);
+      const auto in_buffer = kernels::cross_entropy_rows_fused(padded.narrow(1, 0, vocab), targets, ignore, true);
+      EXPECT_EQ(in_buffer.grad.data_ptr(), padded.data_ptr()) << what;
+      EXPECT_TRUE(at::equal(in_buffer.nll, got.nll)) << what;
+      EXPECT_TRUE(at::equal(in_buffer.grad, got.grad)) << what;
+      EXPECT_TRUE(at::equal(padded.narrow(1, vocab, 64), at::full({rows, 64}, 5.0, cuda.dtype(dtype)))) << what;
       const double loss_error = (got.nll - want.nll).abs().max().item<double>();
       worst_loss = std::max(worst_loss, loss_error);
       EXPECT_LE(loss_error, 2e-6 * want.nll.abs().max().item<double>()) << what;
@@ -630,15 +688,6 @@ TEST(FusedKernels, FoldedAlibiTakesAFused16BitKernelAndMatchesTheFp32Bias) {
   const bool folds = models::folds_alibi(c10::Device(at::kCUDA), d, bounds, models::alibi_slopes(h) / 16.0);
   const auto got = models::folded_alibi_attention(q, k, v, folded);
   at::autocast::set_autocast_enabled(at::kCUDA, false);
-      // The same rows in a buffer padded as the LM head's (models/modules/lm_head_loss.h): read where
-      // they lie, the gradient written there (no copy), the padding left alone.
-      auto padded = at::full({rows, vocab + 64}, 5.0, cuda.dtype(dtype));
-      padded.narrow(1, 0, vocab).copy_(logits);
-      const auto in_buffer = kernels::cross_entropy_rows_fused(padded.narrow(1, 0, vocab), targets, ignore, true);
-      EXPECT_EQ(in_buffer.grad.data_ptr(), padded.data_ptr()) << what;
-      EXPECT_TRUE(at::equal(in_buffer.nll, got.nll)) << what;
-      EXPECT_TRUE(at::equal(in_buffer.grad, got.grad)) << what;
-      EXPECT_TRUE(at::equal(padded.narrow(1, vocab, 64), at::full({rows, 64}, 5.0, cuda.dtype(dtype)))) << what;
   at::autocast::set_autocast_dtype(at::kCUDA, autocast_dtype);
   EXPECT_EQ(folds, kernels::fused_kernels_requested());
   ASSERT_EQ(got.scalar_type(), at::kBFloat16);
@@ -807,12 +856,13 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
 // A bf16 run with the fused paths (SEGTRAIN_FUSED_KERNELS=1) follows the run without, for each
 // model they touch: gpt_neox (the RoPE kernel), llama (RoPE and ATen's fused RMSNorm on the bf16
 // parameters that train.param_dtype auto gives a bf16 run on CUDA), bloom (ALiBi folded into q.k),
-// and every one of them and gpt2 (the LM head's cross-entropy kernel):
+// gpt2, gpt_neox and bloom (LayerNorm on the bf16 stream outside autocast), and every one of them
+// (the LM head's cross-entropy kernel):
 // 8 steps' losses within 1e-3 (the fused attention's backward sums in no fixed order; bloom's
 // folded bias, 5e-3), its plan line saying so. The CPU keeps the composites: there the losses are equal.
 // The first step's log line names the paths its forward took (kernels/forward_paths.h): with the
 // switch on, the fused RoPE kernel, ATen's fused RMSNorm, ALiBi folded, a fused SDPA kernel and
-// the cross-entropy kernel.
+// the cross-entropy kernel, LayerNorm in 16 bits (fp32 without the switch).
 TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
@@ -830,9 +880,9 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
         EXPECT_NE((trained.out + trained.err).find("fused CUDA kernels on"), std::string::npos) << trained.err;
         // What the first step's forward took (kernels/forward_paths.h), each in bf16 on a fused SDPA kernel.
         const std::string took = arch == "llama"  ? "RoPE fused kernel; RMSNorm fused (ATen); attention causal"
-                                 : arch == "bloom" ? "attention ALiBi folded into q·k; SDPA kernel "
-                                 : arch == "gpt2"  ? "attention causal"
-                                                   : "RoPE fused kernel; attention causal";
+                                 : arch == "bloom" ? "LayerNorm 16-bit; attention ALiBi folded into q·k; SDPA kernel "
+                                 : arch == "gpt2"  ? "LayerNorm 16-bit; attention causal"
+                                                   : "RoPE fused kernel; LayerNorm 16-bit; attention causal";
         EXPECT_NE(trained.err.find("step 1's forward took: " + took), std::string::npos) << arch << ": " << trained.err;
         EXPECT_NE(trained.err.find("; cross-entropy fused kernel\n"), std::string::npos) << arch << ": " << trained.err;
         EXPECT_TRUE(trained.err.find("SDPA kernel flash") != std::string::npos ||
@@ -842,6 +892,10 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
         if (const auto at = trained.err.find(said); at != std::string::npos)
           record("fused kernels, " + arch + ": " +
                  trained.err.substr(at + said.size(), trained.err.find('\n', at) - at - said.size()));
+      }
+      // Without the switch autocast runs LayerNorm in fp32 on the bf16 stream.
+      if (fused == "0" && dev == "cuda" && arch != "llama") {
+        EXPECT_NE(trained.err.find("LayerNorm fp32; "), std::string::npos) << arch << ": " << trained.err;
       }
       losses.emplace_back();
       for (const auto& row : rows(run_dir(name))) losses.back().push_back(row["loss"].get<double>());

@@ -1,5 +1,5 @@
 // What a forward records of the paths it took (kernels/forward_paths.h), against the paths each
-// model's configuration must take on the CPU: RoPE and RMSNorm composites, causal attention for
+// model's configuration must take on the CPU: RoPE and RMSNorm composites, LayerNorm in fp32, causal attention for
 // RoPE and learned positions, ALiBi's bias tensor (fp32 q/k/v in an fp32 run, 16-bit under the
 // CPU's bf16 autocast), and the one SDPA kernel at::_fused_sdp_choice names; nothing while not
 // recording.
@@ -60,8 +60,8 @@ TEST(ForwardPaths, NothingIsRecordedOutsideARecordingAndStartClearsTheLastOne) {
             "RoPE fused kernel and composite; RMSNorm fused (ATen); attention causal (no mask), ALiBi folded into "
             "q·k; SDPA kernel flash");
   EXPECT_EQ(kernels::describe_paths(bits({ForwardPath::attention_causal, ForwardPath::sdpa_cudnn,
-                                          ForwardPath::cross_entropy_fused})),
-            "attention causal (no mask); SDPA kernel cuDNN; cross-entropy fused kernel");
+                                          ForwardPath::cross_entropy_fused, ForwardPath::layer_norm_16bit})),
+            "LayerNorm 16-bit; attention causal (no mask); SDPA kernel cuDNN; cross-entropy fused kernel");
 }
 
 TEST(ForwardPaths, EachArchitectureRecordsThePathsItsForwardTakesOnTheCpu) {
@@ -71,11 +71,15 @@ TEST(ForwardPaths, EachArchitectureRecordsThePathsItsForwardTakesOnTheCpu) {
       << kernels::describe_paths(llama);
   EXPECT_EQ(std::popcount(llama & kSdpa), 1) << kernels::describe_paths(llama);
   const uint32_t gpt2 = recorded(Arch::gpt2, false);
-  EXPECT_EQ(gpt2 & ~kSdpa, bits({ForwardPath::attention_causal})) << kernels::describe_paths(gpt2);
+  EXPECT_EQ(gpt2 & ~kSdpa, bits({ForwardPath::layer_norm_fp32, ForwardPath::attention_causal}))
+      << kernels::describe_paths(gpt2);
   const uint32_t bloom = recorded(Arch::bloom, false);
-  EXPECT_EQ(bloom & ~kSdpa, bits({ForwardPath::attention_bias_fp32})) << kernels::describe_paths(bloom);
+  EXPECT_EQ(bloom & ~kSdpa, bits({ForwardPath::layer_norm_fp32, ForwardPath::attention_bias_fp32}))
+      << kernels::describe_paths(bloom);
+  // Under the CPU's bf16 autocast the fp32 parameters keep an fp32 stream, so LayerNorm stays fp32.
   const uint32_t bloom_bf16 = recorded(Arch::bloom, true);
-  EXPECT_EQ(bloom_bf16 & ~kSdpa, bits({ForwardPath::attention_bias_16bit})) << kernels::describe_paths(bloom_bf16);
+  EXPECT_EQ(bloom_bf16 & ~kSdpa, bits({ForwardPath::layer_norm_fp32, ForwardPath::attention_bias_16bit}))
+      << kernels::describe_paths(bloom_bf16);
   EXPECT_EQ(std::popcount(bloom_bf16 & kSdpa), 1) << kernels::describe_paths(bloom_bf16);
 }
 
