@@ -42,7 +42,8 @@ GPUS = [1, 2, 8]
 
 
 def logits_bytes(d, vocab):
-    """Three slices of the chunked loss's fp32 logits: loss_chunk_tokens_for's auto while the head trains."""
+    """Three slices of the chunked loss's fp32 logits: loss_chunk_tokens_for's auto while the head trains, before
+    its rounding down to whole 128-token GEMM tiles (so a bound at most 3 x 127 tokens' logits over)."""
     row = 4 * vocab
     return 3 * max(64 * 2**20 // row, min(d, 256 * 2**20 // row)) * row
 

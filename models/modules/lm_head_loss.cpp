@@ -150,7 +150,8 @@ int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, 
   if (configured) return *configured;
   const int64_t row_bytes = std::max<int64_t>(vocab, 1) * 4;
   const int64_t trained = std::min(trained_head_width, kMaxTrainedLossChunkBytes / row_bytes);
-  return std::max<int64_t>({1, kAutoLossChunkBytes / row_bytes, trained});
+  const int64_t tokens = std::max<int64_t>({1, kAutoLossChunkBytes / row_bytes, trained});
+  return tokens < kLossChunkTileTokens ? tokens : tokens - tokens % kLossChunkTileTokens;
 }
 
 at::Tensor lm_head_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,

@@ -24,8 +24,12 @@ namespace segtrain::models {
 
 // train.loss_chunk_tokens: nullopt is auto, slices of about this many bytes of fp32 logits,
 inline constexpr int64_t kAutoLossChunkBytes = int64_t{64} << 20;
-// and while the head trains, of d_model tokens up to this many bytes (Llama-3-8B: 523 tokens).
+// and while the head trains, of d_model tokens up to this many bytes (Llama-3-8B: 512 tokens).
 inline constexpr int64_t kMaxTrainedLossChunkBytes = int64_t{256} << 20;
+// Auto slices of at least this many tokens hold a multiple of it: a slice's tokens are a
+// dimension of the head's GEMMs, which cuBLAS covers in tiles of 64 to 256; 130 tokens (64 MiB
+// of Llama-3's fp32 logits) would pay two 128-token tiles for the work of about one.
+inline constexpr int64_t kLossChunkTileTokens = 128;
 // PyTorch's default ignore_index, which data::kNoTarget also is.
 inline constexpr int64_t kIgnoreTarget = -100;
 // The logits' rows lie this many elements apart, rounded up from the vocabulary.
@@ -42,7 +46,8 @@ int64_t logits_row_stride(int64_t vocab);
 
 // Tokens per slice for a configured value; 0 means off: the caller computes the whole
 // logits at once. nullopt is auto: max(1, 64 MiB / (vocab * 4), min(trained_head_width,
-// 256 MiB / (vocab * 4))). trained_head_width is D when the head's weight [V,D] takes a gradient
+// 256 MiB / (vocab * 4))), rounded down to a multiple of kLossChunkTileTokens where it holds
+// one. trained_head_width is D when the head's weight [V,D] takes a gradient
 // (training), else 0: each slice then adds its share to the fp32 [V,D] gradient, a read and a
 // write of it, and slices of D tokens keep that traffic below the slices' own ([D,V] logits
 // each); 64 MiB slices at GPT-2 medium's vocabulary (333 tokens) made it 3 times larger. The

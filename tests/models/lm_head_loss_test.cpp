@@ -132,9 +132,23 @@ TEST(LmHeadLoss, LogitsRowsAreAlignedForTheGemms) {
   EXPECT_EQ(logits_row_stride(64), 64);
 }
 
+// The largest multiple of 128 tokens (GEMM tiles) within 64 MiB of fp32 logits, the tokens
+// themselves below 128.
 TEST(LmHeadLoss, AutoSlicesHoldAbout64MiBOfFp32Logits) {
-  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 32000), (64 << 20) / (32000 * 4));
-  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 160), (64 << 20) / (160 * 4));
+  for (const int64_t vocab : {int64_t{160}, int64_t{32000}, int64_t{49152}, int64_t{128256}, int64_t{151936}}) {
+    const int64_t tokens = loss_chunk_tokens_for(std::nullopt, vocab);
+    const int64_t within = (int64_t{64} << 20) / (vocab * 4);
+    EXPECT_LE(tokens, within) << vocab;
+    if (within >= 128) {
+      EXPECT_EQ(tokens % 128, 0) << vocab;
+      EXPECT_GT(tokens + 128, within) << vocab;
+    } else {
+      EXPECT_EQ(tokens, within) << vocab;
+    }
+  }
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 32000), 512);   // not 524
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 128256), 128);  // Llama-3: not 130
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 151936), 110);  // Qwen2: below one tile
   EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, int64_t{1} << 30), 1);
   EXPECT_EQ(loss_chunk_tokens_for(0, 32000), 0);
   EXPECT_EQ(loss_chunk_tokens_for(7, 32000), 7);
@@ -144,12 +158,13 @@ TEST(LmHeadLoss, AutoSlicesHoldAbout64MiBOfFp32Logits) {
 // of at least D tokens keep that below the slices' own logits.
 TEST(LmHeadLoss, AutoSlicesOfATrainedHeadHoldAtLeastItsWidthInTokens) {
   EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 50257, 1024), 1024);                 // GPT-2 medium: not 333
-  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 32000, 256), (64 << 20) / (32000 * 4));  // 524 > 256
-  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 50257, 0), (64 << 20) / (50257 * 4));    // evaluation
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 32000, 256), 512);                  // 64 MiB's 524 > 256
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 50257, 0), 256);                    // evaluation: 333 rounded
   EXPECT_EQ(loss_chunk_tokens_for(7, 50257, 1024), 7);                               // configured
   EXPECT_EQ(loss_chunk_tokens_for(0, 50257, 1024), 0);
-  // Llama-3-8B's head (vocabulary 128,256, d 4096): at most 256 MiB of fp32 logits a slice.
-  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 128256, 4096), (int64_t{256} << 20) / (128256 * 4));
+  // Llama-3-8B's head (vocabulary 128,256, d 4096): at most 256 MiB of fp32 logits a slice (523
+  // tokens), in whole tiles.
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 128256, 4096), 512);
 }
 
 ModelConfig tiny(Arch arch, bool checkpointing) {
