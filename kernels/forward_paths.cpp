@@ -95,6 +95,7 @@ std::string describe_paths(uint32_t paths) {
   };
   if (!attention.empty()) parts.push_back("attention " + joined(attention));
   if (!kernels.empty()) parts.push_back("SDPA kernel " + joined(kernels));
+  either("SwiGLU", ForwardPath::swiglu_fused, "fused kernel", ForwardPath::swiglu_composite);
   either("cross-entropy", ForwardPath::cross_entropy_fused, "fused kernel", ForwardPath::cross_entropy_composite);
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;

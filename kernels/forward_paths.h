@@ -1,7 +1,8 @@
 #pragma once
 // Which implementation each of a forward's choices took: the fused RoPE kernel or the composite,
 // ATen's fused RMSNorm or the composite, LayerNorm in 16 bits or fp32, attention with the implicit causal mask, with ALiBi
-// folded into q·k or with its bias tensor, the kernel SDPA picked for it, and the loss's
+// folded into q·k or with its bias tensor, the kernel SDPA picked for it, SwiGLU's kernels or
+// composite, and the loss's
 // cross-entropy kernel or composite. The choices are made
 // per call (by the switch, the device, the dtypes, a batch's positions), so a plan line can only
 // say what is switched on; the trainer records its first step's choices and logs them, so that a
@@ -33,6 +34,8 @@ enum class ForwardPath : uint32_t {
   cross_entropy_composite = 1u << 15,
   layer_norm_16bit = 1u << 16,  // its result 16-bit (kernels/layer_norm.h: outside autocast on CUDA)
   layer_norm_fp32 = 1u << 17,   // its result fp32 (autocast's policy for a 16-bit x, or an fp32 x)
+  swiglu_fused = 1u << 18,      // the Llama MLP's silu(gate) * up (kernels/swiglu.h)
+  swiglu_composite = 1u << 19,
 };
 
 // Starts recording (clearing what an earlier recording noted).
@@ -49,7 +52,7 @@ void record_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
                  bool is_causal, std::optional<double> scale, bool enable_gqa);
 
 // "RoPE composite; RMSNorm fused (ATen); LayerNorm 16-bit; attention ALiBi folded into q·k; SDPA
-// kernel flash; cross-entropy fused kernel" ("" for none).
+// kernel flash; SwiGLU fused kernel; cross-entropy fused kernel" ("" for none).
 std::string describe_paths(uint32_t paths);
 
 }  // namespace segtrain::kernels

@@ -4,6 +4,7 @@
 
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "models/modules/attention.h"
 #include "models/modules/positions.h"
 
@@ -53,7 +54,8 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_c
   auto y = causal_attention(q, k, v, bias);
   auto attended = x + o_proj(y.transpose(1, 2).reshape({b, t, n_heads * head_dim}));
   auto m = ln2(attended);
-  return attended + down_proj(at::silu(gate_proj(m)) * up_proj(m));
+  const at::Tensor gate = gate_proj(m);  // before up, as transformers' MLP (an adapter's dropout draws in this order)
+  return attended + down_proj(kernels::swiglu(gate, up_proj(m)));
 }
 
 }  // namespace segtrain::models

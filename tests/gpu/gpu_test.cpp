@@ -41,6 +41,7 @@
 #include "kernels/layer_norm.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "models/modules/alibi_folded.h"
 #include "models/modules/attention.h"
 #include "models/modules/converters/lora.h"
@@ -605,6 +606,65 @@ TEST(FusedKernels, LayerNormIn16BitsIsAutocastsFp32ResultRounded) {
          std::to_string(worst_forward) + ", backward (of the largest gradient) " + std::to_string(worst_backward));
 }
 
+// The SwiGLU kernels (kernels/swiglu.h) against ATen's composite on the same CUDA tensors: fp32,
+// bf16 and fp16, Llama-3-8B's d_ff (14,336) and a size that leaves a tail after the 16-byte packs,
+// a gate that starts off a 16-byte boundary (copied to one), under autocast as a run calls it;
+// the value and both gradients within three units in the last place (the composite rounds
+// silu(g) and d * u on the way), and of the largest gradient near 0.
+TEST(FusedKernels, SwigluEqualsTheCompositeForwardAndBackward) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda")
+    SKIP_NOT_APPLICABLE("the SwiGLU kernels are CUDA's; tests/models/swiglu_test.cpp checks their arithmetic on the CPU");
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  double worst = 0;
+  for (const int64_t width : {int64_t{14336}, int64_t{333}})
+    for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
+      for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
+        at::manual_seed(23);
+        const auto gate_storage = (at::randn({5 * width + 1}, cuda) * 4.0).to(dtype);
+        const auto up_values = at::randn({5, width}, cuda).to(dtype);
+        const auto grad = at::randn({5, width}, cuda).to(dtype);
+        const auto what = std::string(c10::toString(dtype)) + " width " + std::to_string(width) +
+                          (offset ? ", gate off a 16-byte boundary" : "");
+        // The kernels' inputs: gate a contiguous view `offset` elements into its storage (a leaf holds it).
+        auto gate_leaf = gate_storage.clone().requires_grad_();
+        const auto gate_of = [&](const at::Tensor& flat) { return flat.narrow(0, offset, 5 * width).view({5, width}); };
+        auto up = up_values.clone().requires_grad_();
+        const auto autocast_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+        at::autocast::set_autocast_enabled(at::kCUDA, dtype != at::kFloat);
+        if (dtype != at::kFloat) at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+        const auto got = kernels::swiglu_fused(gate_of(gate_leaf), up);
+        at::autocast::set_autocast_enabled(at::kCUDA, false);
+        at::autocast::set_autocast_dtype(at::kCUDA, autocast_dtype);
+        ASSERT_EQ(got.scalar_type(), dtype) << what;
+        const auto got_grads = torch::autograd::grad({got}, {gate_leaf, up}, {grad});
+        auto gate_ref = gate_of(gate_storage).clone().requires_grad_();
+        auto up_ref = up_values.clone().requires_grad_();
+        const auto want = kernels::swiglu_composite(gate_ref, up_ref);
+        const auto want_grads = torch::autograd::grad({want}, {gate_ref, up_ref}, {grad});
+        const double unit = dtype == at::kFloat ? 8 * std::ldexp(1.0, -23)
+                            : dtype == at::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+        const std::vector<std::pair<at::Tensor, at::Tensor>> pairs = {
+            {got.detach(), want.detach()},
+            {gate_of(got_grads[0]), want_grads[0]},
+            {got_grads[1], want_grads[1]}};
+        for (size_t i = 0; i < pairs.size(); ++i) {
+          const auto a = pairs[i].first.to(at::kDouble), b = pairs[i].second.to(at::kDouble);
+          const auto error = (a - b).abs();
+          const auto bound = (b.abs() + b.abs().max()) * 3 * unit;
+          worst = std::max(worst, (error / (b.abs().max() * unit)).max().item<double>());
+          EXPECT_FALSE((error > bound).any().item<bool>())
+              << what << (i == 0 ? " value" : i == 1 ? " d gate" : " d up") << ": largest difference "
+              << error.max().item<double>();
+        }
+        if (offset) {  // the element before the view takes no gradient
+          EXPECT_EQ(got_grads[0][0].item<double>(), 0.0) << what;
+        }
+      }
+  record("fused SwiGLU vs composite: largest difference " + std::to_string(worst) +
+         " units in the last place of the largest value");
+}
+
 // The LM head's cross-entropy kernel (kernels/cross_entropy.h) against ATen's composite on the
 // same CUDA logits: fp32, bf16 and fp16 rows of GPT-2's, Llama-3's and a small vocabulary, two
 // targets ignored; the loss within fp32 rounding, the gradient (written over the logits) the
@@ -856,13 +916,13 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
 // A bf16 run with the fused paths (SEGTRAIN_FUSED_KERNELS=1) follows the run without, for each
 // model they touch: gpt_neox (the RoPE kernel), llama (RoPE and ATen's fused RMSNorm on the bf16
 // parameters that train.param_dtype auto gives a bf16 run on CUDA), bloom (ALiBi folded into q.k),
-// gpt2, gpt_neox and bloom (LayerNorm on the bf16 stream outside autocast), and every one of them
-// (the LM head's cross-entropy kernel):
+// gpt2, gpt_neox and bloom (LayerNorm on the bf16 stream outside autocast), llama's MLP (the SwiGLU
+// kernels), and every one of them (the LM head's cross-entropy kernel):
 // 8 steps' losses within 1e-3 (the fused attention's backward sums in no fixed order; bloom's
 // folded bias, 5e-3), its plan line saying so. The CPU keeps the composites: there the losses are equal.
 // The first step's log line names the paths its forward took (kernels/forward_paths.h): with the
 // switch on, the fused RoPE kernel, ATen's fused RMSNorm, ALiBi folded, a fused SDPA kernel and
-// the cross-entropy kernel, LayerNorm in 16 bits (fp32 without the switch).
+// the cross-entropy kernel, LayerNorm in 16 bits (fp32 without the switch), the SwiGLU kernels.
 TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
@@ -884,7 +944,9 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
                                  : arch == "gpt2"  ? "LayerNorm 16-bit; attention causal"
                                                    : "RoPE fused kernel; LayerNorm 16-bit; attention causal";
         EXPECT_NE(trained.err.find("step 1's forward took: " + took), std::string::npos) << arch << ": " << trained.err;
-        EXPECT_NE(trained.err.find("; cross-entropy fused kernel\n"), std::string::npos) << arch << ": " << trained.err;
+        EXPECT_NE(trained.err.find(std::string(arch == "llama" ? "; SwiGLU fused kernel" : "") + "; cross-entropy fused kernel\n"),
+                  std::string::npos)
+            << arch << ": " << trained.err;
         EXPECT_TRUE(trained.err.find("SDPA kernel flash") != std::string::npos ||
                     trained.err.find("SDPA kernel cuDNN") != std::string::npos)
             << arch << ": " << trained.err;

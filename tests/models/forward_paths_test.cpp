@@ -1,5 +1,5 @@
 // What a forward records of the paths it took (kernels/forward_paths.h), against the paths each
-// model's configuration must take on the CPU: RoPE and RMSNorm composites, LayerNorm in fp32, causal attention for
+// model's configuration must take on the CPU: RoPE, RMSNorm and SwiGLU composites, LayerNorm in fp32, causal attention for
 // RoPE and learned positions, ALiBi's bias tensor (fp32 q/k/v in an fp32 run, 16-bit under the
 // CPU's bf16 autocast), and the one SDPA kernel at::_fused_sdp_choice names; nothing while not
 // recording.
@@ -67,7 +67,7 @@ TEST(ForwardPaths, NothingIsRecordedOutsideARecordingAndStartClearsTheLastOne) {
 TEST(ForwardPaths, EachArchitectureRecordsThePathsItsForwardTakesOnTheCpu) {
   const uint32_t llama = recorded(Arch::llama, false);
   EXPECT_EQ(llama & ~kSdpa, bits({ForwardPath::rope_composite, ForwardPath::rms_norm_composite,
-                                  ForwardPath::attention_causal}))
+                                  ForwardPath::attention_causal, ForwardPath::swiglu_composite}))
       << kernels::describe_paths(llama);
   EXPECT_EQ(std::popcount(llama & kSdpa), 1) << kernels::describe_paths(llama);
   const uint32_t gpt2 = recorded(Arch::gpt2, false);
