@@ -27,7 +27,7 @@ ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool with_bias) : in_fea
 at::Tensor ProjectionImpl::forward(const at::Tensor& x) {
   auto y = at::linear(x, weight, bias);
   if (!adapter_) return y;
-  return y + adapter_->delta(x, y, *this);
+  return adapter_->adapted(x, y, *this);
 }
 
 void ProjectionImpl::set_adapter(std::shared_ptr<const ProjectionAdapter> adapter) {

@@ -1,8 +1,8 @@
 #pragma once
 // Every linear projection of a block (q/k/v/o, the MLP's): y = x W^T + b, and what an
 // adapter a converter adds to it (models/modules/converters/lora.h: LoRA's, DoRA's) adds
-// to that output. The projection knows an adapter only through ProjectionAdapter: what it
-// adds for an input, and the weight it folds into. Its parameters are named as
+// to that output. The projection knows an adapter only through ProjectionAdapter: its output
+// with the adapter's part added, and the weight it folds into. Its parameters are named as
 // torch::nn::Linear's ("weight", "bias"); an adapter registers its own on the projection
 // under PEFT's names ("lora_A.weight", "lora_B.weight"), so HF names, checkpoints and
 // PEFT's adapter files map one to one.
@@ -19,8 +19,9 @@ struct ProjectionImpl;
 class ProjectionAdapter {
  public:
   virtual ~ProjectionAdapter() = default;
-  // What the adapter adds to `y` = x W^T + b, the output of `projection` for input `x`.
-  virtual at::Tensor delta(const at::Tensor& x, const at::Tensor& y, const ProjectionImpl& projection) const = 0;
+  // `y` = x W^T + b, the output of `projection` for input `x`, with what the adapter adds to it
+  // (the adapter may add it inside its last GEMM rather than in a pass of its own).
+  virtual at::Tensor adapted(const at::Tensor& x, const at::Tensor& y, const ProjectionImpl& projection) const = 0;
   // The weight `weight` (W) becomes with the adapter merged into it, stored as W is.
   virtual at::Tensor fold(const at::Tensor& weight) const = 0;
 };

@@ -1,5 +1,6 @@
 #include "models/modules/converters/lora.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/nn/functional/dropout.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/linear.h>
@@ -28,14 +29,14 @@ at::Tensor row_norms(const at::Tensor& weight, const at::Tensor& lora_weight, do
   return at::linalg_vector_norm(adapted, 2, at::IntArrayRef{1}).to(adapted.scalar_type());
 }
 
-// The adapter a Projection takes (ProjectionAdapter, projection.h): what it adds to the
-// projection's output for an input, and the weight it folds into.
+// The adapter a Projection takes (ProjectionAdapter, projection.h): the projection's output
+// with what it adds, and the weight it folds into.
 class LoraAdapter final : public ProjectionAdapter {
  public:
   // `a`, `b` and, with use_dora, `magnitude`: the adapter's tensors (the parameters it trains, or
   // a file's).
   LoraAdapter(const LoraConfig& lora, at::Tensor a, at::Tensor b, at::Tensor magnitude = {});
-  at::Tensor delta(const at::Tensor& x, const at::Tensor& y, const ProjectionImpl& projection) const override;
+  at::Tensor adapted(const at::Tensor& x, const at::Tensor& y, const ProjectionImpl& projection) const override;
   // W + (alpha / rank) B A, computed in fp32; with DoRA, its rows scaled to the magnitude.
   at::Tensor fold(const at::Tensor& weight) const override;
 
@@ -55,12 +56,22 @@ LoraAdapter::LoraAdapter(const LoraConfig& lora, at::Tensor a, at::Tensor b, at:
       scale_(lora.alpha / static_cast<double>(lora.rank)),
       dropout_(lora.dropout) {}
 
-at::Tensor LoraAdapter::delta(const at::Tensor& x, const at::Tensor& y, const ProjectionImpl& projection) const {
-  if (magnitude_.defined()) return dora_delta(x, y, projection);
+at::Tensor LoraAdapter::adapted(const at::Tensor& x, const at::Tensor& y, const ProjectionImpl& projection) const {
+  if (magnitude_.defined()) return y + dora_delta(x, y, projection);
   namespace F = torch::nn::functional;
   const auto in =
       dropout_ > 0 ? F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(projection.is_training())) : x;
-  return at::linear(at::linear(in, a_), b_) * scale_;
+  const at::Tensor down = at::linear(in, a_);  // [..., rank]
+  // PEFT's y + B(A(x)) * scale, with the scale and the sum in B's GEMM (addmm's alpha and beta):
+  // written as three ops it passes over the [tokens, out] output four more times forward and
+  // twice more backward (the product's scaling). Where the dtypes would need promoting (no
+  // autocast to cast them), the three ops.
+  const bool one_dtype = at::autocast::is_autocast_enabled(y.device().type()) ||
+                         (y.scalar_type() == down.scalar_type() && down.scalar_type() == b_.scalar_type());
+  if (!one_dtype || !y.is_contiguous()) return y + at::linear(down, b_) * scale_;
+  const int64_t out = y.size(-1);
+  return at::addmm(y.view({-1, out}), down.reshape({-1, down.size(-1)}), b_.t(), /*beta=*/1, /*alpha=*/scale_)
+      .view(y.sizes());
 }
 
 // PEFT 0.21's DoraLinearVariant.forward and DoraLinearLayer.forward, step for step: without
