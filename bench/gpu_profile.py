@@ -63,7 +63,7 @@ KERNEL_CLASSES = [
     ("elementwise", r"elementwise|vectorized|unrolled|reduce_kernel|triton_(poi|red|per)_|index|gather|scatter|"
                     r"embedding|copy|^aten::(add|mul|sub|div|gelu|silu|tanh|pow|neg|exp|where|masked_fill|cat|"
                     r"fill|zero|clone|contiguous|sum|mean|rsqrt|softmax|_softmax|threshold|sigmoid)|cat_|fill|"
-                    r"gelu|silu|softmax|rope|rotary"),
+                    r"gelu|silu|swiglu|softmax|rope|rotary"),
     ("memory", r"^memcpy|^memset|CUDA mem(cpy|set)"),
 ]
 COMPILED_CLASSES = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in KERNEL_CLASSES]

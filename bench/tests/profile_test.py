@@ -64,7 +64,7 @@ NAMES = {
         "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)",
         "triton_per_fused__log_softmax_backward_data_nll_loss_backward_0", "aten::_log_softmax",
         # segtrain's own (kernels/cross_entropy_cuda.cu, SEGTRAIN_FUSED_KERNELS=1)
-        "void segtrain::kernels::(anonymous namespace)::cross_entropy_kernel<c10::BFloat16>(c10::BFloat16*, long const*, float*, long, long, bool)",
+        "void segtrain::kernels::(anonymous namespace)::cross_entropy_kernel<c10::BFloat16>(c10::BFloat16*, long const*, float*, long, long, long, bool)",
     ],
     "optimizer": [
         "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, float*, float*>(at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, float*, float*)",
@@ -76,6 +76,8 @@ NAMES = {
         "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4>)",
         "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, unsigned int, unsigned int, long)",
         "triton_poi_fused_add_gelu_0", "aten::gelu", "aten::add",
+        # segtrain's own (kernels/swiglu_cuda.cu, SEGTRAIN_FUSED_KERNELS=1)
+        "void segtrain::kernels::(anonymous namespace)::swiglu_backward_kernel<c10::BFloat16>(c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16*, c10::BFloat16*, long)",
     ],
     "memory": ["Memcpy HtoD (Pinned -> Device)", "[CUDA memcpy Host-to-Device]", "Memset (Device)",
                "[CUDA memset]"],

@@ -1475,7 +1475,7 @@ TEST_F(TrainCli, MicroBatchAutoTrainsTheBytesOfTheBatchItChose) {
   // before it not counted.
   EXPECT_TRUE(std::regex_search(chosen.err, std::regex("step 1's forward took: RoPE composite; RMSNorm composite; "
                                                        "attention causal \\(no mask\\); SDPA kernel (flash|math); "
-                                                       "cross-entropy composite\n")))
+                                                       "SwiGLU composite; cross-entropy composite\n")))
       << chosen.err;
   const YAML::Node resolved = YAML::LoadFile(run_dir("auto-whole") + "/config.yaml");
   EXPECT_EQ(resolved["train"]["micro_batch_size"].as<int>(), 4);
