@@ -1,7 +1,8 @@
 """The LM head's three GEMMs with the logits' rows 16-byte aligned or not, on the GPU.
 
-segtrain's head (models/modules/lm_head_loss.h) computes a slice's logits h W^T into a buffer whose rows lie
-logits_row_stride(V) elements apart (V rounded up to a multiple of 64), and reads the gradient there for
+segtrain's head (models/modules/lm_head_loss.h) computes a slice's 16-bit logits h W^T into a buffer whose rows
+lie logits_row_stride(V, bf16) elements apart (V rounded up to a multiple of 64; fp32 logits are not padded, the
+fp32 rows here show what it would give), and reads the gradient there for
 d hidden = g W and d W = g^T h. A [rows, V] tensor, as a PyTorch loop (and segtrain before) makes it, puts
 GPT-2's rows (V = 50,257) at 2-byte offsets, which cuBLAS's fastest kernels do not take. For each layout:
   contiguous      [rows, V], rows V apart (a PyTorch loop's logits);

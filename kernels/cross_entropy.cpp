@@ -28,19 +28,30 @@ std::string fused_refusal(const at::Tensor& logits, const at::Tensor& targets) {
 
 }  // namespace
 
-CrossEntropyRows cross_entropy_rows_composite(const at::Tensor& logits, const at::Tensor& targets,
-                                              int64_t ignore_index, bool gradient) {
+namespace {
+
+// The composite's loss and its gradient softmax - onehot(t) in fp32 (in place of the log-softmax).
+CrossEntropyRows composite_fp32(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
+                                bool gradient) {
   const at::Tensor ignored = targets.eq(ignore_index);
   const at::Tensor index = targets.masked_fill(ignored, 0).unsqueeze(1);  // in range for gather; masked below
-  // The logits in their dtype, then fp32, as cross_entropy on .to(kFloat) logits sees them.
+  // The logits in their dtype, then fp32, as cross_entropy on .to(kFloat) logits sees them (16-bit logits'
+  // conversion reads padded rows where they lie; fp32 rows padded would be copied first).
   at::Tensor log_p = at::log_softmax(logits, 1, at::kFloat);
   CrossEntropyRows out;
   out.nll = log_p.gather(1, index).squeeze(1).neg().masked_fill_(ignored, 0);
   if (!gradient) return out;
-  // softmax - onehot(t), in place of the log-softmax.
-  at::Tensor g = log_p.exp_();
-  g.scatter_add_(1, index, at::full({logits.size(0), 1}, -1.0, g.options()));
-  out.grad = g.to(logits.scalar_type());  // the same buffer when the logits are fp32
+  out.grad = log_p.exp_();
+  out.grad.scatter_add_(1, index, at::full({logits.size(0), 1}, -1.0, out.grad.options()));
+  return out;
+}
+
+}  // namespace
+
+CrossEntropyRows cross_entropy_rows_composite(const at::Tensor& logits, const at::Tensor& targets,
+                                              int64_t ignore_index, bool gradient) {
+  CrossEntropyRows out = composite_fp32(logits, targets, ignore_index, gradient);
+  if (gradient) out.grad = out.grad.to(logits.scalar_type());  // the same buffer when the logits are fp32
   return out;
 }
 
@@ -50,7 +61,7 @@ CrossEntropyRows cross_entropy_rows_fused(at::Tensor logits, const at::Tensor& t
     throw InputError("the fused cross-entropy kernel does not apply: " + why);
 #if SEGTRAIN_WITH_CUDA
   // Rows of unit stride however far apart (the head's padded buffer) are taken as they are.
-  if (logits.stride(1) != 1 || logits.stride(0) < logits.size(1)) logits = logits.contiguous();
+  if (logits.stride(1) != 1 || (logits.size(0) > 1 && logits.stride(0) < logits.size(1))) logits = logits.contiguous();
   CrossEntropyRows out;
   out.nll = cross_entropy_cuda(logits, targets.contiguous(), ignore_index, gradient);
   if (gradient) out.grad = std::move(logits);
@@ -69,9 +80,11 @@ CrossEntropyRows cross_entropy_rows(at::Tensor logits, const at::Tensor& targets
     return cross_entropy_rows_fused(std::move(logits), targets, ignore_index, gradient);
   }
   record_path(ForwardPath::cross_entropy_composite);
-  CrossEntropyRows out = cross_entropy_rows_composite(logits, targets, ignore_index, gradient);
-  // Into the logits' buffer, as the kernel writes it: the caller's GEMMs read its padded rows.
-  if (gradient) out.grad = logits.copy_(out.grad);
+  CrossEntropyRows out = composite_fp32(logits, targets, ignore_index, gradient);
+  if (!gradient || (logits.scalar_type() == at::kFloat && logits.is_contiguous())) return out;
+  // Into the logits' buffer, as the kernel writes it (the caller's GEMMs read its padded rows): the
+  // one pass the cast to the logits' dtype would take.
+  out.grad = logits.copy_(out.grad);
   return out;
 }
 

@@ -24,10 +24,11 @@ struct CrossEntropyRows {
 
 // logits [rows, vocab] (fp32, or the autocast dtype the head's matmul gave) and targets [rows]
 // int64. The logits are taken: the gradient is written over them (the kernel's, or the
-// composite's copied there), so the caller hands over a buffer it no longer needs (std::move),
-// and its rows may lie further apart than vocab (models/modules/lm_head_loss.h pads them for
-// the GEMMs that read the gradient). A target outside [0, vocab) other than ignore_index: the
-// composite throws, the kernel (which cannot, without a wait) gives NaN.
+// composite's fp32 gradient converted into them, except for contiguous fp32 logits, whose
+// gradient is the composite's own buffer), so the caller hands over a buffer it no longer needs
+// (std::move), and its rows may lie further apart than vocab (models/modules/lm_head_loss.h pads
+// 16-bit ones for the GEMMs that read the gradient). A target outside [0, vocab) other than
+// ignore_index: the composite throws, the kernel (which cannot, without a wait) gives NaN.
 CrossEntropyRows cross_entropy_rows(at::Tensor logits, const at::Tensor& targets, int64_t ignore_index,
                                     bool gradient);
 

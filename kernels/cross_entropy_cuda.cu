@@ -58,7 +58,8 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 at::Tensor cross_entropy_cuda(at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index, bool gradient) {
-  TORCH_CHECK(logits.is_cuda() && logits.dim() == 2 && logits.stride(1) == 1 && logits.stride(0) >= logits.size(1),
+  TORCH_CHECK(logits.is_cuda() && logits.dim() == 2 && logits.stride(1) == 1 &&
+                  (logits.size(0) <= 1 || logits.stride(0) >= logits.size(1)),
               "cross_entropy_cuda: expected CUDA logits [rows, vocab] with rows of unit stride, at least vocab apart");
   TORCH_CHECK(targets.is_cuda() && targets.scalar_type() == at::kLong && targets.dim() == 1 &&
                   targets.is_contiguous() && targets.size(0) == logits.size(0),
@@ -71,7 +72,7 @@ at::Tensor cross_entropy_cuda(at::Tensor& logits, const at::Tensor& targets, int
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, logits.scalar_type(), "cross_entropy_cuda", [&] {
     cross_entropy_kernel<scalar_t><<<static_cast<unsigned>(rows), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
         logits.mutable_data_ptr<scalar_t>(), targets.const_data_ptr<int64_t>(), nll.mutable_data_ptr<float>(), vocab,
-        logits.stride(0), ignore_index, gradient);
+        rows > 1 ? logits.stride(0) : vocab, ignore_index, gradient);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return nll;

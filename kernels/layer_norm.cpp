@@ -47,13 +47,15 @@ at::Tensor layer_norm_16bit(const at::Tensor& x, const at::Tensor& weight, const
   return at::layer_norm(x, {x.size(-1)}, weight, bias, eps);
 }
 
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
-  if (fused_kernels_requested() && x.is_cuda() && refusal_16bit(x, weight, bias).empty()) {
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                      NormReader reader) {
+  if (reader == NormReader::matmul && fused_kernels_requested() && x.is_cuda() &&
+      refusal_16bit(x, weight, bias).empty()) {
     record_path(ForwardPath::layer_norm_16bit);
     return layer_norm_16bit(x, weight, bias, eps);
   }
   at::Tensor y = at::layer_norm(x, {x.size(-1)}, as_wide_as(weight, x), as_wide_as(bias, x), eps);
-  record_path(y.scalar_type() == at::kFloat ? ForwardPath::layer_norm_fp32 : ForwardPath::layer_norm_16bit);
+  record_path(is_16bit(y.scalar_type()) ? ForwardPath::layer_norm_16bit : ForwardPath::layer_norm_fp32);
   return y;
 }
 

@@ -9,7 +9,8 @@ namespace segtrain::kernels {
 // for the product's backward) and then the product (another), and its backward three passes of
 // two inputs each. On a CUDA device with SEGTRAIN_FUSED_KERNELS=1, where gate and up share a
 // floating dtype and shape, one kernel reads gate and up once and writes the product, computed in
-// fp32 and rounded once (the composite rounds silu(gate) first: within a unit in the last place),
+// fp32 and rounded once (the composite rounds silu(gate) and the product's gradient on the way: the
+// tests hold the two within three units in the last place, and of the largest gradient near 0),
 // and one kernel the two gradients from one read of gate, up and the output's gradient; nothing
 // but gate and up is kept for backward.
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);

@@ -66,7 +66,7 @@ Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::
   // Every slice's logits, then their gradient, in one buffer whose rows are padded for the GEMMs.
   const int64_t vocab = weight.size(0);
   const at::Tensor logits_buffer =
-      at::empty({std::min(chunk, n), logits_row_stride(vocab)}, hidden.options().dtype(compute));
+      at::empty({std::min(chunk, n), logits_row_stride(vocab, compute)}, hidden.options().dtype(compute));
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t rows = std::min(chunk, n - start);
     const at::Tensor h = hidden.narrow(0, start, rows).to(compute);
@@ -141,8 +141,9 @@ void check_shapes(const at::Tensor& hidden, const at::Tensor& weight, const at::
 
 }  // namespace
 
-int64_t logits_row_stride(int64_t vocab) {
+int64_t logits_row_stride(int64_t vocab, at::ScalarType compute) {
   TORCH_CHECK(vocab >= 0, "logits_row_stride: vocabulary ", vocab);
+  if (c10::elementSize(compute) != 2) return vocab;
   return (vocab + kLogitsRowAlignment - 1) / kLogitsRowAlignment * kLogitsRowAlignment;
 }
 

@@ -35,14 +35,16 @@ inline constexpr int64_t kIgnoreTarget = -100;
 // The logits' rows lie this many elements apart, rounded up from the vocabulary.
 inline constexpr int64_t kLogitsRowAlignment = 64;
 
-// The row stride of the head's logits buffer: vocab rounded up to a multiple of
-// kLogitsRowAlignment. The three GEMMs that touch the logits (h W^T, and d hidden and d W
-// from d logits) take it as their leading dimension, and cuBLAS's fastest kernels (on Hopper,
-// those that load their tiles with TMA) need every row of an operand to start on a 16-byte
-// boundary: GPT-2's 50,257 logits a row put rows at 2-byte offsets. The columns past vocab
-// are never written or read: where llm.c and Megatron pad the vocabulary of the weights, only
-// this buffer is padded, and the model's vocabulary stays vocab (the loss, checkpoints, HF export).
-int64_t logits_row_stride(int64_t vocab);
+// The row stride of the head's logits buffer for logits of dtype `compute`: 16-bit logits'
+// rows are vocab rounded up to a multiple of kLogitsRowAlignment apart. The three GEMMs that
+// touch the logits (h W^T, and d hidden and d W from d logits) take it as their leading
+// dimension, and cuBLAS's fastest 16-bit kernels (on Hopper, those that load their tiles with
+// TMA) need every row of an operand to start on a 16-byte boundary: GPT-2's 50,257 logits a row
+// put rows at 2-byte offsets. The columns past vocab are never written or read: where llm.c and
+// Megatron pad the vocabulary of the weights, only this buffer is padded, and the model's
+// vocabulary stays vocab (the loss, checkpoints, HF export). fp32 logits stay vocab apart: their
+// loss's log-softmax would first copy padded rows whole (16-bit ones it converts to fp32 anyway).
+int64_t logits_row_stride(int64_t vocab, at::ScalarType compute);
 
 // Tokens per slice for a configured value; 0 means off: the caller computes the whole
 // logits at once. nullopt is auto: max(1, 64 MiB / (vocab * 4), min(trained_head_width,

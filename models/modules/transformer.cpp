@@ -26,10 +26,10 @@ torch::nn::LayerNorm layer_norm(const ModelConfig& c) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model}).eps(c.layer_norm_eps));
 }
 
-// `ln` on x (kernels/layer_norm.h: where autocast's fp32 policy is skipped, and parameters
-// narrower than x).
-at::Tensor normed(torch::nn::LayerNorm& ln, const at::Tensor& x) {
-  return kernels::layer_norm(x, ln->weight, ln->bias, ln->options.eps());
+// `ln` on x, read by `reader` (kernels/layer_norm.h: where autocast's fp32 policy is skipped,
+// and parameters narrower than x).
+at::Tensor normed(torch::nn::LayerNorm& ln, const at::Tensor& x, kernels::NormReader reader) {
+  return kernels::layer_norm(x, ln->weight, ln->bias, ln->options.eps(), reader);
 }
 
 }  // namespace
@@ -70,9 +70,10 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
   auto mlp = [&](const at::Tensor& h) {
     return fc_out(F::gelu(fc(h), F::GELUFuncOptions().approximate(layout.exact_gelu ? "none" : "tanh")));
   };
-  if (layout.parallel_residual) return x + attention(normed(ln1, x)) + mlp(normed(ln2, x));
-  auto h = x + attention(normed(ln1, x));
-  return h + mlp(normed(ln2, h));
+  constexpr auto projections = kernels::NormReader::matmul;  // qkv's and fc's
+  if (layout.parallel_residual) return x + attention(normed(ln1, x, projections)) + mlp(normed(ln2, x, projections));
+  auto h = x + attention(normed(ln1, x, projections));
+  return h + mlp(normed(ln2, h, projections));
 }
 
 TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(config)) {
@@ -207,7 +208,7 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
         positions, at::cat({cache->positions, positions}, 1),
         scheme == PositionScheme::alibi ? alibi_table_.on(alibi_slopes_for(c, seq_len), positions.device())
                                         : at::Tensor());
-  if (emb_ln) x = normed(emb_ln, x);
+  if (emb_ln) x = normed(emb_ln, x, kernels::NormReader::other);
 
   if (c.sliding_window && read + tokens.size(1) > *c.sliding_window)
     throw InputError("a sequence of " + std::to_string(read + tokens.size(1)) + " tokens is longer than the model's "
@@ -226,7 +227,7 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
       x = block->forward(x, cos, sin, bias);
     }
   }
-  return ln_f ? normed(ln_f, x) : rms_f(x);
+  return ln_f ? normed(ln_f, x, kernels::NormReader::other) : rms_f(x);
 }
 
 void TransformerLMImpl::load_tensors(const TensorSources& tensors, const std::string& source, bool strict,

@@ -607,7 +607,8 @@ TEST(FusedKernels, LayerNormIn16BitsIsAutocastsFp32ResultRounded) {
 }
 
 // The SwiGLU kernels (kernels/swiglu.h) against ATen's composite on the same CUDA tensors: fp32,
-// bf16 and fp16, Llama-3-8B's d_ff (14,336) and a size that leaves a tail after the 16-byte packs,
+// bf16 and fp16, Llama-3-8B's d_ff (14,336), a size that leaves a tail after the 16-byte packs and
+// one larger than a grid,
 // a gate that starts off a 16-byte boundary (copied to one), under autocast as a run calls it;
 // the value and both gradients within three units in the last place (the composite rounds
 // silu(g) and d * u on the way), and of the largest gradient near 0.
@@ -617,18 +618,21 @@ TEST(FusedKernels, SwigluEqualsTheCompositeForwardAndBackward) {
     SKIP_NOT_APPLICABLE("the SwiGLU kernels are CUDA's; tests/models/swiglu_test.cpp checks their arithmetic on the CPU");
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   double worst = 0;
-  for (const int64_t width : {int64_t{14336}, int64_t{333}})
+  // [1,100 x 8,193]: more packs than one grid's threads (the loops stride), and a tail.
+  for (const auto& [rows, width] : std::vector<std::pair<int64_t, int64_t>>{{5, 14336}, {5, 333}, {1100, 8193}})
     for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
       for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
         at::manual_seed(23);
-        const auto gate_storage = (at::randn({5 * width + 1}, cuda) * 4.0).to(dtype);
-        const auto up_values = at::randn({5, width}, cuda).to(dtype);
-        const auto grad = at::randn({5, width}, cuda).to(dtype);
-        const auto what = std::string(c10::toString(dtype)) + " width " + std::to_string(width) +
-                          (offset ? ", gate off a 16-byte boundary" : "");
+        const auto gate_storage = (at::randn({rows * width + 1}, cuda) * 4.0).to(dtype);
+        const auto up_values = at::randn({rows, width}, cuda).to(dtype);
+        const auto grad = at::randn({rows, width}, cuda).to(dtype);
+        const auto what = std::string(c10::toString(dtype)) + " " + std::to_string(rows) + " x " +
+                          std::to_string(width) + (offset ? ", gate off a 16-byte boundary" : "");
         // The kernels' inputs: gate a contiguous view `offset` elements into its storage (a leaf holds it).
         auto gate_leaf = gate_storage.clone().requires_grad_();
-        const auto gate_of = [&](const at::Tensor& flat) { return flat.narrow(0, offset, 5 * width).view({5, width}); };
+        const auto gate_of = [&](const at::Tensor& flat) {
+          return flat.narrow(0, offset, rows * width).view({rows, width});
+        };
         auto up = up_values.clone().requires_grad_();
         const auto autocast_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
         at::autocast::set_autocast_enabled(at::kCUDA, dtype != at::kFloat);
@@ -916,7 +920,8 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
 // A bf16 run with the fused paths (SEGTRAIN_FUSED_KERNELS=1) follows the run without, for each
 // model they touch: gpt_neox (the RoPE kernel), llama (RoPE and ATen's fused RMSNorm on the bf16
 // parameters that train.param_dtype auto gives a bf16 run on CUDA), bloom (ALiBi folded into q.k),
-// gpt2, gpt_neox and bloom (LayerNorm on the bf16 stream outside autocast), llama's MLP (the SwiGLU
+// gpt2, gpt_neox and bloom (the blocks' LayerNorms on the bf16 stream outside autocast; the final
+// and embedding norms stay fp32), llama's MLP (the SwiGLU
 // kernels), and every one of them (the LM head's cross-entropy kernel):
 // 8 steps' losses within 1e-3 (the fused attention's backward sums in no fixed order; bloom's
 // folded bias, 5e-3), its plan line saying so. The CPU keeps the composites: there the losses are equal.
@@ -940,9 +945,9 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
         EXPECT_NE((trained.out + trained.err).find("fused CUDA kernels on"), std::string::npos) << trained.err;
         // What the first step's forward took (kernels/forward_paths.h), each in bf16 on a fused SDPA kernel.
         const std::string took = arch == "llama"  ? "RoPE fused kernel; RMSNorm fused (ATen); attention causal"
-                                 : arch == "bloom" ? "LayerNorm 16-bit; attention ALiBi folded into q·k; SDPA kernel "
-                                 : arch == "gpt2"  ? "LayerNorm 16-bit; attention causal"
-                                                   : "RoPE fused kernel; LayerNorm 16-bit; attention causal";
+                                 : arch == "bloom" ? "LayerNorm 16-bit and fp32; attention ALiBi folded into q·k; SDPA kernel "
+                                 : arch == "gpt2"  ? "LayerNorm 16-bit and fp32; attention causal"
+                                                   : "RoPE fused kernel; LayerNorm 16-bit and fp32; attention causal";
         EXPECT_NE(trained.err.find("step 1's forward took: " + took), std::string::npos) << arch << ": " << trained.err;
         EXPECT_NE(trained.err.find(std::string(arch == "llama" ? "; SwiGLU fused kernel" : "") + "; cross-entropy fused kernel\n"),
                   std::string::npos)

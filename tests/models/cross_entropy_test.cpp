@@ -181,6 +181,15 @@ TEST(CrossEntropyKernel, TheCpuTakesTheCompositeAndAFusedCallSaysWhyNot) {
   EXPECT_EQ(rows.grad.data_ptr(), buffer.data_ptr());
   EXPECT_EQ(rows.grad.stride(0), 64);
   EXPECT_TRUE(at::equal(buffer.narrow(1, 40, 24), at::full({5, 24}, 7.0f)));
+  // bf16 logits take their gradient too (the composite's fp32 one converted in, as its cast did); contiguous
+  // fp32 logits keep theirs and hand back the composite's own buffer (no pass to copy it).
+  const auto bf16 = logits.to(at::kBFloat16);
+  const auto in_bf16 = cross_entropy_rows(bf16, targets, kIgnore, true);
+  EXPECT_EQ(in_bf16.grad.data_ptr(), bf16.data_ptr());
+  EXPECT_TRUE(at::equal(in_bf16.grad, cross_entropy_rows_composite(logits.to(at::kBFloat16), targets, kIgnore, true).grad));
+  const auto fp32 = logits.clone();
+  EXPECT_NE(cross_entropy_rows(fp32, targets, kIgnore, true).grad.data_ptr(), fp32.data_ptr());
+  EXPECT_TRUE(at::equal(fp32, logits));
   try {
     cross_entropy_rows_fused(logits, targets, kIgnore, true);
     FAIL() << "expected an InputError";

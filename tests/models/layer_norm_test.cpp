@@ -59,14 +59,14 @@ TEST(LayerNorm, TheCpuKeepsAtensCallAndRecordsTheResultsDtype) {
   const auto x = at::randn({2, 7, 32}) * 2.0;
   const auto w = at::rand({32}) + 0.5, b = at::randn({32});
   start_recording_paths();
-  EXPECT_TRUE(at::equal(layer_norm(x, w, b, kEps), at::layer_norm(x, {32}, w, b, kEps)));
+  EXPECT_TRUE(at::equal(layer_norm(x, w, b, kEps, NormReader::matmul), at::layer_norm(x, {32}, w, b, kEps)));
   EXPECT_EQ(stop_recording_paths(), static_cast<uint32_t>(ForwardPath::layer_norm_fp32));
   // bf16 parameters in an fp32 stream are read as fp32 (ATen's CPU kernel takes only the reverse).
   const auto w16 = w.to(at::kBFloat16), b16 = b.to(at::kBFloat16);
-  EXPECT_TRUE(at::equal(layer_norm(x, w16, b16, kEps), at::layer_norm(x, {32}, w16.to(at::kFloat), b16.to(at::kFloat), kEps)));
+  EXPECT_TRUE(at::equal(layer_norm(x, w16, b16, kEps, NormReader::matmul), at::layer_norm(x, {32}, w16.to(at::kFloat), b16.to(at::kFloat), kEps)));
   // A bf16 stream with bf16 parameters: ATen's call as it is (the CPU's autocast leaves LayerNorm in bf16).
   start_recording_paths();
-  const auto y16 = layer_norm(x.to(at::kBFloat16), w16, b16, kEps);
+  const auto y16 = layer_norm(x.to(at::kBFloat16), w16, b16, kEps, NormReader::other);
   EXPECT_EQ(stop_recording_paths(), static_cast<uint32_t>(ForwardPath::layer_norm_16bit));
   EXPECT_TRUE(at::equal(y16, at::layer_norm(x.to(at::kBFloat16), {32}, w16, b16, kEps)));
   EXPECT_EQ(describe_paths(static_cast<uint32_t>(ForwardPath::layer_norm_16bit) |

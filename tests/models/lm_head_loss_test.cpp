@@ -118,18 +118,19 @@ TEST(LmHeadLoss, AnAllIgnoredInputIsZeroWithZeroGradients) {
   EXPECT_EQ(w.grad().abs().max().item<double>(), 0.0);
 }
 
-// The logits' rows start on 16-byte boundaries for 2- and 4-byte elements (64 elements
-// apart at least: GPT-2's 50,257 become 50,304), and no vocabulary is padded that needs none.
-TEST(LmHeadLoss, LogitsRowsAreAlignedForTheGemms) {
+// 16-bit logits' rows start on 16-byte boundaries (64 elements apart at least: GPT-2's 50,257
+// become 50,304), no vocabulary is padded that needs none, and fp32 logits are not padded.
+TEST(LmHeadLoss, SixteenBitLogitsRowsAreAlignedForTheGemms) {
   for (const int64_t vocab : {int64_t{1}, int64_t{37}, int64_t{64}, int64_t{65}, int64_t{50257}, int64_t{128256}}) {
-    const int64_t stride = logits_row_stride(vocab);
+    const int64_t stride = logits_row_stride(vocab, at::kBFloat16);
     EXPECT_GE(stride, vocab);
     EXPECT_LT(stride - vocab, 64) << vocab;
     EXPECT_EQ(stride * 2 % 128, 0) << vocab;  // bf16 rows on 128-byte lines
+    EXPECT_EQ(logits_row_stride(vocab, at::kHalf), stride);
+    EXPECT_EQ(logits_row_stride(vocab, at::kFloat), vocab);
   }
-  EXPECT_EQ(logits_row_stride(50257), 50304);
-  EXPECT_EQ(logits_row_stride(128256), 128256);
-  EXPECT_EQ(logits_row_stride(64), 64);
+  EXPECT_EQ(logits_row_stride(50257, at::kBFloat16), 50304);
+  EXPECT_EQ(logits_row_stride(128256, at::kBFloat16), 128256);
 }
 
 // The largest multiple of 128 tokens (GEMM tiles) within 64 MiB of fp32 logits, the tokens
@@ -155,11 +156,12 @@ TEST(LmHeadLoss, AutoSlicesHoldAbout64MiBOfFp32Logits) {
 }
 
 // While the head trains, every slice reads and writes the fp32 [V,D] gradient: slices
-// of at least D tokens keep that below the slices' own logits.
+// of D tokens (rounded down to whole 128-token tiles) keep that below the slices' own logits.
 TEST(LmHeadLoss, AutoSlicesOfATrainedHeadHoldAtLeastItsWidthInTokens) {
   EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 50257, 1024), 1024);                 // GPT-2 medium: not 333
   EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 32000, 256), 512);                  // 64 MiB's 524 > 256
   EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 50257, 0), 256);                    // evaluation: 333 rounded
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 32000, 1600), 1536);                // d 1,600: 12 whole tiles
   EXPECT_EQ(loss_chunk_tokens_for(7, 50257, 1024), 7);                               // configured
   EXPECT_EQ(loss_chunk_tokens_for(0, 50257, 1024), 0);
   // Llama-3-8B's head (vocabulary 128,256, d 4096): at most 256 MiB of fp32 logits a slice (523
