@@ -13,13 +13,8 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from checks import check, finish  # noqa: E402
 
 
 def run(python, **env):
@@ -52,9 +47,7 @@ def main():
         skipped = run(args.python)
         check(skipped == {"benchmark": "gpu_logits_gemm_bench", "skipped": "no CUDA device is visible"},
               f"without a GPU the bench says it skipped: {skipped}")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
+    finish()
 
 
 if __name__ == "__main__":

@@ -24,14 +24,9 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from checks import check, finish  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def env(args, parent, **extra):
@@ -203,9 +198,7 @@ def main():
                 check(report.count("**not run**") == 3 and not os.path.exists(out + "/gpu_lora_8b_bench.json"),
                       f"{what}: the three phases reported as not run")
         check(leftovers(parent) == [], "gpu_bench_call.sh leaves no work folder")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        raise SystemExit(1)
+    finish()
 
 
 if __name__ == "__main__":

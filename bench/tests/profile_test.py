@@ -27,14 +27,9 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from checks import check, finish  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 NAMES = {
@@ -233,9 +228,7 @@ def main():
                 check("InitializeInjection" in nm, "the tracer exports InitializeInjection")
         else:
             print("(no CUPTI on this machine: the tracer's build is not checked here)")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        raise SystemExit(1)
+    finish()
 
 
 if __name__ == "__main__":

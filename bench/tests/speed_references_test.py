@@ -24,13 +24,8 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from checks import check, finish  # noqa: E402
 
 
 def speed(args, rounds, backend, references="eager,compiled"):
@@ -85,9 +80,7 @@ def main():
         check("compile_error" in r and "compiled_tokens_per_s" not in r, "a failed compile is said, no figure")
         check(r["segtrain_tokens_per_s"] > 0 and r["pytorch_tokens_per_s"] > 0 and r["ratio"] > 0,
               "segtrain's and the eager loop's figures are kept")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        raise SystemExit(1)
+    finish()
 
 
 if __name__ == "__main__":

@@ -15,13 +15,8 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from checks import check, finish  # noqa: E402
 
 
 LORA_ROW = {"phase": "lora", "device": "cuda", "shape": "llama-3-8b", "method": "lora", "train_length": 4096,
@@ -93,9 +88,7 @@ def main():
         code, out, err = summarize(args.python, d, "--only", "gpu_lora_8b_bench,gpu_speed_bench")
         check(code == 0 and "gpu_lora_8b_bench | no result: " in out and "does not exist" in out
               and "GPU training speed" in out, f"--only naming a missing result: exit {code}, said {err[-300:]}")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        raise SystemExit(1)
+    finish()
 
 
 if __name__ == "__main__":
