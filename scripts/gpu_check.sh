@@ -38,8 +38,9 @@
 #                     each benchmark's JSON.
 #   --deadline S    the whole command ends within S seconds (`make gpu-session`: 540, for an
 #                   allocation of 15 minutes with the machine's start and a rerun's margin); the
-#                   benchmarks then run at the sizes that fit (GPT-2 medium, 3 rounds, the eager
-#                   reference alone: torch.compile's compiling does not fit the speed phase's time).
+#                   benchmarks then run at the sizes that fit (GPT-2 medium, 2 rounds, the eager
+#                   reference and segtrain's fused-kernel and CUDA-graph variants: torch.compile's
+#                   compiling does not fit the speed phase's time).
 # Exit: 0 every test passed or did not apply and every phase ran; 1 a test or a benchmark failed, or
 # a phase was cut by its limit; 2 no CUDA device is visible (the tests say they do not apply, the
 # benchmarks skip) or the CUDA configuration cannot be built.
@@ -264,10 +265,13 @@ bench_phase() {  # NAME CAP RESERVE BENCH [VAR=VALUE...]
   fi
 }
 
-# With a deadline, the benchmarks run at the sizes that fit (median of 3 on GPT-2 medium, against the eager loop
-# alone: compiling GPT-2 medium in each round would take the phase's 150 s; bench/gpu_profile.sh runs it).
+# With a deadline, the benchmarks run at the sizes that fit (GPT-2 medium, 2 rounds; compiling GPT-2 medium in
+# each round would take the phase's time, bench/gpu_profile.sh runs it); the speed phase measures segtrain with
+# the project's CUDA kernels and with CUDA graphs in the same rounds, what decides their defaults.
 short=()
-[[ -n $DEADLINE ]] && short=(BENCH_SHAPES=gpt2-medium BENCH_ROUNDS=3 BENCH_REFERENCES=eager)
+[[ -n $DEADLINE ]] && short=(BENCH_SHAPES=gpt2-medium BENCH_ROUNDS=2 BENCH_REFERENCES=eager)
+speed=("${short[@]}")
+[[ -n $DEADLINE ]] && speed=(BENCH_SHAPES=gpt2-medium BENCH_ROUNDS=2 BENCH_REFERENCES=eager,fused,graph)
 binary='^(DeviceRun\.|OnTheDevice/EveryArchitectureRun\.)'
 attention='^LongAttention\.'
 one_step='^EveryArchitecture/OneStep\.'
@@ -276,7 +280,7 @@ two_ranks='^Placements/TwoRanks\.'
 test_phase "runs (the binary on one GPU)" 120 210 -R "$binary"
 test_phase "attention (32k tokens)" 45 200 -R "$attention"
 test_phase "one-step (each architecture)" 75 190 -R "$one_step"
-bench_phase "speed (segtrain vs PyTorch eager)" 150 60 gpu_speed_bench "${short[@]}"
+bench_phase "speed (segtrain vs PyTorch eager; fused kernels, CUDA graphs)" 180 60 gpu_speed_bench "${speed[@]}"
 bench_phase "memory (peak GPU memory by method)" 90 0 gpu_memory_bench "${short[@]}"
 test_phase "two-ranks (one GPU shared over Gloo; a GPU each over NCCL)" 150 0 -R "$two_ranks"
 test_phase "rest (every other gpu test)" 60 0 -E "$binary|$attention|$one_step|$two_ranks"
