@@ -53,8 +53,9 @@ build-cuda with BENCH_DEVICE=cuda), BENCH_THREADS (default 1), BENCH_ROUNDS
 default all of the device's but the "tiny" test shape), BENCH_REFERENCES (the
 PyTorch references of `speed`: eager, compiled or both, comma-separated; default
 eager,compiled on CUDA, eager on the CPU; segtrain / compiled is ratio_compiled; and
-fused: segtrain again with SEGTRAIN_FUSED_KERNELS=1 in the same rounds, fused / segtrain
-is ratio_fused; graph: segtrain again with SEGTRAIN_CUDA_GRAPH=1, graph / segtrain is
+composite: segtrain again with SEGTRAIN_FUSED_KERNELS=0 (ATen's composites where the
+default takes the project's CUDA kernels) in the same rounds, composite / segtrain is
+ratio_composite; graph: segtrain again with SEGTRAIN_CUDA_GRAPH=1, graph / segtrain is
 ratio_graph; segtrain_fused_kernels and segtrain_cuda_graph say what the plain segtrain
 program ran with),
 BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
@@ -120,13 +121,13 @@ ROUNDS = positive_env("BENCH_ROUNDS", 5)
 REFERENCES = [r for r in os.environ.get("BENCH_REFERENCES", "eager,compiled" if CUDA else "eager").split(",") if r]
 # segtrain again with a switch on, measured beside the plain program in the same rounds: its environment.
 SEGTRAIN_VARIANTS = {
-    "fused": {"SEGTRAIN_FUSED_KERNELS": "1"},  # the project's CUDA kernels (kernels/fused_kernels.h)
+    "composite": {"SEGTRAIN_FUSED_KERNELS": "0"},  # ATen's composites, not the CUDA kernels (kernels/fused_kernels.h)
     "graph": {"SEGTRAIN_CUDA_GRAPH": "1"},     # the step replayed as CUDA graphs (trainer/runtime/cuda_graph.h)
 }
 if "eager" not in REFERENCES or any(r not in ("eager", "compiled", *SEGTRAIN_VARIANTS) for r in REFERENCES) \
         or len(set(REFERENCES)) != len(REFERENCES):
     raise SystemExit(f"train_bench: BENCH_REFERENCES={os.environ.get('BENCH_REFERENCES')!r}: expected eager, "
-                     f"optionally with compiled, fused and graph (the eager loop is the reference every ratio is "
+                     f"optionally with compiled, composite and graph (the eager loop is the reference every ratio is "
                      f"read against)")
 # The switches as this bench was started: what the plain "segtrain" program runs with.
 FUSED_SWITCH = os.environ.get("SEGTRAIN_FUSED_KERNELS", "")
@@ -716,7 +717,7 @@ def speed():
             "pytorch_rounds_tokens_per_s": [round(x, 1) for x in py_rounds],
             "ratio_rounds": [round(x, 3) for x in ratios],
         })
-        row["segtrain_fused_kernels"] = FUSED_SWITCH == "1"
+        row["segtrain_fused_kernels"] = FUSED_SWITCH != "0"  # on unless 0 (kernels/fused_kernels.h)
         row["segtrain_cuda_graph"] = GRAPH_SWITCH or "0"
         for variant in SEGTRAIN_VARIANTS:
             if PROGRAM[variant] in runs:

@@ -39,7 +39,7 @@
 #   --deadline S    the whole command ends within S seconds (`make gpu-session`: 540, for an
 #                   allocation of 15 minutes with the machine's start and a rerun's margin); the
 #                   benchmarks then run at the sizes that fit (GPT-2 medium, 2 rounds, the eager
-#                   reference and segtrain's fused-kernel and CUDA-graph variants: torch.compile's
+#                   reference and segtrain's composite and CUDA-graph variants: torch.compile's
 #                   compiling does not fit the speed phase's time).
 # Exit: 0 every test passed or did not apply and every phase ran; 1 a test or a benchmark failed, or
 # a phase was cut by its limit; 2 no CUDA device is visible (the tests say they do not apply, the
@@ -161,7 +161,7 @@ declare -A about=(
   [DeviceRun.Bf16StepsWithActivationCheckpointingEqualStepsWithout]="8 bf16 steps with activation checkpointing = 8 without (1e-3)"
   [DeviceRun.MicroBatchAutoKeepsTheRunsPeakWithinTheBudget]="micro_batch_size auto: a budget halfway between micro-batch 1's and 32's peaks gives a smaller micro-batch whose run peaks within it"
   [DeviceRun.CapturedStepFollowsTheOrdinaryStep]="SEGTRAIN_CUDA_GRAPH=1: gpt2 and llama capture forward+backward and the update at step 4, 16 steps within 1e-3 of the ordinary step and the static path, checkpoints saved while replaying"
-  [DeviceRun.Bf16StepsWithFusedKernelsEqualStepsWithout]="8 bf16 steps with SEGTRAIN_FUSED_KERNELS=1 = 8 without, gpt2, gpt_neox, llama, bloom (1e-3; bloom 5e-3), the first step logging the fused paths it took (LayerNorm 16-bit)"
+  [DeviceRun.Bf16StepsWithFusedKernelsEqualStepsWithout]="8 bf16 steps with SEGTRAIN_FUSED_KERNELS=1 = 8 with 0, gpt2, gpt_neox, llama, bloom (1e-3; bloom 5e-3), the first step logging the fused paths it took (LayerNorm 16-bit but BLOOM's: its stream is fp32)"
   [FusedKernels.RopeEqualsTheCompositeForwardAndBackward]="the RoPE kernel = ATen's composite, forward and backward, fp32/bf16/fp16"
   [FusedKernels.RmsNormEqualsTheCompositeForwardAndBackward]="ATen's fused RMSNorm = transformers' composite in fp32, forward and backward"
   [FusedKernels.CrossEntropyEqualsTheCompositeLossAndGradient]="the LM head's cross-entropy kernel = ATen's composite, loss and logits' gradient, fp32/bf16/fp16, vocab 50,257 and 128,256, rows in a padded buffer"
@@ -267,11 +267,12 @@ bench_phase() {  # NAME CAP RESERVE BENCH [VAR=VALUE...]
 
 # With a deadline, the benchmarks run at the sizes that fit (GPT-2 medium, 2 rounds; compiling GPT-2 medium in
 # each round would take the phase's time, bench/gpu_profile.sh runs it); the speed phase measures segtrain with
-# the project's CUDA kernels and with CUDA graphs in the same rounds, what decides their defaults.
+# ATen's composites instead of the project's CUDA kernels (the default) and with CUDA graphs in the same
+# rounds: what each switch gains.
 short=()
 [[ -n $DEADLINE ]] && short=(BENCH_SHAPES=gpt2-medium BENCH_ROUNDS=2 BENCH_REFERENCES=eager)
 speed=("${short[@]}")
-[[ -n $DEADLINE ]] && speed=(BENCH_SHAPES=gpt2-medium BENCH_ROUNDS=2 BENCH_REFERENCES=eager,fused,graph)
+[[ -n $DEADLINE ]] && speed=(BENCH_SHAPES=gpt2-medium BENCH_ROUNDS=2 BENCH_REFERENCES=eager,composite,graph)
 binary='^(DeviceRun\.|OnTheDevice/EveryArchitectureRun\.)'
 attention='^LongAttention\.'
 one_step='^EveryArchitecture/OneStep\.'
@@ -280,7 +281,7 @@ two_ranks='^Placements/TwoRanks\.'
 test_phase "runs (the binary on one GPU)" 120 210 -R "$binary"
 test_phase "attention (32k tokens)" 45 200 -R "$attention"
 test_phase "one-step (each architecture)" 75 190 -R "$one_step"
-bench_phase "speed (segtrain vs PyTorch eager; fused kernels, CUDA graphs)" 180 60 gpu_speed_bench "${speed[@]}"
+bench_phase "speed (segtrain vs PyTorch eager; composites, CUDA graphs)" 180 60 gpu_speed_bench "${speed[@]}"
 bench_phase "memory (peak GPU memory by method)" 90 0 gpu_memory_bench "${short[@]}"
 test_phase "two-ranks (one GPU shared over Gloo; a GPU each over NCCL)" 150 0 -R "$two_ranks"
 test_phase "rest (every other gpu test)" 60 0 -E "$binary|$attention|$one_step|$two_ranks"

@@ -122,9 +122,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Rope,
                                            Case{2, 2, 4, 16, 4, false},   // GPT-NeoX rotary_pct 0.25
                                            Case{3, 1, 7, 12, 6, true}));  // angles shared by the batch
 
-TEST(FusedKernelsSwitch, TakesZeroOrOneAndNamesTheVariableOtherwise) {
-  EXPECT_FALSE(fused_kernels_switch(nullptr));
-  EXPECT_FALSE(fused_kernels_switch(""));
+TEST(FusedKernelsSwitch, IsOnUnlessZeroAndNamesTheVariableOtherwise) {
+  EXPECT_TRUE(fused_kernels_switch(nullptr));  // on by default (a CUDA device alone takes it)
+  EXPECT_TRUE(fused_kernels_switch(""));
   EXPECT_FALSE(fused_kernels_switch("0"));
   EXPECT_TRUE(fused_kernels_switch("1"));
   try {
