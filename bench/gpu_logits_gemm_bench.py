@@ -1,13 +1,16 @@
-"""The LM head's three GEMMs with the logits' rows 16-byte aligned or not, on the GPU.
+"""The LM head's three GEMMs with the vocabulary and the logits' rows 16-byte aligned or not, on the GPU.
 
-segtrain's head (models/modules/lm_head_loss.h) computes a slice's 16-bit logits h W^T into a buffer whose rows
-lie logits_row_stride(V, bf16) elements apart (V rounded up to a multiple of 64; fp32 logits are not padded, the
-fp32 rows here show what it would give), and reads the gradient there for
-d hidden = g W and d W = g^T h. A [rows, V] tensor, as a PyTorch loop (and segtrain before) makes it, puts
-GPT-2's rows (V = 50,257) at 2-byte offsets, which cuBLAS's fastest kernels do not take. For each layout:
+segtrain's head (models/modules/lm_head_loss.h) runs a slice's 16-bit GEMMs (h W^T into the logits, and
+d hidden = g W and d W = g^T h from their gradient g, written where the logits were) over head_gemm_width(V, bf16)
+vocabulary rows (V rounded up to a multiple of 64; fp32 is not padded, the fp32 rows here show what it would
+give), reading a copy of W with zero rows to that width. A [rows, V] tensor, as a PyTorch loop makes it, puts
+GPT-2's rows (V = 50,257) at 2-byte offsets, and its odd V is a GEMM dimension, which cuBLAS's fastest kernels
+do not take. For each layout:
   contiguous      [rows, V], rows V apart (a PyTorch loop's logits);
-  padded_buffer   a [rows, V] view of a [rows, stride] buffer (segtrain's head);
-  padded_vocab    [rows, stride]: the vocabulary itself padded, as llm.c and Megatron do (V's GEMMs and more);
+  padded_buffer   a [rows, V] view of a [rows, stride] buffer (segtrain's head until 2026-11-29: the rows
+                  aligned, the GEMMs still V wide);
+  padded_vocab    [rows, stride]: the vocabulary padded, as llm.c and Megatron pad it in the weights and
+                  segtrain in its GEMMs' copy of W (V's GEMMs and more);
 milliseconds of each GEMM (median of BENCH_REPEATS after warm-ups), TFLOP/s counting V's FLOPs, and the
 largest difference of the padded buffer's results from the contiguous ones (the same GEMMs: a few ulps).
 
@@ -24,7 +27,7 @@ import time
 import torch
 
 NAME = "gpu_logits_gemm_bench"
-ALIGNMENT = 64  # models/modules/lm_head_loss.h: kLogitsRowAlignment
+ALIGNMENT = 64  # models/modules/lm_head_loss.h: kHeadGemmAlignment
 
 
 def stride_of(vocab):

@@ -58,28 +58,31 @@ Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::
   NoAutocast no_autocast(hidden.device().type());
   const int64_t n = hidden.size(0);
   const auto fp32 = hidden.options().dtype(at::kFloat);
-  const at::Tensor w = weight.to(compute);
+  const int64_t vocab = weight.size(0);
+  const at::Tensor w = head_weight_for_gemms(weight, compute);  // [padded V, D]
+  const int64_t width = w.size(0);
   Slices out;
   out.nll = at::empty({n}, fp32);
   if (want_hidden) out.grad_hidden = at::empty({n, hidden.size(1)}, fp32);
-  if (want_weight) out.grad_weight = at::zeros({weight.size(0), weight.size(1)}, fp32);
-  // Every slice's logits, then their gradient, in one buffer whose rows are padded for the GEMMs.
-  const int64_t vocab = weight.size(0);
-  const at::Tensor logits_buffer =
-      at::empty({std::min(chunk, n), logits_row_stride(vocab, compute)}, hidden.options().dtype(compute));
+  if (want_weight) out.grad_weight = at::zeros({vocab, weight.size(1)}, fp32);
+  // Every slice's logits, then their gradient, in one buffer as wide as the padded vocabulary.
+  const at::Tensor logits_buffer = at::empty({std::min(chunk, n), width}, hidden.options().dtype(compute));
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t rows = std::min(chunk, n - start);
     const at::Tensor h = hidden.narrow(0, start, rows).to(compute);
     const at::Tensor t = targets.narrow(0, start, rows);
     // The logits in the compute dtype; the loss takes them as cross_entropy on .to(kFloat) logits does.
-    at::Tensor logits = logits_buffer.narrow(0, 0, rows).narrow(1, 0, vocab);
-    at::mm_out(logits, h, w.t());
+    at::Tensor padded = logits_buffer.narrow(0, 0, rows);  // [rows, padded V]
+    at::mm_out(padded, h, w.t());  // the padding columns are h . 0 = 0 exactly
     kernels::CrossEntropyRows loss =
-        kernels::cross_entropy_rows(std::move(logits), t, ignore_index, want_hidden || want_weight);
+        kernels::cross_entropy_rows(padded.narrow(1, 0, vocab), t, ignore_index, want_hidden || want_weight);
     out.nll.narrow(0, start, rows).copy_(loss.nll);
     if (!want_hidden && !want_weight) continue;
 
-    const at::Tensor& g = loss.grad;  // [rows, V] in the compute dtype, in the padded buffer
+    // d logits = softmax - onehot over the V columns, written where the logits were; the padding columns
+    // still hold their logits, 0, which is their gradient too (no loss reads them): the GEMMs run at the
+    // padded width, where cuBLAS's fast kernels apply, and the padding adds nothing to either gradient.
+    const at::Tensor g = width == vocab ? loss.grad : padded;
     const at::Tensor dropped = t.eq(ignore_index).unsqueeze(1);
     if (want_hidden) {
       at::Tensor slice = out.grad_hidden.narrow(0, start, rows);
@@ -90,7 +93,7 @@ Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::
     if (want_weight) {
       const at::Tensor kept = h.masked_fill(dropped, 0);
       if (compute == at::kFloat) out.grad_weight.addmm_(g.t(), kept);
-      else out.grad_weight.add_(at::mm(g.t(), kept));  // this slice's share in the compute dtype, summed in fp32
+      else out.grad_weight.add_(at::mm(g.t(), kept).narrow(0, 0, vocab));  // this slice's share, summed in fp32
     }
   }
   return out;
@@ -141,10 +144,19 @@ void check_shapes(const at::Tensor& hidden, const at::Tensor& weight, const at::
 
 }  // namespace
 
-int64_t logits_row_stride(int64_t vocab, at::ScalarType compute) {
-  TORCH_CHECK(vocab >= 0, "logits_row_stride: vocabulary ", vocab);
+at::Tensor head_weight_for_gemms(const at::Tensor& weight, at::ScalarType compute) {
+  const int64_t vocab = weight.size(0), width = head_gemm_width(vocab, compute);
+  if (width == vocab) return weight.to(compute);
+  at::Tensor w = at::empty({width, weight.size(1)}, weight.options().dtype(compute));
+  w.narrow(0, 0, vocab).copy_(weight);
+  w.narrow(0, vocab, width - vocab).zero_();
+  return w;
+}
+
+int64_t head_gemm_width(int64_t vocab, at::ScalarType compute) {
+  TORCH_CHECK(vocab >= 0, "head_gemm_width: vocabulary ", vocab);
   if (c10::elementSize(compute) != 2) return vocab;
-  return (vocab + kLogitsRowAlignment - 1) / kLogitsRowAlignment * kLogitsRowAlignment;
+  return (vocab + kHeadGemmAlignment - 1) / kHeadGemmAlignment * kHeadGemmAlignment;
 }
 
 int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width) {

@@ -33,18 +33,25 @@ inline constexpr int64_t kLossChunkTileTokens = 128;
 // PyTorch's default ignore_index, which data::kNoTarget also is.
 inline constexpr int64_t kIgnoreTarget = -100;
 // The logits' rows lie this many elements apart, rounded up from the vocabulary.
-inline constexpr int64_t kLogitsRowAlignment = 64;
+inline constexpr int64_t kHeadGemmAlignment = 64;
 
-// The row stride of the head's logits buffer for logits of dtype `compute`: 16-bit logits'
-// rows are vocab rounded up to a multiple of kLogitsRowAlignment apart. The three GEMMs that
-// touch the logits (h W^T, and d hidden and d W from d logits) take it as their leading
-// dimension, and cuBLAS's fastest 16-bit kernels (on Hopper, those that load their tiles with
-// TMA) need every row of an operand to start on a 16-byte boundary: GPT-2's 50,257 logits a row
-// put rows at 2-byte offsets. The columns past vocab are never written or read: where llm.c and
-// Megatron pad the vocabulary of the weights, only this buffer is padded, and the model's
-// vocabulary stays vocab (the loss, checkpoints, HF export). fp32 logits stay vocab apart: their
-// loss's log-softmax would first copy padded rows whole (16-bit ones it converts to fp32 anyway).
-int64_t logits_row_stride(int64_t vocab, at::ScalarType compute);
+// The width of the head's GEMMs for logits of dtype `compute`: for 16-bit logits, vocab rounded
+// up to a multiple of kHeadGemmAlignment. The three GEMMs that touch the logits (h W^T, and
+// d hidden = g W and d W = g^T h from their gradient g) run over that many vocabulary rows: cuBLAS's
+// fast 16-bit kernels need every dimension and leading dimension a multiple of 8 elements, and
+// GPT-2's 50,257 rows sent it to sm75-era `align1` kernels, 5-7x slower on an H200 than at 50,304
+// (bench/gpu_logits_gemm_bench.sh, docs/gpus.md); padding only the logits' rows gained for d W
+// alone. So the GEMMs take a 16-bit copy of W with zero rows to this width (head_weight_for_gemms):
+// the padding's logits are exactly 0, no loss reads them, their gradient columns stay 0, and d W's
+// padding rows are dropped. Where llm.c and Megatron pad the vocabulary of the weights themselves,
+// the model's vocabulary stays vocab (the loss, checkpoints, HF export). fp32 logits stay vocab
+// wide: cuBLAS's fp32 GEMMs ran the same either way, and their loss's log-softmax would first copy
+// padded rows whole (16-bit ones it converts to fp32 anyway).
+int64_t head_gemm_width(int64_t vocab, at::ScalarType compute);
+
+// The head's weight [V,D] as its GEMMs read it: in `compute`, with head_gemm_width(V, compute) - V
+// zero rows after it (the weight converted, without a copy where it is already that dtype and width).
+at::Tensor head_weight_for_gemms(const at::Tensor& weight, at::ScalarType compute);
 
 // Tokens per slice for a configured value; 0 means off: the caller computes the whole
 // logits at once. nullopt is auto: max(1, 64 MiB / (vocab * 4), min(trained_head_width,

@@ -118,19 +118,35 @@ TEST(LmHeadLoss, AnAllIgnoredInputIsZeroWithZeroGradients) {
   EXPECT_EQ(w.grad().abs().max().item<double>(), 0.0);
 }
 
-// 16-bit logits' rows start on 16-byte boundaries (64 elements apart at least: GPT-2's 50,257
-// become 50,304), no vocabulary is padded that needs none, and fp32 logits are not padded.
-TEST(LmHeadLoss, SixteenBitLogitsRowsAreAlignedForTheGemms) {
+// 16-bit head GEMMs run over the vocabulary rounded up to 64 rows (GPT-2's 50,257 become 50,304),
+// no vocabulary is padded that needs none, and fp32 GEMMs are not padded.
+TEST(LmHeadLoss, SixteenBitHeadGemmsRunOverAVocabularyPaddedTo64) {
   for (const int64_t vocab : {int64_t{1}, int64_t{37}, int64_t{64}, int64_t{65}, int64_t{50257}, int64_t{128256}}) {
-    const int64_t stride = logits_row_stride(vocab, at::kBFloat16);
+    const int64_t stride = head_gemm_width(vocab, at::kBFloat16);
     EXPECT_GE(stride, vocab);
     EXPECT_LT(stride - vocab, 64) << vocab;
     EXPECT_EQ(stride * 2 % 128, 0) << vocab;  // bf16 rows on 128-byte lines
-    EXPECT_EQ(logits_row_stride(vocab, at::kHalf), stride);
-    EXPECT_EQ(logits_row_stride(vocab, at::kFloat), vocab);
+    EXPECT_EQ(head_gemm_width(vocab, at::kHalf), stride);
+    EXPECT_EQ(head_gemm_width(vocab, at::kFloat), vocab);
   }
-  EXPECT_EQ(logits_row_stride(50257, at::kBFloat16), 50304);
-  EXPECT_EQ(logits_row_stride(128256, at::kBFloat16), 128256);
+  EXPECT_EQ(head_gemm_width(50257, at::kBFloat16), 50304);
+  EXPECT_EQ(head_gemm_width(128256, at::kBFloat16), 128256);
+}
+
+// The weight the GEMMs read: W's rows in the compute dtype, then zero rows to the padded width (their
+// logits are exactly 0 for any hidden state); W itself where it needs neither a cast nor padding.
+TEST(LmHeadLoss, TheGemmsWeightIsWThenZeroRows) {
+  const at::Tensor w = at::randn({37, 8});
+  const at::Tensor padded = head_weight_for_gemms(w, at::kBFloat16);
+  ASSERT_EQ(padded.sizes(), (std::vector<int64_t>{64, 8}));
+  EXPECT_EQ(padded.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(padded.narrow(0, 0, 37), w.to(at::kBFloat16)));
+  EXPECT_EQ(padded.narrow(0, 37, 27).abs().max().item<double>(), 0.0);
+  const at::Tensor h = at::randn({5, 8}).to(at::kBFloat16) * 1e3;
+  EXPECT_EQ(at::mm(h, padded.t()).narrow(1, 37, 27).abs().max().item<double>(), 0.0);
+  EXPECT_TRUE(head_weight_for_gemms(w, at::kFloat).is_same(w));
+  const at::Tensor aligned = at::randn({64, 8}).to(at::kBFloat16);
+  EXPECT_TRUE(head_weight_for_gemms(aligned, at::kBFloat16).is_same(aligned));
 }
 
 // The largest multiple of 128 tokens (GEMM tiles) within 64 MiB of fp32 logits, the tokens
