@@ -388,6 +388,51 @@ TEST(ShardedAdamW, Bf16StorageStepsLikeAdamWOnFp32MasterWeightsInPython) {
   }
 }
 
+// With master weights the fp32 sums of a range are one buffer whose first sum of a step is a copy
+// (sharded_optimizer.h): sums that arrive in parts (a reduce's segments) and parts no sum reaches in a
+// step (their gradient is zero, whatever the last step summed there) step as the whole gradient does.
+TEST(ShardedAdamW, SumsInPartsAndPartsNoSumReachesStepLikeTheWholeGradient) {
+  AdamWOptions o;
+  o.weight_decay = 0.1;
+  auto whole_params = make_params(3), part_params = make_params(3);
+  std::map<std::string, at::Tensor> initial;
+  std::vector<at::Tensor> whole_plain, part_plain;
+  for (auto& [n, p] : whole_params) {
+    initial[n] = p.detach().clone();
+    whole_plain.push_back(p);
+  }
+  for (auto& [n, p] : part_params) part_plain.push_back(p);
+  FlatBuckets whole_flat(whole_plain, 1 << 20, 1, at::kBFloat16), part_flat(part_plain, 1 << 20, 1, at::kBFloat16);
+  ASSERT_EQ(part_flat.buckets().size(), 1u);
+  ShardedAdamW whole(whole_params, o, whole_flat, ShardedAdamWSetup{nullptr, true, initial});
+  ShardedAdamW parts(part_params, o, part_flat, ShardedAdamWSetup{nullptr, true, initial});
+  const at::Tensor& buffer = part_flat.buckets()[0].grads;
+  const int64_t n = buffer.numel(), half = n / 2;
+  for (int step = 0; step < 3; ++step) {
+    for (int micro = 0; micro < 2; ++micro) {
+      torch::manual_seed(10 * step + micro);
+      const at::Tensor g = torch::randn({n}).to(at::kBFloat16);
+      // Step 1 sums only the first half in the parts' optimizer: the whole one sees zeros past it.
+      const at::Tensor seen = step == 1 ? at::cat({g.narrow(0, 0, half), at::zeros({n - half}, g.options())}) : g;
+      torch::NoGradGuard no_grad;
+      whole_flat.buckets()[0].grads.copy_(seen);
+      whole.accumulate_local();
+      whole_flat.zero_grad();
+      parts.accumulate(0, {0, half}, g.narrow(0, 0, half));
+      if (step != 1) parts.accumulate(0, {half, n - half}, g.narrow(0, half, n - half));
+    }
+    whole.step(1e-2);
+    whole.zero_grad();
+    parts.step(1e-2);
+    parts.zero_grad();
+  }
+  const auto expected = whole.master_weights(), got = parts.master_weights();
+  for (auto& [name, p] : part_params) {
+    EXPECT_TRUE(got.at(name).equal(expected.at(name))) << name;
+    EXPECT_GT((got.at(name) - initial[name]).abs().max().item<double>(), 1e-3) << name << " did not move";
+  }
+}
+
 // An update smaller than half a bf16 step is lost by bf16 weights alone (AdamW
 // on the bf16 parameter: it never moves), but the fp32 master keeps it, and
 // the bf16 parameter follows once the master has moved a whole step.

@@ -27,9 +27,14 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
   at::NoGradGuard no_grad;
   for (auto& b : buckets_.buckets()) {
     std::vector<Piece> pieces;
+    std::vector<Span> spans;
     Update decayed{options_.weight_decay, {}, {}, {}, {}, {}}, plain{0.0, {}, {}, {}, {}, {}};
     const auto ranges = sharded_ ? b.owned(group_->rank(), group_->world_size()) : b.segments;
     for (const FlatRange& range : ranges) {
+      if (master_) {
+        const auto fp32 = b.params.options().dtype(at::kFloat);
+        spans.push_back({range, at::zeros({range.numel}, fp32), at::zeros({range.numel}, fp32), false});
+      }
       for (size_t k = 0; k < b.members.size(); ++k) {
         const at::Tensor& p = buckets_.params()[b.members[k]];
         const int64_t first = std::max(range.begin, b.offsets[k]);
@@ -49,8 +54,10 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
         if (master_) {
           auto source = setup.master_from.find(names_[piece.param]);
           TORCH_CHECK(source != setup.master_from.end(), "ShardedAdamW: no fp32 value for ", names_[piece.param]);
-          piece.master = source->second.reshape(-1).narrow(0, piece.param_offset, piece.numel).to(fp32, false, true);
-          piece.grad_sum = at::zeros({piece.numel}, fp32);
+          const Span& span = spans.back();
+          piece.master = span.master.narrow(0, first - range.begin, piece.numel);
+          piece.master.copy_(source->second.reshape(-1).narrow(0, piece.param_offset, piece.numel));
+          piece.grad_sum = span.grad_sum.narrow(0, first - range.begin, piece.numel);
           u.params.push_back(piece.master);
           u.grads.push_back(piece.grad_sum);
         } else {
@@ -69,6 +76,7 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
       if (!u->params.empty()) updates.push_back(std::move(*u));
     pieces_.push_back(std::move(pieces));
     updates_.push_back(std::move(updates));
+    spans_.push_back(std::move(spans));
   }
   // On the device of what the kernel updates (the master weights' with bf16 parameters).
   for (const auto& updates : updates_)
@@ -79,19 +87,35 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
 }
 
 at::Tensor ShardedAdamW::grad_square_sum() {
+  settle_sums();
   const auto& params = buckets_.params();
   return grad_square_sum_of(update_grads_, params.empty() ? c10::Device(at::kCPU) : params.front().device());
 }
 
 void ShardedAdamW::accumulate(size_t bucket, FlatRange range, const at::Tensor& reduced) {
   at::NoGradGuard no_grad;
-  for (auto& piece : pieces_[bucket]) {
-    const int64_t first = std::max(range.begin, piece.bucket_offset);
-    const int64_t last = std::min(range.begin + range.numel, piece.bucket_offset + piece.numel);
-    if (first < last)
-      piece.grad_sum.narrow(0, first - piece.bucket_offset, last - first)
-          .add_(reduced.narrow(0, first - range.begin, last - first));
+  for (Span& span : spans_[bucket]) {
+    const int64_t first = std::max(range.begin, span.range.begin);
+    const int64_t last = std::min(range.begin + range.numel, span.range.begin + span.range.numel);
+    if (first >= last) continue;
+    const at::Tensor from = reduced.narrow(0, first - range.begin, last - first);
+    if (!span.summed && first == span.range.begin && last - first == span.range.numel) {
+      span.grad_sum.copy_(from);  // the step's first sum of the whole range
+    } else {
+      if (!span.summed) span.grad_sum.zero_();
+      span.grad_sum.narrow(0, first - span.range.begin, last - first).add_(from);
+    }
+    span.summed = true;
   }
+}
+
+void ShardedAdamW::settle_sums() {
+  for (auto& spans : spans_)
+    for (Span& span : spans)
+      if (!span.summed) {
+        span.grad_sum.zero_();
+        span.summed = true;
+      }
 }
 
 void ShardedAdamW::accumulate_local() {
@@ -103,6 +127,7 @@ void ShardedAdamW::accumulate_local() {
 
 void ShardedAdamW::update() {
   at::NoGradGuard no_grad;
+  settle_sums();
   std::vector<std::unique_ptr<PendingCollective>> gathers;
   for (size_t b = 0; b < updates_.size(); ++b) {
     for (auto& u : updates_[b]) {
@@ -112,8 +137,8 @@ void ShardedAdamW::update() {
                         /*maximize=*/false, scalars_.grad_scale, /*found_inf=*/std::nullopt);
     }
     const FlatBucket& bucket = buckets_.buckets()[b];
-    if (master_)  // the bf16 parameters: the updated master, rounded
-      for (const auto& piece : pieces_[b]) bucket.params.narrow(0, piece.bucket_offset, piece.numel).copy_(piece.master);
+    if (master_)  // the bf16 parameters: the updated master, rounded (the padding's 0 stays 0)
+      for (const Span& span : spans_[b]) bucket.params.narrow(0, span.range.begin, span.range.numel).copy_(span.master);
     if (sharded_)
       for (const auto& segment : bucket.segments)
         gathers.push_back(group_->all_gather_async(bucket.params.narrow(0, segment.begin, segment.numel)));
@@ -123,9 +148,8 @@ void ShardedAdamW::update() {
 
 void ShardedAdamW::zero_grad() {
   buckets_.zero_grad();
-  if (master_)
-    for (auto& pieces : pieces_)
-      for (auto& piece : pieces) piece.grad_sum.zero_();
+  for (auto& spans : spans_)
+    for (Span& span : spans) span.summed = false;  // the next sum overwrites them (accumulate)
 }
 
 at::Tensor ShardedAdamW::gather_whole(size_t b, at::Tensor Piece::*which) {

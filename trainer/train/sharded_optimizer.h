@@ -20,7 +20,13 @@
 // of the step's gradient (filled by accumulate() from every micro-batch's
 // reduced gradient), 16 bytes a parameter over N ranks, beside the 2 + 2 of
 // the bf16 parameters and gradient buffers. The update goes to the master and
-// is copied back rounded to bf16, then gathered.
+// is copied back rounded to bf16, then gathered. Master values and sums lie in
+// one fp32 buffer for each range a rank updates (a Span; the pieces are views of
+// it), so that summing, zeroing and copying back are one kernel a range, not one
+// a parameter: on an H200, GPT-2 medium's 292 per-parameter sums of bf16 into fp32
+// took 3.8 ms of its 82 ms step. A range's first sum of a step is a copy (the
+// bf16 -> fp32 conversion kernel, where an fp32 += bf16 add is a slower kernel
+// that mixes dtypes); zero_grad only marks the sums empty.
 #include <ATen/ATen.h>
 
 #include <map>
@@ -78,6 +84,13 @@ class ShardedAdamW : public Optimizer {
     at::Tensor exp_avg, exp_avg_sq, step;
     at::Tensor master, grad_sum;  // fp32, with master weights only
   };
+  // One range of a bucket this rank updates, with master weights: the fp32 buffers its pieces' master
+  // and grad_sum are views of (the range's padding past the parameters stays 0 in both).
+  struct Span {
+    FlatRange range;
+    at::Tensor master, grad_sum;  // fp32, [range.numel]
+    bool summed = false;          // grad_sum holds this step's sum (else its contents are stale)
+  };
   // The fused kernel's arguments for one bucket and decay group.
   struct Update {
     double weight_decay = 0;
@@ -86,6 +99,8 @@ class ShardedAdamW : public Optimizer {
   // Every piece's value of `which` in a whole fp32 bucket (all ranks' pieces
   // when sharded: every rank must call).
   at::Tensor gather_whole(size_t bucket, at::Tensor Piece::*which);
+  // Zeroes the sums no micro-batch reached this step, before the update or the norm reads them.
+  void settle_sums();
 
   AdamWOptions options_;
   FlatBuckets& buckets_;
@@ -94,6 +109,7 @@ class ShardedAdamW : public Optimizer {
   std::vector<std::string> names_;             // by FlatBuckets parameter index
   std::vector<std::vector<Piece>> pieces_;     // by bucket
   std::vector<std::vector<Update>> updates_;   // by bucket
+  std::vector<std::vector<Span>> spans_;       // by bucket, with master weights only
   std::vector<at::Tensor> update_grads_;       // what the updates read, for the norm
   FusedStepScalars scalars_{at::kCPU};
   int64_t steps_taken_ = 0;
