@@ -99,6 +99,7 @@ class ShardedAdamW : public Optimizer {
   // Every piece's value of `which` in a whole fp32 bucket (all ranks' pieces
   // when sharded: every rank must call).
   at::Tensor gather_whole(size_t bucket, at::Tensor Piece::*which);
+  void apply(Update& u);  // the fused AdamW kernel on one update's tensors
   // Zeroes the sums no micro-batch reached this step, before the update or the norm reads them.
   void settle_sums();
 
@@ -110,6 +111,7 @@ class ShardedAdamW : public Optimizer {
   std::vector<std::vector<Piece>> pieces_;     // by bucket
   std::vector<std::vector<Update>> updates_;   // by bucket
   std::vector<std::vector<Span>> spans_;       // by bucket, with master weights only
+  std::vector<Update> merged_updates_;         // unsharded: updates_ joined by decay group
   std::vector<at::Tensor> update_grads_;       // what the updates read, for the norm
   FusedStepScalars scalars_{at::kCPU};
   int64_t steps_taken_ = 0;
