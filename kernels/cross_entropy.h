@@ -2,7 +2,7 @@
 // Cross-entropy of rows of logits against their targets, and d loss / d logits, for one slice
 // of the LM head (models/modules/lm_head_loss.cpp computes the logits slice by slice and folds
 // this gradient into the head's). One home for the arithmetic both the fused kernel and ATen's
-// composite compute: on a CUDA device with SEGTRAIN_FUSED_KERNELS=1 one kernel a row reads the
+// composite compute: on a CUDA device with fused kernels (the default) one kernel a row reads the
 // 16-bit logits once for the log-sum-exp, once more for the gradient, written over the logits
 // in their own dtype; ATen's composite makes an fp32 log-softmax of the slice, an exp, a
 // scatter and a cast (a few passes over a [rows, vocab] fp32 buffer: for GPT-2 medium's

@@ -15,7 +15,7 @@ enum class NormReader { matmul, other };
 // undefined), as at::layer_norm computes it where it is called. Autocast has LayerNorm on its
 // fp32 list: a bf16 residual stream (train.param_dtype: bf16) is copied to fp32, normalised in
 // fp32, returned in fp32 and cast back to bf16 by the next matmul, and the fp32 copy is kept for
-// backward. On a CUDA device with SEGTRAIN_FUSED_KERNELS=1, where only a matmul reads the result
+// backward. On a CUDA device with fused kernels (the default), where only a matmul reads the result
 // and x, weight and bias share a 16-bit dtype, ATen's kernel is called outside autocast instead
 // (layer_norm_16bit): it computes the statistics and the normalised value in fp32 registers and
 // rounds once, to what the matmul's cast would have rounded the fp32 result to (and backward, from

@@ -8,7 +8,7 @@ namespace segtrain::kernels {
 
 // weight * x / sqrt(mean(x^2) + eps) over the last dimension, as transformers'
 // LlamaRMSNorm: the statistics in fp32, the result in the promoted type of weight and x.
-// On a CUDA device with SEGTRAIN_FUSED_KERNELS=1, where x and weight share a floating
+// On a CUDA device with fused kernels (the default), where x and weight share a floating
 // dtype, ATen's fused kernel computes it (one kernel forward and one backward, where the
 // composite runs six and keeps fp32 intermediates for backward); it rounds the product
 // once where transformers rounds the normalised value and then the product (bf16: within

@@ -10,7 +10,7 @@ namespace segtrain::kernels {
 // apply_rotary_pos_emb. The result has the composite's dtype: x's type promoted with the
 // fp32 angles, except under autocast, where it is x's (the autocast dtype the attention
 // casts q and k to anyway, rounded once from the same fp32 value). On a CUDA device with
-// SEGTRAIN_FUSED_KERNELS=1 one kernel computes it (and one its gradient) in fp32
+// fused kernels (the default) one kernel computes it (and one its gradient) in fp32
 // registers; otherwise ATen's composite.
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 

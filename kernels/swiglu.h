@@ -7,7 +7,7 @@ namespace segtrain::kernels {
 
 // silu(gate) * up. ATen's composite makes silu(gate) (a pass over the [tokens, d_ff] gate, kept
 // for the product's backward) and then the product (another), and its backward three passes of
-// two inputs each. On a CUDA device with SEGTRAIN_FUSED_KERNELS=1, where gate and up share a
+// two inputs each. On a CUDA device with fused kernels (the default), where gate and up share a
 // floating dtype and shape, one kernel reads gate and up once and writes the product, computed in
 // fp32 and rounded once (the composite rounds silu(gate) and the product's gradient on the way: the
 // tests hold the two within three units in the last place, and of the largest gradient near 0),

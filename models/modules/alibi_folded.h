@@ -53,7 +53,7 @@ FoldedAlibi fold_alibi(const at::Tensor& positions, const at::Tensor& slopes, in
 bool alibi_folds_within_precision(int64_t head_dim, const PositionBounds& bounds, double largest_slope);
 
 // Whether a forward on `device` folds ALiBi: a CUDA device under bf16 autocast (the flash
-// kernel's case), with SEGTRAIN_FUSED_KERNELS=1 until a GPU session has run it, where
+// kernel's case), with the fused kernels on (unless SEGTRAIN_FUSED_KERNELS=0), where
 // alibi_folds_within_precision for the largest of host_slopes ([H] on the host, read from its
 // memory: no op, no wait). Elsewhere the fp32 bias tensor serves (attention.h).
 bool folds_alibi(const c10::Device& device, int64_t head_dim, const PositionBounds& bounds,

@@ -32,7 +32,7 @@ inline constexpr int64_t kMaxTrainedLossChunkBytes = int64_t{256} << 20;
 inline constexpr int64_t kLossChunkTileTokens = 128;
 // PyTorch's default ignore_index, which data::kNoTarget also is.
 inline constexpr int64_t kIgnoreTarget = -100;
-// The logits' rows lie this many elements apart, rounded up from the vocabulary.
+// The 16-bit head GEMMs' vocabulary width is rounded up to a multiple of this (head_gemm_width).
 inline constexpr int64_t kHeadGemmAlignment = 64;
 
 // The width of the head's GEMMs for logits of dtype `compute`: for 16-bit logits, vocab rounded

@@ -433,6 +433,45 @@ TEST(ShardedAdamW, SumsInPartsAndPartsNoSumReachesStepLikeTheWholeGradient) {
   }
 }
 
+// A captured step replays the kernels its capture recorded, not accumulate's host choice between a copy
+// and an add: after keep_gradients zero_grad zeroes the sums in place and every sum adds, and the steps
+// are those of the optimizer that copies (the replay itself: DeviceRun.CapturedStepFollowsTheOrdinaryStep).
+TEST(ShardedAdamW, AfterKeepGradientsTheSumsAreZeroedInPlaceAndStepAsBefore) {
+  AdamWOptions o;
+  o.weight_decay = 0.1;
+  auto ordinary_params = make_params(5), kept_params = make_params(5);
+  std::map<std::string, at::Tensor> initial;
+  std::vector<at::Tensor> ordinary_plain, kept_plain;
+  for (auto& [n, p] : ordinary_params) {
+    initial[n] = p.detach().clone();
+    ordinary_plain.push_back(p);
+  }
+  for (auto& [n, p] : kept_params) kept_plain.push_back(p);
+  FlatBuckets ordinary_flat(ordinary_plain, 96, 1, at::kBFloat16), kept_flat(kept_plain, 96, 1, at::kBFloat16);
+  ShardedAdamW ordinary(ordinary_params, o, ordinary_flat, ShardedAdamWSetup{nullptr, true, initial});
+  ShardedAdamW kept(kept_params, o, kept_flat, ShardedAdamWSetup{nullptr, true, initial});
+  for (int step = 0; step < 3; ++step) {
+    for (int micro = 0; micro < 2; ++micro) {
+      for (auto* flat : {&ordinary_flat, &kept_flat}) {
+        torch::manual_seed(10 * step + micro);
+        torch::NoGradGuard no_grad;
+        for (auto& b : flat->buckets()) b.grads.narrow(0, 0, b.numel).copy_(torch::randn({b.numel}));
+      }
+      ordinary.accumulate_local();
+      ordinary_flat.zero_grad();
+      kept.accumulate_local();
+      kept_flat.zero_grad();
+    }
+    if (step == 0) EXPECT_TRUE(kept.keep_gradients().empty());  // after the first backward, as the trainer calls it
+    for (auto* adamw : {&ordinary, &kept}) {
+      adamw->step(1e-2);
+      adamw->zero_grad();
+    }
+  }
+  const auto expected = ordinary.master_weights(), got = kept.master_weights();
+  for (auto& [name, p] : kept_params) EXPECT_TRUE(got.at(name).equal(expected.at(name))) << name;
+}
+
 // An update smaller than half a bf16 step is lost by bf16 weights alone (AdamW
 // on the bf16 parameter: it never moves), but the fp32 master keeps it, and
 // the bf16 parameter follows once the master has moved a whole step.

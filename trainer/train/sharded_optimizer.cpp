@@ -84,9 +84,13 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
   if (!sharded_)
     for (const auto& updates : updates_)
       for (const Update& u : updates) {
-        auto same = std::find_if(merged_updates_.begin(), merged_updates_.end(),
-                                 [&](const Update& m) { return m.weight_decay == u.weight_decay; });
-        if (same == merged_updates_.end()) same = merged_updates_.insert(merged_updates_.end(), {u.weight_decay, {}, {}, {}, {}, {}});
+        // One kernel call takes one device and dtype (a bucket's; all of one process's today).
+        auto same = std::find_if(merged_updates_.begin(), merged_updates_.end(), [&](const Update& m) {
+          const at::Tensor &a = m.params.front(), &b = u.params.front();
+          return m.weight_decay == u.weight_decay && a.device() == b.device() && a.scalar_type() == b.scalar_type();
+        });
+        if (same == merged_updates_.end())
+          same = merged_updates_.insert(merged_updates_.end(), {u.weight_decay, {}, {}, {}, {}, {}});
         for (auto [to, from] : {std::pair{&same->params, &u.params}, {&same->grads, &u.grads},
                                 {&same->exp_avg, &u.exp_avg}, {&same->exp_avg_sq, &u.exp_avg_sq},
                                 {&same->steps, &u.steps}})
@@ -167,7 +171,15 @@ void ShardedAdamW::update() {
 void ShardedAdamW::zero_grad() {
   buckets_.zero_grad();
   for (auto& spans : spans_)
-    for (Span& span : spans) span.summed = false;  // the next sum overwrites them (accumulate)
+    for (Span& span : spans) {
+      if (sums_in_place_) span.grad_sum.zero_();
+      span.summed = sums_in_place_;  // else the next sum overwrites them (accumulate)
+    }
+}
+
+std::vector<std::string> ShardedAdamW::keep_gradients() {
+  sums_in_place_ = true;  // this step's sums are whole (called after its backward): zero_grad zeroes them
+  return {};              // every parameter's gradient is a view of its bucket, kept
 }
 
 at::Tensor ShardedAdamW::gather_whole(size_t b, at::Tensor Piece::*which) {

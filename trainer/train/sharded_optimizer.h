@@ -24,9 +24,12 @@
 // one fp32 buffer for each range a rank updates (a Span; the pieces are views of
 // it), so that summing, zeroing and copying back are one kernel a range, not one
 // a piece: on an H200, GPT-2 medium's 388 pieces (its parameters cut by 4 MiB
-// segments) made 388 sums of bf16 into fp32 a step, most of 3.8 ms of its 82 ms. A range's first sum of a step is a copy (the
-// bf16 -> fp32 conversion kernel, where an fp32 += bf16 add is a slower kernel
-// that mixes dtypes); zero_grad only marks the sums empty.
+// segments) made 388 of the 396 fp32 += bf16 adds a step that took 3.8 ms of its
+// 82 ms (the LM head's 8 slices the rest). A range's first sum of a step is a copy
+// (the bf16 -> fp32 conversion kernel, where an fp32 += bf16 add is a slower kernel
+// that mixes dtypes); zero_grad only marks the sums empty. A captured step
+// (keep_gradients) replays kernels without this host bookkeeping: from then on
+// zero_grad zeroes the sums in place and every sum adds.
 #include <ATen/ATen.h>
 
 #include <map>
@@ -59,8 +62,12 @@ class ShardedAdamW : public Optimizer {
   void set_step_scalars(double lr, double grad_factor) override { scalars_.set(lr, grad_factor); }
   void update() override;  // scales this rank's slices alone
   void count_step() override { ++steps_taken_; }
-  // The flat gradient buffers (and the fp32 sums) to zero, in place.
+  // The flat gradient buffers to zero, in place; the fp32 sums marked empty (the next sum
+  // overwrites them), or, after keep_gradients, zeroed in place.
   void zero_grad() override;
+  // A captured step: the sums are zeroed by zero_grad's kernel and every sum adds (a replay runs
+  // the kernels recorded at capture, not accumulate's choice between a copy and an add).
+  std::vector<std::string> keep_gradients() override;
   int64_t steps_taken() const override { return steps_taken_; }
   std::vector<StatePiece> state_pieces() override;  // this rank's slices
   void load_state(const SavedOptimizerState& saved) override;
@@ -69,7 +76,8 @@ class ShardedAdamW : public Optimizer {
   void load_master_weights(const std::map<std::string, at::Tensor>& weights) override;
 
   bool keeps_master_weights() const override { return master_; }
-  // Adds to this rank's fp32 gradient sums where `range` overlaps its slices.
+  // Sums into this rank's fp32 gradient sums where `range` overlaps its slices (a copy where it is a
+  // range's first of the step and covers it whole).
   void accumulate(size_t bucket, FlatRange range, const at::Tensor& reduced) override;
   void accumulate_local() override;
 
@@ -112,6 +120,7 @@ class ShardedAdamW : public Optimizer {
   std::vector<std::vector<Update>> updates_;   // by bucket
   std::vector<std::vector<Span>> spans_;       // by bucket, with master weights only
   std::vector<Update> merged_updates_;         // unsharded: updates_ joined by decay group
+  bool sums_in_place_ = false;                 // after keep_gradients
   std::vector<at::Tensor> update_grads_;       // what the updates read, for the norm
   FusedStepScalars scalars_{at::kCPU};
   int64_t steps_taken_ = 0;
