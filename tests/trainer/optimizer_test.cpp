@@ -388,26 +388,46 @@ TEST(ShardedAdamW, Bf16StorageStepsLikeAdamWOnFp32MasterWeightsInPython) {
   }
 }
 
+// Two optimizers with fp32 master weights over the same bf16-stored parameters (make_params(seed)), in
+// buckets of bucket_bytes: one stepped one way, the other another, they should agree.
+struct TwinMasters {
+  std::vector<std::pair<std::string, at::Tensor>> params[2];
+  std::map<std::string, at::Tensor> initial;
+  std::unique_ptr<FlatBuckets> flat[2];
+  std::unique_ptr<ShardedAdamW> adamw[2];
+
+  TwinMasters(uint64_t seed, int64_t bucket_bytes, const AdamWOptions& o) {
+    for (int k = 0; k < 2; ++k) {
+      params[k] = make_params(seed);
+      std::vector<at::Tensor> plain;
+      for (auto& [n, p] : params[k]) {
+        if (k == 0) initial[n] = p.detach().clone();
+        plain.push_back(p);
+      }
+      flat[k] = std::make_unique<FlatBuckets>(plain, bucket_bytes, 1, at::kBFloat16);
+      adamw[k] = std::make_unique<ShardedAdamW>(params[k], o, *flat[k], ShardedAdamWSetup{nullptr, true, initial});
+    }
+  }
+  // Both master weights equal, and moved from the start.
+  void expect_equal_masters() {
+    const auto expected = adamw[0]->master_weights(), got = adamw[1]->master_weights();
+    for (auto& [name, p] : params[1]) {
+      EXPECT_TRUE(got.at(name).equal(expected.at(name))) << name;
+      EXPECT_GT((got.at(name) - initial[name]).abs().max().item<double>(), 1e-3) << name << " did not move";
+    }
+  }
+};
+
 // With master weights the fp32 sums of a range are one buffer whose first sum of a step is a copy
 // (sharded_optimizer.h): sums that arrive in parts (a reduce's segments) and parts no sum reaches in a
 // step (their gradient is zero, whatever the last step summed there) step as the whole gradient does.
 TEST(ShardedAdamW, SumsInPartsAndPartsNoSumReachesStepLikeTheWholeGradient) {
   AdamWOptions o;
   o.weight_decay = 0.1;
-  auto whole_params = make_params(3), part_params = make_params(3);
-  std::map<std::string, at::Tensor> initial;
-  std::vector<at::Tensor> whole_plain, part_plain;
-  for (auto& [n, p] : whole_params) {
-    initial[n] = p.detach().clone();
-    whole_plain.push_back(p);
-  }
-  for (auto& [n, p] : part_params) part_plain.push_back(p);
-  FlatBuckets whole_flat(whole_plain, 1 << 20, 1, at::kBFloat16), part_flat(part_plain, 1 << 20, 1, at::kBFloat16);
-  ASSERT_EQ(part_flat.buckets().size(), 1u);
-  ShardedAdamW whole(whole_params, o, whole_flat, ShardedAdamWSetup{nullptr, true, initial});
-  ShardedAdamW parts(part_params, o, part_flat, ShardedAdamWSetup{nullptr, true, initial});
-  const at::Tensor& buffer = part_flat.buckets()[0].grads;
-  const int64_t n = buffer.numel(), half = n / 2;
+  TwinMasters twins(3, 1 << 20, o);
+  ShardedAdamW &whole = *twins.adamw[0], &parts = *twins.adamw[1];
+  ASSERT_EQ(twins.flat[1]->buckets().size(), 1u);
+  const int64_t n = twins.flat[1]->buckets()[0].grads.numel(), half = n / 2;
   for (int step = 0; step < 3; ++step) {
     for (int micro = 0; micro < 2; ++micro) {
       torch::manual_seed(10 * step + micro);
@@ -415,22 +435,18 @@ TEST(ShardedAdamW, SumsInPartsAndPartsNoSumReachesStepLikeTheWholeGradient) {
       // Step 1 sums only the first half in the parts' optimizer: the whole one sees zeros past it.
       const at::Tensor seen = step == 1 ? at::cat({g.narrow(0, 0, half), at::zeros({n - half}, g.options())}) : g;
       torch::NoGradGuard no_grad;
-      whole_flat.buckets()[0].grads.copy_(seen);
+      twins.flat[0]->buckets()[0].grads.copy_(seen);
       whole.accumulate_local();
-      whole_flat.zero_grad();
+      twins.flat[0]->zero_grad();
       parts.accumulate(0, {0, half}, g.narrow(0, 0, half));
       if (step != 1) parts.accumulate(0, {half, n - half}, g.narrow(0, half, n - half));
     }
-    whole.step(1e-2);
-    whole.zero_grad();
-    parts.step(1e-2);
-    parts.zero_grad();
+    for (ShardedAdamW* adamw : {&whole, &parts}) {
+      adamw->step(1e-2);
+      adamw->zero_grad();
+    }
   }
-  const auto expected = whole.master_weights(), got = parts.master_weights();
-  for (auto& [name, p] : part_params) {
-    EXPECT_TRUE(got.at(name).equal(expected.at(name))) << name;
-    EXPECT_GT((got.at(name) - initial[name]).abs().max().item<double>(), 1e-3) << name << " did not move";
-  }
+  twins.expect_equal_masters();
 }
 
 // A captured step replays the kernels its capture recorded, not accumulate's host choice between a copy
@@ -439,37 +455,25 @@ TEST(ShardedAdamW, SumsInPartsAndPartsNoSumReachesStepLikeTheWholeGradient) {
 TEST(ShardedAdamW, AfterKeepGradientsTheSumsAreZeroedInPlaceAndStepAsBefore) {
   AdamWOptions o;
   o.weight_decay = 0.1;
-  auto ordinary_params = make_params(5), kept_params = make_params(5);
-  std::map<std::string, at::Tensor> initial;
-  std::vector<at::Tensor> ordinary_plain, kept_plain;
-  for (auto& [n, p] : ordinary_params) {
-    initial[n] = p.detach().clone();
-    ordinary_plain.push_back(p);
-  }
-  for (auto& [n, p] : kept_params) kept_plain.push_back(p);
-  FlatBuckets ordinary_flat(ordinary_plain, 96, 1, at::kBFloat16), kept_flat(kept_plain, 96, 1, at::kBFloat16);
-  ShardedAdamW ordinary(ordinary_params, o, ordinary_flat, ShardedAdamWSetup{nullptr, true, initial});
-  ShardedAdamW kept(kept_params, o, kept_flat, ShardedAdamWSetup{nullptr, true, initial});
+  TwinMasters twins(5, 96, o);
   for (int step = 0; step < 3; ++step) {
-    for (int micro = 0; micro < 2; ++micro) {
-      for (auto* flat : {&ordinary_flat, &kept_flat}) {
+    for (int micro = 0; micro < 2; ++micro)
+      for (int k = 0; k < 2; ++k) {
         torch::manual_seed(10 * step + micro);
-        torch::NoGradGuard no_grad;
-        for (auto& b : flat->buckets()) b.grads.narrow(0, 0, b.numel).copy_(torch::randn({b.numel}));
+        {
+          torch::NoGradGuard no_grad;
+          for (auto& b : twins.flat[k]->buckets()) b.grads.narrow(0, 0, b.numel).copy_(torch::randn({b.numel}));
+        }
+        twins.adamw[k]->accumulate_local();
+        twins.flat[k]->zero_grad();
       }
-      ordinary.accumulate_local();
-      ordinary_flat.zero_grad();
-      kept.accumulate_local();
-      kept_flat.zero_grad();
-    }
-    if (step == 0) EXPECT_TRUE(kept.keep_gradients().empty());  // after the first backward, as the trainer calls it
-    for (auto* adamw : {&ordinary, &kept}) {
+    if (step == 0) EXPECT_TRUE(twins.adamw[1]->keep_gradients().empty());  // after the first backward, as the trainer calls it
+    for (auto& adamw : twins.adamw) {
       adamw->step(1e-2);
       adamw->zero_grad();
     }
   }
-  const auto expected = ordinary.master_weights(), got = kept.master_weights();
-  for (auto& [name, p] : kept_params) EXPECT_TRUE(got.at(name).equal(expected.at(name))) << name;
+  twins.expect_equal_masters();
 }
 
 // An update smaller than half a bf16 step is lost by bf16 weights alone (AdamW
