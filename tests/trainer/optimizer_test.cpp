@@ -408,6 +408,12 @@ struct TwinMasters {
       adamw[k] = std::make_unique<ShardedAdamW>(params[k], o, *flat[k], ShardedAdamWSetup{nullptr, true, initial});
     }
   }
+  void step_both(double lr) {
+    for (auto& a : adamw) {
+      a->step(lr);
+      a->zero_grad();
+    }
+  }
   // Both master weights equal, and moved from the start.
   void expect_equal_masters() {
     const auto expected = adamw[0]->master_weights(), got = adamw[1]->master_weights();
@@ -441,10 +447,7 @@ TEST(ShardedAdamW, SumsInPartsAndPartsNoSumReachesStepLikeTheWholeGradient) {
       parts.accumulate(0, {0, half}, g.narrow(0, 0, half));
       if (step != 1) parts.accumulate(0, {half, n - half}, g.narrow(0, half, n - half));
     }
-    for (ShardedAdamW* adamw : {&whole, &parts}) {
-      adamw->step(1e-2);
-      adamw->zero_grad();
-    }
+    twins.step_both(1e-2);
   }
   twins.expect_equal_masters();
 }
@@ -468,10 +471,7 @@ TEST(ShardedAdamW, AfterKeepGradientsTheSumsAreZeroedInPlaceAndStepAsBefore) {
         twins.flat[k]->zero_grad();
       }
     if (step == 0) EXPECT_TRUE(twins.adamw[1]->keep_gradients().empty());  // after the first backward, as the trainer calls it
-    for (auto& adamw : twins.adamw) {
-      adamw->step(1e-2);
-      adamw->zero_grad();
-    }
+    twins.step_both(1e-2);
   }
   twins.expect_equal_masters();
 }
