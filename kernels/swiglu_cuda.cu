@@ -23,6 +23,14 @@ struct alignas(16) Pack {
   T v[kCount];
 };
 
+// This thread's first index and the step between its indices in a grid-stride loop.
+struct GridStride {
+  int64_t first, stride;
+};
+__device__ inline GridStride grid_stride() {
+  return {static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, static_cast<int64_t>(gridDim.x) * blockDim.x};
+}
+
 // Forward: out = silu(gate) * up. The first `packs` packs of 16 bytes go vectorised, the elements
 // after them (fewer than a pack) one by one; a grid-stride loop covers any size.
 template <typename T>
@@ -30,9 +38,8 @@ __global__ void __launch_bounds__(kThreads)
     swiglu_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ out, int64_t n) {
   constexpr int k = Pack<T>::kCount;
   const int64_t packs = n / k;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t p = first; p < packs; p += stride) {
+  const GridStride at = grid_stride();
+  for (int64_t p = at.first; p < packs; p += at.stride) {
     const Pack<T> g = reinterpret_cast<const Pack<T>*>(gate)[p];
     const Pack<T> u = reinterpret_cast<const Pack<T>*>(up)[p];
     Pack<T> o;
@@ -40,7 +47,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < k; ++i) o.v[i] = static_cast<T>(swiglu_value(static_cast<float>(g.v[i]), static_cast<float>(u.v[i])));
     reinterpret_cast<Pack<T>*>(out)[p] = o;
   }
-  for (int64_t j = packs * k + first; j < n; j += stride)
+  for (int64_t j = packs * k + at.first; j < n; j += at.stride)
     out[j] = static_cast<T>(swiglu_value(static_cast<float>(gate[j]), static_cast<float>(up[j])));
 }
 
@@ -51,9 +58,8 @@ __global__ void __launch_bounds__(kThreads)
                            T* __restrict__ grad_gate, T* __restrict__ grad_up, int64_t n) {
   constexpr int k = Pack<T>::kCount;
   const int64_t packs = n / k;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t p = first; p < packs; p += stride) {
+  const GridStride at = grid_stride();
+  for (int64_t p = at.first; p < packs; p += at.stride) {
     const Pack<T> g = reinterpret_cast<const Pack<T>*>(gate)[p];
     const Pack<T> u = reinterpret_cast<const Pack<T>*>(up)[p];
     const Pack<T> d = reinterpret_cast<const Pack<T>*>(grad)[p];
@@ -68,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
     reinterpret_cast<Pack<T>*>(grad_gate)[p] = dg;
     reinterpret_cast<Pack<T>*>(grad_up)[p] = du;
   }
-  for (int64_t j = packs * k + first; j < n; j += stride) {
+  for (int64_t j = packs * k + at.first; j < n; j += at.stride) {
     const SwigluGradient r =
         swiglu_gradient(static_cast<float>(gate[j]), static_cast<float>(up[j]), static_cast<float>(grad[j]));
     grad_gate[j] = static_cast<T>(r.gate);
