@@ -5,7 +5,8 @@ configuration, not from an earlier census:
   one bf16 add each; the tensors counted in the run's own checkpoint);
 - the master weights' fp32 gradient sums: one bucket, so one bf16 -> fp32 copy of the whole bucket (the step's first
   micro-batch) and one fp32 += bf16 add (its second), and one copy of the updated master back to the bf16 bucket,
-  each as large as the model's parameters (the docs' "one kernel a range, not one a piece");
+  each as large as the model's parameters (the docs' "one kernel a range, not one a piece"); the bf16 gradient
+  bucket zeroed once a micro-batch (after each but the last, and at the step's end);
 - the update: one fused AdamW call for each of the two decay groups, one gradient norm for the clipping.
 
   op_census_test.py --build-dir BUILD --python PYTHON
@@ -80,6 +81,9 @@ def main():
     check(first_sum == 1 + later_sums, f"bf16 -> fp32 copies of the whole bucket a step: {first_sum}, expected 1 "
                                        f"(+ {later_sums} inside the CPU's mixed-dtype add)")
     check(copy_back == 1, f"copies of the master back to the bf16 bucket a step: {copy_back}, expected 1")
+    zeroed = calls_of(data, "aten::zero_", f"bf16{whole}")
+    check(zeroed == micro_batches, f"zeroings of the bf16 gradient bucket a step: {zeroed}, expected {micro_batches}"
+                                   f" (between micro-batches, and once at the step's end)")
 
     adamw = sum(r["count"] for r in data["calls"] if r["op"] == "aten::_fused_adamw_")
     norms = sum(r["count"] for r in data["calls"] if r["op"] == "aten::_foreach_norm")

@@ -125,7 +125,12 @@ struct LmHeadLossFunction : torch::autograd::Function<LmHeadLossFunction> {
       at::Tensor saved = it->second.toTensor();
       it->second = at::IValue();
       const auto type = static_cast<at::ScalarType>(ctx->saved_data.at(dtype).toInt());
-      return saved.mul_(g.to(at::kFloat)).to(type);
+      const at::Tensor scale = g.to(at::kFloat);
+      if (type == at::kFloat) return saved.mul_(scale);
+      // Scaled in fp32 and rounded to the parameter's dtype in one pass (not a mul_ then a cast: for a
+      // bf16 head that is two more passes over a [V, D] fp32 tensor a micro-batch).
+      at::Tensor out = at::empty(saved.sizes(), saved.options().dtype(type));
+      return at::mul_out(out, saved, scale);
     };
     variable_list out(6);
     out[0] = take("grad_hidden", "hidden_dtype");

@@ -4,7 +4,7 @@
 // not divide the tokens and one larger than them, with ignored targets and a
 // slice with none to score; through TransformerLMs (tied and untied heads, with
 // activation checkpointing) every parameter's gradient; under bf16 autocast,
-// close to the unchunked bf16 head.
+// close to the unchunked bf16 head; with bf16 parameters, scaled gradients in bf16.
 #include <gtest/gtest.h>
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
@@ -64,6 +64,24 @@ TEST(LmHeadLoss, SumAndGradientsEqualCrossEntropyOnTheWholeLogits) {
     EXPECT_LT(relative_error(w.grad(), w0.grad()), 1e-5) << "d W, chunk " << chunk;
     // Ignored tokens get no gradient at all.
     EXPECT_EQ(h.grad().narrow(0, 7, 7).abs().max().item<double>(), 0.0) << chunk;
+  }
+}
+
+// bf16 parameters (train.param_dtype: bf16): hidden and W in bf16, no autocast. The gradients come back in
+// bf16, scaled by the incoming gradient before their one rounding: within bf16's rounding of the fp32
+// reference's, for one slice and several.
+TEST(LmHeadLoss, Bf16WeightsTakeTheScaledGradientInBf16) {
+  const Case c = make_case();
+  const at::Tensor hidden = c.hidden.to(at::kBFloat16), weight = c.weight.to(at::kBFloat16);
+  at::Tensor h0 = hidden.to(at::kFloat).requires_grad_(), w0 = weight.to(at::kFloat).requires_grad_();
+  (reference_loss(h0, w0, c.targets) * 0.37).backward();
+  for (int64_t chunk : {5, 100}) {
+    at::Tensor h = hidden.clone().requires_grad_(), w = weight.clone().requires_grad_();
+    (lm_head_loss_sum(h, w, c.targets, chunk) * 0.37).backward();
+    EXPECT_EQ(h.grad().scalar_type(), at::kBFloat16);
+    EXPECT_EQ(w.grad().scalar_type(), at::kBFloat16);
+    EXPECT_LT(relative_error(h.grad(), h0.grad()), 1e-2) << "d hidden, chunk " << chunk;
+    EXPECT_LT(relative_error(w.grad(), w0.grad()), 1e-2) << "d W, chunk " << chunk;
   }
 }
 

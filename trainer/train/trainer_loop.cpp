@@ -113,7 +113,9 @@ void Trainer::run_micro_batches(const std::vector<MicroBatch>& micro, at::Tensor
     if (master) {
       if (sync_) sync_->finish();
       else optimizer_->accumulate_local();
-      flat_->zero_grad();
+      // The next micro-batch's gradients start from 0; the last one's are zeroed once, by the optimizer's
+      // zero_grad at the step's end (on every path of apply_update, the captured update's too).
+      if (k + 1 < micro.size()) flat_->zero_grad();
     }
   }
 }
