@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cross_entropy.h"
 
@@ -64,7 +65,11 @@ Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::
   Slices out;
   out.nll = at::empty({n}, fp32);
   if (want_hidden) out.grad_hidden = at::empty({n, hidden.size(1)}, fp32);
-  if (want_weight) out.grad_weight = at::zeros({vocab, weight.size(1)}, fp32);
+  // d W: the first slice's share written, the others' added (no pass to zero it first); zeros without a slice.
+  if (want_weight) {
+    const std::vector<int64_t> shape = {vocab, weight.size(1)};
+    out.grad_weight = n == 0 ? at::zeros(shape, fp32) : at::empty(shape, fp32);
+  }
   // Every slice's logits, then their gradient, in one buffer as wide as the padded vocabulary.
   const at::Tensor logits_buffer = at::empty({std::min(chunk, n), width}, hidden.options().dtype(compute));
   for (int64_t start = 0; start < n; start += chunk) {
@@ -92,8 +97,15 @@ Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::
     }
     if (want_weight) {
       const at::Tensor kept = h.masked_fill(dropped, 0);
-      if (compute == at::kFloat) out.grad_weight.addmm_(g.t(), kept);
-      else out.grad_weight.add_(at::mm(g.t(), kept).narrow(0, 0, vocab));  // this slice's share, summed in fp32
+      const bool first = start == 0;
+      if (compute == at::kFloat) {
+        if (first) at::mm_out(out.grad_weight, g.t(), kept);
+        else out.grad_weight.addmm_(g.t(), kept);
+      } else {
+        const at::Tensor share = at::mm(g.t(), kept).narrow(0, 0, vocab);  // this slice's, summed in fp32
+        if (first) out.grad_weight.copy_(share);
+        else out.grad_weight.add_(share);
+      }
     }
   }
   return out;

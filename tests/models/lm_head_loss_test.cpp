@@ -134,6 +134,13 @@ TEST(LmHeadLoss, AnAllIgnoredInputIsZeroWithZeroGradients) {
   loss.backward();
   EXPECT_EQ(h.grad().abs().max().item<double>(), 0.0);
   EXPECT_EQ(w.grad().abs().max().item<double>(), 0.0);
+  // No token at all (no slice writes d W): a zero loss and a zero d W all the same.
+  at::Tensor none = at::empty({0, 16}).requires_grad_(), w0 = c.weight.clone().requires_grad_();
+  at::Tensor empty = lm_head_loss_sum(none, w0, at::empty({0}, at::kLong), 5);
+  EXPECT_EQ(empty.item<double>(), 0.0);
+  empty.backward();
+  ASSERT_TRUE(w0.grad().defined());
+  EXPECT_EQ(w0.grad().abs().max().item<double>(), 0.0);
 }
 
 // 16-bit head GEMMs run over the vocabulary rounded up to 64 rows (GPT-2's 50,257 become 50,304),
