@@ -65,7 +65,6 @@ import os
 import pathlib
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -74,7 +73,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from train_bench import (CUDA, DEVICE, ROOT, SEGTRAIN, THREADS, check_segtrain, cuda_or_skip, gpu_peaks,  # noqa: E402
-                         metrics_rows, write_store)
+                         metrics_rows, safetensors_numel, write_store)
 
 MIB = 2 ** 20
 
@@ -117,22 +116,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def safetensors_numel(path):
-    """Elements of every tensor in a safetensors file (its JSON header)."""
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-    total = 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        n = 1
-        for s in info["shape"]:
-            n *= s
-        total += n
-    return total
 
 
 def vm_hwm_mib(pid):

@@ -365,11 +365,16 @@ def run_segtrain(work, store, shape, tag, variant=None):
             "peak_gpu_mb": peak_gpu}
 
 
-def safetensors_numel(path):
+def safetensors_sizes(path):
+    """{tensor name: elements} of a safetensors file (its JSON header)."""
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
-    return sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    return {k: math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+
+
+def safetensors_numel(path):
+    return sum(safetensors_sizes(path).values())
 
 
 def run_pytorch(work, store, shape, tag, variant="eager"):

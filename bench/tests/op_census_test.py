@@ -15,30 +15,15 @@ import argparse
 import json
 import os
 import pathlib
-import struct
 import subprocess
 import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "bench"))
 from checks import check, finish  # noqa: E402
-
-
-def checkpoint_tensors(path):
-    """{name: element count} of a safetensors file's header."""
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-    counts = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        n = 1
-        for d in entry["shape"]:
-            n *= d
-        counts[name] = n
-    return counts
+from train_bench import safetensors_sizes  # noqa: E402
 
 
 def calls_of(data, op, inputs):
@@ -58,7 +43,7 @@ def main():
         if done.returncode != 0:
             finish()
         data = json.loads(done.stdout)
-        tensors = checkpoint_tensors(os.path.join(work, "steps2", "final", "model.safetensors"))
+        tensors = safetensors_sizes(os.path.join(work, "steps2", "final", "model.safetensors"))
     micro_batches = data["shape"]["grad_accum"]
     params = sum(tensors.values())
     check(data["steps"] == 2 and data["kernel_ops_per_step"] > 0, f"a census of 2 steps: {data['kernel_ops_per_step']}"
