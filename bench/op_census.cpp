@@ -11,7 +11,7 @@
 //   LD_PRELOAD=libop_census.so SEGTRAIN_OP_CENSUS=census.csv segtrain train ...
 //
 // census.csv: kind,count,elements,op,inputs,context. kind "kernel": the ops that ran a kernel, as above; kind
-// "call": every op called (a composite such as aten::_fused_adamw_ too), by op and inputs (context ""). inputs:
+// "call": every op called (a composite such as the fused AdamW too), by op and inputs (context ""). inputs:
 // each tensor input's dtype and shape ("bf16[2,64,64],f32[64]"); elements: the first tensor input's, summed over
 // the calls.
 #include <ATen/ATen.h>
