@@ -23,7 +23,6 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from collections import defaultdict
 
@@ -37,22 +36,20 @@ ADD_OPS = {"aten::add", "aten::add_", "aten::_foreach_add_", "aten::sum", "aten:
 
 def build_library(work):
     """bench/op_census.cpp as a shared library against torch's own headers and libraries."""
-    import torch.utils.cpp_extension as ext  # the venv's torch: the LibTorch segtrain is built against
+    import torch  # the venv's: the LibTorch segtrain is built against
+    # C++20, as the project's (torch 2.14's headers need it).
+    root = pathlib.Path(torch.__file__).parent
     out = os.path.join(work, "libop_census.so")
-    includes = [f"-I{d}" for d in ext.include_paths()]
-    lib = ext.library_paths()[0]
-    cmd = [os.environ.get("CXX", "g++"), "-std=c++17", "-O2", "-DNDEBUG", "-shared", "-fPIC", "-o", out,
-           str(tb.ROOT / "bench/op_census.cpp"), *includes, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch_cxx11_abi())}",
-           f"-L{lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}"]
+    includes = [f"-I{root / 'include'}", f"-I{root / 'include/torch/csrc/api/include'}"]
+    lib = root / "lib"
+    cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-DNDEBUG", "-shared", "-fPIC", "-o", out,
+           str(tb.ROOT / "bench/op_census.cpp"), *includes,
+           f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", f"-L{lib}", "-ltorch_cpu", "-lc10",
+           f"-Wl,-rpath,{lib}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"op_census: building the census library failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
     return out
-
-
-def torch_cxx11_abi():
-    import torch
-    return torch._C._GLIBCXX_USE_CXX11_ABI
 
 
 def write_config(path, out_dir, store, steps):
