@@ -30,7 +30,7 @@ namespace {
 
 struct Frame {
   std::string name;
-  bool backward = false;      // an autograd node (RecordScope::BACKWARD_FUNCTION), not an op
+  bool backward = false;      // an autograd node, or the engine's scope around one: a context, not an op
   bool runs_kernels = false;  // it called an op that ran a kernel (it is then not counted itself)
   std::string inputs;
   int64_t elements = 0;
