@@ -799,9 +799,10 @@ TEST_F(TrainCli, Bf16StorageOnTwoAndThreeShardedRanksEqualsOneRankAccumulating) 
   auto single = run(kBin, with({"train", config("bf16-three-1", "llama", "chunk"), "--set", "train.budget.tokens=3000",
                                 "--set", "train.grad_accum=3"}));
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  const int port = test::unused_port();
   for (const std::string reduce : {"fp32", "bf16"}) {
     const std::string name = "bf16-three-3-" + reduce;
+    // A port of its own for each launch: the last one's may still be held (TIME_WAIT) when the next starts.
+    const int port = test::unused_port();
     std::vector<std::string> args = {"--nproc-per-node", "3", "--master-port", std::to_string(port), "--", kBin};
     for (const auto& a : with({"train", config(name, "llama", "chunk"), "--set", "train.budget.tokens=3000", "--set",
                                "distributed.shard_optimizer=true", "--set", "train.reduce_dtype=" + reduce,
