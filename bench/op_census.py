@@ -118,7 +118,7 @@ def main():
     parser.add_argument("--keep", help="a folder to keep the runs' logs and census tables in")
     args = parser.parse_args()
     if args.steps < 1:
-        raise SystemExit("op_census: --steps: expected a whole number >= 1")
+        parser.error(f"--steps {args.steps}: expected a whole number >= 1")  # exit 2, as any bad input
     tb.check_segtrain()
     with tempfile.TemporaryDirectory(prefix="op-census-") as scratch:
         work = args.keep or scratch
