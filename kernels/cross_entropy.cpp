@@ -13,13 +13,19 @@ namespace segtrain::kernels {
 
 namespace {
 
-// Why the kernel does not take these tensors ("" when it does).
-std::string fused_refusal(const at::Tensor& logits, const at::Tensor& targets) {
+// Why the kernel does not take logits of this dtype on this device ("" when it does).
+std::string device_refusal(const c10::Device& device, at::ScalarType t) {
   if (!SEGTRAIN_WITH_CUDA) return "this build of segtrain has no CUDA";
-  if (!logits.is_cuda() || !targets.is_cuda()) return "it takes CUDA tensors; got logits on " + logits.device().str();
-  const auto t = logits.scalar_type();
+  if (!device.is_cuda()) return "it takes CUDA tensors; got logits on " + device.str();
   if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf)
     return std::string("it takes fp32, bf16 or fp16 logits; got ") + c10::toString(t);
+  return "";
+}
+
+// Why the kernel does not take these tensors ("" when it does).
+std::string fused_refusal(const at::Tensor& logits, const at::Tensor& targets) {
+  if (std::string why = device_refusal(logits.device(), logits.scalar_type()); !why.empty()) return why;
+  if (!targets.is_cuda()) return "it takes CUDA tensors; got targets on " + targets.device().str();
   if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0) ||
       targets.scalar_type() != at::kLong)
     return "it takes logits [rows, vocab] and int64 targets [rows]";
@@ -71,6 +77,10 @@ CrossEntropyRows cross_entropy_rows_fused(at::Tensor logits, const at::Tensor& t
   (void)gradient;
   return {};
 #endif
+}
+
+bool cross_entropy_kernel_applies(const c10::Device& device, at::ScalarType logits) {
+  return fused_kernels_requested() && device_refusal(device, logits).empty();
 }
 
 CrossEntropyRows cross_entropy_rows(at::Tensor logits, const at::Tensor& targets, int64_t ignore_index,

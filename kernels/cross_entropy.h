@@ -32,6 +32,11 @@ struct CrossEntropyRows {
 CrossEntropyRows cross_entropy_rows(at::Tensor logits, const at::Tensor& targets, int64_t ignore_index,
                                     bool gradient);
 
+// Whether cross_entropy_rows takes the kernel for [rows, vocab] logits of this dtype on this device
+// (the switch, the build, the device and the dtype; the shapes the head passes always fit), before any
+// logits exist: the head sizes its slices by the buffers the path makes (models/modules/lm_head_loss.h).
+bool cross_entropy_kernel_applies(const c10::Device& device, at::ScalarType logits);
+
 // The CUDA kernel whatever the switch says (the gpu suite tests it against the composite);
 // InputError where it does not apply (a CPU tensor, a build without CUDA) saying why.
 CrossEntropyRows cross_entropy_rows_fused(at::Tensor logits, const at::Tensor& targets, int64_t ignore_index,

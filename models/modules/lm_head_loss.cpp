@@ -176,12 +176,27 @@ int64_t head_gemm_width(int64_t vocab, at::ScalarType compute) {
   return (vocab + kHeadGemmAlignment - 1) / kHeadGemmAlignment * kHeadGemmAlignment;
 }
 
-int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width) {
+int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width,
+                              HeadSliceBuffers buffers) {
   if (configured) return *configured;
-  const int64_t row_bytes = std::max<int64_t>(vocab, 1) * 4;
-  const int64_t trained = std::min(trained_head_width, kMaxTrainedLossChunkBytes / row_bytes);
-  const int64_t tokens = std::max<int64_t>({1, kAutoLossChunkBytes / row_bytes, trained});
+  vocab = std::max<int64_t>(vocab, 1);
+  // Bytes of a slice's buffers a token, and the budgets in the composite's terms: 3 fp32 logits of
+  // 64 MiB and of 256 MiB.
+  const bool kernel = buffers == HeadSliceBuffers::kernel_16bit;
+  const int64_t row_bytes = kernel ? 2 * head_gemm_width(vocab, at::kBFloat16) : 3 * 4 * vocab;
+  const int64_t width_multiple = kernel ? 4 : 1;
+  const int64_t trained = std::min(trained_head_width * width_multiple, 3 * kMaxTrainedLossChunkBytes / row_bytes);
+  const int64_t tokens = std::max<int64_t>({1, 3 * kAutoLossChunkBytes / row_bytes, trained});
   return tokens < kLossChunkTileTokens ? tokens : tokens - tokens % kLossChunkTileTokens;
+}
+
+int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, const at::Tensor& hidden, const at::Tensor& weight) {
+  const bool trained = torch::autograd::GradMode::is_enabled() && weight.requires_grad();
+  const at::ScalarType compute = compute_dtype(hidden, weight);
+  const bool kernel =
+      c10::elementSize(compute) == 2 && kernels::cross_entropy_kernel_applies(hidden.device(), compute);
+  return loss_chunk_tokens_for(configured, weight.size(0), trained ? weight.size(1) : 0,
+                               kernel ? HeadSliceBuffers::kernel_16bit : HeadSliceBuffers::composite_fp32);
 }
 
 at::Tensor lm_head_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,

@@ -53,15 +53,33 @@ int64_t head_gemm_width(int64_t vocab, at::ScalarType compute);
 // zero rows after it (the weight converted, without a copy where it is already that dtype and width).
 at::Tensor head_weight_for_gemms(const at::Tensor& weight, at::ScalarType compute);
 
+// How a slice's buffers are made, which the auto slice size is measured in: ATen's composite
+// cross-entropy (about three fp32 logits a token: its log-softmax, exp and a cast), or the fused
+// kernel over 16-bit logits (one 16-bit row of the padded width a token, the gradient written in place;
+// kernels/cross_entropy.h).
+enum class HeadSliceBuffers { composite_fp32, kernel_16bit };
+
 // Tokens per slice for a configured value; 0 means off: the caller computes the whole
-// logits at once. nullopt is auto: max(1, 64 MiB / (vocab * 4), min(trained_head_width,
+// logits at once. nullopt is auto: with the composite, max(1, 64 MiB / (vocab * 4), min(trained_head_width,
 // 256 MiB / (vocab * 4))), rounded down to a multiple of kLossChunkTileTokens where it holds
 // one. trained_head_width is D when the head's weight [V,D] takes a gradient
 // (training), else 0: each slice then adds its share to the fp32 [V,D] gradient, a read and a
 // write of it, and slices of D tokens keep that traffic below the slices' own ([D,V] logits
 // each); 64 MiB slices at GPT-2 medium's vocabulary (333 tokens) made it 3 times larger. The
 // cap bounds a slice's buffers (about 3 of its fp32 logits) to 0.75 GiB for the largest heads.
-int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width = 0);
+// With the 16-bit kernel the same buffer budgets (192 MiB, and 768 MiB while the head trains) hold
+// 6 times as many tokens (2 bytes a padded column, not 12 a column), and a trained head's slices grow
+// to 4 D tokens within them: a quarter of the d W passes, in no more memory than the composite's
+// D tokens (8 D padded V <= 12 D V bytes). GPT-2 medium's 8,192 tokens a micro-batch: 2 slices of
+// 4,096 (8 of 1,024 with the composite); Llama-3.2-1B's 16,384: 6 of up to 3,072 (32 of 512).
+int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width = 0,
+                              HeadSliceBuffers buffers = HeadSliceBuffers::composite_fp32);
+
+// loss_chunk_tokens_for for the slices lm_head_loss_sum would run over these hidden states and weight
+// right here: the head trains when grad mode is on and the weight takes a gradient; the buffers are the
+// kernel's where cross_entropy_rows would take it for logits in the head's compute dtype (autocast's,
+// else the promoted dtype of hidden and weight) on hidden's device.
+int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, const at::Tensor& hidden, const at::Tensor& weight);
 
 // Sum over the targets that are not ignore_index of -log softmax(hidden W^T)[target],
 // as an fp32 scalar, differentiable with respect to hidden [...,D] and weight [V,D]

@@ -45,6 +45,7 @@
 #include "models/modules/alibi_folded.h"
 #include "models/modules/attention.h"
 #include "models/modules/converters/lora.h"
+#include "models/modules/lm_head_loss.h"
 #include "models/modules/positions.h"
 #include "models/modules/safetensors.h"
 #include "models/modules/transformer.h"
@@ -725,6 +726,30 @@ TEST(FusedKernels, CrossEntropyEqualsTheCompositeLossAndGradient) {
     }
   record("fused cross-entropy vs composite: largest |difference| loss " + std::to_string(worst_loss) + ", gradient " +
          std::to_string(worst_gradient));
+}
+
+// The head's auto slices on CUDA are sized by the buffers the cross-entropy kernel makes (one 16-bit
+// row a token, models/modules/lm_head_loss.h): GPT-2 medium's trained bf16 head takes slices of 4 D =
+// 4,096 tokens where the composite's fp32 buffers take D = 1,024; fp32 logits keep the composite's rule.
+TEST(FusedKernels, HeadSlicesOnCudaAreSizedByTheKernelsBuffers) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda")
+    SKIP_NOT_APPLICABLE("the cross-entropy kernel is CUDA's; tests/models/lm_head_loss_test.cpp checks the sizes");
+  if (!kernels::fused_kernels_requested()) SKIP_NOT_APPLICABLE("SEGTRAIN_FUSED_KERNELS=0 keeps the composites");
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const auto weight = at::empty({50257, 1024}, cuda.dtype(at::kBFloat16)).requires_grad_();
+  const auto hidden = at::empty({8, 1024}, cuda.dtype(at::kBFloat16));
+  EXPECT_EQ(models::loss_chunk_tokens_for(std::nullopt, hidden, weight), 4096);
+  EXPECT_EQ(models::loss_chunk_tokens_for(std::nullopt, hidden, weight.detach()), 1920);  // frozen: 192 MiB
+  const auto fp32_weight = at::empty({50257, 1024}, cuda).requires_grad_();
+  EXPECT_EQ(models::loss_chunk_tokens_for(std::nullopt, hidden.to(at::kFloat), fp32_weight), 1024);
+  {
+    at::autocast::set_autocast_enabled(at::kCUDA, true);  // fp32 weights under bf16 autocast: 16-bit logits
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    const int64_t under_autocast = models::loss_chunk_tokens_for(std::nullopt, hidden.to(at::kFloat), fp32_weight);
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    EXPECT_EQ(under_autocast, 4096);
+  }
 }
 
 // ALiBi folded into q·k (models/modules/alibi_folded.h) on CUDA under bf16 autocast, BLOOM's

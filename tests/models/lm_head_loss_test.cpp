@@ -210,6 +210,64 @@ TEST(LmHeadLoss, AutoSlicesOfATrainedHeadHoldAtLeastItsWidthInTokens) {
   EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 128256, 4096), 512);
 }
 
+// With the 16-bit cross-entropy kernel a slice's buffer is one 16-bit row of the padded vocabulary a token,
+// where the composite's were about three fp32 rows: the same budgets (3 x 64 MiB and 3 x 256 MiB of
+// buffers) over 2 bytes a padded column, and a trained head's slices of up to 4 D tokens, which never take
+// more memory than the composite's D tokens.
+TEST(LmHeadLoss, AutoSlicesOfTheSixteenBitKernelKeepTheCompositesBudgets) {
+  const auto kernel = HeadSliceBuffers::kernel_16bit;
+  const auto composite = HeadSliceBuffers::composite_fp32;
+  const int64_t budget = int64_t{3} * (256 << 20), frozen_budget = int64_t{3} * (64 << 20);
+  struct Head {
+    int64_t vocab, d, padded;
+  };
+  for (const Head& h : {Head{50257, 1024, 50304}, Head{128256, 2048, 128256}, Head{128256, 4096, 128256},
+                        Head{49152, 576, 49152}, Head{32000, 256, 32000}, Head{151936, 3584, 151936}}) {
+    const int64_t trained = loss_chunk_tokens_for(std::nullopt, h.vocab, h.d, kernel);
+    const int64_t frozen = loss_chunk_tokens_for(std::nullopt, h.vocab, 0, kernel);
+    // Within the budgets, in whole tiles, and never above the composite's buffers for the same head.
+    EXPECT_LE(trained * 2 * h.padded, budget) << h.vocab;
+    EXPECT_LE(frozen * 2 * h.padded, frozen_budget) << h.vocab;
+    EXPECT_EQ(trained % 128, 0) << h.vocab;
+    EXPECT_EQ(frozen % 128, 0) << h.vocab;
+    // (the composite's rounding down to whole tiles may leave up to 127 of its tokens out)
+    EXPECT_LE(trained * 2 * h.padded,
+              (loss_chunk_tokens_for(std::nullopt, h.vocab, h.d, composite) + 127) * 12 * h.vocab)
+        << h.vocab;
+    EXPECT_LE(trained, std::max(4 * h.d, frozen)) << h.vocab;  // a small vocabulary's frozen budget may hold more
+    EXPECT_GE(trained, frozen) << h.vocab;
+  }
+  // GPT-2 medium: 4 D = 4,096 (8,004 would fit); its 8,192 tokens a micro-batch in 2 slices, not 8.
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 50257, 1024, kernel), 4096);
+  // Llama-3.2-1B (d 2,048): 768 MiB over 256,512 bytes a token is 3,139, in whole tiles (32 slices of 512
+  // tokens with the composite for its 16,384 a micro-batch; 6 here).
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 128256, 2048, kernel), 3072);
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 128256, 2048, composite), 512);
+  // Llama-3-8B's frozen head (LoRA): 192 MiB holds 784 tokens, 768 in whole tiles (the composite's 128).
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, 128256, 0, kernel), 768);
+  EXPECT_EQ(loss_chunk_tokens_for(7, 128256, 2048, kernel), 7);  // configured
+  EXPECT_EQ(loss_chunk_tokens_for(0, 128256, 2048, kernel), 0);
+}
+
+// The tensors' overload reads what lm_head_loss_sum would compute here: on the CPU, the composite's
+// buffers (the kernel is CUDA's); the head trains only with grad mode on and a weight that takes a
+// gradient.
+TEST(LmHeadLoss, AutoSlicesForTensorsFollowGradModeAndTheCrossEntropyPath) {
+  const at::Tensor hidden = at::randn({4, 1024}).to(at::kBFloat16);
+  const at::Tensor weight = at::randn({50257, 1024}).to(at::kBFloat16).requires_grad_();
+  const at::Tensor frozen = weight.detach();
+  const int64_t trained_composite = loss_chunk_tokens_for(std::nullopt, 50257, 1024);
+  const int64_t frozen_composite = loss_chunk_tokens_for(std::nullopt, 50257, 0);
+  ASSERT_NE(trained_composite, frozen_composite);
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, hidden, weight), trained_composite);
+  EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, hidden, frozen), frozen_composite);
+  {
+    at::NoGradGuard no_grad;
+    EXPECT_EQ(loss_chunk_tokens_for(std::nullopt, hidden, weight), frozen_composite);
+  }
+  EXPECT_EQ(loss_chunk_tokens_for(5, hidden, weight), 5);
+}
+
 ModelConfig tiny(Arch arch, bool checkpointing) {
   auto c = test::tiny_model_config(arch, 41, 64, /*grouped_kv=*/true);
   c.activation_checkpointing = checkpointing;

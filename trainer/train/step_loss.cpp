@@ -33,12 +33,10 @@ at::Tensor summed_loss(const at::Tensor& logits, const at::Tensor& targets) {
 
 at::Tensor micro_batch_loss(models::TransformerLM& model, const MicroBatch& m,
                             std::optional<int64_t> loss_chunk_tokens) {
-  const at::Tensor head = model->head_weight();
-  const int64_t chunk = models::loss_chunk_tokens_for(loss_chunk_tokens, head.size(0),
-                                                      head.requires_grad() ? head.size(1) : 0);
-  if (chunk == 0) return summed_loss(model->forward(m.tokens, m.positions, m.bounds), m.targets);
-  return models::lm_head_loss_sum(model->hidden(m.tokens, m.positions, m.bounds), model->head_weight(), m.targets,
-                                  chunk, data::kNoTarget);
+  if (loss_chunk_tokens == 0) return summed_loss(model->forward(m.tokens, m.positions, m.bounds), m.targets);
+  const at::Tensor hidden = model->hidden(m.tokens, m.positions, m.bounds), head = model->head_weight();
+  const int64_t chunk = models::loss_chunk_tokens_for(loss_chunk_tokens, hidden, head);
+  return models::lm_head_loss_sum(hidden, head, m.targets, chunk, data::kNoTarget);
 }
 
 }  // namespace segtrain::trainer
