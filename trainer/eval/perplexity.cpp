@@ -105,7 +105,6 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
                                           const PerplexityOptions& options, int64_t block) {
   const EvalMode eval_mode(model);
   const auto device = model->parameters().front().device();
-  const int64_t chunk = models::loss_chunk_tokens_for(options.loss_chunk_tokens, model->head_weight().size(0));
   if (options.window_length > 0) check_shared_windows(options);
   if (options.window_length > 0 && options.lengths.size() > 1 && !models::positions_depend_on_length(model->config())) {
     PerplexityOptions longest = options;
@@ -150,13 +149,14 @@ std::vector<LengthResult> evaluate_blocks(models::TransformerLM& model, const da
       const auto bounds = models::PositionBounds::of(positions);
       const at::Tensor targets = tokens.narrow(1, 1, length - 1).to(device);
       at::Tensor nll;
-      if (chunk == 0) {
+      if (options.loss_chunk_tokens == 0) {
         at::Tensor logits = model->forward(tokens.to(device), positions.to(device), bounds).to(at::kFloat);
         nll = at::cross_entropy_loss(logits.narrow(1, 0, length - 1).reshape({-1, logits.size(2)}),
                                      targets.reshape(-1), {}, at::Reduction::None);
       } else {
-        at::Tensor hidden = model->hidden(tokens.to(device), positions.to(device), bounds);
-        nll = models::lm_head_nll(hidden.narrow(1, 0, length - 1), model->head_weight(), targets, chunk);
+        at::Tensor hidden = model->hidden(tokens.to(device), positions.to(device), bounds).narrow(1, 0, length - 1);
+        const int64_t chunk = models::loss_chunk_tokens_for(options.loss_chunk_tokens, hidden, model->head_weight());
+        nll = models::lm_head_nll(hidden, model->head_weight(), targets, chunk);
       }
       nll = nll.view({b, length - 1}).cpu().to(at::kDouble);
       at::Tensor mask = scored.to(at::kDouble);
