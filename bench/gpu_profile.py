@@ -68,6 +68,24 @@ KERNEL_CLASSES = [
 ]
 COMPILED_CLASSES = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in KERNEL_CLASSES]
 CLASS_ORDER = [name for name, _ in KERNEL_CLASSES] + ["other"]
+# The elementwise class by what its kernels do, the first regex found (case ignored): the class that separated
+# segtrain from torch.compile most (20.7 against 7.7 ms a step on the H200, 2026-11-29), so that the table
+# says which of its passes to remove next: Inductor's fused pointwise kernels (several ops in one), sums
+# (the linears' bias gradients, ATen's reduce_kernel), copies and casts, fills and zeroing, activations
+# (GELU, SwiGLU, their backwards), RoPE, gathers (embeddings, index), and the arithmetic that remains (the
+# residual adds, gradient accumulation, masks).
+ELEMENTWISE_KINDS = [
+    ("fused pointwise", r"triton_poi_"),
+    ("reduction", r"reduce_kernel|triton_(red|per)_|^aten::(sum|mean)$"),
+    ("copy or cast", r"copy|^aten::(clone|contiguous|to)$"),
+    ("fill or zero", r"fill|zero"),
+    ("activation", r"gelu|silu|swiglu|tanh|sigmoid|threshold"),
+    ("rope", r"rope|rotary"),
+    ("gather or index", r"index|gather|scatter|embedding"),
+    ("arithmetic", r"add|mul|sub|div|where|masked|neg|exp|pow|rsqrt|functor"),
+]
+COMPILED_KINDS = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in ELEMENTWISE_KINDS]
+KIND_ORDER = [name for name, _ in ELEMENTWISE_KINDS] + ["other elementwise"]
 STEP_END = re.compile(r"adam", re.IGNORECASE)
 PROFILE_STEPS = 3
 SKIP_STEPS = 4  # steps whose ends are skipped in a whole-run trace: as torch.profiler's wait + warm-up
@@ -78,6 +96,14 @@ def classify(name):
         if pattern.search(name):
             return cls
     return "other"
+
+
+def elementwise_kind(name):
+    """What an elementwise kernel does (ELEMENTWISE_KINDS), for the class's own table."""
+    for kind, pattern in COMPILED_KINDS:
+        if pattern.search(name):
+            return kind
+    return "other elementwise"
 
 
 # --- traces: (name, start_us, end_us) of every GPU kernel, memcpy and memset -----------------------------------
@@ -195,6 +221,7 @@ def table(events, kind, skip=0, steps=None, dropped=0):
         return {"note": "the trace holds no GPU kernel or CPU op"}
     start, end, n_steps, note = window(events, skip, steps)
     by_class = {c: 0.0 for c in CLASS_ORDER}
+    by_kind = {k: 0.0 for k in KIND_ORDER}
     by_name = {}
     busy = []
     for event in events:
@@ -206,6 +233,8 @@ def table(events, kind, skip=0, steps=None, dropped=0):
         spent = event[3] * (e - s) / (event[2] - event[1]) if len(event) > 3 and event[2] > event[1] else e - s
         cls = classify(name)
         by_class[cls] += spent
+        if cls == "elementwise":
+            by_kind[elementwise_kind(name)] += spent
         count, total = by_name.get(name, (0, 0.0))
         by_name[name] = (count + 1, total + spent)
         busy.append((s, e))
@@ -217,11 +246,13 @@ def table(events, kind, skip=0, steps=None, dropped=0):
         "kind": kind, "window_ms": round(span / 1e3, 3), "steps": n_steps,
         "per_step_ms": round(span / 1e3 / n_steps, 3) if n_steps else None,
         "ms": {c: round(v / 1e3, 3) for c, v in by_class.items()},
+        "elementwise_ms": {k: round(v / 1e3, 3) for k, v in by_kind.items()},
         "idle_ms": round((span - busy_us) / 1e3, 3), "busy_ms": round(busy_us / 1e3, 3),
         "overlap_ms": round(max(summed - busy_us, 0.0) / 1e3, 3) if kind == "gpu" else None,
         "share": {c: round(v / span, 4) for c, v in by_class.items()} if span > 0 else {},
         "idle_share": round((span - busy_us) / span, 4) if span > 0 else None,
-        "top": [{"name": n[:160], "class": classify(n), "count": c, "ms": round(t / 1e3, 3)} for n, (c, t) in top],
+        "top": [{"name": n[:160], "class": classify(n), "count": c, "ms": round(t / 1e3, 3),
+                 **({"kind": elementwise_kind(n)} if classify(n) == "elementwise" else {})} for n, (c, t) in top],
     }
     if note:
         result["note"] = note
@@ -253,13 +284,20 @@ def markdown(profiles):
         f"{profiles[n]['per_step_ms']:.2f} ms" if profiles[n].get("per_step_ms") else "-" for n in names) + " |")
     lines.append("| steps in the window | " + " | ".join(str(profiles[n].get("steps", "-")) for n in names) + " |")
     out = "\n".join(lines) + "\n"
+    out += "\n| elementwise by kind | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names) + "\n"
+    for kind in KIND_ORDER:
+        out += f"| {kind} | " + " | ".join(
+            "-" if "elementwise_ms" not in profiles[n] else
+            f"{profiles[n]['elementwise_ms'].get(kind, 0.0) / (profiles[n].get('steps') or 1):.2f} ms"
+            for n in names) + " |\n"
     for n in names:
         p = profiles[n]
         out += f"\n{n}: " + "; ".join(f"{k}: {p[k]}" for k in ("source", "note", "why", "dropped_records", "tokens_per_s")
                                       if p.get(k) is not None) + "\n"
         if p.get("top"):
             out += "\n| top kernels of " + n + " | class | calls | ms |\n|---|---|---:|---:|\n"
-            out += "".join(f"| `{t['name'][:110]}` | {t['class']} | {t['count']} | {t['ms']:.2f} |\n" for t in p["top"])
+            out += "".join(f"| `{t['name'][:110]}` | {t['class']}{': ' + t['kind'] if t.get('kind') else ''} | "
+                           f"{t['count']} | {t['ms']:.2f} |\n" for t in p["top"])
     return out
 
 

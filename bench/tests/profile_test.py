@@ -9,7 +9,8 @@ bench/gpu_profile.sh in its CPU mode end to end.
 2. a synthetic 7-step trace (steps 1-4 slower, two AdamW kernels ending each step, a memcpy starting it, two
    kernels on another stream overlapping, idle gaps) read as nsys's cuda_gpu_trace CSV, as cupti_kernel_trace's
    CSV and as a torch.profiler Chrome trace gives, over steps 5-7, exactly the time by class, idle and overlap
-   the trace was built with (and the CUPTI tracer's dropped records);
+   the trace was built with (and the CUPTI tracer's dropped records); the elementwise class's kinds
+   (ELEMENTWISE_KINDS) of real kernel names, summing to the class;
 3. bench/gpu_profile.sh with BENCH_DEVICE=cpu profiles the eager and compiled loops (a tiny GPT-2) and says why
    segtrain is not profiled on the CPU: profile.md and profile.json with 3 steps each, every class's time and
    idle summing to the window;
@@ -168,6 +169,26 @@ def main():
             got = gp.classify(name)
             check(got == cls, f"{name[:70]} -> {got} (expected {cls})")
     check(gp.classify("some_new_kernel_name") == "other", "an unknown name is 'other'")
+    # the elementwise class by kind: real names of the kernels of a GPT-2 step
+    kinds = {
+        NAMES["elementwise"][0]: "activation", NAMES["elementwise"][1]: "reduction",
+        NAMES["elementwise"][2]: "gather or index", "triton_poi_fused_add_gelu_0": "fused pointwise",
+        "triton_red_fused_sum_3": "reduction", NAMES["elementwise"][6]: "activation", "aten::add": "arithmetic",
+        "void at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#2}": "copy or cast",
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
+        "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>,"
+        " 4, TrivialOffsetCalculator<1, unsigned int>>": "copy or cast",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::BFloat16>, "
+        "std::array<char*, 1ul> >(int, at::native::FillFunctor<c10::BFloat16>, std::array<char*, 1ul>)": "fill or zero",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+        "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)": "arithmetic",
+        "void segtrain::kernels::(anonymous namespace)::rope_kernel<c10::BFloat16, c10::BFloat16>": "rope",
+        "void at::native::elementwise_kernel<128, 2, some_lambda>": "other elementwise",
+    }
+    for name, kind in kinds.items():
+        check(gp.classify(name) == "elementwise", f"{name[:60]} is elementwise")
+        got = gp.elementwise_kind(name)
+        check(got == kind, f"{name[:70]} -> {got} (expected {kind})")
 
     with tempfile.TemporaryDirectory(prefix="profile-test-") as d:
         # 2. the three trace formats
@@ -177,6 +198,9 @@ def main():
         write_chrome(f"{d}/chrome.json", events)
         nsys = gp.profile_of("nsys", f"{d}/nsys.csv", gp.SKIP_STEPS, gp.PROFILE_STEPS)
         check_profile("nsys CSV, steps 5-7 of 7", nsys, per_step, step_span, busy)
+        check(abs(nsys["elementwise_ms"]["activation"] - 3 * 8 / 1e3) < 1e-6 and
+              abs(sum(nsys["elementwise_ms"].values()) - nsys["ms"]["elementwise"]) < 1e-6,
+              f"the elementwise kinds sum to the class: {nsys['elementwise_ms']}")
         cupti = gp.profile_of("cupti", f"{d}/cupti.csv", gp.SKIP_STEPS, gp.PROFILE_STEPS)
         check_profile("CUPTI CSV, steps 5-7 of 7", cupti, per_step, step_span, busy)
         check(cupti.get("dropped_records") == 5, "the CUPTI tracer's dropped records are reported")
@@ -189,7 +213,8 @@ def main():
         table = subprocess.run([args.python, str(ROOT / "bench/gpu_profile.py"), "table", "--skip", "4", "--steps",
                                 "3", f"segtrain=nsys:{d}/nsys.csv", f"eager=chrome:{d}/chrome.json"],
                                capture_output=True, text=True)
-        check(table.returncode == 0 and "| GEMM | 0.15 ms (" in table.stdout and "| **idle** |" in table.stdout,
+        check(table.returncode == 0 and "| GEMM | 0.15 ms (" in table.stdout and "| **idle** |" in table.stdout
+              and "| activation | 0.01 ms |" in table.stdout,
               f"gpu_profile.py table prints the markdown table {table.stderr[-500:]}")
 
         # 3. the CPU mode end to end
