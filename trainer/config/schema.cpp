@@ -210,7 +210,10 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                     "Tokens per slice of the LM head and cross-entropy (training and evaluation), so the full "
                     "[tokens x vocab] logits never exist at once; auto: slices of about 64 MiB of fp32 logits, and "
                     "of d_model tokens (at most 256 MiB) while the head trains (each slice reads and writes its fp32 "
-                    "gradient); 0: the whole logits at once."),
+                    "gradient); where the fused cross-entropy kernel takes 16-bit logits (CUDA), the same buffer "
+                    "budgets in its one 16-bit row a token (2 bytes a column, not 3 fp32 rows), up to 4 d_model "
+                    "tokens while the head trains (`loss_chunk_tokens_for`, models/modules/lm_head_loss.h); 0: the "
+                    "whole logits at once."),
       flag("train.tensorboard", t.tensorboard, "Also write TensorBoard scalars to output_dir/tensorboard."),
 
       maybe_integer_list("eval.lengths", c.eval.lengths, "auto", 2,
