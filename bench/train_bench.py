@@ -56,7 +56,8 @@ eager,compiled on CUDA, eager on the CPU; segtrain / compiled is ratio_compiled;
 composite: segtrain again with SEGTRAIN_FUSED_KERNELS=0 (ATen's composites where the
 default takes the project's CUDA kernels) in the same rounds, composite / segtrain is
 ratio_composite; graph: segtrain again with SEGTRAIN_CUDA_GRAPH=1, graph / segtrain is
-ratio_graph; segtrain_fused_kernels and segtrain_cuda_graph say what the plain segtrain
+ratio_graph (with compiled too, graph / compiled round by round is ratio_graph_compiled);
+segtrain_fused_kernels and segtrain_cuda_graph say what the plain segtrain
 program ran with),
 BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
 in `speed`: auto, the default, or N; 0 is the whole logits, as the PyTorch loop computes them),
@@ -595,6 +596,16 @@ def variant_fields(variant, runs, seg_rounds, fpt, peak, nominal):
     return fields
 
 
+def graph_compiled_fields(runs):
+    """segtrain's CUDA-graph step against torch.compile, round by round, where both ran: the median of
+    graph_r / compiled_r (what would make graphs the default beat the compiled loop); {} otherwise."""
+    if PROGRAM["graph"] not in runs or "compiled" not in runs:
+        return {}
+    over = [g["tokens_per_s"] / c["tokens_per_s"] for g, c in zip(runs[PROGRAM["graph"]], runs["compiled"])]
+    return {"ratio_graph_compiled": round(statistics.median(over), 3),
+            "ratio_graph_compiled_rounds": [round(x, 3) for x in over]}
+
+
 def compiled_fields(runs, seg_rounds, fpt, peak, nominal):
     """The torch.compile reference's figures, read as the eager loop's: the median of the rounds and of the
     per-round ratios segtrain_r / compiled_r; its first step (compiling included) apart."""
@@ -731,6 +742,7 @@ def speed():
                 row[f"{variant}_error"] = runs[f"{variant}_error"][-300:]
         if "compiled" in runs:
             row.update(compiled_fields(runs, seg_rounds, fpt, peak, nominal))
+            row.update(graph_compiled_fields(runs))
         elif "compile_error" in runs:
             row["compile_error"] = runs["compile_error"][-300:]
         rows.append(row)

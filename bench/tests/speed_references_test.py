@@ -12,7 +12,8 @@ that the GPU call's aggregation has run before it meets a GPU:
    tokens/s, MFU and ratio_composite (the median of composite / segtrain), the plain segtrain program's switch
    at its default (on); and the
    "graph" reference (SEGTRAIN_CUDA_GRAPH=1), which segtrain refuses on the CPU: the row says why
-   (graph_error, segtrain's own line), no graph figure, the other programs measured;
+   (graph_error, segtrain's own line), no graph figure, the other programs measured; graph / compiled round
+   by round (ratio_graph_compiled) from runs as speed() collects them;
 2. a compile that fails (a backend that does not exist): the row says so (compile_error) and still holds
    segtrain's and the eager loop's figures, exit 0.
 """
@@ -71,10 +72,22 @@ def main():
               "the plain segtrain program ran with the switches' defaults (fused kernels on, no graphs)")
         check("graph_tokens_per_s" not in r and "captures a CUDA device's step" in r.get("graph_error", ""),
               f"the graph program refused on the CPU, said: {r.get('graph_error')!r}")
+        check("ratio_graph_compiled" not in r, "no graph / compiled ratio without a graph figure")
         check("SEGTRAIN_FUSED_KERNELS=0" in result["setup"], "the setup says what composite is")
         check(r["first_in_round"] == ["segtrain", "pytorch"], f"the order rotates: {r['first_in_round']}")
         check(r["compile_backend"] == "aot_eager" and r["compiled_first_step_s"] > 0, "the backend and first step")
         check("torch.compile" in result["setup"] and "ratio_compiled" in result["setup"], "the setup says so")
+    # graph / compiled, round by round (the figure that would make graphs the default), from runs as speed()
+    # collects them; the CPU never has the graph program's.
+    sys.path.insert(0, str(ROOT / "bench"))
+    os.environ.setdefault("BUILD_DIR", args.build_dir)
+    import train_bench as tb
+    runs = {tb.PROGRAM["graph"]: [{"tokens_per_s": t} for t in (110.0, 90.0, 126.0)],
+            "compiled": [{"tokens_per_s": t} for t in (100.0, 100.0, 120.0)]}
+    fields = tb.graph_compiled_fields(runs)
+    check(fields == {"ratio_graph_compiled": 1.05, "ratio_graph_compiled_rounds": [1.1, 0.9, 1.05]},
+          f"ratio_graph_compiled: the median of graph_r / compiled_r: {fields}")
+    check(tb.graph_compiled_fields({"compiled": runs["compiled"]}) == {}, "nothing without the graph program")
     failed = speed(args, 1, "no_such_backend")
     if failed:
         r = failed["results"][0]
