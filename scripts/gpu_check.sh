@@ -165,6 +165,7 @@ declare -A about=(
   [FusedKernels.RopeEqualsTheCompositeForwardAndBackward]="the RoPE kernel = ATen's composite, forward and backward, fp32/bf16/fp16"
   [FusedKernels.RmsNormEqualsTheCompositeForwardAndBackward]="ATen's fused RMSNorm = transformers' composite in fp32, forward and backward"
   [FusedKernels.CrossEntropyEqualsTheCompositeLossAndGradient]="the LM head's cross-entropy kernel = ATen's composite, loss and logits' gradient, fp32/bf16/fp16, vocab 50,257 and 128,256, rows in a padded buffer"
+  [FusedKernels.HeadSlicesOnCudaAreSizedByTheKernelsBuffers]="the LM head's auto slices on CUDA sized by the cross-entropy kernel's 16-bit buffers: GPT-2 medium's trained head 4,096 tokens (the composite's 1,024)"
   [FusedKernels.SwigluEqualsTheCompositeForwardAndBackward]="the SwiGLU kernels = ATen's silu(gate) * up, value and both gradients, fp32/bf16/fp16, d_ff 14,336, a tail, more than a grid, a gate off a 16-byte boundary"
   [FusedKernels.LayerNormIn16BitsIsAutocastsFp32ResultRounded]="LayerNorm in bf16/fp16 outside autocast = autocast's fp32 LayerNorm rounded (1 ulp), forward and backward"
   [FusedKernels.FoldedAlibiTakesAFused16BitKernelAndMatchesTheFp32Bias]="ALiBi folded into q.k: a fused 16-bit SDPA kernel, within bf16 of the fp32 bias"
