@@ -14,8 +14,9 @@ do not take. For each layout:
 milliseconds of each GEMM (median of BENCH_REPEATS after warm-ups), TFLOP/s counting V's FLOPs, and the
 largest difference of the padded buffer's results from the contiguous ones (the same GEMMs: a few ulps).
 
-Shapes: GPT-2 medium's slice (1,024 tokens, the trained head's auto slice; d_model 1,024; V 50,257) in bf16
-and fp32, and Llama-3's V (128,256: already aligned, a control). BENCH_DEVICE=cpu runs a tiny shape on the
+Shapes: GPT-2 medium's slice (1,024 tokens, the composite's auto slice of a trained head; d_model 1,024; V
+50,257) in bf16 and fp32, its slice of 4,096 tokens in bf16 (the fused cross-entropy kernel's auto slice on
+CUDA since 2026-11-30), and Llama-3's V (128,256: already aligned, a control). BENCH_DEVICE=cpu runs a tiny shape on the
 CPU (a check of this script, not a measurement). Prints JSON; without a visible GPU,
 {"benchmark": ..., "skipped": "why"}.
 """
@@ -102,7 +103,7 @@ def main():
         return
     if device == "cuda":
         shapes = [(1024, 1024, 50257, torch.bfloat16), (1024, 1024, 50257, torch.float32),
-                  (512, 4096, 128256, torch.bfloat16)]
+                  (4096, 1024, 50257, torch.bfloat16), (512, 4096, 128256, torch.bfloat16)]
         card = torch.cuda.get_device_name()
     else:
         shapes = [(16, 32, 197, torch.float32)]
