@@ -78,7 +78,7 @@ ELEMENTWISE_KINDS = [
     ("fused pointwise", r"triton_poi_"),
     ("reduction", r"reduce_kernel|triton_(red|per)_|^aten::(sum|mean)$"),
     ("copy or cast", r"copy|^aten::(clone|contiguous|to)$"),
-    ("fill or zero", r"fill|zero"),
+    ("fill or zero", r"(?<!masked_)fill|zero"),  # masked_fill is a mask: arithmetic
     ("activation", r"gelu|silu|swiglu|tanh|sigmoid|threshold"),
     ("rope", r"rope|rotary"),
     ("gather or index", r"index|gather|scatter|embedding"),

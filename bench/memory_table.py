@@ -16,8 +16,9 @@ Measured inputs (bench/results/, from bench/run.sh on this machine, CPU):
     sharded 16/N; and with bf16 parameters the set-up peak (the fp32 parameters alive until the master
     copies exist);
   - the LM head's logits: with the chunked loss (train.loss_chunk_tokens auto) three slices of fp32
-    logits, of d_model tokens between 64 and 256 MiB (models/modules/lm_head_loss.h) as the head trains; on CUDA
-    the fused kernel's 16-bit slices (up to 4 d_model tokens in the same budgets) take no more.
+    logits, of d_model tokens between 64 and 256 MiB (models/modules/lm_head_loss.h) as the head trains, before
+    the rounding to whole tiles; on CUDA the fused kernel's 16-bit slices (up to 4 d_model tokens in the same
+    budgets) take no more (tests/models/lm_head_loss_test.cpp).
 Bytes a parameter on a GPU (the design the measurements confirm):
   fp32 plain    4 + 4 + 8        (parameters, gradients, AdamW moments)
   fp32 sharded  4 + 4 + 8/N      (distributed.shard_optimizer, ZeRO-1)

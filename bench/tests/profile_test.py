@@ -183,6 +183,9 @@ def main():
         "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
         "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)": "arithmetic",
         "void segtrain::kernels::(anonymous namespace)::rope_kernel<c10::BFloat16, c10::BFloat16>": "rope",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::masked_fill_kernel("
+        "at::TensorIterator&, c10::Scalar const&)::{lambda()#1}::operator()() const::{lambda(c10::BFloat16, bool)#1}, "
+        "std::array<char*, 3ul> >": "arithmetic",
         "void at::native::elementwise_kernel<128, 2, some_lambda>": "other elementwise",
     }
     for name, kind in kinds.items():
@@ -238,6 +241,10 @@ def main():
                       f"{name}: GEMM, attention and optimizer time found")
                 check(abs(total - p["window_ms"]) < 0.02 * p["window_ms"],
                       f"{name}: classes + idle = {total:.3f} ms, the window {p['window_ms']} ms")
+                kinds = p["elementwise_ms"]
+                check(abs(sum(kinds.values()) - p["ms"]["elementwise"]) < 1e-3 * max(p["ms"]["elementwise"], 1)
+                      and sum(v > 0 for v in kinds.values()) >= 2,
+                      f"{name}: the elementwise kinds sum to the class ({p['ms']['elementwise']} ms): {kinds}")
             md = pathlib.Path(f"{d}/out/profile.md").read_text()
             check("| class | segtrain | eager | compiled |" in md and "| **idle** |" in md, "profile.md's table")
         else:

@@ -69,8 +69,9 @@ enum class HeadSliceBuffers { composite_fp32, kernel_16bit };
 // cap bounds a slice's buffers (about 3 of its fp32 logits) to 0.75 GiB for the largest heads.
 // With the 16-bit kernel the same buffer budgets (192 MiB, and 768 MiB while the head trains) hold
 // 6 times as many tokens (2 bytes a padded column, not 12 a column), and a trained head's slices grow
-// to 4 D tokens within them: a quarter of the d W passes, in no more memory than the composite's
-// D tokens (8 D padded V <= 12 D V bytes). GPT-2 medium's 8,192 tokens a micro-batch: 2 slices of
+// to 4 D tokens within them (or the frozen budget's tokens, where those are more): a quarter of the d W
+// passes, in no more memory than the composite's D tokens before rounding (8 D padded V <= 12 D V bytes for
+// V >= 126; bench/memory_table.py's bound). GPT-2 medium's 8,192 tokens a micro-batch: 2 slices of
 // 4,096 (8 of 1,024 with the composite); Llama-3.2-1B's 16,384: 6 of up to 3,072 (32 of 512).
 int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, int64_t vocab, int64_t trained_head_width = 0,
                               HeadSliceBuffers buffers = HeadSliceBuffers::composite_fp32);

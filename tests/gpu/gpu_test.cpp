@@ -744,11 +744,8 @@ TEST(FusedKernels, HeadSlicesOnCudaAreSizedByTheKernelsBuffers) {
   const auto fp32_weight = at::empty({50257, 1024}, cuda).requires_grad_();
   EXPECT_EQ(models::loss_chunk_tokens_for(std::nullopt, hidden.to(at::kFloat), fp32_weight), 1024);
   {
-    at::autocast::set_autocast_enabled(at::kCUDA, true);  // fp32 weights under bf16 autocast: 16-bit logits
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    const int64_t under_autocast = models::loss_chunk_tokens_for(std::nullopt, hidden.to(at::kFloat), fp32_weight);
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
-    EXPECT_EQ(under_autocast, 4096);
+    trainer::Autocast autocast(/*enabled=*/true, at::kCUDA);  // fp32 weights under bf16 autocast: 16-bit logits
+    EXPECT_EQ(models::loss_chunk_tokens_for(std::nullopt, hidden.to(at::kFloat), fp32_weight), 4096);
   }
 }
 
