@@ -97,6 +97,10 @@ std::string describe_paths(uint32_t paths) {
   if (!kernels.empty()) parts.push_back("SDPA kernel " + joined(kernels));
   either("SwiGLU", ForwardPath::swiglu_fused, "fused kernel", ForwardPath::swiglu_composite);
   either("cross-entropy", ForwardPath::cross_entropy_fused, "fused kernel", ForwardPath::cross_entropy_composite);
+  const bool linears = has(paths, ForwardPath::linear_bias_gradient_kernel);
+  const bool gelu = has(paths, ForwardPath::gelu_bias_gradient_kernel);
+  if (linears || gelu)
+    parts.push_back(std::string("bias gradients kernel") + (linears && gelu ? " (GELU's too)" : gelu ? " (GELU's)" : ""));
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
   return out;

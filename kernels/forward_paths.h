@@ -2,8 +2,9 @@
 // Which implementation each of a forward's choices took: the fused RoPE kernel or the composite,
 // ATen's fused RMSNorm or the composite, LayerNorm in 16 bits or fp32, attention with the implicit causal mask, with ALiBi
 // folded into q·k or with its bias tensor, the kernel SDPA picked for it, SwiGLU's kernels or
-// composite, and the loss's
-// cross-entropy kernel or composite. The choices are made
+// composite, the loss's
+// cross-entropy kernel or composite, and the linears' bias-gradient kernels where taken (ATen's
+// linear is not recorded). The choices are made
 // per call (by the switch, the device, the dtypes, a batch's positions), so a plan line can only
 // say what is switched on; the trainer records its first step's choices and logs them, so that a
 // GPU run says whether it took the paths its GPU tests check.
@@ -36,6 +37,8 @@ enum class ForwardPath : uint32_t {
   layer_norm_fp32 = 1u << 17,   // its result fp32 (autocast's policy for a 16-bit x, or an fp32 x)
   swiglu_fused = 1u << 18,      // the Llama MLP's silu(gate) * up (kernels/swiglu.h)
   swiglu_composite = 1u << 19,
+  linear_bias_gradient_kernel = 1u << 20,  // a projection's bias gradient by the column-sum kernel (kernels/linear.h)
+  gelu_bias_gradient_kernel = 1u << 21,    // the GELU MLP's, with GELU's gradient in the same pass
 };
 
 // Starts recording (clearing what an earlier recording noted).
@@ -52,7 +55,8 @@ void record_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
                  bool is_causal, std::optional<double> scale, bool enable_gqa);
 
 // "RoPE composite; RMSNorm fused (ATen); LayerNorm 16-bit; attention ALiBi folded into q·k; SDPA
-// kernel flash; SwiGLU fused kernel; cross-entropy fused kernel" ("" for none).
+// kernel flash; SwiGLU fused kernel; cross-entropy fused kernel; bias gradients kernel (GELU's
+// too)" ("" for none).
 std::string describe_paths(uint32_t paths);
 
 }  // namespace segtrain::kernels

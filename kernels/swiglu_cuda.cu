@@ -9,27 +9,13 @@
 #include <cstdint>
 
 #include "kernels/swiglu_element.h"
+#include "kernels/vector_pack.cuh"
 
 namespace segtrain::kernels {
 
 namespace {
 
 constexpr int kThreads = 256;
-
-// 16 bytes of T: one vectorised load or store (8 bf16, 4 fp32).
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int kCount = 16 / sizeof(T);
-  T v[kCount];
-};
-
-// This thread's first index and the step between its indices in a grid-stride loop.
-struct GridStride {
-  int64_t first, stride;
-};
-__device__ inline GridStride grid_stride() {
-  return {static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, static_cast<int64_t>(gridDim.x) * blockDim.x};
-}
 
 // Forward: out = silu(gate) * up. The first `packs` packs of 16 bytes go vectorised, the elements
 // after them (fewer than a pack) one by one; a grid-stride loop covers any size.

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "kernels/linear.h"
 #include "models/modules/weight_init.h"
 
 namespace segtrain::models {
@@ -25,9 +26,14 @@ ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool with_bias) : in_fea
 }
 
 at::Tensor ProjectionImpl::forward(const at::Tensor& x) {
-  auto y = at::linear(x, weight, bias);
+  auto y = kernels::linear(x, weight, bias);
   if (!adapter_) return y;
   return adapter_->adapted(x, y, *this);
+}
+
+at::Tensor ProjectionImpl::forward_gelu(const at::Tensor& x, bool tanh) {
+  if (!adapter_) return kernels::linear_gelu(x, weight, bias, tanh);
+  return at::gelu(forward(x), tanh ? "tanh" : "none");
 }
 
 void ProjectionImpl::set_adapter(std::shared_ptr<const ProjectionAdapter> adapter) {

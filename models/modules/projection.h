@@ -30,6 +30,9 @@ struct ProjectionImpl : torch::nn::Module {
   // Initialised as torch::nn::Linear is (the same random draws).
   ProjectionImpl(int64_t in, int64_t out, bool bias);
   at::Tensor forward(const at::Tensor& x);
+  // gelu(forward(x)), GELU's tanh approximation where `tanh`: without an adapter, one call
+  // (kernels/linear.h) whose backward can take GELU's gradient and the bias's in one pass.
+  at::Tensor forward_gelu(const at::Tensor& x, bool tanh);
 
   // Takes `adapter`, whose parameters are registered on this projection already. Throws
   // std::logic_error when it has one.

@@ -1,7 +1,5 @@
 #include "models/modules/transformer.h"
 
-#include <torch/nn/functional/activation.h>
-
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -17,8 +15,6 @@
 #include "models/spec/config_rules.h"
 
 namespace segtrain::models {
-
-namespace F = torch::nn::functional;
 
 namespace {
 
@@ -67,9 +63,7 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
     auto y = causal_attention(q, k, v, bias);
     return proj(y.transpose(1, 2).reshape({b, t, d}));
   };
-  auto mlp = [&](const at::Tensor& h) {
-    return fc_out(F::gelu(fc(h), F::GELUFuncOptions().approximate(layout.exact_gelu ? "none" : "tanh")));
-  };
+  auto mlp = [&](const at::Tensor& h) { return fc_out(fc->forward_gelu(h, /*tanh=*/!layout.exact_gelu)); };
   constexpr auto projections = kernels::NormReader::matmul;  // qkv's and fc's
   if (layout.parallel_residual) return x + attention(normed(ln1, x, projections)) + mlp(normed(ln2, x, projections));
   auto h = x + attention(normed(ln1, x, projections));

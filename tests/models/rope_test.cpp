@@ -122,11 +122,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Rope,
                                            Case{2, 2, 4, 16, 4, false},   // GPT-NeoX rotary_pct 0.25
                                            Case{3, 1, 7, 12, 6, true}));  // angles shared by the batch
 
-TEST(FusedKernelsSwitch, IsOnUnlessZeroAndNamesTheVariableOtherwise) {
-  EXPECT_TRUE(fused_kernels_switch(nullptr));  // on by default (a CUDA device alone takes it)
-  EXPECT_TRUE(fused_kernels_switch(""));
-  EXPECT_FALSE(fused_kernels_switch("0"));
-  EXPECT_TRUE(fused_kernels_switch("1"));
+TEST(FusedKernelsSwitch, IsOnUnlessZeroAllTakesTheUntestedAndOtherValuesNameTheVariable) {
+  EXPECT_EQ(fused_kernels_switch(nullptr), FusedKernels::on);  // on by default (a CUDA device alone takes it)
+  EXPECT_EQ(fused_kernels_switch(""), FusedKernels::on);
+  EXPECT_EQ(fused_kernels_switch("0"), FusedKernels::off);
+  EXPECT_EQ(fused_kernels_switch("1"), FusedKernels::on);
+  EXPECT_EQ(fused_kernels_switch("all"), FusedKernels::all);
   try {
     fused_kernels_switch("yes");
     FAIL() << "expected an InputError";
