@@ -123,7 +123,8 @@ def gpu_speed(r):
         target += f"; >= 1.0x compiled: {verdict(r['ratio_compiled'] >= 1.0)}"
     elif r.get("compile_error"):
         figure += f"; torch.compile reference failed: {r['compile_error'][-120:]}"
-    for variant, words in (("composite", "with ATen's composites"), ("graph", "with CUDA graphs")):
+    for variant, words in (("composite", "with ATen's composites"), ("graph", "with CUDA graphs"),
+                           ("all", "with SEGTRAIN_FUSED_KERNELS=all (the bias-gradient kernels too)")):
         if r.get(f"{variant}_tokens_per_s"):
             figure += (f"; {words} {rate(r[f'{variant}_tokens_per_s'])} tokens/s ({r[f'ratio_{variant}']:.2f}x "
                        f"segtrain's, MFU {pct(r[f'mfu_{variant}'])})")

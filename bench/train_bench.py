@@ -57,6 +57,8 @@ composite: segtrain again with SEGTRAIN_FUSED_KERNELS=0 (ATen's composites where
 default takes the project's CUDA kernels) in the same rounds, composite / segtrain is
 ratio_composite; graph: segtrain again with SEGTRAIN_CUDA_GRAPH=1, graph / segtrain is
 ratio_graph (with compiled too, graph / compiled round by round is ratio_graph_compiled);
+all: segtrain again with SEGTRAIN_FUSED_KERNELS=all (also the kernels no GPU has run yet: the linears'
+bias gradients), all / segtrain is ratio_all;
 segtrain_fused_kernels and segtrain_cuda_graph say what the plain segtrain
 program ran with),
 BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
@@ -124,11 +126,12 @@ REFERENCES = [r for r in os.environ.get("BENCH_REFERENCES", "eager,compiled" if 
 SEGTRAIN_VARIANTS = {
     "composite": {"SEGTRAIN_FUSED_KERNELS": "0"},  # ATen's composites, not the CUDA kernels (kernels/fused_kernels.h)
     "graph": {"SEGTRAIN_CUDA_GRAPH": "1"},     # the step replayed as CUDA graphs (trainer/runtime/cuda_graph.h)
+    "all": {"SEGTRAIN_FUSED_KERNELS": "all"},  # also the kernels no GPU has run yet (kernels/linear.h's bias gradients)
 }
 if "eager" not in REFERENCES or any(r not in ("eager", "compiled", *SEGTRAIN_VARIANTS) for r in REFERENCES) \
         or len(set(REFERENCES)) != len(REFERENCES):
     raise SystemExit(f"train_bench: BENCH_REFERENCES={os.environ.get('BENCH_REFERENCES')!r}: expected eager, "
-                     f"optionally with compiled, composite and graph (the eager loop is the reference every ratio is "
+                     f"optionally with compiled, composite, graph and all (the eager loop is the reference every ratio is "
                      f"read against)")
 # The switches as this bench was started: what the plain "segtrain" program runs with.
 FUSED_SWITCH = os.environ.get("SEGTRAIN_FUSED_KERNELS", "")

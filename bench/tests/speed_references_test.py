@@ -10,7 +10,8 @@ that the GPU call's aggregation has run before it meets a GPU:
    parameter count differs;
    With the "composite" reference, segtrain again with SEGTRAIN_FUSED_KERNELS=0 in the same rounds: its
    tokens/s, MFU and ratio_composite (the median of composite / segtrain), the plain segtrain program's switch
-   at its default (on); and the
+   at its default (on); the "all" reference (SEGTRAIN_FUSED_KERNELS=all, which the CPU takes as its
+   composites) likewise, ratio_all; and the
    "graph" reference (SEGTRAIN_CUDA_GRAPH=1), which segtrain refuses on the CPU: the row says why
    (graph_error, segtrain's own line), no graph figure, the other programs measured; graph / compiled round
    by round (ratio_graph_compiled) from runs as speed() collects them;
@@ -47,18 +48,18 @@ def main():
     p.add_argument("--python", default=sys.executable)
     args = p.parse_args()
 
-    result = speed(args, 2, "aot_eager", "eager,compiled,composite,graph")
+    result = speed(args, 2, "aot_eager", "eager,compiled,composite,graph,all")
     if result:
         r = result["results"][0]
         check(r["model"] == "tiny" and r["rounds"] == 2, "the tiny shape, 2 rounds")
-        for who in ("segtrain", "pytorch", "compiled", "composite"):
+        for who in ("segtrain", "pytorch", "compiled", "composite", "all"):
             rate = r[f"{who}_tokens_per_s"]
             rounds = r[f"{who}_rounds_tokens_per_s"]
             check(rate > 0 and len(rounds) == 2 and abs(rate - statistics.median(rounds)) < 0.2,
                   f"{who}: {rate} tokens/s, the median of {rounds}")
             mfu = rate * r["flops_per_token"] / (r["matmul_peak_gflops"] * 1e9)
             key = {"segtrain": "mfu_segtrain", "pytorch": "mfu_pytorch", "compiled": "mfu_compiled",
-                   "composite": "mfu_composite"}[who]
+                   "composite": "mfu_composite", "all": "mfu_all"}[who]
             check(abs(r[key] - mfu) < 1e-3, f"{who}: {key} {r[key]} = tokens/s x FLOPs / peak ({mfu:.4f})")
         ratios = [s / c for s, c in zip(r["segtrain_rounds_tokens_per_s"], r["compiled_rounds_tokens_per_s"])]
         check(abs(r["ratio_compiled"] - statistics.median(ratios)) < 2e-3
@@ -68,6 +69,10 @@ def main():
         check(abs(r["ratio_composite"] - statistics.median(composite)) < 2e-3
               and r["ratio_composite_min"] <= r["ratio_composite"] <= r["ratio_composite_max"],
               f"ratio_composite {r['ratio_composite']} = the median of the rounds' composite / segtrain {composite}")
+        every = [f / s for f, s in zip(r["all_rounds_tokens_per_s"], r["segtrain_rounds_tokens_per_s"])]
+        check(abs(r["ratio_all"] - statistics.median(every)) < 2e-3,
+              f"ratio_all {r['ratio_all']} = the median of the rounds' all / segtrain {every}")
+        check("SEGTRAIN_FUSED_KERNELS=all" in result["setup"], "the setup says what all is")
         check(r["segtrain_fused_kernels"] is True and r["segtrain_cuda_graph"] == "0",
               "the plain segtrain program ran with the switches' defaults (fused kernels on, no graphs)")
         check("graph_tokens_per_s" not in r and "captures a CUDA device's step" in r.get("graph_error", ""),

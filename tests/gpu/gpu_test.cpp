@@ -27,6 +27,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #if SEGTRAIN_WITH_CUDA
 // CUDA's sync debug mode (OneStep.TheTrainerLossPathNeverWaitsForTheDevice); CMake
 // defines SEGTRAIN_WITH_CUDA for CUDA builds of LibTorch (cmake/SegtrainTorch.cmake).
@@ -39,6 +40,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/fused_kernels.h"
 #include "kernels/layer_norm.h"
+#include "kernels/linear.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -805,6 +807,107 @@ TEST(FusedKernels, FoldedAlibiTakesAFused16BitKernelAndMatchesTheFp32Bias) {
          std::to_string(forward_error) + ", backward (relative) " + std::to_string(worst_backward));
 }
 
+// The linears' bias-gradient kernels (kernels/linear.h, SEGTRAIN_FUSED_KERNELS=all until these pass on a
+// GPU) against ATen's linear and gelu on the same CUDA leaves: fp32, bf16 and fp16; GPT-2 medium's qkv
+// projection on half a micro-batch (4,096 tokens, 1,024 -> 3,072: 16-byte packs) and a width that takes
+// one column a thread (333); the plain projection and GELU's two approximations. The output and the
+// input's and weight's gradients are ATen's own GEMMs (within a unit of the largest value); the bias's
+// gradient is within fp32 rounding of ATen's sum (the kernels add in another order), and, with GELU, of
+// the sum of ATen's GELU gradient (rounded once as the kernel rounds it).
+TEST(FusedKernels, LinearBiasGradientsEqualAtensLinearAndGelu) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda")
+    SKIP_NOT_APPLICABLE("the bias-gradient kernels are CUDA's; tests/models/linear_test.cpp checks their arithmetic on the CPU");
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  double worst_gemm = 0, worst_bias = 0;
+  for (const auto& [tokens, in, out] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4096, 1024, 3072}, {21, 64, 333}})
+    for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
+      for (const int gelu : {0, 1, 2}) {  // none, tanh, erf
+        at::manual_seed(31);
+        const auto x0 = at::randn({2, tokens / 2 + (tokens % 2), in}, cuda).to(dtype);
+        const auto w0 = (at::randn({out, in}, cuda) / std::sqrt(static_cast<double>(in))).to(dtype);
+        const auto b0 = (at::randn({out}, cuda) * 0.1).to(dtype);
+        const auto upstream = at::randn({x0.size(0), x0.size(1), out}, cuda).to(dtype);
+        const std::string what = std::string(c10::toString(dtype)) + " " + std::to_string(in) + " -> " +
+                                 std::to_string(out) + (gelu == 0 ? "" : gelu == 1 ? ", GELU tanh" : ", GELU erf");
+        auto run = [&](bool fused) {
+          auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+          at::Tensor y = fused ? (gelu == 0 ? kernels::linear_fused(x, w, b) : kernels::linear_gelu_fused(x, w, b, gelu == 1))
+                               : at::linear(x, w, b);
+          if (!fused && gelu != 0) y = at::gelu(y, gelu == 1 ? "tanh" : "none");
+          const auto g = torch::autograd::grad({y}, {x, w, b}, {upstream});
+          return std::vector<at::Tensor>{y.detach(), g[0], g[1], g[2]};
+        };
+        const auto got = run(true), want = run(false);
+        const double unit = dtype == at::kFloat ? std::ldexp(1.0, -23)
+                            : dtype == at::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+        const char* names[] = {"output", "d x", "d W"};
+        for (int i = 0; i < 3; ++i) {
+          ASSERT_EQ(got[i].scalar_type(), dtype) << what << " " << names[i];
+          const auto a = got[i].to(at::kDouble), e = want[i].to(at::kDouble);
+          const double largest = e.abs().max().item<double>(), error = (a - e).abs().max().item<double>();
+          worst_gemm = std::max(worst_gemm, error / (largest * unit));
+          // The same GEMMs on the same operands; d x and d W read GELU's gradient, which may round apart by a unit.
+          EXPECT_LE(error, largest * unit * (gelu == 0 ? 1 : 4)) << what << " " << names[i];
+        }
+        // d b: the sums of the rows in fp32 (with GELU, its gradient as the kernel rounds it, each row within a
+        // unit of ATen's gelu_backward), within the rounding of the kernel's chains of additions (a thread's
+        // rows, a block's 8, the splits: at most 128 on a GPU of up to 132 multiprocessors) of the sum in double.
+        at::Tensor rows = upstream.reshape({-1, out});
+        if (gelu != 0) {
+          const auto pre = at::addmm(b0, x0.reshape({-1, in}), w0.t());  // as the node computes it
+          const char* approximate = gelu == 1 ? "tanh" : "none";
+          const auto kernel = kernels::gelu_bias_gradient(pre, rows.contiguous(), gelu == 1);
+          const auto aten = at::gelu_backward(rows, pre, approximate).to(at::kDouble);
+          const auto apart = (kernel.first.to(at::kDouble) - aten).abs();
+          const auto row_bound = aten.abs() * 2 * unit + rows.to(at::kDouble).abs() * 16 * std::ldexp(1.0, -23);
+          EXPECT_FALSE((apart > row_bound).any().item<bool>())
+              << what << " GELU's gradient: largest difference from ATen's " << apart.max().item<double>();
+          EXPECT_TRUE(at::equal(kernel.second, got[3])) << what << ": the node's d b is not the kernel's";
+          rows = kernel.first;
+        }
+        const auto d = rows.to(at::kDouble), exact = d.sum(0);
+        const auto bound = d.abs().sum(0) * (static_cast<double>(tokens) / 8 + 8 + 128) * std::ldexp(1.0, -24) +
+                           exact.abs() * 2 * unit;
+        ASSERT_EQ(got[3].scalar_type(), dtype) << what;
+        const auto error = (got[3].to(at::kDouble) - exact).abs();
+        worst_bias = std::max(worst_bias, ((got[3].to(at::kDouble) - want[3].to(at::kDouble)).abs() /
+                                           (want[3].to(at::kDouble).abs() + 1e-6)).max().item<double>());
+        EXPECT_FALSE((error > bound).any().item<bool>())
+            << what << " d b: largest difference " << error.max().item<double>() << " from the sum in double";
+      }
+  record("bias-gradient kernels vs ATen: GEMMs within " + std::to_string(worst_gemm) +
+         " units of the largest value; d b within " + std::to_string(worst_bias) + " of ATen's (relative)");
+}
+
+// The column-sum kernel at sizes its split meets: more splits than rows a block (100,003 rows, the last
+// split short), fewer rows than a block's threads, GPT-2 medium's fc width, a gradient off a 16-byte
+// boundary (one column a thread), fp32 and bf16. The values are small integers, whose sums every order of
+// addition gets exactly in fp32 (below 2^24): each column's sum must be the exact sum rounded once to
+// the dtype, so a row missed or added twice shows; and the same bits twice.
+TEST(FusedKernels, ColumnSumsCoverEveryRowAtAnySizeAndRepeatBitForBit) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda")
+    SKIP_NOT_APPLICABLE("the column-sum kernel is CUDA's; tests/models/linear_test.cpp replays its order on the CPU");
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const auto& [rows, cols, offset] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {100003, 8, 0}, {5, 12, 0}, {8192, 4096, 0}, {777, 40, 1}})
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+      at::manual_seed(32);
+      const auto storage = at::randint(-4, 5, {rows * cols + offset}, cuda).to(dtype);
+      const auto g = storage.narrow(0, offset, rows * cols).view({rows, cols});
+      const std::string what = std::string(c10::toString(dtype)) + " " + std::to_string(rows) + " x " +
+                               std::to_string(cols) + (offset ? ", off a 16-byte boundary" : "");
+      const auto sums = kernels::bias_gradient(g), again = kernels::bias_gradient(g);
+      ASSERT_EQ(sums.scalar_type(), dtype) << what;
+      EXPECT_TRUE(at::equal(sums, again)) << what << ": not the same bits twice";
+      const auto exact = g.to(at::kDouble).sum(0).to(dtype);
+      EXPECT_TRUE(at::equal(sums, exact)) << what << ": largest difference "
+                                          << (sums.to(at::kDouble) - exact.to(at::kDouble)).abs().max().item<double>();
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Attention at long lengths.
 
@@ -959,12 +1062,16 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
 // The first step's log line names the paths its forward took (kernels/forward_paths.h): with the
 // switch on, the fused RoPE kernel, ATen's fused RMSNorm, ALiBi folded, a fused SDPA kernel and
 // the cross-entropy kernel, LayerNorm in 16 bits (fp32 without the switch), the SwiGLU kernels.
+// gpt2 and gpt_neox also run with SEGTRAIN_FUSED_KERNELS=all (the linears' bias-gradient kernels, GELU's
+// tanh and erf), within the same tolerance of the run without.
 TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
   for (const std::string arch : {"gpt2", "gpt_neox", "llama", "bloom"}) {
     std::vector<std::vector<double>> losses;
-    for (const std::string fused : {"0", "1"}) {
+    std::vector<std::string> switches = {"0", "1"};
+    if (arch == "gpt2" || arch == "gpt_neox") switches.push_back("all");
+    for (const std::string& fused : switches) {
       const std::string name = "fused-" + arch + "-" + fused;
       tiny_run_config(name, {.arch = arch, .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
       std::vector<std::string> args = {"SEGTRAIN_FUSED_KERNELS=" + fused, kBin, "train", config_path(name), "--set",
@@ -972,7 +1079,7 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
       if (arch == "gpt2") args.insert(args.end(), {"--set", "model.extension.method=interpolate"});  // its table is shorter than L_e
       auto trained = run("env", args, 900);
       ASSERT_EQ(trained.exit_code, 0) << arch << ": " << trained.err;
-      if (fused == "1" && dev == "cuda") {
+      if (fused != "0" && dev == "cuda") {
         EXPECT_NE((trained.out + trained.err).find("fused CUDA kernels on"), std::string::npos) << trained.err;
         // What the first step's forward took (kernels/forward_paths.h), each in bf16 on a fused SDPA kernel.
         // BLOOM's block norms stay fp32, as in transformers: its embedding LayerNorm (read by the stream, not a
@@ -982,15 +1089,16 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
                                  : arch == "gpt2"  ? "LayerNorm 16-bit and fp32; attention causal"
                                                    : "RoPE fused kernel; LayerNorm 16-bit and fp32; attention causal";
         EXPECT_NE(trained.err.find("step 1's forward took: " + took), std::string::npos) << arch << ": " << trained.err;
-        EXPECT_NE(trained.err.find(std::string(arch == "llama" ? "; SwiGLU fused kernel" : "") + "; cross-entropy fused kernel\n"),
-                  std::string::npos)
-            << arch << ": " << trained.err;
+        const std::string last = fused == "all" ? "; cross-entropy fused kernel; bias gradients kernel (GELU's too)\n"
+                                                : "; cross-entropy fused kernel\n";
+        EXPECT_NE(trained.err.find(std::string(arch == "llama" ? "; SwiGLU fused kernel" : "") + last), std::string::npos)
+            << arch << " " << fused << ": " << trained.err;
         EXPECT_TRUE(trained.err.find("SDPA kernel flash") != std::string::npos ||
                     trained.err.find("SDPA kernel cuDNN") != std::string::npos)
             << arch << ": " << trained.err;
         const std::string said = "step 1's forward took: ";
         if (const auto at = trained.err.find(said); at != std::string::npos)
-          record("fused kernels, " + arch + ": " +
+          record("fused kernels" + std::string(fused == "all" ? " (all)" : "") + ", " + arch + ": " +
                  trained.err.substr(at + said.size(), trained.err.find('\n', at) - at - said.size()));
       }
       // Without the switch autocast runs LayerNorm in fp32 on the bf16 stream.
@@ -1000,11 +1108,12 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
       losses.emplace_back();
       for (const auto& row : rows(run_dir(name))) losses.back().push_back(row["loss"].get<double>());
     }
-    ASSERT_EQ(losses[0].size(), 8u) << arch;
-    ASSERT_EQ(losses[1].size(), 8u) << arch;
     const double tolerance = dev != "cuda" ? 0.0 : arch == "bloom" ? 5e-3 : 1e-3;
-    for (size_t i = 0; i < 8; ++i)
-      EXPECT_NEAR(losses[1][i], losses[0][i], tolerance) << arch << " step " << i + 1;
+    for (size_t s = 0; s < switches.size(); ++s) {
+      ASSERT_EQ(losses[s].size(), 8u) << arch << " " << switches[s];
+      for (size_t i = 0; i < 8; ++i)
+        EXPECT_NEAR(losses[s][i], losses[0][i], tolerance) << arch << " " << switches[s] << " step " << i + 1;
+    }
   }
 }
 
