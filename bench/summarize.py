@@ -201,6 +201,14 @@ def gpu_param_dtype_memory(r):
         f"{verdict(r['device_at_least_designed'])}")
 
 
+def gpu_bias_gradient(r):
+    """The step's row alone: the per-projection rows are in the table below the summary."""
+    if not str(r.get("case", "")).startswith("a GPT-2 medium step"):
+        return None
+    return (f"bias gradients, {r['case']}", f"ATen {r['aten_ms']:.2f} ms, the column-sum kernels {r['kernel_ms']:.2f} ms "
+            f"= **{r['ratio']:.2f}x**", f"faster than ATen's: {verdict(r['ratio'] > 1.0)}")
+
+
 def gpu_lora_8b(r):
     """One phase of bench/gpu_lora_8b_bench.py (lora, lora-long, full-1b); an older single row (no phase) too."""
     on = r.get("gpu", r.get("device", "?"))
@@ -247,6 +255,7 @@ headlines("loss_chunk_memory_bench", loss_chunk_memory)
 headlines("gpu_memory_bench", gpu_memory)
 headlines("gpu_param_dtype_memory_bench", gpu_param_dtype_memory)
 headlines("gpu_lora_8b_bench", gpu_lora_8b)
+headlines("gpu_bias_gradient_bench", gpu_bias_gradient)
 
 
 def data_bench(data):

@@ -16,6 +16,8 @@
 #   storage   train.param_dtype x shard_optimizer memory (bench/gpu_param_dtype_memory_bench.sh);
 #   logits    the LM head's GEMMs with the logits' rows aligned (segtrain's padded buffer) or not
 #             (bench/gpu_logits_gemm_bench.sh);
+#   bias-grad the linears' bias gradients, ATen's sum against the column-sum kernels of
+#             SEGTRAIN_FUSED_KERNELS=all (bench/gpu_bias_gradient_bench.sh);
 #   sdpa      which attention kernels take grouped-query attention (bench/gpu_sdpa_backends_bench.sh);
 #   lora-8b   LoRA at Llama-3-8B's shape at L_t 4,096 and 8,192 and full fine-tuning at Llama-3.2-1B's
 #             (bench/gpu_lora_8b_bench.sh): only without --deadline; a session (`make gpu-session`) runs
@@ -26,7 +28,7 @@
 # too little time is reported as not run, and why).
 #
 # usage: scripts/gpu_check.sh [--out DIR] [--deadline SECONDS]
-#   --out DIR       (default bench/results/gpu-check) written as the command goes, 9 files, so that
+#   --out DIR       (default bench/results/gpu-check) written as the command goes, 10 files, so that
 #                   a command that is killed still leaves what finished:
 #                     report.md   the machine and versions, each phase, each test as it finishes
 #                                 (✓ passed, ✗ failed, ○ not applicable here, and why), the first
@@ -34,7 +36,8 @@
 #                     log.txt     everything the build, the tests and the benchmarks printed;
 #                     measured.txt the figures the tests measured, one a line;
 #                     gpu_speed_bench.json, gpu_memory_bench.json, gpu_param_dtype_memory_bench.json,
-#                     gpu_logits_gemm_bench.json, gpu_sdpa_backends_bench.json, gpu_lora_8b_bench.json
+#                     gpu_logits_gemm_bench.json, gpu_bias_gradient_bench.json, gpu_sdpa_backends_bench.json,
+#                     gpu_lora_8b_bench.json
 #                     each benchmark's JSON.
 #   --deadline S    the whole command ends within S seconds (`make gpu-session`: 540, for an
 #                   allocation of 15 minutes with the machine's start and a rerun's margin); the
@@ -117,8 +120,8 @@ if [[ ${GPU_CHECK_SKIP_BUILD:-0} == 1 ]]; then
   report "- build: skipped (GPU_CHECK_SKIP_BUILD=1), $BUILD_DIR as it is"
 else
   phase_seconds build 300 200 60 || { say "no time left to build: $REPORT"; exit 2; }
-  say "building the CUDA configuration in $BUILD_DIR (segtrain segtrain-launch gpu_test; at most $seconds s)"
-  SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR SEGTRAIN_BUILD_TARGETS="segtrain segtrain-launch gpu_test" \
+  say "building the CUDA configuration in $BUILD_DIR (segtrain segtrain-launch gpu_test bias_gradient_kernel_bench; at most $seconds s)"
+  SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR SEGTRAIN_BUILD_TARGETS="segtrain segtrain-launch gpu_test bias_gradient_kernel_bench" \
     timeout -k 10 "$seconds" bash scripts/setup.sh >>"$LOG" 2>&1
   build_status=$?
   if ((build_status != 0)); then
@@ -290,6 +293,7 @@ test_phase "two-ranks (one GPU shared over Gloo; a GPU each over NCCL)" 150 0 -R
 test_phase "rest (every other gpu test)" 60 0 -E "$binary|$attention|$one_step|$two_ranks"
 bench_phase "storage (param_dtype x shard_optimizer memory)" 120 0 gpu_param_dtype_memory_bench
 bench_phase "logits (the LM head's GEMMs, rows aligned or not)" 30 0 gpu_logits_gemm_bench
+bench_phase "bias gradients (ATen's sum vs the column-sum kernels)" 20 0 gpu_bias_gradient_bench
 bench_phase "sdpa (attention kernels for grouped-query attention)" 60 0 gpu_sdpa_backends_bench
 # Writing a 16 GB base, loading it twice, a 1B base besides: a call of its own in a session (it never had the
 # 200 s it needs inside the 540; it now has 300 s in `make gpu-bench`, on this call's build); every phase here.

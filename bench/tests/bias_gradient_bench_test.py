@@ -1,0 +1,52 @@
+"""bench/bias_gradient_kernel_bench.cpp in its CPU mode (a small shape, ATen's calls on both sides), so that it
+cannot fail first on a GPU: the four projections and the step's total, each side timed, the step the sum of 24
+blocks of the four, the sides' sums equal; on a build without CUDA (or no visible GPU) the default device says
+it skipped; a wrong argument is refused, exit 2.
+
+  bias_gradient_bench_test.py --build-dir BUILD
+"""
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from checks import check, finish  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build-dir", required=True)
+    args = parser.parse_args()
+    exe = pathlib.Path(args.build_dir) / "bench" / "bias_gradient_kernel_bench"
+    done = subprocess.run([str(exe), "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    check(done.returncode == 0, f"--device cpu exits 0 (stderr: {done.stderr[-300:]})")
+    if done.returncode == 0:
+        data = json.loads(done.stdout)
+        rows = data["results"]
+        check([r["case"] for r in rows] == ["qkv", "proj", "fc (GELU)", "fc_out", "a GPT-2 medium step (24 blocks)"],
+              f"the four projections and the step: {[r['case'] for r in rows]}")
+        blocks = rows[:4]
+        check(all(r["aten_ms"] > 0 and r["kernel_ms"] > 0 and r["ratio"] > 0 for r in blocks), "every side timed")
+        check([r["gelu"] for r in blocks] == [False, False, True, False], "GELU's gradient with fc's bias only")
+        for side in ("aten_ms", "kernel_ms"):
+            total = 24 * sum(r[side] for r in blocks)
+            check(abs(rows[4][side] - total) <= 1e-3 * max(1.0, total) + 4e-3,
+                  f"the step's {side} {rows[4][side]} = 24 blocks of the four ({total:.4f})")
+        # The CPU's sides are ATen's sum in fp32 both: the same sums.
+        check(all(r["largest_relative_difference"] < 1e-5 for r in blocks),
+              f"the sides' sums agree: {[r['largest_relative_difference'] for r in blocks]}")
+    default = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    if default.returncode == 0 and '"skipped"' in default.stdout:
+        check("no CUDA" in default.stdout or "no CUDA device" in default.stdout, f"says why: {default.stdout}")
+    else:
+        check(default.returncode == 0, f"the default device (cuda) runs where a GPU is: exit {default.returncode}")
+    wrong = subprocess.run([str(exe), "--device", "tpu"], capture_output=True, text=True, timeout=60)
+    check(wrong.returncode == 2 and "--device tpu: expected cuda or cpu" in wrong.stderr,
+          f"a wrong device refused, exit 2: {wrong.returncode} {wrong.stderr}")
+    finish()
+
+
+if __name__ == "__main__":
+    main()
