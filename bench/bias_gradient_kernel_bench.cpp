@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   }
   char step[320];
   std::snprintf(step, sizeof step,
-                R"json({"case": "a GPT-2 medium step (%lld blocks)", "aten_ms": %.3f, "kernel_ms": %.3f, "ratio": %.3f})json",
+                R"json({"case": "a GPT-2 medium step (%lld blocks)", "aten_ms": %.4f, "kernel_ms": %.4f, "ratio": %.3f})json",
                 static_cast<long long>(layers), aten_step, kernel_step, aten_step / kernel_step);
   std::cout << R"({"benchmark": "gpu_bias_gradient", "device": ")" << device_name << R"(", "dtype": ")"
             << c10::toString(dtype) << R"(", "setup": "ATen's sum over the tokens (with gelu_backward before it for )"

@@ -128,10 +128,11 @@ def gpu_speed(r):
         if r.get(f"{variant}_tokens_per_s"):
             figure += (f"; {words} {rate(r[f'{variant}_tokens_per_s'])} tokens/s ({r[f'ratio_{variant}']:.2f}x "
                        f"segtrain's, MFU {pct(r[f'mfu_{variant}'])})")
+            if variant == "graph" and r.get("ratio_graph_compiled") is not None:
+                figure += f", graphs / compiled **{r['ratio_graph_compiled']:.2f}x**"
         elif r.get(f"{variant}_error"):
             figure += f"; {words}: failed: {r[f'{variant}_error'][-120:]}"
     if r.get("ratio_graph_compiled") is not None:
-        figure += f", graphs / compiled **{r['ratio_graph_compiled']:.2f}x**"
         target += f"; graphs >= 1.0x compiled: {verdict(r['ratio_graph_compiled'] >= 1.0)}"
     if r["target_mfu"]:
         # Against the nominal peak when the GPU is in the table (the usual MFU), else the measured one.

@@ -84,6 +84,9 @@ __global__ void sum_partials_kernel(const float* __restrict__ partial, T* __rest
 }
 
 void check_operand(const at::Tensor& t, const at::Tensor& like, const char* name) {
+  const auto dtype = like.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+              "bias_gradient_cuda: takes fp32, bf16 or fp16 (its sums are fp32); got ", dtype);
   TORCH_CHECK(t.is_cuda() && t.dim() == 2 && t.is_contiguous() && t.scalar_type() == like.scalar_type() &&
                   t.sizes() == like.sizes(),
               "bias_gradient_cuda: ", name, " must be a contiguous 2-d CUDA tensor of the gradient's shape and dtype");
@@ -116,7 +119,7 @@ at::Tensor column_sums(const at::Tensor& a, const at::Tensor& dy, const at::Tens
   const ColumnSumPlan plan = plan_column_sums(rows, cols, a.element_size(), aligned,
                                               at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
   at::Tensor partial = at::empty({plan.splits, cols}, a.options().dtype(at::kFloat));
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, a.scalar_type(), "column_sums_cuda", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, a.scalar_type(), "column_sums_cuda", [&] {  // double: refused above
     constexpr int kVector = Pack<scalar_t>::kCount;
     if (plan.pack == kVector) launch_partials<scalar_t, kVector, kTransform>(plan, a, dy, rows_out, partial);
     else launch_partials<scalar_t, 1, kTransform>(plan, a, dy, rows_out, partial);

@@ -53,6 +53,14 @@ variable_list input_and_weight_gradients(AutogradContext* ctx, const at::Tensor&
   return {grad_x, grad_w};
 }
 
+// The kernels' results carry no graph of their own: a backward that records one (create_graph, for
+// second derivatives) would get a wrong one. Nothing in segtrain asks for it.
+void refuse_double_backward() {
+  TORCH_CHECK(!at::GradMode::is_enabled(),
+              "the fused linear's backward (SEGTRAIN_FUSED_KERNELS=all) has no second derivative; "
+              "SEGTRAIN_FUSED_KERNELS=1 takes ATen's linear");
+}
+
 class LinearNode : public torch::autograd::Function<LinearNode> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -60,9 +68,11 @@ class LinearNode : public torch::autograd::Function<LinearNode> {
     const Flat flat = flatten(x, weight);
     ctx->save_for_backward({flat.x, weight});
     ctx->saved_data["x_sizes"] = x.sizes().vec();
-    return affine(flat.x, weight, bias).view(flat.out_sizes);
+    // Not a view of a tensor made here: autograd would refuse in-place ops on it, which ATen's linear allows.
+    return at::_unsafe_view(affine(flat.x, weight, bias), flat.out_sizes);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    refuse_double_backward();
     const auto saved = ctx->get_saved_variables();
     const at::Tensor g = grads[0].reshape({-1, saved[1].size(0)}).contiguous();
     variable_list out = input_and_weight_gradients(ctx, g, saved[0], saved[1]);
@@ -82,9 +92,10 @@ class LinearGeluNode : public torch::autograd::Function<LinearGeluNode> {
     ctx->save_for_backward({flat.x, weight, pre});
     ctx->saved_data["x_sizes"] = x.sizes().vec();
     ctx->saved_data["tanh"] = tanh;
-    return at::gelu(pre, approximation(tanh)).view(flat.out_sizes);
+    return at::_unsafe_view(at::gelu(pre, approximation(tanh)), flat.out_sizes);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    refuse_double_backward();
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& pre = saved[2];
     const at::Tensor dy = grads[0].reshape(pre.sizes()).contiguous();
@@ -121,6 +132,7 @@ std::string linear_fused_refusal(const at::Tensor& x, const at::Tensor& weight, 
   if (weight.dim() != 2 || x.dim() < 1 || x.size(-1) != weight.size(1) || bias.dim() != 1 ||
       bias.size(0) != weight.size(0))
     return "it takes x [..., in], weight [out, in] and bias [out]";
+  if (weight.numel() == 0) return "it takes a weight of at least one element";
   const auto device = x.device().type();
   if (at::autocast::is_autocast_enabled(device) && at::autocast::get_autocast_dtype(device) != t)
     return std::string("autocast would cast x, weight and bias to ") +

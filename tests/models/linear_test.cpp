@@ -204,6 +204,26 @@ TEST(LinearKernels, TheNodesEqualAtensLinearAndGeluForwardAndBackward) {
     }
 }
 
+// What ATen's linear allows on its output and its graph: an in-place op on the output works; a second
+// derivative, which the kernels' results cannot carry, is refused with a message, not computed wrong.
+TEST(LinearKernels, TheNodesOutputTakesInPlaceOpsAndASecondDerivativeIsRefused) {
+  for (const bool gelu : {false, true}) {
+    const Leaves l = leaves(at::kFloat, true, true);
+    auto y = gelu ? linear_gelu_fused(l.x, l.w, l.b, true) : linear_fused(l.x, l.w, l.b);
+    y.add_(1.0);  // ATen's linear's output takes it; a view made inside a node would not
+    EXPECT_NO_THROW(y.sum().backward()) << gelu;
+    ASSERT_TRUE(l.b.grad().defined()) << gelu;
+    const Leaves m = leaves(at::kFloat, true, true);
+    const auto z = gelu ? linear_gelu_fused(m.x, m.w, m.b, true) : linear_fused(m.x, m.w, m.b);
+    try {
+      torch::autograd::grad({z.sum()}, {m.x}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+      ADD_FAILURE() << "expected the second derivative refused, gelu " << gelu;
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("has no second derivative"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(LinearKernels, TheCpuTakesAtensLinearAndTheNodesSayWhyNot) {
   const Leaves l = leaves(at::kFloat, true, true);
   start_recording_paths();
@@ -227,6 +247,8 @@ TEST(LinearKernels, TheCpuTakesAtensLinearAndTheNodesSayWhyNot) {
   refused(l.x, l.w, l.b.detach(), "it fuses a bias's gradient; this bias is not trained");
   refused(l.x.to(at::kBFloat16), l.w, l.b, "it takes x, weight and bias of one dtype; got BFloat16, Float and Float");
   refused(l.x, l.w.t(), l.b, "it takes x [..., in], weight [out, in] and bias [out]");
+  refused(at::randn({2, 0}), at::randn({3, 0}), at::zeros({3}).requires_grad_(),
+          "it takes a weight of at least one element");
   {
     struct CpuAutocast {  // on for this scope only, whatever throws
       CpuAutocast() {
