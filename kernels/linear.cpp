@@ -113,9 +113,10 @@ void require_fused(const at::Tensor& x, const at::Tensor& weight, const at::Tens
 }
 
 // Where linear() and linear_gelu() take the nodes: a CUDA tensor of a CUDA build, with the
-// kernels no GPU has run yet asked for.
+// kernels no GPU has run yet asked for, in a forward that records gradients (evaluation under
+// no-grad has no bias gradient to fuse: ATen's linear).
 bool takes_fused(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  return SEGTRAIN_WITH_CUDA && untested_kernels_requested() && x.is_cuda() &&
+  return SEGTRAIN_WITH_CUDA && untested_kernels_requested() && x.is_cuda() && at::GradMode::is_enabled() &&
          linear_fused_refusal(x, weight, bias).empty();
 }
 
