@@ -6,7 +6,7 @@
 #      CUPTI injection library built on the spot): profile.md, profile.json;
 #   2. with the time left (at least 170 s), the speed of the three side by side (bench/gpu_speed_bench.sh,
 #      GPT-2 medium, BENCH_ROUNDS rounds, default 1 here), segtrain's CUDA-graph variant (SEGTRAIN_CUDA_GRAPH=1)
-#      and its all-kernels variant (SEGTRAIN_FUSED_KERNELS=all: the bias-gradient kernels no GPU has run yet)
+#      and its all-kernels variant (SEGTRAIN_FUSED_KERNELS=all: the kernels no GPU has run yet)
 #      in the same rounds, so that the graph / torch.compile ratio that would make graphs the default, and what
 #      the new kernels gain, are measured side by side (the three took 81 s on the H200, 2026-11-29; each
 #      variant about a sixth more): gpu_speed_bench.json, summary.md.

@@ -58,7 +58,7 @@ default takes the project's CUDA kernels) in the same rounds, composite / segtra
 ratio_composite; graph: segtrain again with SEGTRAIN_CUDA_GRAPH=1, graph / segtrain is
 ratio_graph (with compiled too, graph / compiled round by round is ratio_graph_compiled);
 all: segtrain again with SEGTRAIN_FUSED_KERNELS=all (also the kernels no GPU has run yet: the linears'
-bias gradients), all / segtrain is ratio_all;
+bias gradients, the residual add fused with LayerNorm), all / segtrain is ratio_all;
 segtrain_fused_kernels and segtrain_cuda_graph say what the plain segtrain
 program ran with),
 BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
@@ -126,7 +126,7 @@ REFERENCES = [r for r in os.environ.get("BENCH_REFERENCES", "eager,compiled" if 
 SEGTRAIN_VARIANTS = {
     "composite": {"SEGTRAIN_FUSED_KERNELS": "0"},  # ATen's composites, not the CUDA kernels (kernels/fused_kernels.h)
     "graph": {"SEGTRAIN_CUDA_GRAPH": "1"},     # the step replayed as CUDA graphs (trainer/runtime/cuda_graph.h)
-    "all": {"SEGTRAIN_FUSED_KERNELS": "all"},  # also the kernels no GPU has run yet (kernels/linear.h's bias gradients)
+    "all": {"SEGTRAIN_FUSED_KERNELS": "all"},  # also the kernels no GPU has run yet (kernels/linear.h, kernels/residual_norm.h)
 }
 if "eager" not in REFERENCES or any(r not in ("eager", "compiled", *SEGTRAIN_VARIANTS) for r in REFERENCES) \
         or len(set(REFERENCES)) != len(REFERENCES):

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/bias_gradient_plan.h"
+#include "kernels/column_partials.cuh"
 #include "kernels/gelu_element.h"
 #include "kernels/vector_pack.cuh"
 
@@ -72,17 +73,6 @@ __global__ void __launch_bounds__(kColumnThreads* kRowThreads)
   }
 }
 
-// A column's partials in split order, rounded once to T.
-template <typename T>
-__global__ void sum_partials_kernel(const float* __restrict__ partial, T* __restrict__ out, int64_t splits,
-                                    int64_t cols) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float s = partial[c];
-  for (int64_t k = 1; k < splits; ++k) s += partial[k * cols + c];
-  out[c] = static_cast<T>(s);
-}
-
 void check_operand(const at::Tensor& t, const at::Tensor& like, const char* name) {
   const auto dtype = like.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
@@ -123,11 +113,7 @@ at::Tensor column_sums(const at::Tensor& a, const at::Tensor& dy, const at::Tens
     constexpr int kVector = Pack<scalar_t>::kCount;
     if (plan.pack == kVector) launch_partials<scalar_t, kVector, kTransform>(plan, a, dy, rows_out, partial);
     else launch_partials<scalar_t, 1, kTransform>(plan, a, dy, rows_out, partial);
-    constexpr int kThreads = 256;
-    sum_partials_kernel<scalar_t>
-        <<<static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-            partial.const_data_ptr<float>(), out.mutable_data_ptr<scalar_t>(), plan.splits, cols);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_sum_partials<scalar_t>(partial.const_data_ptr<float>(), out.mutable_data_ptr<scalar_t>(), plan.splits, cols);
   });
   return out;
 }

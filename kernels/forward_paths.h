@@ -3,8 +3,8 @@
 // ATen's fused RMSNorm or the composite, LayerNorm in 16 bits or fp32, attention with the implicit causal mask, with ALiBi
 // folded into q·k or with its bias tensor, the kernel SDPA picked for it, SwiGLU's kernels or
 // composite, the loss's
-// cross-entropy kernel or composite, and the linears' bias-gradient kernels where taken (ATen's
-// linear is not recorded). The choices are made
+// cross-entropy kernel or composite, and the linears' bias-gradient kernels and the fused residual
+// add and LayerNorm where taken (ATen's linear, and its add, are not recorded). The choices are made
 // per call (by the switch, the device, the dtypes, a batch's positions), so a plan line can only
 // say what is switched on; the trainer records its first step's choices and logs them, so that a
 // GPU run says whether it took the paths its GPU tests check.
@@ -39,6 +39,7 @@ enum class ForwardPath : uint32_t {
   swiglu_composite = 1u << 19,
   linear_bias_gradient_kernel = 1u << 20,  // a projection's bias gradient by the column-sum kernel (kernels/linear.h)
   gelu_bias_gradient_kernel = 1u << 21,    // the GELU MLP's, with GELU's gradient in the same pass
+  residual_layer_norm_kernel = 1u << 22,   // the residual add and the LayerNorm after it (kernels/residual_norm.h)
 };
 
 // Starts recording (clearing what an earlier recording noted).
@@ -54,7 +55,7 @@ void record_path(ForwardPath path);
 void record_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
                  bool is_causal, std::optional<double> scale, bool enable_gqa);
 
-// "RoPE composite; RMSNorm fused (ATen); LayerNorm 16-bit; attention ALiBi folded into q·k; SDPA
+// "RoPE composite; RMSNorm fused (ATen); LayerNorm 16-bit; residual add + LayerNorm fused kernel; attention ALiBi folded into q·k; SDPA
 // kernel flash; SwiGLU fused kernel; cross-entropy fused kernel; bias gradients kernel (GELU's
 // too)" ("" for none).
 std::string describe_paths(uint32_t paths);

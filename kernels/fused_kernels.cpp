@@ -40,8 +40,8 @@ std::string describe_fused_kernels(bool cuda_device) {
   const std::string tested = "rope, rms_norm, 16-bit layer_norm, swiglu, alibi folded into q.k, cross-entropy";
   if (untested_kernels_requested())
     return "fused CUDA kernels on (" + tested +
-           "; and, not yet run on a GPU, the linears' bias gradients with GELU's; SEGTRAIN_FUSED_KERNELS=0: ATen's "
-           "composites)";
+           "; and, not yet run on a GPU, the linears' bias gradients with GELU's and the residual add with the "
+           "LayerNorm after it; SEGTRAIN_FUSED_KERNELS=0: ATen's composites)";
   return "fused CUDA kernels on (" + tested + "; SEGTRAIN_FUSED_KERNELS=0: ATen's composites)";
 }
 

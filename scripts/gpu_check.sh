@@ -16,8 +16,8 @@
 #   storage   train.param_dtype x shard_optimizer memory (bench/gpu_param_dtype_memory_bench.sh);
 #   logits    the LM head's GEMMs with the logits' rows aligned (segtrain's padded buffer) or not
 #             (bench/gpu_logits_gemm_bench.sh);
-#   bias-grad the linears' bias gradients, ATen's sum against the column-sum kernels of
-#             SEGTRAIN_FUSED_KERNELS=all (bench/gpu_bias_gradient_bench.sh);
+#   kernels   the kernels of SEGTRAIN_FUSED_KERNELS=all against the ATen calls they replace: the linears'
+#             bias gradients, the residual add fused with LayerNorm (bench/gpu_kernel_bench.sh);
 #   sdpa      which attention kernels take grouped-query attention (bench/gpu_sdpa_backends_bench.sh);
 #   lora-8b   LoRA at Llama-3-8B's shape at L_t 4,096 and 8,192 and full fine-tuning at Llama-3.2-1B's
 #             (bench/gpu_lora_8b_bench.sh): only without --deadline; a session (`make gpu-session`) runs
@@ -36,7 +36,7 @@
 #                     log.txt     everything the build, the tests and the benchmarks printed;
 #                     measured.txt the figures the tests measured, one a line;
 #                     gpu_speed_bench.json, gpu_memory_bench.json, gpu_param_dtype_memory_bench.json,
-#                     gpu_logits_gemm_bench.json, gpu_bias_gradient_bench.json, gpu_sdpa_backends_bench.json,
+#                     gpu_logits_gemm_bench.json, gpu_kernel_bench.json, gpu_sdpa_backends_bench.json,
 #                     gpu_lora_8b_bench.json
 #                     each benchmark's JSON.
 #   --deadline S    the whole command ends within S seconds (`make gpu-session`: 540, for an
@@ -120,8 +120,8 @@ if [[ ${GPU_CHECK_SKIP_BUILD:-0} == 1 ]]; then
   report "- build: skipped (GPU_CHECK_SKIP_BUILD=1), $BUILD_DIR as it is"
 else
   phase_seconds build 300 200 60 || { say "no time left to build: $REPORT"; exit 2; }
-  say "building the CUDA configuration in $BUILD_DIR (segtrain segtrain-launch gpu_test bias_gradient_kernel_bench; at most $seconds s)"
-  SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR SEGTRAIN_BUILD_TARGETS="segtrain segtrain-launch gpu_test bias_gradient_kernel_bench" \
+  say "building the CUDA configuration in $BUILD_DIR (segtrain segtrain-launch gpu_test kernel_bench; at most $seconds s)"
+  SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR SEGTRAIN_BUILD_TARGETS="segtrain segtrain-launch gpu_test kernel_bench" \
     timeout -k 10 "$seconds" bash scripts/setup.sh >>"$LOG" 2>&1
   build_status=$?
   if ((build_status != 0)); then
@@ -172,6 +172,7 @@ declare -A about=(
   [FusedKernels.SwigluEqualsTheCompositeForwardAndBackward]="the SwiGLU kernels = ATen's silu(gate) * up, value and both gradients, fp32/bf16/fp16, d_ff 14,336, a tail, more than a grid, a gate off a 16-byte boundary"
   [FusedKernels.LayerNormIn16BitsIsAutocastsFp32ResultRounded]="LayerNorm in bf16/fp16 outside autocast = autocast's fp32 LayerNorm rounded (1 ulp), forward and backward"
   [FusedKernels.LinearBiasGradientsEqualAtensLinearAndGelu]="the bias-gradient kernels (SEGTRAIN_FUSED_KERNELS=all) = ATen's linear and gelu: output, d x, d W to a unit, d b within fp32 rounding, GELU's gradient within a unit of gelu_backward, fp32/bf16/fp16"
+  [FusedKernels.ResidualLayerNormEqualsAtensAddAndLayerNorm]="the residual add fused with LayerNorm (SEGTRAIN_FUSED_KERNELS=all) = ATen's add and LayerNorm: the sum bit for bit, the norm within 2 units, d x within 4, d w and d b within fp32 rounding, fp32/bf16/fp16, 768 to 8,192 wide, the same bits twice"
   [FusedKernels.ColumnSumsCoverEveryRowAtAnySizeAndRepeatBitForBit]="the column-sum kernel: exact integer sums at 100,003 x 8, 5 x 12, 8,192 x 4,096 and off a 16-byte boundary, the same bits twice"
   [FusedKernels.FoldedAlibiTakesAFused16BitKernelAndMatchesTheFp32Bias]="ALiBi folded into q.k: a fused 16-bit SDPA kernel, within bf16 of the fp32 bias"
   [DeviceRun.ExportOfADeviceRunEqualsExportOfTheSameWeightsOnTheCpu]="the export of a device run = the export of the same weights on the CPU"
@@ -293,7 +294,7 @@ test_phase "two-ranks (one GPU shared over Gloo; a GPU each over NCCL)" 150 0 -R
 test_phase "rest (every other gpu test)" 60 0 -E "$binary|$attention|$one_step|$two_ranks"
 bench_phase "storage (param_dtype x shard_optimizer memory)" 120 0 gpu_param_dtype_memory_bench
 bench_phase "logits (the LM head's GEMMs, rows aligned or not)" 30 0 gpu_logits_gemm_bench
-bench_phase "bias gradients (ATen's sum vs the column-sum kernels)" 20 0 gpu_bias_gradient_bench
+bench_phase "kernels (bias gradients, residual LayerNorm: ATen's calls vs the all kernels)" 25 0 gpu_kernel_bench
 bench_phase "sdpa (attention kernels for grouped-query attention)" 60 0 gpu_sdpa_backends_bench
 # Writing a 16 GB base, loading it twice, a 1B base besides: a call of its own in a session (it never had the
 # 200 s it needs inside the 540; it now has 300 s in `make gpu-bench`, on this call's build); every phase here.

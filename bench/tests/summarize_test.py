@@ -69,7 +69,7 @@ def main():
         check(code == 0 and "with ATen's composites 80 K tokens/s (0.89x segtrain's, MFU 24.0%)" in out
               and "with CUDA graphs 126 K tokens/s (1.40x segtrain's, MFU 37.8%), graphs / compiled **1.05x**" in out
               and "graphs >= 1.0x compiled: ✓ met" in out
-              and "with SEGTRAIN_FUSED_KERNELS=all (the bias-gradient kernels too) 92 K tokens/s (1.02x segtrain's, "
+              and "with SEGTRAIN_FUSED_KERNELS=all (the kernels no GPU has run yet too) 92 K tokens/s (1.02x segtrain's, "
                   "MFU 27.6%)" in out, f"the variants in the speed headline: {out[-700:]}")
         failed = dict(SPEED_ROW, graph_error="segtrain: SEGTRAIN_CUDA_GRAPH=1 needs a CUDA device")
         (folder / "gpu_speed_bench.json").write_text(json.dumps({"benchmark": "gpu_train_speed",
@@ -79,17 +79,32 @@ def main():
               and "graphs >= 1.0x" not in out, f"a failed graph variant said: {out[-500:]}")
         (folder / "gpu_speed_bench.json").write_text(json.dumps({"benchmark": "gpu_train_speed",
                                                                   "results": [SPEED_ROW]}))
-        # the bias-gradient kernels' bench: the step's row is the headline, the projections' rows the table
-        bias = {"benchmark": "gpu_bias_gradient", "results": [
-            {"case": "qkv", "tokens": 8192, "cols": 3072, "gelu": False, "aten_ms": 0.031, "kernel_ms": 0.015,
-             "ratio": 2.07},
-            {"case": "a GPT-2 medium step (24 blocks)", "aten_ms": 2.31, "kernel_ms": 1.1, "ratio": 2.1}]}
-        (folder / "gpu_bias_gradient_bench.json").write_text(json.dumps(bias))
-        code, out, err = summarize(args.python, d, "--only", "gpu_bias_gradient_bench")
+        # the kernels' bench: each kernel's step row is a headline, the shapes' rows the table
+        kernels = {"benchmark": "gpu_kernels", "results": [
+            {"kernel": "bias gradient", "case": "qkv", "tokens": 8192, "cols": 3072, "gelu": False, "aten_ms": 0.031,
+             "kernel_ms": 0.015, "ratio": 2.07},
+            {"kernel": "bias gradient", "case": "a GPT-2 medium step (24 blocks)", "aten_ms": 2.31, "kernel_ms": 1.1,
+             "ratio": 2.1},
+            {"kernel": "residual LayerNorm", "case": "ln2", "tokens": 8192, "cols": 1024, "aten_ms": 0.2,
+             "kernel_ms": 0.25, "ratio": 0.8},
+            {"kernel": "residual LayerNorm", "case": "a GPT-2 medium step (24 blocks)", "aten_ms": 4.8,
+             "kernel_ms": 6.0, "ratio": 0.8}]}
+        (folder / "gpu_kernel_bench.json").write_text(json.dumps(kernels))
+        code, out, err = summarize(args.python, d, "--only", "gpu_kernel_bench")
         check(code == 0 and "| bias gradients, a GPT-2 medium step (24 blocks) | ATen 2.31 ms, the column-sum kernels "
-              "1.10 ms = **2.10x** | faster than ATen's: ✓ met |" in out and "| qkv | 8192 | 3072 |" in out,
-              f"the bias-gradient headline and table: {out[-600:]}")
-        (folder / "gpu_bias_gradient_bench.json").unlink()
+              "1.10 ms = **2.10x** | faster than ATen's: ✓ met |" in out and "qkv" in out and "ln2" in out,
+              f"the bias-gradient headline and table: {out[-900:]}")
+        check("| residual add + LayerNorm, forward and backward, a GPT-2 medium step (24 blocks) | ATen 4.80 ms, the "
+              "fused node 6.00 ms = **0.80x** | faster than ATen's: ✗ **not met** |" in out,
+              f"the residual LayerNorm headline, a slower kernel said so: {out[-900:]}")
+        # a row written before the kernel field: still a bias-gradient headline
+        old = {"benchmark": "gpu_bias_gradient", "results": [kernels["results"][1] | {"kernel": None}]}
+        del old["results"][0]["kernel"]
+        (folder / "gpu_kernel_bench.json").write_text(json.dumps(old))
+        code, out, err = summarize(args.python, d, "--only", "gpu_kernel_bench")
+        check(code == 0 and "| bias gradients, a GPT-2 medium step (24 blocks) |" in out,
+              f"a row without the kernel field: {out[-600:]}")
+        (folder / "gpu_kernel_bench.json").unlink()
 
         cases = {
             "cut mid-way": json.dumps(whole)[:150],

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "kernels/layer_norm.h"
+#include "kernels/residual_norm.h"
 #include "kernels/rope.h"
 #include "models/modules/activation_checkpoint.h"
 #include "models/modules/attention.h"
@@ -66,8 +67,10 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
   auto mlp = [&](const at::Tensor& h) { return fc_out(fc->forward_gelu(h, /*tanh=*/!layout.exact_gelu)); };
   constexpr auto projections = kernels::NormReader::matmul;  // qkv's and fc's
   if (layout.parallel_residual) return x + attention(normed(ln1, x, projections)) + mlp(normed(ln2, x, projections));
-  auto h = x + attention(normed(ln1, x, projections));
-  return h + mlp(normed(ln2, h, projections));
+  // The residual add and ln2 as one (kernels/residual_norm.h: fused where the switch says all).
+  const auto [h, h_normed] = kernels::add_layer_norm(x, attention(normed(ln1, x, projections)), ln2->weight,
+                                                     ln2->bias, ln2->options.eps(), projections);
+  return h + mlp(h_normed);
 }
 
 TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(config)) {

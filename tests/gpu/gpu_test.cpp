@@ -41,6 +41,7 @@
 #include "kernels/fused_kernels.h"
 #include "kernels/layer_norm.h"
 #include "kernels/linear.h"
+#include "kernels/residual_norm.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -908,6 +909,89 @@ TEST(FusedKernels, ColumnSumsCoverEveryRowAtAnySizeAndRepeatBitForBit) {
     }
 }
 
+// The residual add fused with LayerNorm (kernels/residual_norm.h) against ATen's add and LayerNorm in the
+// same dtype, forward and the four gradients, at GPT-2 medium's 8,192 x 1,024, GPT-2's 768 on 5 rows, a
+// 4,096 row (one kernel's registers holding 4 packs a thread in bf16, 8 in fp32) and bf16's widest row,
+// 8,192, with a weight off a 16-byte boundary; fp32, bf16 and fp16. The sum must be ATen's bits (both
+// round the fp32 sum once); the norm within two units of its value (both compute in fp32 registers and
+// round once, their statistics summed in other orders); x's gradient, which the composite rounds twice
+// (the norm's, then its sum with h's other gradient) and the kernel once, within 4 units of the largest;
+// the weight's and bias's, column sums in fp32, within the rounding of the kernel's chains of additions
+// of the sums in double. x's and branch's gradients are one tensor's values, and two runs the same bits.
+TEST(FusedKernels, ResidualLayerNormEqualsAtensAddAndLayerNorm) {
+  REQUIRE_DEVICE(1);
+  if (device_under_test() != "cuda")
+    SKIP_NOT_APPLICABLE("the residual LayerNorm kernels are CUDA's; tests/models/residual_norm_test.cpp checks their arithmetic and wiring on the CPU");
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  constexpr double eps = 1e-5;
+  double worst_norm = 0, worst_dx = 0, worst_dw = 0;
+  for (const auto& [tokens, d, offset] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {8192, 1024, 0}, {5, 768, 0}, {1024, 4096, 0}, {6, 8192, 1}})
+    for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      if (d * c10::elementSize(dtype) > kernels::kFusedNormRowBytes) continue;
+      at::manual_seed(41);
+      const auto x0 = (at::randn({2, (tokens + 1) / 2, d}, cuda) * 3 + 1).to(dtype);
+      const auto branch0 = at::randn(x0.sizes(), cuda).to(dtype);
+      const auto w_storage = (at::randn({d + offset}, cuda) * 0.3 + 1).to(dtype);
+      const auto w0 = w_storage.narrow(0, offset, d), b0 = (at::randn({d}, cuda) * 0.1).to(dtype);
+      const auto up_sum = at::randn(x0.sizes(), cuda).to(dtype), up_normed = at::randn(x0.sizes(), cuda).to(dtype);
+      const std::string what = std::string(c10::toString(dtype)) + " " + std::to_string(x0.size(0) * x0.size(1)) +
+                               " x " + std::to_string(d) + (offset ? ", weight off a 16-byte boundary" : "");
+      auto run = [&](bool fused) {
+        auto x = x0.clone().requires_grad_(), branch = branch0.clone().requires_grad_();
+        auto w = w0.detach().requires_grad_(), b = b0.clone().requires_grad_();
+        at::Tensor sum, normed;
+        if (fused) {
+          auto out = kernels::add_layer_norm_fused(x, branch, w, b, eps);
+          sum = out.sum, normed = out.normed;
+        } else {
+          sum = x + branch;
+          normed = at::layer_norm(sum, {d}, w, b, eps);
+        }
+        const auto g = torch::autograd::grad({sum, normed}, {x, branch, w, b}, {up_sum, up_normed});
+        return std::vector<at::Tensor>{sum.detach(), normed.detach(), g[0], g[1], g[2], g[3]};
+      };
+      const auto got = run(true), want = run(false), again = run(true);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].scalar_type(), dtype) << what << " output " << i;
+        EXPECT_TRUE(at::equal(got[i], again[i])) << what << ": output " << i << " not the same bits twice";
+      }
+      const double unit = dtype == at::kFloat ? std::ldexp(1.0, -23)
+                          : dtype == at::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+      EXPECT_TRUE(at::equal(got[0], want[0])) << what << ": the sum is not ATen's";
+      EXPECT_TRUE(at::equal(got[2], got[3])) << what << ": x's and branch's gradients differ";
+      auto apart = [](const at::Tensor& a, const at::Tensor& e) { return (a.to(at::kDouble) - e.to(at::kDouble)).abs(); };
+      const auto norm_error = apart(got[1], want[1]);
+      const auto norm_bound = want[1].to(at::kDouble).abs() * 2 * unit + 64 * std::ldexp(1.0, -24) * 8;
+      worst_norm = std::max(worst_norm, (norm_error / (want[1].to(at::kDouble).abs() + 1e-3)).max().item<double>());
+      EXPECT_FALSE((norm_error > norm_bound).any().item<bool>())
+          << what << " normed: largest difference " << norm_error.max().item<double>();
+      const double largest = want[2].to(at::kDouble).abs().max().item<double>();
+      const double dx_error = apart(got[2], want[2]).max().item<double>();
+      worst_dx = std::max(worst_dx, dx_error / (largest * unit));
+      EXPECT_LE(dx_error, largest * unit * 4) << what << " d x";
+      // d w and d b against the sums in double over the rounded sum's statistics in double.
+      const auto s = got[0].to(at::kDouble).reshape({-1, d}), dy = up_normed.to(at::kDouble).reshape({-1, d});
+      const auto mean = s.mean(-1, true), rstd = at::rsqrt(s.var(-1, false, true) + eps);
+      const auto xhat = (s - mean) * rstd;
+      const int64_t rows = s.size(0);
+      const double chains = static_cast<double>(rows) / 8 + 8 + 128;
+      for (const auto& [index, terms] : std::vector<std::pair<int, at::Tensor>>{{4, dy * xhat}, {5, dy}}) {
+        const auto exact = terms.sum(0);
+        const auto bound = terms.abs().sum(0) * (chains * std::ldexp(1.0, -24) + 1e-5) + exact.abs() * 2 * unit;
+        const auto error = apart(got[index], exact);
+        worst_dw = std::max(worst_dw, (apart(got[index], want[index]) / (want[index].to(at::kDouble).abs() + 1e-6))
+                                          .max().item<double>());
+        EXPECT_FALSE((error > bound).any().item<bool>())
+            << what << (index == 4 ? " d w" : " d b") << ": largest difference " << error.max().item<double>()
+            << " from the sum in double";
+      }
+    }
+  record("residual LayerNorm kernels vs ATen's add and LayerNorm: normed within " + std::to_string(worst_norm) +
+         " (relative), d x within " + std::to_string(worst_dx) + " units of the largest, d w and d b within " +
+         std::to_string(worst_dw) + " of ATen's (relative)");
+}
+
 // ---------------------------------------------------------------------------
 // Attention at long lengths.
 
@@ -1063,7 +1147,7 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
 // switch on, the fused RoPE kernel, ATen's fused RMSNorm, ALiBi folded, a fused SDPA kernel and
 // the cross-entropy kernel, LayerNorm in 16 bits (fp32 without the switch), the SwiGLU kernels.
 // gpt2 and gpt_neox also run with SEGTRAIN_FUSED_KERNELS=all (the linears' bias-gradient kernels, GELU's
-// tanh and erf), within the same tolerance of the run without.
+// tanh and erf; GPT-2's residual add fused with ln2), within the same tolerance of the run without.
 TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
@@ -1084,9 +1168,12 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
         // What the first step's forward took (kernels/forward_paths.h), each in bf16 on a fused SDPA kernel.
         // BLOOM's block norms stay fp32, as in transformers: its embedding LayerNorm (read by the stream, not a
         // matmul) returns autocast's fp32, so its residual stream, which every block norm reads, is fp32.
+        // With all, GPT-2's ln2 is fused with the residual add before it (gpt_neox's parallel residual has none).
         const std::string took = arch == "llama"  ? "RoPE fused kernel; RMSNorm fused (ATen); attention causal"
                                  : arch == "bloom" ? "LayerNorm fp32; attention ALiBi folded into q·k; SDPA kernel "
-                                 : arch == "gpt2"  ? "LayerNorm 16-bit and fp32; attention causal"
+                                 : arch == "gpt2"  ? (fused == "all" ? "LayerNorm 16-bit and fp32; residual add + LayerNorm "
+                                                                       "fused kernel; attention causal"
+                                                                     : "LayerNorm 16-bit and fp32; attention causal")
                                                    : "RoPE fused kernel; LayerNorm 16-bit and fp32; attention causal";
         EXPECT_NE(trained.err.find("step 1's forward took: " + took), std::string::npos) << arch << ": " << trained.err;
         const std::string last = fused == "all" ? "; cross-entropy fused kernel; bias gradients kernel (GELU's too)\n"

@@ -1,9 +1,10 @@
-"""bench/bias_gradient_kernel_bench.cpp in its CPU mode (a small shape, ATen's calls on both sides), so that it
-cannot fail first on a GPU: the four projections and the step's total, each side timed, the step the sum of 24
-blocks of the four, the sides' sums equal; on a build without CUDA (or no visible GPU) the default device says
-it skipped; a wrong argument is refused, exit 2.
+"""bench/kernel_bench.cpp in its CPU mode (a small shape, ATen's calls on both sides), so that it cannot fail
+first on a GPU: the bias gradients' four projections and their step's total, each side timed, the step the sum of
+24 blocks of the four, the sides' sums equal; the residual LayerNorm's row and its step (24 of it), the sides'
+gradients equal; on a build without CUDA (or no visible GPU) the default device says it skipped; a wrong
+argument is refused, exit 2.
 
-  bias_gradient_bench_test.py --build-dir BUILD
+  kernel_bench_test.py --build-dir BUILD
 """
 import argparse
 import json
@@ -19,14 +20,24 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build-dir", required=True)
     args = parser.parse_args()
-    exe = pathlib.Path(args.build_dir) / "bench" / "bias_gradient_kernel_bench"
+    exe = pathlib.Path(args.build_dir) / "bench" / "kernel_bench"
     done = subprocess.run([str(exe), "--device", "cpu"], capture_output=True, text=True, timeout=300)
     check(done.returncode == 0, f"--device cpu exits 0 (stderr: {done.stderr[-300:]})")
     if done.returncode == 0:
         data = json.loads(done.stdout)
         rows = data["results"]
-        check([r["case"] for r in rows] == ["qkv", "proj", "fc (GELU)", "fc_out", "a GPT-2 medium step (24 blocks)"],
-              f"the four projections and the step: {[r['case'] for r in rows]}")
+        step = "a GPT-2 medium step (24 blocks)"
+        check([(r["kernel"], r["case"]) for r in rows] ==
+              [("bias gradient", c) for c in ("qkv", "proj", "fc (GELU)", "fc_out", step)] +
+              [("residual LayerNorm", "ln2"), ("residual LayerNorm", step)],
+              f"the four projections and their step, ln2 and its step: {[(r['kernel'], r['case']) for r in rows]}")
+        ln2, ln2_step = rows[5], rows[6]
+        check(ln2["aten_ms"] > 0 and ln2["kernel_ms"] > 0, "the residual LayerNorm's sides timed")
+        for side in ("aten_ms", "kernel_ms"):
+            check(abs(ln2_step[side] - 24 * ln2[side]) <= 1e-3 * max(1.0, 24 * ln2[side]) + 4e-3,
+                  f"its step's {side} {ln2_step[side]} = 24 x {ln2[side]}")
+        # On the CPU the node computes with ATen's add and LayerNorm: the same gradient.
+        check(ln2["largest_relative_difference"] == 0, f"the sides' d x equal: {ln2['largest_relative_difference']}")
         blocks = rows[:4]
         check(all(r["aten_ms"] > 0 and r["kernel_ms"] > 0 and r["ratio"] > 0 for r in blocks), "every side timed")
         check([r["gelu"] for r in blocks] == [False, False, True, False], "GELU's gradient with fc's bias only")

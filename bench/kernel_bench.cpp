@@ -1,0 +1,186 @@
+// The project's CUDA kernels that no GPU has run yet (SEGTRAIN_FUSED_KERNELS=all) against the ATen calls they
+// replace, as JSON on stdout, at GPT-2 medium's shapes in bf16 (8,192 tokens a micro-batch), each kernel's rows
+// and a step's total (24 blocks' worth):
+//   bias gradient        ATen's sum over the tokens (what its linear's backward runs for a bias; with
+//                        gelu_backward before it for fc) against kernels/linear.h's column-sum kernels, at the
+//                        four biased projections a block (qkv 3,072, proj 1,024, fc 4,096 with GELU, fc_out 1,024)
+//   residual LayerNorm   ATen's add and LayerNorm, forward and backward (the gradients of x, branch, weight and
+//                        bias from upstream gradients of the sum and the norm, as the block's autograd sums them)
+//                        against kernels/residual_norm.h's fused node, at ln2's 1,024 (one a block)
+// Each figure is the median of 7 samples of 20 calls between device synchronisations, the two sides
+// interleaved.
+//   kernel_bench [--device cuda|cpu]   (default cuda)
+// On CUDA without a visible GPU (or a build without CUDA) it prints {"benchmark": ..., "skipped": why}. With
+// --device cpu it times the same calls at a small shape, where both sides are ATen's: a check that the bench
+// runs (bench/tests/kernel_bench_test.py), not a figure.
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <torch/autograd.h>
+
+#include "kernels/linear.h"
+#include "kernels/residual_norm.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void synchronize(const at::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize();
+}
+
+// Milliseconds a call: the median of `samples` samples of `calls` calls.
+double time_ms(const at::Device& device, const std::function<void()>& call, int samples = 7, int calls = 20) {
+  for (int i = 0; i < 3; ++i) call();  // first calls: the allocator's blocks, the kernels' loading
+  std::vector<double> ms;
+  for (int s = 0; s < samples; ++s) {
+    synchronize(device);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) call();
+    synchronize(device);
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / calls);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Case {
+  const char* name;
+  int64_t cols;
+  bool gelu;
+};
+
+// A step's row: the kernel's figures for `layers` blocks.
+std::string step_row(const char* kernel, int64_t layers, double aten_ms, double kernel_ms) {
+  char row[320];
+  std::snprintf(row, sizeof row,
+                R"json({"kernel": "%s", "case": "a GPT-2 medium step (%lld blocks)", "aten_ms": %.4f, "kernel_ms": %.4f, "ratio": %.3f})json",
+                kernel, static_cast<long long>(layers), aten_ms, kernel_ms, aten_ms / kernel_ms);
+  return row;
+}
+
+// ln2's residual add and LayerNorm of a block, forward and backward, ATen's against the fused node: its row
+// and the step's.
+std::string residual_layer_norm_rows(const at::Device& device, int64_t tokens, int64_t cols, int64_t layers,
+                                     at::ScalarType dtype) {
+  const auto options = at::TensorOptions().device(device).dtype(dtype);
+  const auto x = at::randn({tokens, cols}, options), branch = at::randn({tokens, cols}, options);
+  const auto w0 = at::randn({cols}, options), b0 = at::randn({cols}, options);
+  const auto up_sum = at::randn({tokens, cols}, options), up_normed = at::randn({tokens, cols}, options);
+  at::Tensor aten_dx, kernel_dx;
+  const auto pass = [&](bool fused) {
+    auto xs = x.detach().requires_grad_(), bs = branch.detach().requires_grad_();
+    auto w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+    at::Tensor sum, normed;
+    if (fused) {
+      auto out = segtrain::kernels::add_layer_norm_fused(xs, bs, w, b, 1e-5);
+      sum = out.sum, normed = out.normed;
+    } else {
+      sum = xs + bs;
+      normed = at::layer_norm(sum, {cols}, w, b, 1e-5);
+    }
+    const auto grads = torch::autograd::grad({sum, normed}, {xs, bs, w, b}, {up_sum, up_normed});
+    (fused ? kernel_dx : aten_dx) = grads[0];
+  };
+  double aten_ms = 0, kernel_ms = 0;
+  for (int round = 0; round < 2; ++round) {
+    aten_ms = time_ms(device, [&] { pass(false); });
+    kernel_ms = time_ms(device, [&] { pass(true); });
+  }
+  const double difference =
+      ((aten_dx.to(at::kDouble) - kernel_dx.to(at::kDouble)).abs().max() / aten_dx.to(at::kDouble).abs().max())
+          .item<double>();
+  // Bytes the fused pair must move at least: forward x and branch read, the sum and the norm written;
+  // backward both upstream gradients and the sum read (twice: the row's gradient and the weight's sums), d x written.
+  const double bytes = static_cast<double>(tokens * cols * x.element_size()) * (4 + 6);
+  char row[640];
+  std::snprintf(row, sizeof row,
+                R"({"kernel": "residual LayerNorm", "case": "ln2", "tokens": %lld, "cols": %lld, "aten_ms": %.4f, )"
+                R"("kernel_ms": %.4f, "ratio": %.3f, "kernel_gb_per_s": %.1f, "largest_relative_difference": %.3g})",
+                static_cast<long long>(tokens), static_cast<long long>(cols), aten_ms, kernel_ms, aten_ms / kernel_ms,
+                bytes / (kernel_ms * 1e6), difference);
+  return std::string(row) + ", " + step_row("residual LayerNorm", layers, aten_ms * layers, kernel_ms * layers);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string device_name = "cuda";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--device" && i + 1 < argc) device_name = argv[++i];
+    else {
+      std::cerr << "kernel_bench: unknown argument " << a << " (expected --device cuda|cpu)\n";
+      return 2;
+    }
+  }
+  if (device_name != "cuda" && device_name != "cpu") {
+    std::cerr << "kernel_bench: --device " << device_name << ": expected cuda or cpu\n";
+    return 2;
+  }
+  const bool cuda = device_name == "cuda";
+  if (cuda && (!SEGTRAIN_WITH_CUDA || !torch::cuda::is_available())) {
+    std::cout << R"({"benchmark": "gpu_kernels", "skipped": ")"
+              << (SEGTRAIN_WITH_CUDA ? "no CUDA device is visible" : "this build of segtrain has no CUDA") << "\"}\n";
+    return 0;
+  }
+  const at::Device device(cuda ? at::kCUDA : at::kCPU);
+  const int64_t tokens = cuda ? 8192 : 256;
+  const int64_t layers = 24;
+  const auto dtype = cuda ? at::kBFloat16 : at::kFloat;
+  const std::vector<Case> cases = {{"qkv", 3072, false}, {"proj", 1024, false}, {"fc (GELU)", 4096, true},
+                                   {"fc_out", 1024, false}};
+  double aten_step = 0, kernel_step = 0;
+  std::string rows;
+  at::manual_seed(0);
+  for (const Case& c : cases) {
+    const int64_t cols = cuda ? c.cols : c.cols / 16;
+    const auto options = at::TensorOptions().device(device).dtype(dtype);
+    const auto dy = at::randn({tokens, cols}, options), pre = at::randn({tokens, cols}, options);
+    at::Tensor aten_result, kernel_result;
+    // ATen's side: what its linear's (and gelu's) backward run for the bias.
+    const auto aten = [&] {
+      aten_result = c.gelu ? at::gelu_backward(dy, pre, "tanh").sum(0) : dy.sum(0);
+    };
+    const auto kernel = [&] {
+      kernel_result = c.gelu ? segtrain::kernels::gelu_bias_gradient(pre, dy, true).second
+                             : segtrain::kernels::bias_gradient(dy);
+    };
+    double aten_ms = 0, kernel_ms = 0;
+    for (int round = 0; round < 2; ++round) {  // interleaved: the second round's figures are kept
+      aten_ms = time_ms(device, aten);
+      kernel_ms = time_ms(device, kernel);
+    }
+    const double difference =
+        ((aten_result.to(at::kDouble) - kernel_result.to(at::kDouble)).abs().max() /
+         aten_result.to(at::kDouble).abs().max()).item<double>();
+    // Bytes each side must move at least: the gradient read (and with GELU, pre read and d pre written).
+    const double bytes = static_cast<double>(tokens * cols * dy.element_size()) * (c.gelu ? 3 : 1);
+    aten_step += aten_ms * layers;
+    kernel_step += kernel_ms * layers;
+    char row[640];
+    std::snprintf(row, sizeof row,
+                  R"({"kernel": "bias gradient", "case": "%s", "tokens": %lld, "cols": %lld, "gelu": %s, "aten_ms": %.4f, "kernel_ms": %.4f, )"
+                  R"("ratio": %.3f, "aten_gb_per_s": %.1f, "kernel_gb_per_s": %.1f, "largest_relative_difference": %.3g})",
+                  c.name, static_cast<long long>(tokens), static_cast<long long>(cols), c.gelu ? "true" : "false",
+                  aten_ms, kernel_ms, aten_ms / kernel_ms, bytes / (aten_ms * 1e6), bytes / (kernel_ms * 1e6),
+                  difference);
+    rows += std::string(rows.empty() ? "" : ", ") + row;
+  }
+  rows += ", " + step_row("bias gradient", layers, aten_step, kernel_step);
+  rows += ", " + residual_layer_norm_rows(device, tokens, cuda ? 1024 : 64, layers, dtype);
+  std::cout << R"({"benchmark": "gpu_kernels", "device": ")" << device_name << R"(", "dtype": ")"
+            << c10::toString(dtype) << R"(", "setup": "bias gradient: ATen's sum over the tokens (with gelu_backward )"
+            << R"(before it for fc) against kernels/linear.h's column-sum kernels; residual LayerNorm: ATen's add and )"
+            << R"(LayerNorm, forward and backward, against kernels/residual_norm.h's node; median of 7 samples of 20 )"
+            << R"(calls", "results": [)" << rows << "]}\n";
+  return 0;
+}

@@ -1,0 +1,52 @@
+#pragma once
+// The residual add and the LayerNorm that reads its sum, h = x + branch and LayerNorm(h): one home
+// for the pair every sequential-residual LayerNorm block computes between its attention and its MLP
+// (models/modules/transformer.cpp: GPT-2's blocks).
+//
+// Apart, the add reads x and branch and writes h, the norm reads h again, and in backward the norm's
+// input gradient is written and then added to the gradient h takes from the rest of the network in
+// one more pass (autograd's sum of h's two uses). On a CUDA device with SEGTRAIN_FUSED_KERNELS=all
+// (the kernels no GPU has run yet: kernels/fused_kernels.h), where x, branch, weight and bias share
+// a floating dtype and a row fits the kernels' registers, one autograd node does both: forward one
+// block a row reads x and branch once, writes h (rounded as the add rounds it) and the norm of the
+// rounded h (residual_norm_cuda.cu, kernels/residual_norm_element.h); backward one block a row writes
+// the sum of both gradients of h, rounded once, and the weight's and bias's gradients are
+// deterministic column sums (bias_gradient_plan.h's order). Computed from the passes, not measured:
+// the forward's 5 row-sized passes become 4 (h is not read again), the backward's 8 become 6 (the
+// norm's gradient is not written and read back to be added), and two kernels a block fewer.
+// Elsewhere, the add and kernels/layer_norm.h's call, as before.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/layer_norm.h"
+
+namespace segtrain::kernels {
+
+// The widest row the fused kernels take: 128 threads holding 8 packs of 16 bytes each
+// (8,192 bf16 or 4,096 fp32 values; GPT-2's 768 to 1,600 and a 7B model's 4,096 in bf16).
+inline constexpr int64_t kFusedNormRowBytes = 16 * 1024;
+
+struct ResidualNorm {
+  at::Tensor sum;     // x + branch: the residual stream
+  at::Tensor normed;  // LayerNorm(sum), read by `reader`
+};
+
+ResidualNorm add_layer_norm(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                            const at::Tensor& bias, double eps, NormReader reader);
+
+// Why the fused node does not take these tensors ("" when it does), on any device: shapes that
+// differ, dtypes that differ or are not floating, parameters that are not [D], a row that is no
+// multiple of 16 bytes or wider than kFusedNormRowBytes.
+std::string add_layer_norm_fused_refusal(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                         const at::Tensor& bias);
+
+// The node, whatever the switch and the device say (add_layer_norm() takes it on CUDA where it
+// applies; the CPU tests its wiring with ATen's LayerNorm and its backward standing in for the
+// kernels, the gpu suite the kernels). Its normed output is in x's dtype, outside autocast.
+// InputError where add_layer_norm_fused_refusal says why not.
+ResidualNorm add_layer_norm_fused(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                  const at::Tensor& bias, double eps);
+
+}  // namespace segtrain::kernels
