@@ -7,6 +7,8 @@
 //   residual LayerNorm   ATen's add and LayerNorm, forward and backward (the gradients of x, branch, weight and
 //                        bias from upstream gradients of the sum and the norm, as the block's autograd sums them)
 //                        against kernels/residual_norm.h's fused node, at ln2's 1,024 (one a block)
+//   residual RMSNorm     the add and the default RMSNorm (ATen's fused op on CUDA) against the node, at
+//                        Llama-3.2-1B's 2,048, a step of its 16 blocks
 // Each figure is the median of 7 samples of 20 calls between device synchronisations, the two sides
 // interleaved.
 //   kernel_bench [--device cuda|cpu]   (default cuda)
@@ -27,7 +29,9 @@
 #include <torch/autograd.h>
 
 #include "kernels/linear.h"
+#include "kernels/layer_norm.h"
 #include "kernels/residual_norm.h"
+#include "kernels/rms_norm.h"
 
 namespace {
 
@@ -58,36 +62,42 @@ struct Case {
   bool gelu;
 };
 
-// A step's row: the kernel's figures for `layers` blocks.
-std::string step_row(const char* kernel, int64_t layers, double aten_ms, double kernel_ms) {
+// A step's row: the kernel's figures for `layers` blocks of `model`.
+std::string step_row(const char* kernel, const char* model, int64_t layers, double aten_ms, double kernel_ms) {
   char row[320];
   std::snprintf(row, sizeof row,
-                R"json({"kernel": "%s", "case": "a GPT-2 medium step (%lld blocks)", "aten_ms": %.4f, "kernel_ms": %.4f, "ratio": %.3f})json",
-                kernel, static_cast<long long>(layers), aten_ms, kernel_ms, aten_ms / kernel_ms);
+                R"json({"kernel": "%s", "case": "a %s step (%lld blocks)", "aten_ms": %.4f, "kernel_ms": %.4f, "ratio": %.3f})json",
+                kernel, model, static_cast<long long>(layers), aten_ms, kernel_ms, aten_ms / kernel_ms);
   return row;
 }
 
-// ln2's residual add and LayerNorm of a block, forward and backward, ATen's against the fused node: its row
-// and the step's.
-std::string residual_layer_norm_rows(const at::Device& device, int64_t tokens, int64_t cols, int64_t layers,
-                                     at::ScalarType dtype) {
+// ln2's residual add and norm of a block (LayerNorm where `centered`, else RMSNorm), forward and backward,
+// the default path's (the add, then kernels/layer_norm.h's or kernels/rms_norm.h's call) against the fused
+// node: its row and the step's.
+std::string residual_norm_rows(const at::Device& device, int64_t tokens, int64_t cols, int64_t layers,
+                               at::ScalarType dtype, bool centered, const char* model) {
   const auto options = at::TensorOptions().device(device).dtype(dtype);
   const auto x = at::randn({tokens, cols}, options), branch = at::randn({tokens, cols}, options);
-  const auto w0 = at::randn({cols}, options), b0 = at::randn({cols}, options);
+  const auto w0 = at::randn({cols}, options);
+  const at::Tensor b0 = centered ? at::randn({cols}, options) : at::Tensor();
   const auto up_sum = at::randn({tokens, cols}, options), up_normed = at::randn({tokens, cols}, options);
   at::Tensor aten_dx, kernel_dx;
   const auto pass = [&](bool fused) {
     auto xs = x.detach().requires_grad_(), bs = branch.detach().requires_grad_();
-    auto w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
-    at::Tensor sum, normed;
+    auto w = w0.detach().requires_grad_();
+    at::Tensor b = centered ? b0.detach().requires_grad_() : at::Tensor();
+    segtrain::kernels::ResidualNorm out;
     if (fused) {
-      auto out = segtrain::kernels::add_layer_norm_fused(xs, bs, w, b, 1e-5);
-      sum = out.sum, normed = out.normed;
+      out = centered ? segtrain::kernels::add_layer_norm_fused(xs, bs, w, b, 1e-5)
+                     : segtrain::kernels::add_rms_norm_fused(xs, bs, w, 1e-5);
     } else {
-      sum = xs + bs;
-      normed = at::layer_norm(sum, {cols}, w, b, 1e-5);
+      out.sum = xs + bs;
+      out.normed = centered ? segtrain::kernels::layer_norm(out.sum, w, b, 1e-5, segtrain::kernels::NormReader::matmul)
+                            : segtrain::kernels::rms_norm(out.sum, w, 1e-5);
     }
-    const auto grads = torch::autograd::grad({sum, normed}, {xs, bs, w, b}, {up_sum, up_normed});
+    std::vector<at::Tensor> inputs{xs, bs, w};
+    if (centered) inputs.push_back(b);
+    const auto grads = torch::autograd::grad({out.sum, out.normed}, inputs, {up_sum, up_normed});
     (fused ? kernel_dx : aten_dx) = grads[0];
   };
   double aten_ms = 0, kernel_ms = 0;
@@ -101,13 +111,14 @@ std::string residual_layer_norm_rows(const at::Device& device, int64_t tokens, i
   // Bytes the fused pair must move at least: forward x and branch read, the sum and the norm written;
   // backward both upstream gradients and the sum read (twice: the row's gradient and the weight's sums), d x written.
   const double bytes = static_cast<double>(tokens * cols * x.element_size()) * (4 + 6);
+  const char* kernel = centered ? "residual LayerNorm" : "residual RMSNorm";
   char row[640];
   std::snprintf(row, sizeof row,
-                R"({"kernel": "residual LayerNorm", "case": "ln2", "tokens": %lld, "cols": %lld, "aten_ms": %.4f, )"
+                R"({"kernel": "%s", "case": "ln2", "tokens": %lld, "cols": %lld, "aten_ms": %.4f, )"
                 R"("kernel_ms": %.4f, "ratio": %.3f, "kernel_gb_per_s": %.1f, "largest_relative_difference": %.3g})",
-                static_cast<long long>(tokens), static_cast<long long>(cols), aten_ms, kernel_ms, aten_ms / kernel_ms,
-                bytes / (kernel_ms * 1e6), difference);
-  return std::string(row) + ", " + step_row("residual LayerNorm", layers, aten_ms * layers, kernel_ms * layers);
+                kernel, static_cast<long long>(tokens), static_cast<long long>(cols), aten_ms, kernel_ms,
+                aten_ms / kernel_ms, bytes / (kernel_ms * 1e6), difference);
+  return std::string(row) + ", " + step_row(kernel, model, layers, aten_ms * layers, kernel_ms * layers);
 }
 
 }  // namespace
@@ -175,12 +186,14 @@ int main(int argc, char** argv) {
                   difference);
     rows += std::string(rows.empty() ? "" : ", ") + row;
   }
-  rows += ", " + step_row("bias gradient", layers, aten_step, kernel_step);
-  rows += ", " + residual_layer_norm_rows(device, tokens, cuda ? 1024 : 64, layers, dtype);
+  rows += ", " + step_row("bias gradient", "GPT-2 medium", layers, aten_step, kernel_step);
+  rows += ", " + residual_norm_rows(device, tokens, cuda ? 1024 : 64, layers, dtype, /*centered=*/true, "GPT-2 medium");
+  // Llama-3.2-1B's width and 16 blocks (its micro-batches of 4 x 4,096 tokens are twice these).
+  rows += ", " + residual_norm_rows(device, tokens, cuda ? 2048 : 128, 16, dtype, /*centered=*/false, "Llama-3.2-1B");
   std::cout << R"({"benchmark": "gpu_kernels", "device": ")" << device_name << R"(", "dtype": ")"
             << c10::toString(dtype) << R"(", "setup": "bias gradient: ATen's sum over the tokens (with gelu_backward )"
-            << R"(before it for fc) against kernels/linear.h's column-sum kernels; residual LayerNorm: ATen's add and )"
-            << R"(LayerNorm, forward and backward, against kernels/residual_norm.h's node; median of 7 samples of 20 )"
-            << R"(calls", "results": [)" << rows << "]}\n";
+            << R"(before it for fc) against kernels/linear.h's column-sum kernels; residual LayerNorm and RMSNorm: )"
+            << R"(the add and the default norm, forward and backward, against kernels/residual_norm.h's node; median )"
+            << R"(of 7 samples of 20 calls", "results": [)" << rows << "]}\n";
   return 0;
 }

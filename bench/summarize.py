@@ -204,11 +204,12 @@ def gpu_param_dtype_memory(r):
 
 def gpu_kernels(r):
     """Each kernel's step row alone: the per-shape rows are in the table below the summary."""
-    if not str(r.get("case", "")).startswith("a GPT-2 medium step"):
+    if not str(r.get("case", "")).endswith(" blocks)"):
         return None
     kernel = r.get("kernel", "bias gradient")  # rows written before the residual LayerNorm joined have none
     words = {"bias gradient": ("bias gradients", "the column-sum kernels"),
-             "residual LayerNorm": ("residual add + LayerNorm, forward and backward", "the fused node")}
+             "residual LayerNorm": ("residual add + LayerNorm, forward and backward", "the fused node"),
+             "residual RMSNorm": ("residual add + RMSNorm, forward and backward", "the fused node")}
     what, ours = words.get(kernel, (kernel, "the kernels"))
     return (f"{what}, {r['case']}", f"ATen {r['aten_ms']:.2f} ms, {ours} {r['kernel_ms']:.2f} ms "
             f"= **{r['ratio']:.2f}x**", f"faster than ATen's: {verdict(r['ratio'] > 1.0)}")

@@ -58,7 +58,7 @@ default takes the project's CUDA kernels) in the same rounds, composite / segtra
 ratio_composite; graph: segtrain again with SEGTRAIN_CUDA_GRAPH=1, graph / segtrain is
 ratio_graph (with compiled too, graph / compiled round by round is ratio_graph_compiled);
 all: segtrain again with SEGTRAIN_FUSED_KERNELS=all (also the kernels no GPU has run yet: the linears'
-bias gradients, the residual add fused with LayerNorm), all / segtrain is ratio_all;
+bias gradients, the residual add fused with the norm), all / segtrain is ratio_all;
 segtrain_fused_kernels and segtrain_cuda_graph say what the plain segtrain
 program ran with),
 BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens

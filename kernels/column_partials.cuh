@@ -10,22 +10,31 @@
 
 namespace segtrain::kernels {
 
+// Up to two sums at once (the grid's y picks one): out[y][c] = partials [y][splits][cols] of column c.
 template <typename T>
-__global__ void sum_partials_kernel(const float* __restrict__ partial, T* __restrict__ out, int64_t splits,
+struct PartialSumOutputs {
+  T* out[2];
+};
+
+template <typename T>
+__global__ void sum_partials_kernel(const float* __restrict__ partial, PartialSumOutputs<T> outputs, int64_t splits,
                                     int64_t cols) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
-  float s = partial[c];
-  for (int64_t k = 1; k < splits; ++k) s += partial[k * cols + c];
-  out[c] = static_cast<T>(s);
+  const float* p = partial + static_cast<int64_t>(blockIdx.y) * splits * cols;
+  float s = p[c];
+  for (int64_t k = 1; k < splits; ++k) s += p[k * cols + c];
+  outputs.out[blockIdx.y][c] = static_cast<T>(s);
 }
 
-// out[c] = the partials [splits, cols] of column c added in split order, on the current stream.
+// out[c] = the partials [splits, cols] of column c added in split order, on the current stream; with a
+// second output, the next [splits, cols] partials into it in the same launch.
 template <typename T>
-void launch_sum_partials(const float* partial, T* out, int64_t splits, int64_t cols) {
+void launch_sum_partials(const float* partial, T* out, int64_t splits, int64_t cols, T* second_out = nullptr) {
   constexpr int kThreads = 256;
-  sum_partials_kernel<T><<<static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads, 0,
-                           at::cuda::getCurrentCUDAStream()>>>(partial, out, splits, cols);
+  const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), second_out == nullptr ? 1u : 2u);
+  sum_partials_kernel<T><<<grid, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      partial, PartialSumOutputs<T>{{out, second_out}}, splits, cols);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

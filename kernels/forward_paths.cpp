@@ -71,6 +71,7 @@ std::string describe_paths(uint32_t paths) {
   };
   either("RoPE", ForwardPath::rope_fused, "fused kernel", ForwardPath::rope_composite);
   either("RMSNorm", ForwardPath::rms_norm_fused, "fused (ATen)", ForwardPath::rms_norm_composite);
+  if (has(paths, ForwardPath::residual_rms_norm_kernel)) parts.push_back("residual add + RMSNorm fused kernel");
   either("LayerNorm", ForwardPath::layer_norm_16bit, "16-bit", ForwardPath::layer_norm_fp32, "fp32");
   if (has(paths, ForwardPath::residual_layer_norm_kernel)) parts.push_back("residual add + LayerNorm fused kernel");
   std::vector<std::string> attention;

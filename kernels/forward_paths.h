@@ -4,7 +4,7 @@
 // folded into q·k or with its bias tensor, the kernel SDPA picked for it, SwiGLU's kernels or
 // composite, the loss's
 // cross-entropy kernel or composite, and the linears' bias-gradient kernels and the fused residual
-// add and LayerNorm where taken (ATen's linear, and its add, are not recorded). The choices are made
+// add and norm where taken (ATen's linear, and its add, are not recorded). The choices are made
 // per call (by the switch, the device, the dtypes, a batch's positions), so a plan line can only
 // say what is switched on; the trainer records its first step's choices and logs them, so that a
 // GPU run says whether it took the paths its GPU tests check.
@@ -40,6 +40,7 @@ enum class ForwardPath : uint32_t {
   linear_bias_gradient_kernel = 1u << 20,  // a projection's bias gradient by the column-sum kernel (kernels/linear.h)
   gelu_bias_gradient_kernel = 1u << 21,    // the GELU MLP's, with GELU's gradient in the same pass
   residual_layer_norm_kernel = 1u << 22,   // the residual add and the LayerNorm after it (kernels/residual_norm.h)
+  residual_rms_norm_kernel = 1u << 23,     // the residual add and the RMSNorm after it
 };
 
 // Starts recording (clearing what an earlier recording noted).

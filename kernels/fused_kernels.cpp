@@ -41,7 +41,7 @@ std::string describe_fused_kernels(bool cuda_device) {
   if (untested_kernels_requested())
     return "fused CUDA kernels on (" + tested +
            "; and, not yet run on a GPU, the linears' bias gradients with GELU's and the residual add with the "
-           "LayerNorm after it; SEGTRAIN_FUSED_KERNELS=0: ATen's composites)";
+           "norm after it; SEGTRAIN_FUSED_KERNELS=0: ATen's composites)";
   return "fused CUDA kernels on (" + tested + "; SEGTRAIN_FUSED_KERNELS=0: ATen's composites)";
 }
 

@@ -4,7 +4,7 @@
 // replace ATen composites on a CUDA device. On by default since their gpu tests passed on an H200
 // (docs/gpus.md, "Fused kernels"); SEGTRAIN_FUSED_KERNELS=0 keeps the composites. A kernel no GPU
 // has run yet (the linears' bias gradients, kernels/linear.h; the residual add fused with the
-// LayerNorm after it, kernels/residual_norm.h) is taken only with
+// norm after it, kernels/residual_norm.h) is taken only with
 // SEGTRAIN_FUSED_KERNELS=all, until its gpu tests pass on a GPU. The CPU always computes the
 // composites.
 #include <string>

@@ -1,7 +1,7 @@
 #pragma once
-// The residual add and the LayerNorm that reads its sum, h = x + branch and LayerNorm(h): one home
-// for the pair every sequential-residual LayerNorm block computes between its attention and its MLP
-// (models/modules/transformer.cpp: GPT-2's blocks).
+// The residual add and the norm that reads its sum, h = x + branch and norm(h): one home for the pair
+// every sequential-residual block computes between its attention and its MLP (GPT-2's blocks with
+// LayerNorm, models/modules/transformer.cpp; the Llama family's with RMSNorm, llama_block.cpp).
 //
 // Apart, the add reads x and branch and writes h, the norm reads h again, and in backward the norm's
 // input gradient is written and then added to the gradient h takes from the rest of the network in
@@ -14,13 +14,13 @@
 // deterministic column sums (bias_gradient_plan.h's order). Computed from the passes, not measured:
 // the forward's 5 row-sized passes become 4 (h is not read again), the backward's 8 become 6 (the
 // norm's gradient is not written and read back to be added), and two kernels a block fewer.
-// Elsewhere, the add and kernels/layer_norm.h's call, as before.
+// Elsewhere, the add and kernels/layer_norm.h's or kernels/rms_norm.h's call, as before.
 #include <ATen/ATen.h>
 
 #include <cstdint>
 #include <string>
 
-#include "kernels/layer_norm.h"
+#include "kernels/layer_norm.h"  // NormReader
 
 namespace segtrain::kernels {
 
@@ -30,23 +30,30 @@ inline constexpr int64_t kFusedNormRowBytes = 16 * 1024;
 
 struct ResidualNorm {
   at::Tensor sum;     // x + branch: the residual stream
-  at::Tensor normed;  // LayerNorm(sum), read by `reader`
+  at::Tensor normed;  // the norm of sum
 };
 
+// LayerNorm(sum), read by `reader` (kernels/layer_norm.h; the fused node only where a matmul reads it,
+// as its result keeps x's dtype).
 ResidualNorm add_layer_norm(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
                             const at::Tensor& bias, double eps, NormReader reader);
+// RMSNorm(sum) as kernels/rms_norm.h computes it.
+ResidualNorm add_rms_norm(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight, double eps);
 
 // Why the fused node does not take these tensors ("" when it does), on any device: shapes that
-// differ, dtypes that differ or are not floating, parameters that are not [D], a row that is no
-// multiple of 16 bytes or wider than kFusedNormRowBytes.
-std::string add_layer_norm_fused_refusal(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
-                                         const at::Tensor& bias);
+// differ, dtypes or devices that differ or a dtype that is not floating, parameters that are not
+// [D], a row that is no multiple of 16 bytes or wider than kFusedNormRowBytes (bias undefined for
+// RMSNorm).
+std::string add_norm_fused_refusal(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                   const at::Tensor& bias);
 
-// The node, whatever the switch and the device say (add_layer_norm() takes it on CUDA where it
-// applies; the CPU tests its wiring with ATen's LayerNorm and its backward standing in for the
-// kernels, the gpu suite the kernels). Its normed output is in x's dtype, outside autocast.
-// InputError where add_layer_norm_fused_refusal says why not.
+// The node, whatever the switch and the device say (add_layer_norm() and add_rms_norm() take it on
+// CUDA where it applies; the CPU tests its wiring, with ATen's LayerNorm and its backward, or
+// RMSNorm's formula in fp32 ATen ops, standing in for the kernels; the gpu suite the kernels). Its
+// normed output is in x's dtype, outside autocast, rounded once. InputError where
+// add_norm_fused_refusal says why not.
 ResidualNorm add_layer_norm_fused(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
                                   const at::Tensor& bias, double eps);
+ResidualNorm add_rms_norm_fused(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight, double eps);
 
 }  // namespace segtrain::kernels

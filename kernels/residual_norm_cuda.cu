@@ -66,10 +66,11 @@ __device__ inline void load_parameter(const T* p, int64_t at, float fill, float 
 }
 
 // One row a block: sum = x + branch rounded to T (the residual stream as the unfused add writes it),
-// then LayerNorm of the rounded sum from the values held in registers.
-template <typename T, int K>
+// then the norm of the rounded sum from the values held in registers: LayerNorm (kCentered) or
+// RMSNorm (its mean taken as 0: the root mean square, no bias).
+template <typename T, int K, bool kCentered>
 __global__ void __launch_bounds__(kNormThreads)
-    add_layer_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ branch, const T* __restrict__ weight,
+    add_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ branch, const T* __restrict__ weight,
                                   const T* __restrict__ bias, T* __restrict__ sum, T* __restrict__ normed,
                                   float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t cols, float eps) {
   constexpr int N = Pack<T>::kCount;
@@ -93,9 +94,12 @@ __global__ void __launch_bounds__(kNormThreads)
     }
     store_pack(sum + base + p * N, s);
   }
-  block_sums<1>(total, shared);
-  const float mean = total[0] / static_cast<float>(cols);
-  __syncthreads();  // every thread has read `shared`
+  float mean = 0.0f;
+  if constexpr (kCentered) {
+    block_sums<1>(total, shared);
+    mean = total[0] / static_cast<float>(cols);
+    __syncthreads();  // every thread has read `shared`
+  }
   float squares[1] = {0.0f};
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -118,22 +122,23 @@ __global__ void __launch_bounds__(kNormThreads)
     store_pack(normed + base + p * N, y);
   }
   if (threadIdx.x == 0) {
-    mean_out[row] = mean;
+    if constexpr (kCentered) mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
 }
 
-// One row a block: d sum's inputs = LayerNorm's input gradient from d normed, plus d sum.
-template <typename T, int K>
+// One row a block: d sum's inputs = the norm's input gradient from d normed, plus d sum (RMSNorm:
+// mean and mean(g) taken as 0).
+template <typename T, int K, bool kCentered>
 __global__ void __launch_bounds__(kNormThreads)
-    add_layer_norm_backward_kernel(const T* __restrict__ d_normed, const T* __restrict__ d_sum,
+    add_norm_backward_kernel(const T* __restrict__ d_normed, const T* __restrict__ d_sum,
                                    const T* __restrict__ sum, const float* __restrict__ mean,
                                    const float* __restrict__ rstd, const T* __restrict__ weight, T* __restrict__ dx,
                                    int64_t cols) {
   constexpr int N = Pack<T>::kCount;
   __shared__ float shared[2][kWarps];
   const int64_t row = blockIdx.x, packs = cols / N, base = row * cols;
-  const float row_mean = mean[row], row_rstd = rstd[row];
+  const float row_mean = kCentered ? mean[row] : 0.0f, row_rstd = rstd[row];
   float g[K][N], xhat[K][N];
   float sums[2] = {0.0f, 0.0f};  // of g and of g x^
 #pragma unroll
@@ -154,7 +159,8 @@ __global__ void __launch_bounds__(kNormThreads)
     }
   }
   block_sums<2>(sums, shared);
-  const float mean_g = sums[0] / static_cast<float>(cols), mean_gx = sums[1] / static_cast<float>(cols);
+  const float mean_g = kCentered ? sums[0] / static_cast<float>(cols) : 0.0f;
+  const float mean_gx = sums[1] / static_cast<float>(cols);
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int64_t p = threadIdx.x + static_cast<int64_t>(k) * kNormThreads;
@@ -171,7 +177,8 @@ __global__ void __launch_bounds__(kNormThreads)
 
 // One split of the rows of kColumnThreads packs of columns, as bias_gradient_cuda.cu's partials:
 // thread (x, y) adds rows begin + y, begin + y + kRowThreads, ... of d normed x^ (d weight) and of
-// d normed (d bias) in fp32, the block its kRowThreads sums in order of y.
+// d normed (d bias) in fp32, the block its kRowThreads sums in order of y. Without a mean (RMSNorm)
+// x^ = s rstd.
 template <typename T, int N>
 __global__ void __launch_bounds__(kColumnThreads* kRowThreads)
     layer_norm_weight_partials_kernel(const T* __restrict__ d_normed, const T* __restrict__ sum,
@@ -191,7 +198,7 @@ __global__ void __launch_bounds__(kColumnThreads* kRowThreads)
     for (int64_t r = begin + threadIdx.y; r < end; r += kRowThreads) {
       const Pack<T, N> dy = *reinterpret_cast<const Pack<T, N>*>(d_normed + r * cols + col);
       const Pack<T, N> s = *reinterpret_cast<const Pack<T, N>*>(sum + r * cols + col);
-      const float row_mean = mean[r], row_rstd = rstd[r];
+      const float row_mean = mean == nullptr ? 0.0f : mean[r], row_rstd = rstd[r];
 #pragma unroll
       for (int i = 0; i < N; ++i) {
         const float d = static_cast<float>(dy.v[i]);
@@ -242,6 +249,14 @@ void check_row(const at::Tensor& x) {
               " bytes; got ", cols, " elements of ", x.element_size());
 }
 
+// mean (undefined for RMSNorm) and rstd: contiguous fp32 CUDA tensors of one value a row.
+void check_statistics(const at::Tensor& mean, const at::Tensor& rstd, int64_t rows) {
+  for (const at::Tensor* t : {&mean, &rstd})
+    TORCH_CHECK((t == &mean && !t->defined()) || (t->is_cuda() && t->scalar_type() == at::kFloat &&
+                                                   t->numel() == rows && t->is_contiguous()),
+                "residual_norm_cuda: mean and rstd must be contiguous fp32 CUDA tensors of one value a row");
+}
+
 // At most K packs a thread: the smallest power of two that holds the row's packs.
 int packs_per_thread(int64_t cols, int64_t element_size) {
   const int64_t packs = cols * element_size / 16;
@@ -255,21 +270,26 @@ const T* data_or_null(const at::Tensor& t) {
   return t.defined() ? t.const_data_ptr<T>() : nullptr;
 }
 
-// Calls f.template operator()<K>() for the row's packs a thread.
-template <typename F>
+// Calls f.template operator()<K, kCentered>() for the row's packs a thread and the norm.
+template <bool kCentered, typename F>
 void with_packs_per_thread(int k, F&& f) {
   switch (k) {
-    case 1: f.template operator()<1>(); break;
-    case 2: f.template operator()<2>(); break;
-    case 4: f.template operator()<4>(); break;
-    default: f.template operator()<8>(); break;
+    case 1: f.template operator()<1, kCentered>(); break;
+    case 2: f.template operator()<2, kCentered>(); break;
+    case 4: f.template operator()<4, kCentered>(); break;
+    default: f.template operator()<8, kCentered>(); break;
   }
+}
+template <typename F>
+void with_row_kernel(int k, bool centered, F&& f) {
+  if (centered) with_packs_per_thread<true>(k, f);
+  else with_packs_per_thread<false>(k, f);
 }
 
 }  // namespace
 
-AddLayerNormForward add_layer_norm_forward_cuda(const at::Tensor& x, const at::Tensor& branch,
-                                                const at::Tensor& weight, const at::Tensor& bias, double eps) {
+AddNormForward add_norm_forward_cuda(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                      const at::Tensor& bias, double eps, bool centered) {
   check_row(x);
   check_operand(x, x, "x");
   check_operand(branch, x, "branch");
@@ -279,16 +299,18 @@ AddLayerNormForward add_layer_norm_forward_cuda(const at::Tensor& x, const at::T
               "residual_norm_cuda: tensors must start on 16-byte boundaries");
   const c10::cuda::CUDAGuard on_device(x.device());
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
-  AddLayerNormForward out{at::empty_like(x), at::empty_like(x), at::empty({rows}, x.options().dtype(at::kFloat)),
-                          at::empty({rows}, x.options().dtype(at::kFloat))};
+  TORCH_CHECK(centered || !bias.defined(), "residual_norm_cuda: RMSNorm takes no bias");
+  AddNormForward out{at::empty_like(x), at::empty_like(x),
+                     centered ? at::empty({rows}, x.options().dtype(at::kFloat)) : at::Tensor(),
+                     at::empty({rows}, x.options().dtype(at::kFloat))};
   if (rows == 0) return out;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "add_layer_norm_forward_cuda", [&] {
-    with_packs_per_thread(packs_per_thread(cols, x.element_size()), [&]<int K>() {
-      add_layer_norm_forward_kernel<scalar_t, K>
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "add_norm_forward_cuda", [&] {
+    with_row_kernel(packs_per_thread(cols, x.element_size()), centered, [&]<int K, bool kCentered>() {
+      add_norm_forward_kernel<scalar_t, K, kCentered>
           <<<static_cast<unsigned>(rows), kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
               x.const_data_ptr<scalar_t>(), branch.const_data_ptr<scalar_t>(), data_or_null<scalar_t>(weight),
               data_or_null<scalar_t>(bias), out.sum.mutable_data_ptr<scalar_t>(),
-              out.normed.mutable_data_ptr<scalar_t>(), out.mean.mutable_data_ptr<float>(),
+              out.normed.mutable_data_ptr<scalar_t>(), centered ? out.mean.mutable_data_ptr<float>() : nullptr,
               out.rstd.mutable_data_ptr<float>(), cols, static_cast<float>(eps));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
@@ -296,29 +318,26 @@ AddLayerNormForward add_layer_norm_forward_cuda(const at::Tensor& x, const at::T
   return out;
 }
 
-at::Tensor add_layer_norm_input_gradient_cuda(const at::Tensor& d_normed, const at::Tensor& d_sum,
-                                              const at::Tensor& sum, const at::Tensor& mean, const at::Tensor& rstd,
-                                              const at::Tensor& weight) {
+at::Tensor add_norm_input_gradient_cuda(const at::Tensor& d_normed, const at::Tensor& d_sum, const at::Tensor& sum,
+                                        const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& weight) {
   check_row(sum);
   check_operand(d_normed, sum, "d normed");
   if (d_sum.defined()) check_operand(d_sum, sum, "d sum");
   check_parameter(weight, sum, "weight");
   const int64_t cols = sum.size(-1), rows = sum.numel() / cols;
-  TORCH_CHECK(mean.is_cuda() && rstd.is_cuda() && mean.scalar_type() == at::kFloat &&
-                  rstd.scalar_type() == at::kFloat && mean.numel() == rows && rstd.numel() == rows &&
-                  mean.is_contiguous() && rstd.is_contiguous(),
-              "residual_norm_cuda: mean and rstd must be contiguous fp32 CUDA tensors of one value a row");
+  check_statistics(mean, rstd, rows);
+  const bool centered = mean.defined();
   TORCH_CHECK(aligned16(d_normed) && aligned16(d_sum) && aligned16(sum) && aligned16(weight),
               "residual_norm_cuda: tensors must start on 16-byte boundaries");
   const c10::cuda::CUDAGuard on_device(sum.device());
   at::Tensor dx = at::empty_like(sum);
   if (rows == 0) return dx;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, sum.scalar_type(), "add_layer_norm_backward_cuda", [&] {
-    with_packs_per_thread(packs_per_thread(cols, sum.element_size()), [&]<int K>() {
-      add_layer_norm_backward_kernel<scalar_t, K>
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, sum.scalar_type(), "add_norm_backward_cuda", [&] {
+    with_row_kernel(packs_per_thread(cols, sum.element_size()), centered, [&]<int K, bool kCentered>() {
+      add_norm_backward_kernel<scalar_t, K, kCentered>
           <<<static_cast<unsigned>(rows), kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
               d_normed.const_data_ptr<scalar_t>(), data_or_null<scalar_t>(d_sum), sum.const_data_ptr<scalar_t>(),
-              mean.const_data_ptr<float>(), rstd.const_data_ptr<float>(), data_or_null<scalar_t>(weight),
+              data_or_null<float>(mean), rstd.const_data_ptr<float>(), data_or_null<scalar_t>(weight),
               dx.mutable_data_ptr<scalar_t>(), cols);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
@@ -326,17 +345,15 @@ at::Tensor add_layer_norm_input_gradient_cuda(const at::Tensor& d_normed, const 
   return dx;
 }
 
-std::pair<at::Tensor, at::Tensor> layer_norm_weight_gradients_cuda(const at::Tensor& d_normed, const at::Tensor& sum,
-                                                                   const at::Tensor& mean, const at::Tensor& rstd) {
+std::pair<at::Tensor, at::Tensor> norm_weight_gradients_cuda(const at::Tensor& d_normed, const at::Tensor& sum,
+                                                             const at::Tensor& mean, const at::Tensor& rstd) {
   check_row(sum);
   check_operand(d_normed, sum, "d normed");
   const int64_t cols = sum.size(-1), rows = sum.numel() / cols;
-  TORCH_CHECK(mean.numel() == rows && rstd.numel() == rows && mean.scalar_type() == at::kFloat &&
-                  rstd.scalar_type() == at::kFloat,
-              "residual_norm_cuda: mean and rstd must be fp32 of one value a row");
+  check_statistics(mean, rstd, rows);
   const c10::cuda::CUDAGuard on_device(sum.device());
   at::Tensor d_weight = at::empty({cols}, sum.options()), d_bias = at::empty({cols}, sum.options());
-  if (rows == 0) return {d_weight.zero_(), d_bias.zero_()};
+  if (rows == 0) return {d_weight.zero_(), mean.defined() ? d_bias.zero_() : at::Tensor()};
   const bool aligned = aligned16(d_normed) && aligned16(sum);
   const ColumnSumPlan plan = plan_column_sums(rows, cols, sum.element_size(), aligned,
                                               at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
@@ -349,16 +366,17 @@ std::pair<at::Tensor, at::Tensor> layer_norm_weight_gradients_cuda(const at::Ten
     constexpr int kVector = Pack<scalar_t>::kCount;
     auto launch = [&]<int N>() {
       layer_norm_weight_partials_kernel<scalar_t, N><<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
-          d_normed.const_data_ptr<scalar_t>(), sum.const_data_ptr<scalar_t>(), mean.const_data_ptr<float>(),
+          d_normed.const_data_ptr<scalar_t>(), sum.const_data_ptr<scalar_t>(), data_or_null<float>(mean),
           rstd.const_data_ptr<float>(), partial_w, partial_b, plan.rows, plan.cols, plan.rows_per_split);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     if (plan.pack == kVector) launch.template operator()<kVector>();
     else launch.template operator()<1>();
-    launch_sum_partials<scalar_t>(partial_w, d_weight.mutable_data_ptr<scalar_t>(), plan.splits, cols);
-    launch_sum_partials<scalar_t>(partial_b, d_bias.mutable_data_ptr<scalar_t>(), plan.splits, cols);
+    // One launch for both sums (the partials of d bias follow those of d weight in `partial`).
+    launch_sum_partials<scalar_t>(partial_w, d_weight.mutable_data_ptr<scalar_t>(), plan.splits, cols,
+                                  mean.defined() ? d_bias.mutable_data_ptr<scalar_t>() : nullptr);
   });
-  return {d_weight, d_bias};
+  return {d_weight, mean.defined() ? d_bias : at::Tensor()};
 }
 
 }  // namespace segtrain::kernels

@@ -1,9 +1,10 @@
 #pragma once
-// LayerNorm's arithmetic per element, shared by the kernels that fuse it with the residual add
-// (residual_norm_cuda.cu) and their host test (tests/models/residual_norm_test.cpp), in fp32
-// whatever the tensors' dtype. A row's statistics come from the block's sums: mean = sum(s) / D,
-// var = sum((s - mean)^2) / D (two passes over values the kernel holds in registers, as exact as
-// ATen's Welford), rstd = 1 / sqrt(var + eps).
+// LayerNorm's and RMSNorm's arithmetic per element, shared by the kernels that fuse them with the
+// residual add (residual_norm_cuda.cu) and their host test (tests/models/residual_norm_test.cpp),
+// in fp32 whatever the tensors' dtype. A row's statistics come from the block's sums: mean =
+// sum(s) / D, var = sum((s - mean)^2) / D (two passes over values the kernel holds in registers, as
+// exact as ATen's Welford), rstd = 1 / sqrt(var + eps). RMSNorm is the same arithmetic with mean
+// and mean_g taken as 0 (var is then the mean square) and no bias.
 #include <cmath>
 
 #include "kernels/host_device.h"

@@ -17,7 +17,7 @@
 #   logits    the LM head's GEMMs with the logits' rows aligned (segtrain's padded buffer) or not
 #             (bench/gpu_logits_gemm_bench.sh);
 #   kernels   the kernels of SEGTRAIN_FUSED_KERNELS=all against the ATen calls they replace: the linears'
-#             bias gradients, the residual add fused with LayerNorm (bench/gpu_kernel_bench.sh);
+#             bias gradients, the residual add fused with the norm (bench/gpu_kernel_bench.sh);
 #   sdpa      which attention kernels take grouped-query attention (bench/gpu_sdpa_backends_bench.sh);
 #   lora-8b   LoRA at Llama-3-8B's shape at L_t 4,096 and 8,192 and full fine-tuning at Llama-3.2-1B's
 #             (bench/gpu_lora_8b_bench.sh): only without --deadline; a session (`make gpu-session`) runs
@@ -172,7 +172,7 @@ declare -A about=(
   [FusedKernels.SwigluEqualsTheCompositeForwardAndBackward]="the SwiGLU kernels = ATen's silu(gate) * up, value and both gradients, fp32/bf16/fp16, d_ff 14,336, a tail, more than a grid, a gate off a 16-byte boundary"
   [FusedKernels.LayerNormIn16BitsIsAutocastsFp32ResultRounded]="LayerNorm in bf16/fp16 outside autocast = autocast's fp32 LayerNorm rounded (1 ulp), forward and backward"
   [FusedKernels.LinearBiasGradientsEqualAtensLinearAndGelu]="the bias-gradient kernels (SEGTRAIN_FUSED_KERNELS=all) = ATen's linear and gelu: output, d x, d W to a unit, d b within fp32 rounding, GELU's gradient within a unit of gelu_backward, fp32/bf16/fp16"
-  [FusedKernels.ResidualLayerNormEqualsAtensAddAndLayerNorm]="the residual add fused with LayerNorm (SEGTRAIN_FUSED_KERNELS=all) = ATen's add and LayerNorm: the sum bit for bit, the norm within 2 units, d x within 4, d w and d b within fp32 rounding, fp32/bf16/fp16, 768 to 8,192 wide, the same bits twice"
+  [FusedKernels.ResidualNormEqualsTheNormOfTheSumForwardAndBackward]="the residual add fused with LayerNorm and RMSNorm (SEGTRAIN_FUSED_KERNELS=all) = the norm of the sum in double: the sum bit for bit, the norm and d x within a unit, d w and d b within fp32 rounding, fp32/bf16/fp16, 768 to 8,192 wide, the same bits twice"
   [FusedKernels.ColumnSumsCoverEveryRowAtAnySizeAndRepeatBitForBit]="the column-sum kernel: exact integer sums at 100,003 x 8, 5 x 12, 8,192 x 4,096 and off a 16-byte boundary, the same bits twice"
   [FusedKernels.FoldedAlibiTakesAFused16BitKernelAndMatchesTheFp32Bias]="ALiBi folded into q.k: a fused 16-bit SDPA kernel, within bf16 of the fp32 bias"
   [DeviceRun.ExportOfADeviceRunEqualsExportOfTheSameWeightsOnTheCpu]="the export of a device run = the export of the same weights on the CPU"
@@ -294,7 +294,7 @@ test_phase "two-ranks (one GPU shared over Gloo; a GPU each over NCCL)" 150 0 -R
 test_phase "rest (every other gpu test)" 60 0 -E "$binary|$attention|$one_step|$two_ranks"
 bench_phase "storage (param_dtype x shard_optimizer memory)" 120 0 gpu_param_dtype_memory_bench
 bench_phase "logits (the LM head's GEMMs, rows aligned or not)" 30 0 gpu_logits_gemm_bench
-bench_phase "kernels (bias gradients, residual LayerNorm: ATen's calls vs the all kernels)" 25 0 gpu_kernel_bench
+bench_phase "kernels (bias gradients, residual norms: ATen's calls vs the all kernels)" 30 0 gpu_kernel_bench
 bench_phase "sdpa (attention kernels for grouped-query attention)" 60 0 gpu_sdpa_backends_bench
 # Writing a 16 GB base, loading it twice, a 1B base besides: a call of its own in a session (it never had the
 # 200 s it needs inside the 540; it now has 300 s in `make gpu-bench`, on this call's build); every phase here.

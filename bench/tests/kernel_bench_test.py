@@ -1,7 +1,7 @@
 """bench/kernel_bench.cpp in its CPU mode (a small shape, ATen's calls on both sides), so that it cannot fail
 first on a GPU: the bias gradients' four projections and their step's total, each side timed, the step the sum of
-24 blocks of the four, the sides' sums equal; the residual LayerNorm's row and its step (24 of it), the sides'
-gradients equal; on a build without CUDA (or no visible GPU) the default device says it skipped; a wrong
+24 blocks of the four, the sides' sums equal; the residual LayerNorm's and RMSNorm's rows and their steps (24 and
+16 of them), the sides' gradients equal (LayerNorm) or within fp32 rounding (RMSNorm); on a build without CUDA (or no visible GPU) the default device says it skipped; a wrong
 argument is refused, exit 2.
 
   kernel_bench_test.py --build-dir BUILD
@@ -27,17 +27,24 @@ def main():
         data = json.loads(done.stdout)
         rows = data["results"]
         step = "a GPT-2 medium step (24 blocks)"
+        llama_step = "a Llama-3.2-1B step (16 blocks)"
         check([(r["kernel"], r["case"]) for r in rows] ==
               [("bias gradient", c) for c in ("qkv", "proj", "fc (GELU)", "fc_out", step)] +
-              [("residual LayerNorm", "ln2"), ("residual LayerNorm", step)],
-              f"the four projections and their step, ln2 and its step: {[(r['kernel'], r['case']) for r in rows]}")
-        ln2, ln2_step = rows[5], rows[6]
-        check(ln2["aten_ms"] > 0 and ln2["kernel_ms"] > 0, "the residual LayerNorm's sides timed")
-        for side in ("aten_ms", "kernel_ms"):
-            check(abs(ln2_step[side] - 24 * ln2[side]) <= 1e-3 * max(1.0, 24 * ln2[side]) + 4e-3,
-                  f"its step's {side} {ln2_step[side]} = 24 x {ln2[side]}")
-        # On the CPU the node computes with ATen's add and LayerNorm: the same gradient.
-        check(ln2["largest_relative_difference"] == 0, f"the sides' d x equal: {ln2['largest_relative_difference']}")
+              [("residual LayerNorm", "ln2"), ("residual LayerNorm", step),
+               ("residual RMSNorm", "ln2"), ("residual RMSNorm", llama_step)],
+              f"the four projections and their step, ln2 and its step for each norm: "
+              f"{[(r['kernel'], r['case']) for r in rows]}")
+        for one, total, blocks in ((rows[5], rows[6], 24), (rows[7], rows[8], 16)):
+            check(one["aten_ms"] > 0 and one["kernel_ms"] > 0, f"{one['kernel']}'s sides timed")
+            for side in ("aten_ms", "kernel_ms"):
+                check(abs(total[side] - blocks * one[side]) <= 1e-3 * max(1.0, blocks * one[side]) + 4e-3,
+                      f"its step's {side} {total[side]} = {blocks} x {one[side]}")
+        # On the CPU the LayerNorm node computes with ATen's add and LayerNorm: the same gradient; the RMSNorm
+        # node's fp32 formula is within fp32 rounding of the composite's autograd.
+        check(rows[5]["largest_relative_difference"] == 0,
+              f"LayerNorm: the sides' d x equal: {rows[5]['largest_relative_difference']}")
+        check(rows[7]["largest_relative_difference"] < 1e-5,
+              f"RMSNorm: the sides' d x agree: {rows[7]['largest_relative_difference']}")
         blocks = rows[:4]
         check(all(r["aten_ms"] > 0 and r["kernel_ms"] > 0 and r["ratio"] > 0 for r in blocks), "every side timed")
         check([r["gelu"] for r in blocks] == [False, False, True, False], "GELU's gradient with fc's bias only")

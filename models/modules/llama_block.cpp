@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "kernels/residual_norm.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -52,8 +53,9 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_c
   k = kernels::rope(k, rope_cos, rope_sin);
   if (kv) std::tie(k, v) = kv->append(k, v);
   auto y = causal_attention(q, k, v, bias);
-  auto attended = x + o_proj(y.transpose(1, 2).reshape({b, t, n_heads * head_dim}));
-  auto m = ln2(attended);
+  // The residual add and ln2 as one (kernels/residual_norm.h: fused where the switch says all).
+  const auto [attended, m] = kernels::add_rms_norm(x, o_proj(y.transpose(1, 2).reshape({b, t, n_heads * head_dim})),
+                                                   ln2->weight, ln2->eps);
   const at::Tensor gate = gate_proj(m);  // before up, as transformers' MLP (an adapter's dropout draws in this order)
   return attended + down_proj(kernels::swiglu(gate, up_proj(m)));
 }

@@ -1,10 +1,11 @@
-// The residual add fused with the LayerNorm after it (kernels/residual_norm.h): the kernels'
-// per-element formulas (kernels/residual_norm_element.h, run here on the host with a row's plain
-// fp32 sums) against LayerNorm and its gradient in double; the autograd node's wiring on the CPU
-// (where ATen's LayerNorm and its backward stand in for the kernels) against ATen's add and
-// LayerNorm, forward and the four gradients, with either output unused, frozen or absent parameters;
-// and what the dispatch takes on the CPU. On a GPU the gpu suite runs the kernels themselves
-// (tests/gpu, FusedKernels.ResidualLayerNorm...).
+// The residual add fused with the norm after it (kernels/residual_norm.h): the kernels' per-element
+// formulas (kernels/residual_norm_element.h, run here on the host with a row's plain fp32 sums)
+// against LayerNorm, RMSNorm and their gradients in double; the autograd node's wiring on the CPU
+// (where ATen's LayerNorm and its backward, or RMSNorm's formula in fp32 ATen ops, stand in for the
+// kernels) against ATen's add and LayerNorm bit for bit, and against RMSNorm of the rounded sum and
+// its gradients in double, with either output unused, frozen or absent parameters; and what the
+// dispatch takes on the CPU. On a GPU the gpu suite runs the kernels themselves (tests/gpu,
+// FusedKernels.ResidualNorm...).
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 
@@ -16,6 +17,7 @@
 #include "kernels/forward_paths.h"
 #include "kernels/residual_norm.h"
 #include "kernels/residual_norm_element.h"
+#include "kernels/rms_norm.h"
 
 namespace segtrain::kernels {
 namespace {
@@ -28,11 +30,11 @@ struct RowResult {
   std::vector<float> normed, dx;
 };
 RowResult kernel_row(const std::vector<float>& s, const std::vector<float>& w, const std::vector<float>& b,
-                     const std::vector<float>& dy, const std::vector<float>& d_sum) {
+                     const std::vector<float>& dy, const std::vector<float>& d_sum, bool centered = true) {
   const auto d = static_cast<float>(s.size());
   float total = 0.0f;
   for (float v : s) total += v;
-  const float mean = total / d;
+  const float mean = centered ? total / d : 0.0f;
   float squares = 0.0f;
   for (float v : s) squares += (v - mean) * (v - mean);
   const float rstd = 1.0f / std::sqrt(squares / d + static_cast<float>(kEps));
@@ -44,8 +46,8 @@ RowResult kernel_row(const std::vector<float>& s, const std::vector<float>& w, c
   RowResult out;
   for (size_t i = 0; i < s.size(); ++i) {
     out.normed.push_back(layer_norm_output(s[i], mean, rstd, w[i], b[i]));
-    out.dx.push_back(layer_norm_input_gradient(dy[i] * w[i], layer_norm_normalized(s[i], mean, rstd), sum_g / d,
-                                               sum_gx / d, rstd, d_sum[i]));
+    out.dx.push_back(layer_norm_input_gradient(dy[i] * w[i], layer_norm_normalized(s[i], mean, rstd),
+                                               centered ? sum_g / d : 0.0f, sum_gx / d, rstd, d_sum[i]));
   }
   return out;
 }
@@ -81,6 +83,105 @@ TEST(ResidualLayerNorm, TheKernelsFormulasAreLayerNormAndItsGradientInDouble) {
   // fp32 rounding of sums over 96 values, a few units of 2^-24 times the terms' count.
   EXPECT_LT(worst_y, 1e-5);
   EXPECT_LT(worst_dx, 1e-5);
+}
+
+// RMSNorm of s in double, y = s / sqrt(mean(s^2) + eps) w, and the gradients of sum(u_sum s + u_y y)
+// with respect to s and w (autograd in double): what the fused RMSNorm node must compute.
+struct RmsReference {
+  at::Tensor y, ds, dw;
+};
+RmsReference rms_reference(const at::Tensor& s, const at::Tensor& w, const at::Tensor& u_sum, const at::Tensor& u_y) {
+  auto sd = s.to(at::kDouble).detach().requires_grad_();
+  auto wd = w.defined() ? w.to(at::kDouble).detach().requires_grad_() : at::ones({s.size(-1)}, at::kDouble);
+  const auto y = sd * at::rsqrt(sd.square().mean(-1, true) + kEps) * wd;
+  at::Tensor loss = (y * (u_y.defined() ? u_y.to(at::kDouble) : at::zeros_like(y))).sum();
+  if (u_sum.defined()) loss = loss + (sd * u_sum.to(at::kDouble)).sum();
+  const auto g = w.defined() ? torch::autograd::grad({loss}, {sd, wd}) : torch::autograd::grad({loss}, {sd});
+  return {y.detach(), g[0], w.defined() ? g[1] : at::Tensor()};
+}
+
+TEST(ResidualRmsNorm, TheKernelsFormulasAreRmsNormAndItsGradientInDouble) {
+  at::manual_seed(6);
+  const int64_t rows = 16, d = 128;
+  const auto s = at::randn({rows, d}) * at::linspace(0.05, 30, rows).unsqueeze(1) + 0.5;
+  const auto w = at::randn({d}), dy = at::randn({rows, d}), d_sum = at::randn({rows, d});
+  const auto ref = rms_reference(s, w, d_sum, dy);
+  double worst_y = 0, worst_dx = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowResult got = kernel_row(values(s[r]), values(w), std::vector<float>(d, 0.0f), values(dy[r]),
+                                     values(d_sum[r]), /*centered=*/false);
+    const auto y = at::tensor(got.normed).to(at::kDouble), dx = at::tensor(got.dx).to(at::kDouble);
+    worst_y = std::max(worst_y, ((y - ref.y[r]).abs() / (ref.y[r].abs().max() + 1e-30)).max().item<double>());
+    worst_dx = std::max(worst_dx, ((dx - ref.ds[r]).abs() / ref.ds[r].abs().max()).max().item<double>());
+  }
+  EXPECT_LT(worst_y, 1e-5);
+  EXPECT_LT(worst_dx, 1e-5);
+}
+
+TEST(ResidualRmsNorm, TheNodeIsRmsNormOfTheRoundedSumAndItsGradients) {
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    const double unit = dtype == at::kFloat ? std::ldexp(1.0, -23) : std::ldexp(1.0, -8);
+    at::manual_seed(4);
+    const auto x0 = at::randn({2, 5, 64}).to(dtype), branch0 = at::randn({2, 5, 64}).to(dtype);
+    const auto w0 = (at::randn({64}) * 0.5 + 1).to(dtype);
+    const auto u_sum = at::randn({2, 5, 64}).to(dtype), u_y = at::randn({2, 5, 64}).to(dtype);
+    for (const auto& used : std::vector<std::vector<std::string>>{{"sum", "normed"}, {"normed"}, {"sum"}})
+      for (const int weight : {0, 1, 2}) {  // trained, frozen, none
+        std::string what = std::string(c10::toString(dtype)) + ", upstream of";
+        for (const auto& u : used) what += " " + u;
+        what += weight == 0 ? ", trained weight" : weight == 1 ? ", frozen weight" : ", no weight";
+        auto x = x0.clone().requires_grad_(), branch = branch0.clone().requires_grad_();
+        at::Tensor w = weight == 2 ? at::Tensor() : w0.clone().requires_grad_(weight == 0);
+        const auto out = add_rms_norm_fused(x, branch, w, kEps);
+        ASSERT_TRUE(at::equal(out.sum, x0 + branch0)) << what;
+        std::vector<at::Tensor> outputs, upstream, inputs{x, branch};
+        const bool uses_sum = used.front() == "sum", uses_normed = used.back() == "normed";
+        if (uses_sum) outputs.push_back(out.sum), upstream.push_back(u_sum);
+        if (uses_normed) outputs.push_back(out.normed), upstream.push_back(u_y);
+        if (weight == 0) inputs.push_back(w);
+        const auto g = torch::autograd::grad(outputs, inputs, upstream, false, false, /*allow_unused=*/true);
+        const auto ref = rms_reference(out.sum.detach(), weight == 2 ? at::Tensor() : w0,
+                                       uses_sum ? u_sum : at::Tensor(), uses_normed ? u_y : at::Tensor());
+        // Computed in fp32 and rounded once: within a unit of each value, plus fp32's rounding of the row's sums.
+        const auto y_error = (out.normed.to(at::kDouble) - ref.y).abs();
+        EXPECT_FALSE((y_error > ref.y.abs() * 2 * unit + 1e-5 * ref.y.abs().max()).any().item<bool>())
+            << what << ": normed off by " << y_error.max().item<double>();
+        EXPECT_TRUE(at::equal(g[0], g[1])) << what << ": x's and branch's gradients differ";
+        EXPECT_EQ(g[0].scalar_type(), dtype) << what;
+        const double largest = ref.ds.abs().max().item<double>();
+        EXPECT_LE((g[0].to(at::kDouble) - ref.ds).abs().max().item<double>(), largest * (2 * unit + 1e-5)) << what << ": d x";
+        if (weight == 0) {
+          ASSERT_EQ(g[2].defined(), uses_normed) << what;
+          if (uses_normed) {
+            EXPECT_LE((g[2].to(at::kDouble) - ref.dw).abs().max().item<double>(),
+                      ref.dw.abs().max().item<double>() * (2 * unit + 1e-5))
+                << what << ": d w";
+          }
+        }
+      }
+  }
+}
+
+TEST(ResidualRmsNorm, TheCpuTakesTheComposite) {
+  const auto x = at::randn({2, 3, 32}), branch = at::randn({2, 3, 32}), w = at::randn({32});
+  start_recording_paths();
+  const auto out = add_rms_norm(x, branch, w, kEps);
+  const uint32_t paths = stop_recording_paths();
+  EXPECT_FALSE(paths & static_cast<uint32_t>(ForwardPath::residual_rms_norm_kernel));
+  EXPECT_TRUE(paths & static_cast<uint32_t>(ForwardPath::rms_norm_composite));
+  EXPECT_TRUE(at::equal(out.sum, x + branch));
+  EXPECT_TRUE(at::equal(out.normed, rms_norm_composite(x + branch, w, kEps)));
+  EXPECT_EQ(describe_paths(static_cast<uint32_t>(ForwardPath::residual_rms_norm_kernel)),
+            "residual add + RMSNorm fused kernel");
+  try {
+    add_rms_norm_fused(x, branch.to(at::kBFloat16), w, kEps);
+    ADD_FAILURE() << "took a branch of another dtype";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("the fused residual add and norm does not apply: it takes x, branch, weight "
+                                         "and bias of one dtype"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The node's and the composite's outputs and the gradients of x, branch, weight and bias for
@@ -121,13 +222,14 @@ TEST(ResidualLayerNorm, TheNodeEqualsAtensAddAndLayerNormForwardAndBackward) {
     const auto x = at::randn({2, 5, 64}).to(dtype), branch = at::randn({2, 5, 64}).to(dtype);
     const auto w = (at::randn({64}) * 0.5 + 1).to(dtype), b = (at::randn({64}) * 0.1).to(dtype);
     for (const auto& used : std::vector<std::vector<std::string>>{{"sum", "normed"}, {"normed"}, {"sum"}})
-      for (const bool parameters : {true, false})
+      for (const int parameters : {0, 1, 2})  // weight and bias, none, a bias alone (the node's inputs shift)
         for (const bool trained : {true, false}) {
-          const at::Tensor pw = parameters ? w : at::Tensor(), pb = parameters ? b : at::Tensor();
+          const at::Tensor pw = parameters == 0 ? w : at::Tensor(), pb = parameters != 1 ? b : at::Tensor();
           const auto got = run(true, x, branch, pw, pb, used, trained), want = run(false, x, branch, pw, pb, used, trained);
           std::string what = std::string(c10::toString(dtype)) + ", upstream of";
           for (const auto& u : used) what += " " + u;
-          what += parameters ? (trained ? ", trained weight and bias" : ", frozen weight and bias") : ", no parameters";
+          what += parameters == 1 ? ", no parameters"
+                  : std::string(trained ? ", trained " : ", frozen ") + (parameters == 0 ? "weight and bias" : "bias alone");
           ASSERT_EQ(got.size(), want.size()) << what;
           const char* names[] = {"sum", "normed", "d x", "d branch", "d weight", "d bias"};
           for (size_t i = 0; i < got.size(); ++i) {
@@ -166,8 +268,8 @@ TEST(ResidualLayerNorm, TheCpuTakesTheCompositeAndTheNodeSaysWhyNot) {
   EXPECT_EQ(describe_paths(static_cast<uint32_t>(ForwardPath::residual_layer_norm_kernel)),
             "residual add + LayerNorm fused kernel");
 
-  EXPECT_EQ(add_layer_norm_fused_refusal(x, branch, w, b), "");
-  EXPECT_EQ(add_layer_norm_fused_refusal(x, branch, at::Tensor(), at::Tensor()), "");
+  EXPECT_EQ(add_norm_fused_refusal(x, branch, w, b), "");
+  EXPECT_EQ(add_norm_fused_refusal(x, branch, at::Tensor(), at::Tensor()), "");
   const std::vector<std::pair<std::vector<at::Tensor>, std::string>> refused{
       {{x, branch.to(at::kBFloat16), w, b}, "of one dtype and device"},
       {{x, branch, w.to(at::kBFloat16), b}, "of one dtype and device"},
@@ -177,7 +279,7 @@ TEST(ResidualLayerNorm, TheCpuTakesTheCompositeAndTheNodeSaysWhyNot) {
       {{at::randn({2, 6}), at::randn({2, 6}), at::Tensor(), at::Tensor()}, "multiple of 16 bytes"},
       {{at::randn({2, 8192}), at::randn({2, 8192}), at::Tensor(), at::Tensor()}, "up to 16384"}};
   for (const auto& [t, words] : refused) {
-    const std::string why = add_layer_norm_fused_refusal(t[0], t[1], t[2], t[3]);
+    const std::string why = add_norm_fused_refusal(t[0], t[1], t[2], t[3]);
     EXPECT_NE(why.find(words), std::string::npos) << why;
     try {
       add_layer_norm_fused(t[0], t[1], t[2], t[3], kEps);
@@ -187,7 +289,7 @@ TEST(ResidualLayerNorm, TheCpuTakesTheCompositeAndTheNodeSaysWhyNot) {
     }
   }
   // 8,192 bf16 values fill a row's registers exactly: taken.
-  EXPECT_EQ(add_layer_norm_fused_refusal(at::randn({2, 8192}).to(at::kBFloat16), at::randn({2, 8192}).to(at::kBFloat16),
+  EXPECT_EQ(add_norm_fused_refusal(at::randn({2, 8192}).to(at::kBFloat16), at::randn({2, 8192}).to(at::kBFloat16),
                                          at::Tensor(), at::Tensor()),
             "");
 }
