@@ -71,14 +71,17 @@ Forward forward_pass(const at::Tensor& x, const at::Tensor& branch, const at::Te
 // for its fused RMSNorm's backward.
 std::pair<at::Tensor, at::Tensor> rms_norm_backward_on_host(const at::Tensor& d_normed, const at::Tensor& d_sum,
                                                             const at::Tensor& sum, const at::Tensor& rstd,
-                                                            const at::Tensor& weight, bool wants_w) {
+                                                            const at::Tensor& weight, bool wants_x, bool wants_w) {
   const at::Tensor xhat = sum.to(at::kFloat) * rstd, dy = d_normed.to(at::kFloat);
-  const at::Tensor g = weight.defined() ? dy * weight.to(at::kFloat) : dy;
-  at::Tensor dx = rstd * (g - xhat * (g * xhat).mean(-1, /*keepdim=*/true));
-  if (d_sum.defined()) dx = dx + d_sum.to(at::kFloat);
-  at::Tensor dw;
+  at::Tensor dx, dw;
+  if (wants_x) {
+    const at::Tensor g = weight.defined() ? dy * weight.to(at::kFloat) : dy;
+    dx = rstd * (g - xhat * (g * xhat).mean(-1, /*keepdim=*/true));
+    if (d_sum.defined()) dx = dx + d_sum.to(at::kFloat);
+    dx = dx.to(sum.scalar_type());
+  }
   if (wants_w) dw = (dy * xhat).reshape({-1, sum.size(-1)}).sum(0).to(weight.scalar_type());
-  return {dx.to(sum.scalar_type()), dw};
+  return {dx, dw};
 }
 
 // The kernels' results carry no graph of their own: a backward that records one (create_graph)
@@ -132,7 +135,7 @@ class AddNormNode : public torch::autograd::Function<AddNormNode> {
       } else  // NOLINT(readability-misleading-indentation): the CPU's paths follow
 #endif
       if (!mean.defined()) {
-        std::tie(dx, dw) = rms_norm_backward_on_host(d_normed, d_sum, sum, rstd, weight, wants_w);
+        std::tie(dx, dw) = rms_norm_backward_on_host(d_normed, d_sum, sum, rstd, weight, wants_x, wants_w);
       } else {
         std::tie(dx, dw, db) = at::native_layer_norm_backward(d_normed, sum, {sum.size(-1)}, mean, rstd, weight, bias,
                                                               {wants_x, wants_w, wants_b});

@@ -131,10 +131,9 @@ __global__ void __launch_bounds__(kNormThreads)
 // mean and mean(g) taken as 0).
 template <typename T, int K, bool kCentered>
 __global__ void __launch_bounds__(kNormThreads)
-    add_norm_backward_kernel(const T* __restrict__ d_normed, const T* __restrict__ d_sum,
-                                   const T* __restrict__ sum, const float* __restrict__ mean,
-                                   const float* __restrict__ rstd, const T* __restrict__ weight, T* __restrict__ dx,
-                                   int64_t cols) {
+    add_norm_backward_kernel(const T* __restrict__ d_normed, const T* __restrict__ d_sum, const T* __restrict__ sum,
+                             const float* __restrict__ mean, const float* __restrict__ rstd,
+                             const T* __restrict__ weight, T* __restrict__ dx, int64_t cols) {
   constexpr int N = Pack<T>::kCount;
   __shared__ float shared[2][kWarps];
   const int64_t row = blockIdx.x, packs = cols / N, base = row * cols;
@@ -158,7 +157,13 @@ __global__ void __launch_bounds__(kNormThreads)
       sums[1] += g[k][i] * xhat[k][i];
     }
   }
-  block_sums<2>(sums, shared);
+  if constexpr (kCentered) {
+    block_sums<2>(sums, shared);
+  } else {  // RMSNorm needs no mean(g)
+    float gx[1] = {sums[1]};
+    block_sums<1>(gx, shared);
+    sums[1] = gx[0];
+  }
   const float mean_g = kCentered ? sums[0] / static_cast<float>(cols) : 0.0f;
   const float mean_gx = sums[1] / static_cast<float>(cols);
 #pragma unroll
@@ -177,14 +182,14 @@ __global__ void __launch_bounds__(kNormThreads)
 
 // One split of the rows of kColumnThreads packs of columns, as bias_gradient_cuda.cu's partials:
 // thread (x, y) adds rows begin + y, begin + y + kRowThreads, ... of d normed x^ (d weight) and of
-// d normed (d bias) in fp32, the block its kRowThreads sums in order of y. Without a mean (RMSNorm)
-// x^ = s rstd.
-template <typename T, int N>
+// d normed (d bias, kCentered only) in fp32, the block its kRowThreads sums in order of y. Without a
+// mean (RMSNorm) x^ = s rstd and there is no bias.
+template <typename T, int N, bool kCentered>
 __global__ void __launch_bounds__(kColumnThreads* kRowThreads)
-    layer_norm_weight_partials_kernel(const T* __restrict__ d_normed, const T* __restrict__ sum,
-                                      const float* __restrict__ mean, const float* __restrict__ rstd,
-                                      float* __restrict__ partial_w, float* __restrict__ partial_b, int64_t rows,
-                                      int64_t cols, int64_t rows_per_split) {
+    norm_weight_partials_kernel(const T* __restrict__ d_normed, const T* __restrict__ sum,
+                                const float* __restrict__ mean, const float* __restrict__ rstd,
+                                float* __restrict__ partial_w, float* __restrict__ partial_b, int64_t rows,
+                                int64_t cols, int64_t rows_per_split) {
   __shared__ float sums_w[kRowThreads][N][kColumnThreads];
   __shared__ float sums_b[kRowThreads][N][kColumnThreads];
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x) * N;
@@ -198,12 +203,12 @@ __global__ void __launch_bounds__(kColumnThreads* kRowThreads)
     for (int64_t r = begin + threadIdx.y; r < end; r += kRowThreads) {
       const Pack<T, N> dy = *reinterpret_cast<const Pack<T, N>*>(d_normed + r * cols + col);
       const Pack<T, N> s = *reinterpret_cast<const Pack<T, N>*>(sum + r * cols + col);
-      const float row_mean = mean == nullptr ? 0.0f : mean[r], row_rstd = rstd[r];
+      const float row_mean = kCentered ? mean[r] : 0.0f, row_rstd = rstd[r];
 #pragma unroll
       for (int i = 0; i < N; ++i) {
         const float d = static_cast<float>(dy.v[i]);
         acc_w[i] += d * layer_norm_normalized(static_cast<float>(s.v[i]), row_mean, row_rstd);
-        acc_b[i] += d;
+        if constexpr (kCentered) acc_b[i] += d;
       }
     }
   }
@@ -219,7 +224,7 @@ __global__ void __launch_bounds__(kColumnThreads* kRowThreads)
     float w = sums_w[0][i][threadIdx.x], b = sums_b[0][i][threadIdx.x];
     for (int y = 1; y < kRowThreads; ++y) w += sums_w[y][i][threadIdx.x], b += sums_b[y][i][threadIdx.x];
     partial_w[static_cast<int64_t>(blockIdx.y) * cols + col + i] = w;
-    partial_b[static_cast<int64_t>(blockIdx.y) * cols + col + i] = b;
+    if constexpr (kCentered) partial_b[static_cast<int64_t>(blockIdx.y) * cols + col + i] = b;
   }
 }
 
@@ -352,31 +357,38 @@ std::pair<at::Tensor, at::Tensor> norm_weight_gradients_cuda(const at::Tensor& d
   const int64_t cols = sum.size(-1), rows = sum.numel() / cols;
   check_statistics(mean, rstd, rows);
   const c10::cuda::CUDAGuard on_device(sum.device());
-  at::Tensor d_weight = at::empty({cols}, sum.options()), d_bias = at::empty({cols}, sum.options());
-  if (rows == 0) return {d_weight.zero_(), mean.defined() ? d_bias.zero_() : at::Tensor()};
+  const bool centered = mean.defined();
+  at::Tensor d_weight = at::empty({cols}, sum.options());
+  at::Tensor d_bias = centered ? at::empty({cols}, sum.options()) : at::Tensor();
+  if (rows == 0) return {d_weight.zero_(), centered ? d_bias.zero_() : d_bias};
   const bool aligned = aligned16(d_normed) && aligned16(sum);
   const ColumnSumPlan plan = plan_column_sums(rows, cols, sum.element_size(), aligned,
                                               at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
-  at::Tensor partial = at::empty({2, plan.splits, cols}, sum.options().dtype(at::kFloat));
+  at::Tensor partial = at::empty({centered ? 2 : 1, plan.splits, cols}, sum.options().dtype(at::kFloat));
   float* partial_w = partial.mutable_data_ptr<float>();
-  float* partial_b = partial_w + plan.splits * cols;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, sum.scalar_type(), "layer_norm_weight_gradients_cuda", [&] {
+  float* partial_b = centered ? partial_w + plan.splits * cols : nullptr;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, sum.scalar_type(), "norm_weight_gradients_cuda", [&] {
     const dim3 grid(static_cast<unsigned>(plan.column_tiles), static_cast<unsigned>(plan.splits));
     const dim3 block(kColumnThreads, kRowThreads);
     constexpr int kVector = Pack<scalar_t>::kCount;
-    auto launch = [&]<int N>() {
-      layer_norm_weight_partials_kernel<scalar_t, N><<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
+    auto launch = [&]<int N, bool kCentered>() {
+      norm_weight_partials_kernel<scalar_t, N, kCentered><<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
           d_normed.const_data_ptr<scalar_t>(), sum.const_data_ptr<scalar_t>(), data_or_null<float>(mean),
           rstd.const_data_ptr<float>(), partial_w, partial_b, plan.rows, plan.cols, plan.rows_per_split);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
-    if (plan.pack == kVector) launch.template operator()<kVector>();
-    else launch.template operator()<1>();
+    if (plan.pack == kVector) {
+      if (centered) launch.template operator()<kVector, true>();
+      else launch.template operator()<kVector, false>();
+    } else {
+      if (centered) launch.template operator()<1, true>();
+      else launch.template operator()<1, false>();
+    }
     // One launch for both sums (the partials of d bias follow those of d weight in `partial`).
     launch_sum_partials<scalar_t>(partial_w, d_weight.mutable_data_ptr<scalar_t>(), plan.splits, cols,
-                                  mean.defined() ? d_bias.mutable_data_ptr<scalar_t>() : nullptr);
+                                  centered ? d_bias.mutable_data_ptr<scalar_t>() : nullptr);
   });
-  return {d_weight, mean.defined() ? d_bias : at::Tensor()};
+  return {d_weight, d_bias};
 }
 
 }  // namespace segtrain::kernels
