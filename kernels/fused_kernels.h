@@ -7,6 +7,8 @@
 // norm after it, kernels/residual_norm.h) is taken only with
 // SEGTRAIN_FUSED_KERNELS=all, until its gpu tests pass on a GPU. The CPU always computes the
 // composites.
+#include <c10/core/ScalarType.h>
+
 #include <string>
 
 namespace segtrain::kernels {
@@ -28,6 +30,9 @@ FusedKernels fused_kernels_level();
 bool fused_kernels_requested();
 // Whether it also takes the kernels no GPU has run yet (all).
 bool untested_kernels_requested();
+
+// fp32, bf16 or fp16: the floating dtypes the project's kernels (and ATen's fused ops beside them) take.
+inline bool kernel_dtype(c10::ScalarType t) { return t == c10::kFloat || t == c10::kBFloat16 || t == c10::kHalf; }
 
 // Whether this build has the CUDA kernels (a CUDA LibTorch).
 bool fused_kernels_built();

@@ -18,8 +18,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool floating(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
-
 const char* approximation(bool tanh) { return tanh ? "tanh" : "none"; }
 
 // x as [tokens, in] (a view where x's layout allows) and the output's sizes.
@@ -126,7 +124,7 @@ std::string linear_fused_refusal(const at::Tensor& x, const at::Tensor& weight, 
   if (!bias.defined()) return "it fuses a bias's gradient; this projection has no bias";
   if (!bias.requires_grad()) return "it fuses a bias's gradient; this bias is not trained";
   const auto t = x.scalar_type();
-  if (!floating(t)) return std::string("it takes fp32, bf16 or fp16; got ") + c10::toString(t);
+  if (!kernel_dtype(t)) return std::string("it takes fp32, bf16 or fp16; got ") + c10::toString(t);
   if (weight.scalar_type() != t || bias.scalar_type() != t)
     return std::string("it takes x, weight and bias of one dtype; got ") + c10::toString(t) + ", " +
            c10::toString(weight.scalar_type()) + " and " + c10::toString(bias.scalar_type());

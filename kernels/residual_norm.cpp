@@ -24,8 +24,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool floating(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
-
 #if SEGTRAIN_WITH_CUDA
 // What the kernels read: contiguous, starting on a 16-byte boundary (a parameter in a flat bucket
 // may start elsewhere: its copy does not). Undefined stays undefined.
@@ -171,7 +169,7 @@ std::string add_norm_fused_refusal(const at::Tensor& x, const at::Tensor& branch
   if (!x.defined() || !branch.defined()) return "it takes a defined x and branch";
   if (x.dim() < 1 || x.sizes() != branch.sizes()) return "it takes x and branch of one shape [..., D]";
   const auto t = x.scalar_type();
-  if (!floating(t)) return std::string("it takes fp32, bf16 or fp16; got ") + c10::toString(t);
+  if (!kernel_dtype(t)) return std::string("it takes fp32, bf16 or fp16; got ") + c10::toString(t);
   for (const at::Tensor* p : {&branch, &weight, &bias})
     if (p->defined() && (p->scalar_type() != t || p->device() != x.device()))
       return std::string("it takes x, branch, weight and bias of one dtype and device; x is ") + c10::toString(t) +

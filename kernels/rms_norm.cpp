@@ -18,12 +18,6 @@
 
 namespace segtrain::kernels {
 
-namespace {
-
-bool floating(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
-
-}  // namespace
-
 at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, double eps) {
   // The weight multiplies after the cast back, as transformers does.
   const auto dtype = x.scalar_type();
@@ -34,7 +28,7 @@ at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, dou
 }
 
 at::Tensor rms_norm_fused(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (!weight.defined() || weight.scalar_type() != x.scalar_type() || !floating(x.scalar_type()))
+  if (!weight.defined() || weight.scalar_type() != x.scalar_type() || !kernel_dtype(x.scalar_type()))
     throw InputError(std::string("the fused RMSNorm takes x and weight of one floating dtype; got ") +
                      c10::toString(x.scalar_type()) + " and " +
                      (weight.defined() ? c10::toString(weight.scalar_type()) : "no weight"));
@@ -50,7 +44,7 @@ at::Tensor rms_norm_fused(const at::Tensor& x, const at::Tensor& weight, double 
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (SEGTRAIN_HAS_FUSED_RMS_NORM && fused_kernels_requested() && x.is_cuda() && weight.defined() && weight.scalar_type() == x.scalar_type() &&
-      floating(x.scalar_type())) {
+      kernel_dtype(x.scalar_type())) {
     record_path(ForwardPath::rms_norm_fused);
     return rms_norm_fused(x, weight, eps);
   }
