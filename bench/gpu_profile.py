@@ -59,8 +59,12 @@ KERNEL_CLASSES = [
     ("attention", r"flash|fmha|attention|sdpa|_attn_|mha_"),
     ("GEMM", r"gemm|gemv|xmma|nvjet|cublas|cutlass|wgmma|splitKreduce|triton_tem_fused_(mm|bmm|addmm)|"
              r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation)$"),
-    ("norm", r"layer_?norm|rms_?norm|GammaBeta|RowwiseMoments|ComputeInternalGradients|welford|group_norm"),
-    ("elementwise", r"elementwise|vectorized|unrolled|reduce_kernel|triton_(poi|red|per)_|index|gather|scatter|"
+    # segtrain's own: the residual add fused with the norm (kernels/residual_norm_cuda.cu)
+    ("norm", r"layer_?norm|rms_?norm|GammaBeta|RowwiseMoments|ComputeInternalGradients|welford|group_norm|"
+             r"add_norm_|norm_weight_partials"),
+    # ... and segtrain's column sums (the linears' bias gradients, kernels/bias_gradient_cuda.cu)
+    ("elementwise", r"elementwise|vectorized|unrolled|reduce_kernel|column_partials|sum_partials|"
+                    r"triton_(poi|red|per)_|index|gather|scatter|"
                     r"embedding|copy|^aten::(add|mul|sub|div|gelu|silu|tanh|pow|neg|exp|where|masked_fill|cat|"
                     r"fill|zero|clone|contiguous|sum|mean|rsqrt|softmax|_softmax|threshold|sigmoid)|cat_|fill|"
                     r"gelu|silu|swiglu|softmax|rope|rotary"),
@@ -76,7 +80,7 @@ CLASS_ORDER = [name for name, _ in KERNEL_CLASSES] + ["other"]
 # residual adds, gradient accumulation, masks).
 ELEMENTWISE_KINDS = [
     ("fused pointwise", r"triton_poi_"),
-    ("reduction", r"reduce_kernel|triton_(red|per)_|^aten::(sum|mean)$"),
+    ("reduction", r"reduce_kernel|column_partials|sum_partials|triton_(red|per)_|^aten::(sum|mean)$"),
     ("copy or cast", r"copy|^aten::(clone|contiguous|to)$"),
     ("fill or zero", r"(?<!masked_)fill|zero"),  # masked_fill is a mask: arithmetic
     ("activation", r"gelu|silu|swiglu|tanh|sigmoid|threshold"),

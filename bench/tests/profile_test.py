@@ -54,6 +54,10 @@ NAMES = {
         "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float, false>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)",
         "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<c10::BFloat16, float, 32u, 32u, 256u, false, true, false>(long, long, c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, c10::BFloat16*, c10::BFloat16*)",
         "triton_red_fused__to_copy_add_native_layer_norm_0", "aten::native_layer_norm",
+        # segtrain's own (kernels/residual_norm_cuda.cu, SEGTRAIN_FUSED_KERNELS=all)
+        "void segtrain::kernels::(anonymous namespace)::add_norm_forward_kernel<c10::BFloat16, 1, true>(c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16*, c10::BFloat16*, float*, float*, long, float)",
+        "void segtrain::kernels::(anonymous namespace)::add_norm_backward_kernel<c10::BFloat16, 4, false>(c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, c10::BFloat16 const*, c10::BFloat16*, long)",
+        "void segtrain::kernels::(anonymous namespace)::norm_weight_partials_kernel<c10::BFloat16, 8, true>(c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, float*, float*, long, long, long)",
     ],
     "loss": [
         "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)",
@@ -74,6 +78,9 @@ NAMES = {
         "triton_poi_fused_add_gelu_0", "aten::gelu", "aten::add",
         # segtrain's own (kernels/swiglu_cuda.cu, SEGTRAIN_FUSED_KERNELS=1)
         "void segtrain::kernels::(anonymous namespace)::swiglu_backward_kernel<c10::BFloat16>(c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16*, c10::BFloat16*, long)",
+        # the column sums (kernels/bias_gradient_cuda.cu, kernels/column_partials.cuh, SEGTRAIN_FUSED_KERNELS=all)
+        "void segtrain::kernels::(anonymous namespace)::column_partials_kernel<c10::BFloat16, 8, (segtrain::kernels::(anonymous namespace)::RowTransform)2>(c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16*, float*, long, long, long)",
+        "void segtrain::kernels::sum_partials_kernel<c10::BFloat16>(float const*, segtrain::kernels::PartialSumOutputs<c10::BFloat16>, long, long)",
     ],
     "memory": ["Memcpy HtoD (Pinned -> Device)", "[CUDA memcpy Host-to-Device]", "Memset (Device)",
                "[CUDA memset]"],
@@ -187,6 +194,7 @@ def main():
         "at::TensorIterator&, c10::Scalar const&)::{lambda()#1}::operator()() const::{lambda(c10::BFloat16, bool)#1}, "
         "std::array<char*, 3ul> >": "arithmetic",
         "void at::native::elementwise_kernel<128, 2, some_lambda>": "other elementwise",
+        NAMES["elementwise"][7]: "reduction", NAMES["elementwise"][8]: "reduction",
     }
     for name, kind in kinds.items():
         check(gp.classify(name) == "elementwise", f"{name[:60]} is elementwise")
