@@ -165,7 +165,7 @@ void require_fused(const at::Tensor& x, const at::Tensor& branch, const at::Tens
 }  // namespace
 
 std::string add_norm_fused_refusal(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
-                                         const at::Tensor& bias) {
+                                   const at::Tensor& bias) {
   if (!x.defined() || !branch.defined()) return "it takes a defined x and branch";
   if (x.dim() < 1 || x.sizes() != branch.sizes()) return "it takes x and branch of one shape [..., D]";
   const auto t = x.scalar_type();
@@ -173,7 +173,8 @@ std::string add_norm_fused_refusal(const at::Tensor& x, const at::Tensor& branch
   for (const at::Tensor* p : {&branch, &weight, &bias})
     if (p->defined() && (p->scalar_type() != t || p->device() != x.device()))
       return std::string("it takes x, branch, weight and bias of one dtype and device; x is ") + c10::toString(t) +
-             ", another " + c10::toString(p->scalar_type());
+             " on " + x.device().str() + ", " + (p == &branch ? "branch" : p == &weight ? "weight" : "bias") + " " +
+             c10::toString(p->scalar_type()) + " on " + p->device().str();
   const int64_t d = x.size(-1);
   for (const at::Tensor* p : {&weight, &bias})
     if (p->defined() && (p->dim() != 1 || p->size(0) != d)) return "it takes weight and bias of x's last dimension";

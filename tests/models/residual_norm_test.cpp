@@ -271,8 +271,8 @@ TEST(ResidualLayerNorm, TheCpuTakesTheCompositeAndTheNodeSaysWhyNot) {
   EXPECT_EQ(add_norm_fused_refusal(x, branch, w, b), "");
   EXPECT_EQ(add_norm_fused_refusal(x, branch, at::Tensor(), at::Tensor()), "");
   const std::vector<std::pair<std::vector<at::Tensor>, std::string>> refused{
-      {{x, branch.to(at::kBFloat16), w, b}, "of one dtype and device"},
-      {{x, branch, w.to(at::kBFloat16), b}, "of one dtype and device"},
+      {{x, branch.to(at::kBFloat16), w, b}, "of one dtype and device; x is Float on cpu, branch BFloat16 on cpu"},
+      {{x, branch, w.to(at::kBFloat16), b}, "of one dtype and device; x is Float on cpu, weight BFloat16 on cpu"},
       {{x, branch.slice(-1, 0, 16), w, b}, "of one shape"},
       {{x, branch, at::ones({16}), b}, "of x's last dimension"},
       {{x.to(at::kInt), branch.to(at::kInt), at::Tensor(), at::Tensor()}, "fp32, bf16 or fp16"},
