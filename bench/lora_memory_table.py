@@ -4,9 +4,11 @@
 
 Bytes (the design that bench/lora_memory_bench.py's runs confirm on SmolLM2-135M):
   frozen base    2 a parameter: train.param_dtype bf16 holds the frozen weights in bf16 (a run from a base)
-  what trains    2 + 2 + 16 a parameter: the bf16 weight and its gradient, and the optimizer's fp32 master,
-                 moments and gradient sum (optimizer_bytes_per_trainable_param, measured 16.0 for LoRA and
-                 LoRA+ in bench/results/lora_memory_bench.json when it is there)
+  what trains    2 + 16 a parameter: the bf16 weight, and the optimizer's fp32 master, moments and gradient
+                 sum (optimizer_bytes_per_trainable_param, measured 16.0 for LoRA and LoRA+ in
+                 bench/results/lora_memory_bench.json when it is there); one process keeps no bf16 gradient
+                 buffer (each gradient goes into its fp32 sum as backward makes it and is dropped: only the
+                 tensor being summed holds one, for a moment, not counted)
   activations    5.8 bytes a token, a layer and a unit of d_model under bf16 autocast with activation
                  checkpointing and bf16 parameters (bf16_activation_memory_bench at d512 x 8, docs/distributed.md;
                  it counts the block recomputed at a time in every layer, so it errs high)
@@ -40,7 +42,7 @@ def trainable_sets():
 
 def parts(trainable, length, state_bytes=16.0):
     """(frozen base, what trains, activations, loss slices) in bytes: one row of the table."""
-    return (2 * (PARAMS - trainable), (2 + 2 + state_bytes) * trainable, ACTIVATION * length * LAYERS * D,
+    return (2 * (PARAMS - trainable), (2 + state_bytes) * trainable, ACTIVATION * length * LAYERS * D,
             3 * 64 * 2**20)
 
 

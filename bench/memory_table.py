@@ -23,7 +23,9 @@ Bytes a parameter on a GPU (the design the measurements confirm):
   fp32 plain    4 + 4 + 8        (parameters, gradients, AdamW moments)
   fp32 sharded  4 + 4 + 8/N      (distributed.shard_optimizer, ZeRO-1)
   bf16 sharded  2 + 2 + 16/N     (train.param_dtype bf16 + shard_optimizer, ZeRO-2: fp32 master, moments and
-                                  gradient sum over N ranks; 2 + 2 + 16 on one GPU). At set-up the master
+                                  gradient sum over N ranks; 2 + 16 on one GPU, whose one process keeps no
+                                  bf16 gradient buffer: each gradient goes into its fp32 sum as backward
+                                  makes it, and is dropped). At set-up the master
                                   weights' source is a host copy on a GPU, so each fp32 parameter leaves the
                                   device as its bucket takes its bf16 value: the device peak is 4 (fp32 or
                                   bf16 parameter + gradient) + 16/N, not more than training. On the CPU the
@@ -97,7 +99,7 @@ def gib(x):
 
 
 def bytes_per_param(mode, n):
-    return {"fp32 plain": 16.0, "fp32 sharded": 8 + 8 / n, "bf16 sharded": 4 + 16 / n}[mode]
+    return {"fp32 plain": 16.0, "fp32 sharded": 8 + 8 / n, "bf16 sharded": (2 if n == 1 else 4) + 16 / n}[mode]
 
 
 def main():
@@ -159,7 +161,7 @@ def main():
         for mode in ("fp32 plain", "fp32 sharded", "bf16 sharded") if n > 1 else ("fp32 plain", "bf16 sharded"):
             act = activations(layers, d, vocab, tokens, mode[:4])
             need = p * bytes_per_param(mode, n) + act
-            label = mode if n > 1 else {"fp32 plain": "fp32", "bf16 sharded": "bf16 (2 + 2 + 16 on one GPU)"}[mode]
+            label = mode if n > 1 else {"fp32 plain": "fp32", "bf16 sharded": "bf16 (2 + 16 on one GPU)"}[mode]
             line = f"  {label}: {gib(need)} GiB, headroom {100 * (1 - need / capacity):.1f}%"
             if mode.startswith("bf16"):
                 setup = p * (bytes_per_param(mode, n) + BF16_SETUP_EXTRA)

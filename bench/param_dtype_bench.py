@@ -11,7 +11,8 @@
                                     Per rank: the peak RSS once its parameters and optimizer are set
                                     up (VmHWM when its log says "optimizer state": with bf16
                                     parameters the fp32 ones are alive until the master copies
-                                    exist, 4 + 2 + 2 + 16/N bytes a parameter at that moment, the
+                                    exist, 4 + 2 + 2 + 16/N bytes a parameter at that moment (4 + 2 + 16
+                                    in one process, which keeps no bf16 gradient buffer), the
                                     designed set-up peak), of its training steps (VmHWM read while
                                     rank 0 had not yet logged the last step, i.e. before the final
                                     checkpoint; rank 0's equals its metrics.jsonl peak_rss_mb, which
@@ -22,7 +23,9 @@
                                     against the design: 8 (fp32 plain), 8/N (fp32 sharded), 16 (bf16
                                     plain), 16/N (bf16 sharded); the step peak over the parameters
                                     the resident bytes a parameter, and what is left of it after the
-                                    designed 4 + 4 + optimizer (fp32) or 2 + 2 + optimizer (bf16).
+                                    designed 4 + 4 + optimizer (fp32) or 2 + 2 + optimizer (bf16; 2 +
+                                    optimizer at 1 rank: its gradients go into the fp32 sums as backward
+                                    makes them).
                                     At 1 rank there is no group: sharded is plain by construction
                                     (segtrain says "nothing to shard"), measured all the same.
   param_dtype_bench.py activations  activation bytes a token, a layer and a unit of d_model under bf16
@@ -54,7 +57,7 @@ GPUs' count (at most 8) ranks, as many as there are GPUs, in the same four modes
 0's optimizer_state_mb gives the optimizer's bytes a parameter against the same design, rank 0's
 metrics.jsonl peak_gpu_mb (the caching allocator's peak over the steps, set-up included: bf16 storage's
 fp32 source is staged on the host, so the set-up peak is below training's) the device bytes a parameter
-against the designed 4 + 4 + 8, 4 + 4 + 8/N, 2 + 2 + 16, 2 + 2 + 16/N (rest_mb: what is left, the
+against the designed 4 + 4 + 8, 4 + 4 + 8/N, 2 + 2 + 16, 2 + 2 + 16/N (2 + 16 at 1 rank; rest_mb: what is left, the
 activations and workspaces), peak_gpu_reserved_mb beside it; every rank's peak as nvidia-smi sees the
 process (used memory sampled during the steps, CUDA context and the allocator's reserve included; only
 rank 0 writes metrics.jsonl). Without a visible GPU, or with a torch without CUDA, it prints
@@ -84,12 +87,13 @@ def log(*args):
 RANK_COUNTS = [1, 2, 4]
 MAX_GPU_RANKS = 8
 # (name, train.param_dtype, distributed.shard_optimizer, designed optimizer bytes a parameter at N ranks,
-#  designed parameter + gradient-buffer bytes a parameter)
+#  designed parameter + gradient-buffer bytes a parameter at N ranks: one bf16 process keeps no gradient buffer,
+#  its gradients going into the optimizer's fp32 sums as backward makes them)
 MODES = [
-    ("fp32 plain", "fp32", False, lambda n: 8.0, 8),
-    ("fp32 sharded", "fp32", True, lambda n: 8.0 / n, 8),
-    ("bf16 plain", "bf16", False, lambda n: 16.0, 4),
-    ("bf16 sharded", "bf16", True, lambda n: 16.0 / n, 4),
+    ("fp32 plain", "fp32", False, lambda n: 8.0, lambda n: 8),
+    ("fp32 sharded", "fp32", True, lambda n: 8.0 / n, lambda n: 8),
+    ("bf16 plain", "bf16", False, lambda n: 16.0, lambda n: 2 if n == 1 else 4),
+    ("bf16 sharded", "bf16", True, lambda n: 16.0 / n, lambda n: 2 if n == 1 else 4),
 ]
 RANKS_SHAPE = dict(arch="llama", vocab=32000, d_model=768, n_layers=12, n_heads=12, length=128)
 # Micro-batch 16: at L_t the activations (4,096 tokens) outgrow what the set-up leaves freed but
@@ -265,7 +269,7 @@ eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
                 state_mb = metrics[-1]["optimizer_state_mb"]
                 metrics_peak = max(r["peak_rss_mb"] for r in metrics)
                 optimizer_bpp = state_mb * MIB / params
-                designed = designed_param_grad + designed_optimizer(world)
+                designed = designed_param_grad(world) + designed_optimizer(world)
                 if CUDA:
                     rows.append(gpu_row(name, world, dtype, shard, state_mb, optimizer_bpp, designed_optimizer(world),
                                         designed, metrics, out, params, step_peak, process_peak, started))
@@ -314,7 +318,7 @@ eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
                  f"optimizer_state_mb x 2^20 / parameters; device_bytes_per_param = rank 0's peak_gpu_mb (metrics.jsonl, "
                  f"the caching allocator's peak over the steps, set-up included) x 2^20 / parameters, against "
                  f"designed_bytes_per_param (parameters + gradient buffers + optimizer: 4 + 4 + 8, 4 + 4 + 8/N, "
-                 f"2 + 2 + 16, 2 + 2 + 16/N); rest_mb = that peak minus the designed bytes x parameters (activations, "
+                 f"2 + 2 + 16, 2 + 2 + 16/N; 2 + 16 in one process, which keeps no bf16 gradient buffer); rest_mb = that peak minus the designed bytes x parameters (activations, "
                  f"workspaces); peak_gpu_reserved_mb_rank0 the allocator's reserve; step_peak_gpu_used_mb per rank: "
                  f"the largest nvidia-smi used memory of the process before the last step's metrics row (CUDA "
                  f"context and reserve included; None where nvidia-smi does not list the process); "
@@ -328,7 +332,7 @@ eval: {{lengths: [{L}], max_sequences: 1, batch_size: 1}}
              f"optimizer_state_mb x 2^20 / parameters; step_peak_rss_mb per rank: VmHWM before the last step's "
              f"metrics row (rank 0's = its metrics.jsonl peak_rss_mb, metrics_peak_rss_mb_rank0); setup_peak_rss_mb: "
              f"VmHWM when the rank has logged its optimizer state (bf16: designed 4 fp32 + 2 + 2 + optimizer bytes a "
-             f"parameter then, the fp32 parameters alive until the master copies exist; setup_rest_mb the rest); "
+             f"parameter then, 4 + 2 + optimizer in one process, the fp32 parameters alive until the master copies exist; setup_rest_mb the rest); "
              f"process_peak_rss_mb: wait4, final checkpoint (rank 0 gathers the whole state) and evaluation "
              f"included; resident_bytes_per_param = the largest step peak x 2^20 / parameters; rest_mb = that peak "
              f"minus the designed bytes (parameters + gradient buffers + optimizer) x parameters")

@@ -389,14 +389,15 @@ TEST(ShardedAdamW, Bf16StorageStepsLikeAdamWOnFp32MasterWeightsInPython) {
 }
 
 // Two optimizers with fp32 master weights over the same bf16-stored parameters (make_params(seed)), in
-// buckets of bucket_bytes: one stepped one way, the other another, they should agree.
+// buckets of bucket_bytes: one stepped one way, the other another, they should agree. The second takes
+// its gradients as backward leaves them (sums_in_backward) where `second_sums_in_backward`.
 struct TwinMasters {
   std::vector<std::pair<std::string, at::Tensor>> params[2];
   std::map<std::string, at::Tensor> initial;
   std::unique_ptr<FlatBuckets> flat[2];
   std::unique_ptr<ShardedAdamW> adamw[2];
 
-  TwinMasters(uint64_t seed, int64_t bucket_bytes, const AdamWOptions& o) {
+  TwinMasters(uint64_t seed, int64_t bucket_bytes, const AdamWOptions& o, bool second_sums_in_backward = false) {
     for (int k = 0; k < 2; ++k) {
       params[k] = make_params(seed);
       std::vector<at::Tensor> plain;
@@ -404,8 +405,10 @@ struct TwinMasters {
         if (k == 0) initial[n] = p.detach().clone();
         plain.push_back(p);
       }
-      flat[k] = std::make_unique<FlatBuckets>(plain, bucket_bytes, 1, at::kBFloat16);
-      adamw[k] = std::make_unique<ShardedAdamW>(params[k], o, *flat[k], ShardedAdamWSetup{nullptr, true, initial});
+      const bool in_backward = k == 1 && second_sums_in_backward;
+      flat[k] = std::make_unique<FlatBuckets>(plain, bucket_bytes, 1, at::kBFloat16, /*gradient_buffers=*/!in_backward);
+      adamw[k] = std::make_unique<ShardedAdamW>(params[k], o, *flat[k],
+                                                ShardedAdamWSetup{nullptr, true, initial, in_backward});
     }
   }
   void step_both(double lr) {
@@ -471,6 +474,70 @@ TEST(ShardedAdamW, AfterKeepGradientsTheSumsAreZeroedInPlaceAndStepAsBefore) {
         twins.flat[k]->zero_grad();
       }
     if (step == 0) EXPECT_TRUE(twins.adamw[1]->keep_gradients().empty());  // after the first backward, as the trainer calls it
+    twins.step_both(1e-2);
+  }
+  twins.expect_equal_masters();
+}
+
+// A small network's loss over make_params' tensors, in bf16 as they are stored: x scaled by the norm's
+// weight, through attn and its bias, and the table's rows (left out where `with_table` is false, so no
+// gradient reaches it). Seeded: the same on both twins.
+at::Tensor twin_loss(const std::vector<std::pair<std::string, at::Tensor>>& params, uint64_t seed, bool with_table) {
+  std::map<std::string, at::Tensor> p(params.begin(), params.end());
+  torch::manual_seed(seed);
+  const at::Tensor x = torch::randn({3, 4}).to(at::kBFloat16), rows = torch::randint(0, 16, {5});
+  const at::Tensor h = x * p.at("h.0.ln_1.weight");
+  const at::Tensor y = at::linear(h, p.at("h.0.attn.weight"), p.at("h.0.attn.bias"));
+  at::Tensor loss = y.to(at::kFloat).pow(2).sum();
+  if (with_table) loss = loss + p.at("wte.weight").index_select(0, rows).to(at::kFloat).sin().sum();
+  return loss;
+}
+
+// One process with master weights (sums_in_backward): no bf16 gradient buffer, each gradient summed into
+// the fp32 sums as backward leaves it and dropped at once. Its steps are the buckets' bit for bit (autograd
+// adds the gradient into the zeroed bucket, accumulate_local sums the bucket), over two micro-batches, a
+// parameter no gradient reaches in one micro-batch (step 1) or a whole step (step 2), and buckets of 48
+// values that cut the parameters into pieces.
+TEST(ShardedAdamW, GradientsSummedAsBackwardLeavesThemStepLikeTheBuckets) {
+  AdamWOptions o;
+  o.weight_decay = 0.1;
+  o.no_decay = {"wte"};
+  TwinMasters twins(11, 96, o, /*second_sums_in_backward=*/true);
+  for (const auto& b : twins.flat[1]->buckets()) EXPECT_FALSE(b.grads.defined()) << "a bf16 gradient buffer";
+  ASSERT_GT(twins.flat[1]->buckets().size(), 1u);
+  for (int step = 0; step < 3; ++step) {
+    for (int micro = 0; micro < 2; ++micro)
+      for (int k = 0; k < 2; ++k) {
+        twin_loss(twins.params[k], 10 * step + micro, step == 0 || (step == 1 && micro == 0)).backward();
+        twins.adamw[k]->accumulate_local();
+        twins.flat[k]->zero_grad();
+        if (k == 1)
+          for (auto& [n, p] : twins.params[1]) EXPECT_FALSE(p.grad().defined()) << n << ": a gradient was kept";
+      }
+    EXPECT_TRUE(twins.adamw[1]->grad_square_sum().equal(twins.adamw[0]->grad_square_sum())) << "step " << step;
+    twins.step_both(1e-2);
+  }
+  twins.expect_equal_masters();
+  for (size_t i = 0; i < twins.params[0].size(); ++i)
+    EXPECT_TRUE(twins.params[1][i].second.detach().equal(twins.params[0][i].second.detach())) << twins.params[0][i].first;
+}
+
+// A gradient backward leaves twice in one micro-batch (two backward calls; an activation checkpoint's
+// recomputation runs one inside another) is summed twice, in fp32: as the buckets' optimizer sums the two
+// as two micro-batches. And after keep_gradients (a captured step) every sum adds into sums zeroed in place.
+TEST(ShardedAdamW, AGradientBackwardLeavesTwiceIsSummedTwiceAlsoAfterKeepGradients) {
+  AdamWOptions o;
+  o.weight_decay = 0.1;
+  TwinMasters twins(13, 96, o, /*second_sums_in_backward=*/true);
+  for (int step = 0; step < 3; ++step) {
+    for (int micro = 0; micro < 2; ++micro) {
+      twin_loss(twins.params[0], 10 * step + micro, true).backward();
+      twins.adamw[0]->accumulate_local();
+      twins.flat[0]->zero_grad();
+    }
+    twin_loss(twins.params[1], 10 * step, true).backward();
+    twin_loss(twins.params[1], 10 * step + 1, true).backward();
+    if (step == 0) EXPECT_TRUE(twins.adamw[1]->keep_gradients().empty());
     twins.step_both(1e-2);
   }
   twins.expect_equal_masters();

@@ -187,7 +187,8 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
       maybe_choice("train.param_dtype", t.param_dtype, "auto", kPrecisions,
              "Parameters and gradients held in fp32, or in bf16 with an fp32 master copy of the parameters, the "
              "moments and the summed gradient in the optimizer (2 + 2 + 16/N bytes a parameter with "
-             "distributed.shard_optimizer over N ranks, else 2 + 2 + 16); bf16 needs train.precision: bf16. "
+             "distributed.shard_optimizer over N ranks, else 2 + 2 + 16; 2 + 16 in one process, whose bf16 "
+             "gradients go into the fp32 sums as backward makes them); bf16 needs train.precision: bf16. "
              "auto: bf16 when train.precision is bf16 on a CUDA device (unless eval.precision is fp32), else "
              "fp32; the plan line says which. Checkpoints hold the fp32 master weights either way, so a run "
              "resumes in the other storage."),

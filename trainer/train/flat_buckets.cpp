@@ -7,8 +7,8 @@
 namespace segtrain::trainer {
 
 FlatBuckets::FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_bytes, int64_t world_size,
-                         std::optional<at::ScalarType> storage)
-    : world_size_(world_size) {
+                         std::optional<at::ScalarType> storage, bool gradient_buffers)
+    : world_size_(world_size), gradient_buffers_(gradient_buffers) {
   for (const auto& p : params)
     if (p.requires_grad()) params_.push_back(p);
   bucket_of_.resize(params_.size());
@@ -37,13 +37,13 @@ FlatBuckets::FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_b
     for (int64_t begin = 0; begin < padded; begin += per_segment)
       b.segments.push_back({begin, std::min(per_segment, padded - begin)});
     b.params = at::zeros({padded}, options);
-    b.grads = at::zeros({padded}, options);
+    if (gradient_buffers_) b.grads = at::zeros({padded}, options);
     for (size_t k = 0; k < b.members.size(); ++k) {
       at::Tensor p = params_[b.members[k]];
       at::Tensor values = b.params.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
       values.copy_(p);
       p.set_data(values);
-      p.mutable_grad() = b.grads.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
+      if (gradient_buffers_) p.mutable_grad() = b.grads.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
     }
   }
 }
@@ -58,7 +58,8 @@ std::vector<FlatRange> FlatBucket::owned(int64_t rank, int64_t world_size) const
 }
 
 void FlatBuckets::zero_grad() {
-  for (auto& b : buckets_) b.grads.zero_();
+  if (gradient_buffers_)
+    for (auto& b : buckets_) b.grads.zero_();
 }
 
 }  // namespace segtrain::trainer

@@ -31,7 +31,7 @@ struct FlatBucket {
   std::vector<size_t> members;   // parameter indices, in the order they are packed
   std::vector<int64_t> offsets;  // where each member starts in the buffers
   int64_t numel = 0;             // the members' elements; the rest is padding
-  at::Tensor params, grads;      // flat, [padded]
+  at::Tensor params, grads;      // flat, [padded]; grads undefined without gradient buffers
   std::vector<FlatRange> segments;  // cover the buffers in order; each numel divides by the world size
 
   // This rank's part of each segment, in order.
@@ -43,9 +43,10 @@ class FlatBuckets {
   // Takes the parameters that require a gradient; all of a bucket's share one
   // dtype and device (a change starts a new bucket). `storage` (bf16 storage
   // with fp32 master weights elsewhere): the buffers hold that dtype and the
-  // parameters become views of it, their values rounded.
+  // parameters become views of it, their values rounded. `gradient_buffers`
+  // false: no gradient buffers, the parameters' .grad left alone.
   FlatBuckets(const std::vector<at::Tensor>& params, int64_t bucket_bytes, int64_t world_size,
-              std::optional<at::ScalarType> storage = std::nullopt);
+              std::optional<at::ScalarType> storage = std::nullopt, bool gradient_buffers = true);
 
   const std::vector<at::Tensor>& params() const { return params_; }
   std::vector<FlatBucket>& buckets() { return buckets_; }
@@ -53,13 +54,15 @@ class FlatBuckets {
   size_t bucket_of(size_t param) const { return bucket_of_[param]; }
   int64_t world_size() const { return world_size_; }
 
-  void zero_grad();  // every gradient (and the padding) to 0, in place
+  bool has_gradient_buffers() const { return gradient_buffers_; }
+  void zero_grad();  // every gradient (and the padding) to 0, in place; nothing without gradient buffers
 
  private:
   std::vector<at::Tensor> params_;
   std::vector<FlatBucket> buckets_;
   std::vector<size_t> bucket_of_;
   int64_t world_size_;
+  bool gradient_buffers_;
 };
 
 }  // namespace segtrain::trainer

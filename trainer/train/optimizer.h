@@ -108,8 +108,9 @@ class Optimizer {
   virtual void load_master_weights(const std::map<std::string, at::Tensor>& /*weights*/) {}
   // With master weights the optimizer sums each micro-batch's gradient into fp32
   // sums of its own: the loop hands every micro-batch's gradient over (reduced over
-  // ranks through accumulate, or accumulate_local in one process) and clears the
-  // parameters' gradients before the next. Without, gradients accumulate in place.
+  // ranks through accumulate, or accumulate_local in one process, where backward may
+  // have summed them already) and clears the parameters' gradients before the next.
+  // Without, gradients accumulate in place.
   virtual bool keeps_master_weights() const { return false; }
   // Adds `reduced` (range `range` of bucket `bucket`'s buffers, summed over ranks)
   // to the master's gradient sums: GradientSync's sink. Nothing without master weights.

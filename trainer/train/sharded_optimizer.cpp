@@ -1,6 +1,8 @@
 #include "trainer/train/sharded_optimizer.h"
 
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <memory>
@@ -10,13 +12,34 @@
 
 namespace segtrain::trainer {
 
+namespace {
+
+// Runs after autograd's AccumulateGrad has put a parameter's gradient into .grad: with .grad
+// undefined before, it is backward's own tensor, stolen, not copied. Summed, then dropped at once.
+struct SumIntoOptimizer : torch::autograd::PostAccumulateGradHook {
+  SumIntoOptimizer(ShardedAdamW& optimizer, size_t param) : optimizer(optimizer), param(param) {}
+  void operator()(const torch::autograd::Variable& parameter) override {
+    at::Tensor& grad = parameter.mutable_grad();
+    optimizer.sum_gradient(param, grad);
+    grad.reset();
+  }
+  ShardedAdamW& optimizer;
+  size_t param;
+};
+
+}  // namespace
+
 ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
                            AdamWOptions options, FlatBuckets& buckets, ShardedAdamWSetup setup)
     : options_(std::move(options)),
       buckets_(buckets),
       group_(setup.group),
       sharded_(setup.group && setup.shard && setup.group->world_size() > 1),
-      master_(!setup.master_from.empty()) {
+      master_(!setup.master_from.empty()),
+      sums_in_backward_(setup.sums_in_backward) {
+  TORCH_CHECK(!sums_in_backward_ || (master_ && !setup.group && !buckets.has_gradient_buffers()),
+              "ShardedAdamW: sums_in_backward takes one process with master weights over buckets without gradients");
+  TORCH_CHECK(sums_in_backward_ || buckets.has_gradient_buffers(), "ShardedAdamW: the buckets have no gradients");
   std::unordered_map<const void*, std::string> name_of;
   for (const auto& [name, p] : named_parameters) name_of[p.unsafeGetTensorImpl()] = name;
   for (const auto& p : buckets_.params()) {
@@ -96,12 +119,24 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
                                 {&same->steps, &u.steps}})
           to->insert(to->end(), from->begin(), from->end());
       }
+  if (sums_in_backward_) {
+    pieces_of_.resize(buckets_.params().size());
+    for (auto& pieces : pieces_)
+      for (Piece& piece : pieces) pieces_of_[piece.param].push_back(&piece);
+    for (size_t i = 0; i < buckets_.params().size(); ++i)
+      torch::autograd::impl::set_post_acc_grad_hooks(buckets_.params()[i], std::make_unique<SumIntoOptimizer>(*this, i));
+  }
   // On the device of what the kernel updates (the master weights' with bf16 parameters).
   for (const auto& updates : updates_)
     if (!updates.empty()) {
       scalars_ = FusedStepScalars(updates.front().params.front().device());
       break;
     }
+}
+
+ShardedAdamW::~ShardedAdamW() {
+  if (sums_in_backward_)
+    for (const auto& p : buckets_.params()) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
 }
 
 at::Tensor ShardedAdamW::grad_square_sum() {
@@ -127,7 +162,27 @@ void ShardedAdamW::accumulate(size_t bucket, FlatRange range, const at::Tensor& 
   }
 }
 
+void ShardedAdamW::sum_gradient(size_t param, const at::Tensor& grad) {
+  at::NoGradGuard no_grad;
+  const at::Tensor flat = grad.reshape(-1);
+  for (Piece* piece : pieces_of_[param]) {
+    const at::Tensor from = flat.narrow(0, piece->param_offset, piece->numel);
+    if (piece->summed) piece->grad_sum.add_(from);
+    else piece->grad_sum.copy_(from);  // the step's first sum of the piece
+    piece->summed = true;
+  }
+}
+
 void ShardedAdamW::settle_sums() {
+  if (sums_in_backward_) {
+    for (auto& pieces : pieces_)
+      for (Piece& piece : pieces)
+        if (!piece.summed) {
+          piece.grad_sum.zero_();
+          piece.summed = true;
+        }
+    return;
+  }
   for (auto& spans : spans_)
     for (Span& span : spans)
       if (!span.summed) {
@@ -137,6 +192,7 @@ void ShardedAdamW::settle_sums() {
 }
 
 void ShardedAdamW::accumulate_local() {
+  if (sums_in_backward_) return;
   for (size_t b = 0; b < pieces_.size(); ++b) {
     const FlatBucket& bucket = buckets_.buckets()[b];
     accumulate(b, {0, bucket.grads.numel()}, bucket.grads);
@@ -175,11 +231,13 @@ void ShardedAdamW::zero_grad() {
       if (sums_in_place_) span.grad_sum.zero_();
       span.summed = sums_in_place_;  // else the next sum overwrites them (accumulate)
     }
+  for (auto& pieces : pieces_)
+    for (Piece& piece : pieces) piece.summed = sums_in_place_;  // sums_in_backward's (zeroed with their span)
 }
 
 std::vector<std::string> ShardedAdamW::keep_gradients() {
   sums_in_place_ = true;  // this step's sums are whole (called after its backward): zero_grad zeroes them
-  return {};              // every parameter's gradient is a view of its bucket, kept
+  return {};  // every parameter's gradient is a view of its bucket, kept, or (sums_in_backward) summed and dropped
 }
 
 at::Tensor ShardedAdamW::gather_whole(size_t b, at::Tensor Piece::*which) {

@@ -30,6 +30,13 @@
 // that mixes dtypes); zero_grad only marks the sums empty. A captured step
 // (keep_gradients) replays kernels without this host bookkeeping: from then on
 // zero_grad zeroes the sums in place and every sum adds.
+//
+// In one process (sums_in_backward) no bf16 gradient buffer exists: a hook on each
+// parameter (PyTorch's post-accumulate-grad hook) sums the gradient backward has just
+// left in .grad into the parameter's pieces (a copy where it is a piece's first of the
+// step) and drops it. Where the buckets took it instead, autograd added it into a
+// zeroed bf16 buffer and the sum then read that buffer: 8 bytes a parameter and a
+// micro-batch more traffic (GPT-2 medium: 2.8 GB a step), and 2 bytes a parameter held.
 #include <ATen/ATen.h>
 
 #include <map>
@@ -49,6 +56,9 @@ struct ShardedAdamWSetup {
   // Non-empty: the buckets hold bf16 parameters, and these fp32 values (by
   // parameter name, on any device) become the master weights.
   std::map<std::string, at::Tensor> master_from;
+  // One process with master weights, over buckets without gradient buffers: each gradient is
+  // summed as backward leaves it, by a hook this optimizer installs on every parameter.
+  bool sums_in_backward = false;
 };
 
 class ShardedAdamW : public Optimizer {
@@ -56,6 +66,9 @@ class ShardedAdamW : public Optimizer {
   // `buckets` holds the parameters of `named_parameters` that require a gradient.
   ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters, AdamWOptions options,
                FlatBuckets& buckets, ShardedAdamWSetup setup);
+  ~ShardedAdamW() override;  // removes the hooks of sums_in_backward
+  ShardedAdamW(const ShardedAdamW&) = delete;
+  ShardedAdamW& operator=(const ShardedAdamW&) = delete;
 
   at::Tensor grad_square_sum() override;  // of this rank's slices (their gradient sums with master weights)
   bool sharded() const override { return sharded_; }
@@ -79,7 +92,10 @@ class ShardedAdamW : public Optimizer {
   // Sums into this rank's fp32 gradient sums where `range` overlaps its slices (a copy where it is a
   // range's first of the step and covers it whole).
   void accumulate(size_t bucket, FlatRange range, const at::Tensor& reduced) override;
-  void accumulate_local() override;
+  void accumulate_local() override;  // nothing with sums_in_backward (backward summed them)
+  // sums_in_backward's hook: adds `grad`, parameter `param`'s (FlatBuckets::params() index), to its
+  // pieces' sums, a copy where it is a piece's first of the step.
+  void sum_gradient(size_t param, const at::Tensor& grad);
 
  private:
   // The part of one parameter inside this rank's slice of its bucket.
@@ -91,13 +107,15 @@ class ShardedAdamW : public Optimizer {
     bool decayed = false;
     at::Tensor exp_avg, exp_avg_sq, step;
     at::Tensor master, grad_sum;  // fp32, with master weights only
+    bool summed = false;          // sums_in_backward: grad_sum holds this step's sum
   };
   // One range of a bucket this rank updates, with master weights: the fp32 buffers its pieces' master
   // and grad_sum are views of (the range's padding past the parameters stays 0 in both).
   struct Span {
     FlatRange range;
     at::Tensor master, grad_sum;  // fp32, [range.numel]
-    bool summed = false;          // grad_sum holds this step's sum (else its contents are stale)
+    bool summed = false;          // grad_sum holds this step's sum (else its contents are stale); not
+                                  // used with sums_in_backward, whose pieces say it each
   };
   // The fused kernel's arguments for one bucket and decay group.
   struct Update {
@@ -114,11 +132,12 @@ class ShardedAdamW : public Optimizer {
   AdamWOptions options_;
   FlatBuckets& buckets_;
   ProcessGroup* group_;
-  bool sharded_, master_;
+  bool sharded_, master_, sums_in_backward_;
   std::vector<std::string> names_;             // by FlatBuckets parameter index
   std::vector<std::vector<Piece>> pieces_;     // by bucket
   std::vector<std::vector<Update>> updates_;   // by bucket
   std::vector<std::vector<Span>> spans_;       // by bucket, with master weights only
+  std::vector<std::vector<Piece*>> pieces_of_;  // by FlatBuckets parameter index: sums_in_backward's
   std::vector<Update> merged_updates_;         // unsharded: updates_ joined by decay group
   bool sums_in_place_ = false;                 // after keep_gradients
   std::vector<at::Tensor> update_grads_;       // what the updates read, for the norm

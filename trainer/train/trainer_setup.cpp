@@ -416,10 +416,13 @@ void Trainer::log_sources() const {
 // Data parallel, or with bf16 parameters, the parameters live in flat buckets
 // (flat_buckets.h); GradientSync sums (sharded: reduce-scatters) their
 // gradients over ranks while backward runs. bf16 parameters take their fp32
-// master weights from the values they are rounded from.
+// master weights from the values they are rounded from; in one process their
+// gradients go straight into the master's fp32 sums as backward makes them
+// (no bf16 gradient buffer: ShardedAdamWSetup::sums_in_backward).
 void Trainer::set_up_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named) {
   const bool bf16 = param_dtype_ == Precision::bf16;
   const bool shard = group_ && c_.distributed.shard_optimizer;
+  const bool sums_in_backward = bf16 && !group_;
   // The master weights' source. On a GPU a host copy, so each parameter's fp32
   // storage on the device is freed as soon as its bucket holds its bf16 value:
   // the device never holds fp32 parameters, bf16 buckets and master slices at
@@ -432,10 +435,12 @@ void Trainer::set_up_optimizer(const std::vector<std::pair<std::string, at::Tens
   if (group_ || bf16)
     flat_ = std::make_unique<FlatBuckets>(params_, static_cast<int64_t>(c_.distributed.bucket_mb * (1 << 20)),
                                           dist_.world_size,
-                                          bf16 ? std::optional(at::kBFloat16) : std::nullopt);
+                                          bf16 ? std::optional(at::kBFloat16) : std::nullopt,
+                                          /*gradient_buffers=*/!sums_in_backward);
   if (bf16 || shard) {
     optimizer_ = std::make_unique<ShardedAdamW>(named, adamw_options(c_), *flat_,
-                                                ShardedAdamWSetup{group_.get(), shard, std::move(fp32_values)});
+                                                ShardedAdamWSetup{group_.get(), shard, std::move(fp32_values),
+                                                                  sums_in_backward});
   } else {
     optimizer_ = std::make_unique<FusedAdamW>(named, adamw_options(c_), flat_.get());
   }
