@@ -473,7 +473,9 @@ TEST(ShardedAdamW, AfterKeepGradientsTheSumsAreZeroedInPlaceAndStepAsBefore) {
         twins.adamw[k]->accumulate_local();
         twins.flat[k]->zero_grad();
       }
-    if (step == 0) EXPECT_TRUE(twins.adamw[1]->keep_gradients().empty());  // after the first backward, as the trainer calls it
+    if (step == 0) {
+      EXPECT_TRUE(twins.adamw[1]->keep_gradients().empty());  // after the first backward, as the trainer calls it
+    }
     twins.step_both(1e-2);
   }
   twins.expect_equal_masters();
@@ -511,8 +513,9 @@ TEST(ShardedAdamW, GradientsSummedAsBackwardLeavesThemStepLikeTheBuckets) {
         twin_loss(twins.params[k], 10 * step + micro, step == 0 || (step == 1 && micro == 0)).backward();
         twins.adamw[k]->accumulate_local();
         twins.flat[k]->zero_grad();
-        if (k == 1)
+        if (k == 1) {
           for (auto& [n, p] : twins.params[1]) EXPECT_FALSE(p.grad().defined()) << n << ": a gradient was kept";
+        }
       }
     EXPECT_TRUE(twins.adamw[1]->grad_square_sum().equal(twins.adamw[0]->grad_square_sum())) << "step " << step;
     twins.step_both(1e-2);
@@ -537,10 +540,51 @@ TEST(ShardedAdamW, AGradientBackwardLeavesTwiceIsSummedTwiceAlsoAfterKeepGradien
     }
     twin_loss(twins.params[1], 10 * step, true).backward();
     twin_loss(twins.params[1], 10 * step + 1, true).backward();
-    if (step == 0) EXPECT_TRUE(twins.adamw[1]->keep_gradients().empty());
+    if (step == 0) {
+      EXPECT_TRUE(twins.adamw[1]->keep_gradients().empty());
+    }
     twins.step_both(1e-2);
   }
   twins.expect_equal_masters();
+}
+
+// Passes x through and gives `w` no gradient (an undefined one, as the residual norm node returns for a
+// weight whose normed output was not used, kernels/residual_norm.cpp).
+struct NoGradientFor : torch::autograd::Function<NoGradientFor> {
+  static at::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const at::Tensor& x, const at::Tensor& w) {
+    return x * w.detach().sum();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0], at::Tensor()};
+  }
+};
+
+// sums_in_backward's hook runs also where AccumulateGrad got an undefined gradient (nothing to sum: the
+// parameter steps as one that took none), and zero_grad drops a gradient a hook did not take (a backward cut
+// short), which the next backward would otherwise add to and sum twice.
+TEST(ShardedAdamW, SumsInBackwardTakeAnUndefinedGradientAndDropALeftOne) {
+  AdamWOptions o;
+  o.weight_decay = 0.1;
+  TwinMasters twins(17, 96, o, /*second_sums_in_backward=*/true);
+  for (int step = 0; step < 2; ++step) {
+    for (int k = 0; k < 2; ++k) {
+      std::map<std::string, at::Tensor> p(twins.params[k].begin(), twins.params[k].end());
+      const at::Tensor x = torch::ones({4}, at::kBFloat16).requires_grad_();
+      const at::Tensor through = NoGradientFor::apply(x * p.at("h.0.ln_1.weight"), p.at("h.0.attn.bias"));
+      EXPECT_NO_THROW(through.to(at::kFloat).sum().backward()) << "twin " << k;
+      twins.adamw[k]->accumulate_local();
+      twins.flat[k]->zero_grad();
+    }
+    EXPECT_FALSE(twins.params[1][1].second.grad().defined());
+    twins.step_both(1e-2);
+  }
+  const auto expected = twins.adamw[0]->master_weights(), got = twins.adamw[1]->master_weights();
+  for (auto& [name, p] : twins.params[1]) EXPECT_TRUE(got.at(name).equal(expected.at(name))) << name;
+  at::Tensor& left = twins.params[1][0].second.mutable_grad();
+  left = torch::ones({8, 4}, at::kBFloat16);
+  twins.adamw[1]->zero_grad();
+  EXPECT_FALSE(twins.params[1][0].second.grad().defined()) << "a gradient left by a backward cut short was kept";
 }
 
 // An update smaller than half a bf16 step is lost by bf16 weights alone (AdamW

@@ -1,8 +1,8 @@
 #pragma once
-// The parameters of a data-parallel run packed into flat buckets, as DDP's
-// gradient_as_bucket_view and ZeRO lay them out: each bucket is one flat buffer
-// of parameter values and one of gradients, and every parameter's data and
-// .grad become views into them. Collectives then run in place on whole buckets
+// The parameters of a data-parallel run (or of bf16 storage) packed into flat
+// buckets, as DDP's gradient_as_bucket_view and ZeRO lay them out: each bucket is
+// one flat buffer of parameter values and one of gradients, and every parameter's
+// data and .grad become views into them. Collectives then run in place on whole buckets
 // (no packing copies), and a rank's 1/N slice of a bucket is a plain narrow().
 //
 // Parameters go into buckets of about `bucket_bytes` in reverse registration
@@ -13,7 +13,9 @@
 // collective, so no collective, and no buffer a backend allocates for one
 // (Gloo's), is larger than that, even for a 32k x 4096 embedding. Rank r owns
 // the r-th of the N equal parts of every segment. Gradients stay allocated
-// between steps and are zeroed, not freed.
+// between steps and are zeroed, not freed. One process with fp32 master weights
+// has no gradient buffers (gradient_buffers false): its optimizer takes each
+// gradient as backward leaves it (ShardedAdamWSetup::sums_in_backward).
 #include <ATen/ATen.h>
 
 #include <cstdint>

@@ -20,6 +20,7 @@ struct SumIntoOptimizer : torch::autograd::PostAccumulateGradHook {
   SumIntoOptimizer(ShardedAdamW& optimizer, size_t param) : optimizer(optimizer), param(param) {}
   void operator()(const torch::autograd::Variable& parameter) override {
     at::Tensor& grad = parameter.mutable_grad();
+    if (!grad.defined()) return;  // AccumulateGrad calls its hook for an undefined gradient too
     optimizer.sum_gradient(param, grad);
     grad.reset();
   }
@@ -119,19 +120,21 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
                                 {&same->steps, &u.steps}})
           to->insert(to->end(), from->begin(), from->end());
       }
-  if (sums_in_backward_) {
-    pieces_of_.resize(buckets_.params().size());
-    for (auto& pieces : pieces_)
-      for (Piece& piece : pieces) pieces_of_[piece.param].push_back(&piece);
-    for (size_t i = 0; i < buckets_.params().size(); ++i)
-      torch::autograd::impl::set_post_acc_grad_hooks(buckets_.params()[i], std::make_unique<SumIntoOptimizer>(*this, i));
-  }
   // On the device of what the kernel updates (the master weights' with bf16 parameters).
   for (const auto& updates : updates_)
     if (!updates.empty()) {
       scalars_ = FusedStepScalars(updates.front().params.front().device());
       break;
     }
+  if (sums_in_backward_) {  // last: nothing after it may throw with the hooks pointing here
+    pieces_of_.resize(buckets_.params().size());
+    for (auto& pieces : pieces_)
+      for (Piece& piece : pieces) pieces_of_[piece.param].push_back(&piece);
+    for (const auto& p : buckets_.params())
+      TORCH_CHECK(!torch::autograd::impl::post_acc_grad_hooks(p), "ShardedAdamW: a parameter already has a hook");
+    for (size_t i = 0; i < buckets_.params().size(); ++i)
+      torch::autograd::impl::set_post_acc_grad_hooks(buckets_.params()[i], std::make_unique<SumIntoOptimizer>(*this, i));
+  }
 }
 
 ShardedAdamW::~ShardedAdamW() {
@@ -233,6 +236,11 @@ void ShardedAdamW::zero_grad() {
     }
   for (auto& pieces : pieces_)
     for (Piece& piece : pieces) piece.summed = sums_in_place_;  // sums_in_backward's (zeroed with their span)
+  // A backward cut short (a pass out of memory, trainer_batch_size.cpp) can leave a gradient its hook
+  // did not take: the next backward would add to it and sum it twice.
+  if (sums_in_backward_)
+    for (const auto& p : buckets_.params())
+      if (p.grad().defined()) p.mutable_grad().reset();
 }
 
 std::vector<std::string> ShardedAdamW::keep_gradients() {
