@@ -19,8 +19,8 @@
 // piece also keeps an fp32 master copy of its parameter values and an fp32 sum
 // of the step's gradient (filled by accumulate() from every micro-batch's
 // reduced gradient), 16 bytes a parameter over N ranks, beside the 2 + 2 of
-// the bf16 parameters and gradient buffers (2 in one process: below). The update goes to the master and
-// is copied back rounded to bf16, then gathered. Master values and sums lie in
+// the bf16 parameters and gradient buffers (2 in one process: below). The
+// update goes to the master and is copied back rounded to bf16, then gathered. Master values and sums lie in
 // one fp32 buffer for each range a rank updates (a Span; the pieces are views of
 // it), so that summing, zeroing and copying back are one kernel a range, not one
 // a piece: on an H200, GPT-2 medium's 388 pieces (its parameters cut by 4 MiB
