@@ -126,15 +126,17 @@ ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, at::Tensor>>
       scalars_ = FusedStepScalars(updates.front().params.front().device());
       break;
     }
-  if (sums_in_backward_) {  // last: nothing after it may throw with the hooks pointing here
-    pieces_of_.resize(buckets_.params().size());
-    for (auto& pieces : pieces_)
-      for (Piece& piece : pieces) pieces_of_[piece.param].push_back(&piece);
-    for (const auto& p : buckets_.params())
-      TORCH_CHECK(!torch::autograd::impl::post_acc_grad_hooks(p), "ShardedAdamW: a parameter already has a hook");
-    for (size_t i = 0; i < buckets_.params().size(); ++i)
-      torch::autograd::impl::set_post_acc_grad_hooks(buckets_.params()[i], std::make_unique<SumIntoOptimizer>(*this, i));
-  }
+  if (sums_in_backward_) install_gradient_hooks();  // last: nothing after it may throw with the hooks pointing here
+}
+
+void ShardedAdamW::install_gradient_hooks() {
+  pieces_of_.resize(buckets_.params().size());
+  for (auto& pieces : pieces_)
+    for (Piece& piece : pieces) pieces_of_[piece.param].push_back(&piece);
+  for (const auto& p : buckets_.params())
+    TORCH_CHECK(!torch::autograd::impl::post_acc_grad_hooks(p), "ShardedAdamW: a parameter already has a hook");
+  for (size_t i = 0; i < buckets_.params().size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(buckets_.params()[i], std::make_unique<SumIntoOptimizer>(*this, i));
 }
 
 ShardedAdamW::~ShardedAdamW() {

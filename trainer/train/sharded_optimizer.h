@@ -128,6 +128,8 @@ class ShardedAdamW : public Optimizer {
   void apply(Update& u);  // the fused AdamW kernel on one update's tensors
   // Zeroes the sums no micro-batch reached this step, before the update or the norm reads them.
   void settle_sums();
+  // sums_in_backward: each parameter's pieces, and the hook that sums its gradient into them.
+  void install_gradient_hooks();
 
   AdamWOptions options_;
   FlatBuckets& buckets_;
