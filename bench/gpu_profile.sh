@@ -5,11 +5,11 @@
 #      torch.compile, a few steps each (bench/gpu_profile.py; nsys for segtrain when the machine has it, else a
 #      CUPTI injection library built on the spot): profile.md, profile.json;
 #   2. with the time left (at least 170 s), the speed of the three side by side (bench/gpu_speed_bench.sh,
-#      GPT-2 medium, BENCH_ROUNDS rounds, default 1 here), segtrain's CUDA-graph variant (SEGTRAIN_CUDA_GRAPH=1)
-#      and its all-kernels variant (SEGTRAIN_FUSED_KERNELS=all: the kernels no GPU has run yet)
-#      in the same rounds, so that the graph / torch.compile ratio that would make graphs the default, and what
-#      the new kernels gain, are measured side by side (the three took 81 s on the H200, 2026-11-29; each
-#      variant about a sixth more): gpu_speed_bench.json, summary.md.
+#      GPT-2 medium, BENCH_ROUNDS rounds, default 1 here), segtrain's CUDA-graph variant (SEGTRAIN_CUDA_GRAPH=1),
+#      its all-kernels variant (SEGTRAIN_FUSED_KERNELS=all: the kernels no GPU has run yet) and both together
+#      (graph_all) in the same rounds, so that each variant / torch.compile ratio that would make it the default,
+#      and what the new kernels gain, are measured side by side (the three took 81 s on the H200, 2026-11-29;
+#      each variant about a sixth more): gpu_speed_bench.json, summary.md.
 #   SEGTRAIN_CUDA=1 bash bench/gpu_profile.sh --out DIR [--deadline SECONDS]   (default 300)
 # report.md says what ran, how long it took, and why anything did not. BENCH_DEVICE=cpu runs step 1 on the CPU
 # with a tiny shape (the table-making code's check; bench/tests/profile_test.py) and skips step 2.
@@ -56,7 +56,7 @@ report "- profile: exit $code$( ((code == 124)) && echo ", cut by its limit ($se
 if [[ $DEVICE == cuda ]]; then
   if (($(left) >= 170)); then
     t0=$(date +%s)
-    references=eager,compiled,graph,all
+    references=eager,compiled,graph,all,graph_all
     env BENCH_SHAPES=gpt2-medium BENCH_ROUNDS="${BENCH_ROUNDS:-1}" BENCH_REFERENCES=$references \
       timeout -k 10 "$(left)" bash bench/gpu_speed_bench.sh >"$OUT/gpu_speed_bench.json.tmp" 2>>"$LOG"
     code=$?
@@ -70,7 +70,7 @@ if [[ $DEVICE == cuda ]]; then
       status=1
     fi
   else
-    report "- speed: not run, $(left) s left of the 170 s it needs: \`SEGTRAIN_CUDA=1 BENCH_SHAPES=gpt2-medium BENCH_REFERENCES=eager,compiled,graph,all bash bench/gpu_speed_bench.sh\`"
+    report "- speed: not run, $(left) s left of the 170 s it needs: \`SEGTRAIN_CUDA=1 BENCH_SHAPES=gpt2-medium BENCH_REFERENCES=eager,compiled,graph,all,graph_all bash bench/gpu_speed_bench.sh\`"
     status=1
   fi
 fi

@@ -56,9 +56,11 @@ eager,compiled on CUDA, eager on the CPU; segtrain / compiled is ratio_compiled;
 composite: segtrain again with SEGTRAIN_FUSED_KERNELS=0 (ATen's composites where the
 default takes the project's CUDA kernels) in the same rounds, composite / segtrain is
 ratio_composite; graph: segtrain again with SEGTRAIN_CUDA_GRAPH=1, graph / segtrain is
-ratio_graph (with compiled too, graph / compiled round by round is ratio_graph_compiled);
+ratio_graph;
 all: segtrain again with SEGTRAIN_FUSED_KERNELS=all (also the kernels no GPU has run yet: the linears'
-bias gradients, the residual add fused with the norm), all / segtrain is ratio_all;
+bias gradients, the residual add fused with the norm), all / segtrain is ratio_all; graph_all: both
+switches, graph_all / segtrain is ratio_graph_all (with compiled too, each variant / compiled round by
+round is ratio_{variant}_compiled);
 segtrain_fused_kernels and segtrain_cuda_graph say what the plain segtrain
 program ran with),
 BENCH_LOSS_CHUNK_TOKENS (segtrain's train.loss_chunk_tokens
@@ -127,11 +129,13 @@ SEGTRAIN_VARIANTS = {
     "composite": {"SEGTRAIN_FUSED_KERNELS": "0"},  # ATen's composites, not the CUDA kernels (kernels/fused_kernels.h)
     "graph": {"SEGTRAIN_CUDA_GRAPH": "1"},     # the step replayed as CUDA graphs (trainer/runtime/cuda_graph.h)
     "all": {"SEGTRAIN_FUSED_KERNELS": "all"},  # also the kernels no GPU has run yet (kernels/linear.h, kernels/residual_norm.h)
+    # Both switches together: the candidate default where shapes are static, against torch.compile (issue 57).
+    "graph_all": {"SEGTRAIN_CUDA_GRAPH": "1", "SEGTRAIN_FUSED_KERNELS": "all"},
 }
 if "eager" not in REFERENCES or any(r not in ("eager", "compiled", *SEGTRAIN_VARIANTS) for r in REFERENCES) \
         or len(set(REFERENCES)) != len(REFERENCES):
     raise SystemExit(f"train_bench: BENCH_REFERENCES={os.environ.get('BENCH_REFERENCES')!r}: expected eager, "
-                     f"optionally with compiled, composite, graph and all (the eager loop is the reference every ratio is "
+                     f"optionally with compiled, composite, graph, all and graph_all (the eager loop is the reference every ratio is "
                      f"read against)")
 # The switches as this bench was started: what the plain "segtrain" program runs with.
 FUSED_SWITCH = os.environ.get("SEGTRAIN_FUSED_KERNELS", "")
@@ -599,14 +603,20 @@ def variant_fields(variant, runs, seg_rounds, fpt, peak, nominal):
     return fields
 
 
-def graph_compiled_fields(runs):
-    """segtrain's CUDA-graph step against torch.compile, round by round, where both ran: the median of
-    graph_r / compiled_r (what would make graphs the default beat the compiled loop); {} otherwise."""
-    if PROGRAM["graph"] not in runs or "compiled" not in runs:
+def variant_compiled_fields(runs):
+    """Each segtrain variant that ran against torch.compile, round by round, where both ran: ratio_{v}_compiled,
+    the median of variant_r / compiled_r (for graph and graph_all: what would make them the default beat the
+    compiled loop); {} without the compiled program."""
+    if "compiled" not in runs:
         return {}
-    over = [g["tokens_per_s"] / c["tokens_per_s"] for g, c in zip(runs[PROGRAM["graph"]], runs["compiled"])]
-    return {"ratio_graph_compiled": round(statistics.median(over), 3),
-            "ratio_graph_compiled_rounds": [round(x, 3) for x in over]}
+    fields = {}
+    for variant in SEGTRAIN_VARIANTS:
+        if PROGRAM[variant] not in runs:
+            continue
+        over = [v["tokens_per_s"] / c["tokens_per_s"] for v, c in zip(runs[PROGRAM[variant]], runs["compiled"])]
+        fields[f"ratio_{variant}_compiled"] = round(statistics.median(over), 3)
+        fields[f"ratio_{variant}_compiled_rounds"] = [round(x, 3) for x in over]
+    return fields
 
 
 def compiled_fields(runs, seg_rounds, fpt, peak, nominal):
@@ -745,7 +755,7 @@ def speed():
                 row[f"{variant}_error"] = runs[f"{variant}_error"][-300:]
         if "compiled" in runs:
             row.update(compiled_fields(runs, seg_rounds, fpt, peak, nominal))
-            row.update(graph_compiled_fields(runs))
+            row.update(variant_compiled_fields(runs))
         elif "compile_error" in runs:
             row["compile_error"] = runs["compile_error"][-300:]
         rows.append(row)

@@ -13,8 +13,9 @@ that the GPU call's aggregation has run before it meets a GPU:
    at its default (on); the "all" reference (SEGTRAIN_FUSED_KERNELS=all, which the CPU takes as its
    composites) likewise, ratio_all; and the
    "graph" reference (SEGTRAIN_CUDA_GRAPH=1), which segtrain refuses on the CPU: the row says why
-   (graph_error, segtrain's own line), no graph figure, the other programs measured; graph / compiled round
-   by round (ratio_graph_compiled) from runs as speed() collects them;
+   (graph_error, segtrain's own line), no graph figure, the other programs measured; so is "graph_all" (both
+   switches); each variant / compiled round by round (ratio_{variant}_compiled) from runs as speed() collects
+   them;
 2. a compile that fails (a backend that does not exist): the row says so (compile_error) and still holds
    segtrain's and the eager loop's figures, exit 0.
 """
@@ -48,7 +49,7 @@ def main():
     p.add_argument("--python", default=sys.executable)
     args = p.parse_args()
 
-    result = speed(args, 2, "aot_eager", "eager,compiled,composite,graph,all")
+    result = speed(args, 2, "aot_eager", "eager,compiled,composite,graph,all,graph_all")
     if result:
         r = result["results"][0]
         check(r["model"] == "tiny" and r["rounds"] == 2, "the tiny shape, 2 rounds")
@@ -77,22 +78,32 @@ def main():
               "the plain segtrain program ran with the switches' defaults (fused kernels on, no graphs)")
         check("graph_tokens_per_s" not in r and "captures a CUDA device's step" in r.get("graph_error", ""),
               f"the graph program refused on the CPU, said: {r.get('graph_error')!r}")
-        check("ratio_graph_compiled" not in r, "no graph / compiled ratio without a graph figure")
+        check("graph_all_tokens_per_s" not in r and "captures a CUDA device's step" in r.get("graph_all_error", ""),
+              f"the graph_all program refused on the CPU, said: {r.get('graph_all_error')!r}")
+        check("ratio_graph_compiled" not in r and "ratio_graph_all_compiled" not in r,
+              "no graph / compiled ratio without a graph figure")
+        every_compiled = [a / c for a, c in zip(r["all_rounds_tokens_per_s"], r["compiled_rounds_tokens_per_s"])]
+        check(abs(r["ratio_all_compiled"] - statistics.median(every_compiled)) < 2e-3,
+              f"ratio_all_compiled {r['ratio_all_compiled']} = the median of all_r / compiled_r {every_compiled}")
         check("SEGTRAIN_FUSED_KERNELS=0" in result["setup"], "the setup says what composite is")
         check(r["first_in_round"] == ["segtrain", "pytorch"], f"the order rotates: {r['first_in_round']}")
         check(r["compile_backend"] == "aot_eager" and r["compiled_first_step_s"] > 0, "the backend and first step")
         check("torch.compile" in result["setup"] and "ratio_compiled" in result["setup"], "the setup says so")
-    # graph / compiled, round by round (the figure that would make graphs the default), from runs as speed()
-    # collects them; the CPU never has the graph program's.
+    # each variant / compiled, round by round (graph's and graph_all's: the figures that would make them the
+    # default), from runs as speed() collects them; the CPU never has the graph programs'.
     sys.path.insert(0, str(ROOT / "bench"))
     os.environ.setdefault("BUILD_DIR", args.build_dir)
     import train_bench as tb
     runs = {tb.PROGRAM["graph"]: [{"tokens_per_s": t} for t in (110.0, 90.0, 126.0)],
+            tb.PROGRAM["graph_all"]: [{"tokens_per_s": t} for t in (95.0, 105.0, 96.0)],
             "compiled": [{"tokens_per_s": t} for t in (100.0, 100.0, 120.0)]}
-    fields = tb.graph_compiled_fields(runs)
-    check(fields == {"ratio_graph_compiled": 1.05, "ratio_graph_compiled_rounds": [1.1, 0.9, 1.05]},
-          f"ratio_graph_compiled: the median of graph_r / compiled_r: {fields}")
-    check(tb.graph_compiled_fields({"compiled": runs["compiled"]}) == {}, "nothing without the graph program")
+    fields = tb.variant_compiled_fields(runs)
+    check(fields == {"ratio_graph_compiled": 1.05, "ratio_graph_compiled_rounds": [1.1, 0.9, 1.05],
+                     "ratio_graph_all_compiled": 0.95, "ratio_graph_all_compiled_rounds": [0.95, 1.05, 0.8]},
+          f"ratio_graph_compiled, ratio_graph_all_compiled: the medians of variant_r / compiled_r: {fields}")
+    check(tb.variant_compiled_fields({"compiled": runs["compiled"]}) == {}, "nothing without a variant's program")
+    check(tb.variant_compiled_fields({tb.PROGRAM["graph"]: runs[tb.PROGRAM["graph"]]}) == {},
+          "nothing without the compiled program")
     failed = speed(args, 1, "no_such_backend")
     if failed:
         r = failed["results"][0]
