@@ -1,7 +1,7 @@
 """Where a training step's GPU time goes, by kernel class: segtrain and the PyTorch references (eager and
 torch.compile) on GPT-2 medium at L_t 1,024, side by side. Writes profile.md and profile.json.
 
-  gpu_profile.py run --out DIR          profile the three programs (BENCH_DEVICE=cuda: bench/gpu_profile.sh)
+  gpu_profile.py run --out DIR          profile the programs (BENCH_DEVICE=cuda: bench/gpu_profile.sh)
   gpu_profile.py table [--skip N] [--steps K] NAME=FORMAT:PATH ...
                                         the table of existing traces (FORMAT: chrome, nsys, cupti)
 
@@ -16,6 +16,7 @@ What is profiled, a few steps after the first ones (allocation, cuBLAS's choices
                    CUPTI of the CUDA toolkit or torch's nvidia-cuda-cupti wheel (CUDA_INJECTION64_PATH, what nsys
                    does itself). Which one ran, or why none could, is in the report. torch.profiler cannot see
                    another process's kernels, and LibTorch's Kineto would need a call inside segtrain.
+  segtrain_all     the same with SEGTRAIN_FUSED_KERNELS=all (the kernels no GPU has run yet), profiled last.
 Steps are found in a trace by the optimizer: a step ends with its AdamW kernels (STEP_END), and AdamW kernels
 with no GEMM between them belong to one step. A whole-run trace (segtrain) skips the first --skip steps'
 ends and keeps --steps steps from there; a torch.profiler trace starts at a step's start and keeps them all.
@@ -366,20 +367,23 @@ def build_cupti_tracer(work):
     return out, None
 
 
-def segtrain_profile(work, store, shape, steps):
-    """segtrain under nsys, else the CUPTI tracer; (profile, None) or (None, why not)."""
+def segtrain_profile(work, store, shape, steps, variant=None):
+    """segtrain (with a train_bench SEGTRAIN_VARIANTS switch on, if given) under nsys, else the CUPTI tracer;
+    (profile, None) or (None, why not)."""
     if not tb.CUDA:
         return None, ("not profiled on the CPU: segtrain has no profiler hook (trainer/ has none) and nsys and the "
                       "CUPTI tracer record GPU kernels only")
-    out = os.path.join(work, "segtrain-run")
+    name = "segtrain" + (f"-{variant}" if variant else "")
+    out = os.path.join(work, f"{name}-run")
     config = out + ".yaml"
     tb.segtrain_config(config, out, store, shape, threads=tb.THREADS, steps=steps)
     segtrain = [str(tb.SEGTRAIN), "train", config]
+    switches = dict(os.environ, **(tb.SEGTRAIN_VARIANTS[variant] if variant else {}))
     nsys = find_nsys()
     if nsys:
-        prefix = os.path.join(work, "segtrain")
+        prefix = os.path.join(work, name)
         tb.run_child([nsys, "profile", "--trace=cuda", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
-                      f"--output={prefix}", *segtrain], out + ".log")
+                      f"--output={prefix}", *segtrain], out + ".log", env=switches)
         for report in ("cuda_gpu_trace", "gputrace"):
             subprocess.run([nsys, "stats", "--force-export=true", "--report", report, "--format", "csv",
                             "--output", prefix, prefix + ".nsys-rep"], capture_output=True, text=True)
@@ -392,8 +396,8 @@ def segtrain_profile(work, store, shape, steps):
     tracer, why = build_cupti_tracer(work)
     if not tracer:
         return None, f"nsys is not on this machine (which nsys: none) and {why}"
-    trace = os.path.join(work, "segtrain-kernels.csv")
-    env = dict(os.environ, CUDA_INJECTION64_PATH=tracer, SEGTRAIN_KERNEL_TRACE=trace)
+    trace = os.path.join(work, f"{name}-kernels.csv")
+    env = dict(switches, CUDA_INJECTION64_PATH=tracer, SEGTRAIN_KERNEL_TRACE=trace)
     with open(out + ".log", "w") as log:
         code = subprocess.run(segtrain, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tb.ROOT).returncode
     if code != 0 or not os.path.exists(trace):
@@ -441,11 +445,13 @@ def run(out_dir):
     with tempfile.TemporaryDirectory(prefix="segtrain-profile-") as work:
         store = os.path.join(work, "store")
         tb.write_store(store, shape["vocab"], docs=64, doc_tokens=16 * shape["length"])
-        for program in ("segtrain", "eager", "compiled"):
+        # segtrain_all last: the kernels no GPU has run yet (SEGTRAIN_FUSED_KERNELS=all), by class beside the
+        # default's, so that the table says what they take off (a call cut short keeps the first three).
+        for program in ("segtrain", "eager", "compiled", "segtrain_all"):
             t0 = time.time()
             try:
-                if program == "segtrain":
-                    p, why = segtrain_profile(work, store, shape, steps)
+                if program.startswith("segtrain"):
+                    p, why = segtrain_profile(work, store, shape, steps, program.partition("_")[2] or None)
                     p = p or {"why": why}
                 else:
                     p = reference_profile(work, store, shape, program)

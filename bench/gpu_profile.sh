@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # A prepared device call for the GPT-2 medium step (issue 57, part 3), on the build-cuda a `make gpu-session` of
 # the same machine left (nothing is built):
-#   1. the profile: GPU time by kernel class of segtrain, the PyTorch eager loop and the same loop under
-#      torch.compile, a few steps each (bench/gpu_profile.py; nsys for segtrain when the machine has it, else a
-#      CUPTI injection library built on the spot): profile.md, profile.json;
-#   2. with the time left (at least 170 s), the speed of the three side by side (bench/gpu_speed_bench.sh,
-#      GPT-2 medium, BENCH_ROUNDS rounds, default 1 here), segtrain's CUDA-graph variant (SEGTRAIN_CUDA_GRAPH=1),
+#   1. the profile: GPU time by kernel class of segtrain, the PyTorch eager loop, the same loop under
+#      torch.compile and segtrain with SEGTRAIN_FUSED_KERNELS=all, a few steps each (bench/gpu_profile.py; nsys
+#      for segtrain when the machine has it, else a CUPTI injection library built on the spot; about 30 s a
+#      program): profile.md, profile.json; within what is left once the speed's SPEED_SECONDS are kept;
+#   2. with the time left (at least 170 s; from 100 s only eager, compiled and graph_all), the speed of the
+#      three side by side (bench/gpu_speed_bench.sh, GPT-2 medium, BENCH_ROUNDS rounds, default 1 here),
+#      segtrain's CUDA-graph variant (SEGTRAIN_CUDA_GRAPH=1),
 #      its all-kernels variant (SEGTRAIN_FUSED_KERNELS=all: the kernels no GPU has run yet) and both together
 #      (graph_all) in the same rounds, so that each variant / torch.compile ratio that would make it the default,
 #      and what the new kernels gain, are measured side by side (the three took 81 s on the H200, 2026-11-29;
-#      each variant about a sixth more): gpu_speed_bench.json, summary.md.
-#   SEGTRAIN_CUDA=1 bash bench/gpu_profile.sh --out DIR [--deadline SECONDS]   (default 300)
+#      each variant about as much again, ~27 s): gpu_speed_bench.json, summary.md.
+#   SEGTRAIN_CUDA=1 bash bench/gpu_profile.sh --out DIR [--deadline SECONDS]   (default 340)
 # report.md says what ran, how long it took, and why anything did not. BENCH_DEVICE=cpu runs step 1 on the CPU
 # with a tiny shape (the table-making code's check; bench/tests/profile_test.py) and skips step 2.
 set -uo pipefail
 CALLER=$PWD
 cd "$(dirname "$0")/.." || exit 2
 OUT=bench/results/gpu-profile
-DEADLINE=300
+DEADLINE=340
+SPEED_SECONDS=170  # one round of the six programs of step 2 (~27 s each) and the matmul peak
 while (($#)); do
   case $1 in
     --out) OUT=${2:?--out needs a folder}; [[ $OUT == /* ]] || OUT=$CALLER/$OUT; shift 2 ;;
@@ -46,7 +49,9 @@ report "# gpu-profile report" "" \
 [[ -x $BUILD_DIR/trainer/segtrain ]] || { report "- $BUILD_DIR/trainer/segtrain does not exist: run make gpu-session (or make build-cuda) first; nothing is built here"; exit 2; }
 
 t0=$(date +%s)
-seconds=$(($(left) < 240 ? $(left) : 240))
+seconds=$(($(left) - SPEED_SECONDS))
+((seconds > 240)) && seconds=240
+((seconds < 90)) && seconds=$(($(left) < 90 ? $(left) : 90))  # the first three programs, at least
 env BENCH_DEVICE="$DEVICE" timeout -k 10 "$seconds" "$BENCH_PYTHON" bench/gpu_profile.py run --out "$OUT" >/dev/null 2>>"$LOG"
 code=$?
 report "- profile: exit $code$( ((code == 124)) && echo ", cut by its limit ($seconds s)") in $(($(date +%s) - t0)) s (profile.md)"
@@ -54,9 +59,10 @@ report "- profile: exit $code$( ((code == 124)) && echo ", cut by its limit ($se
 [[ -f $OUT/profile.md ]] && { report ""; cat "$OUT/profile.md" >>"$REPORT"; report ""; }
 
 if [[ $DEVICE == cuda ]]; then
-  if (($(left) >= 170)); then
+  if (($(left) >= 100)); then
     t0=$(date +%s)
     references=eager,compiled,graph,all,graph_all
+    (($(left) < SPEED_SECONDS)) && references=eager,compiled,graph_all  # the candidate default against both
     env BENCH_SHAPES=gpt2-medium BENCH_ROUNDS="${BENCH_ROUNDS:-1}" BENCH_REFERENCES=$references \
       timeout -k 10 "$(left)" bash bench/gpu_speed_bench.sh >"$OUT/gpu_speed_bench.json.tmp" 2>>"$LOG"
     code=$?
@@ -70,7 +76,7 @@ if [[ $DEVICE == cuda ]]; then
       status=1
     fi
   else
-    report "- speed: not run, $(left) s left of the 170 s it needs: \`SEGTRAIN_CUDA=1 BENCH_SHAPES=gpt2-medium BENCH_REFERENCES=eager,compiled,graph,all,graph_all bash bench/gpu_speed_bench.sh\`"
+    report "- speed: not run, $(left) s left of the 100 s it needs at least ($SPEED_SECONDS for every variant): \`SEGTRAIN_CUDA=1 BENCH_SHAPES=gpt2-medium BENCH_REFERENCES=eager,compiled,graph,all,graph_all bash bench/gpu_speed_bench.sh\`"
     status=1
   fi
 fi

@@ -12,8 +12,8 @@ bench/gpu_profile.sh in its CPU mode end to end.
    the trace was built with (and the CUPTI tracer's dropped records); the elementwise class's kinds
    (ELEMENTWISE_KINDS) of real kernel names, summing to the class;
 3. bench/gpu_profile.sh with BENCH_DEVICE=cpu profiles the eager and compiled loops (a tiny GPT-2) and says why
-   segtrain is not profiled on the CPU: profile.md and profile.json with 3 steps each, every class's time and
-   idle summing to the window;
+   segtrain (and segtrain_all, SEGTRAIN_FUSED_KERNELS=all) is not profiled on the CPU: profile.md and
+   profile.json with 3 steps each, every class's time and idle summing to the window;
 4. bench/cupti_kernel_trace.cpp builds against the CUPTI found here and exports InitializeInjection (when this
    machine has a CUPTI; said otherwise).
 """
@@ -239,8 +239,9 @@ def main():
         if os.path.exists(f"{d}/out/profile.json"):
             result = json.loads(pathlib.Path(f"{d}/out/profile.json").read_text())
             profiles = result["profiles"]
-            check(list(profiles) == ["segtrain", "eager", "compiled"], f"three programs: {list(profiles)}")
-            check("not profiled on the CPU" in profiles["segtrain"].get("why", ""), "why segtrain is not, said")
+            check(list(profiles) == ["segtrain", "eager", "compiled", "segtrain_all"], f"four programs: {list(profiles)}")
+            check(all("not profiled on the CPU" in profiles[n].get("why", "") for n in ("segtrain", "segtrain_all")),
+                  "why segtrain is not, said (with the all kernels too)")
             for name in ("eager", "compiled"):
                 p = profiles[name]
                 check(p.get("steps") == 3 and p.get("kind") == "cpu", f"{name}: 3 steps of CPU ops")
@@ -254,7 +255,7 @@ def main():
                       and sum(v > 0 for v in kinds.values()) >= 2,
                       f"{name}: the elementwise kinds sum to the class ({p['ms']['elementwise']} ms): {kinds}")
             md = pathlib.Path(f"{d}/out/profile.md").read_text()
-            check("| class | segtrain | eager | compiled |" in md and "| **idle** |" in md, "profile.md's table")
+            check("| class | segtrain | eager | compiled | segtrain_all |" in md and "| **idle** |" in md, "profile.md's table")
         else:
             check(False, "profile.json written")
 
