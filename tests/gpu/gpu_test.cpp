@@ -1279,17 +1279,22 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
 // step's two halves after 3 warm-up steps and replays them for the other 13, its losses within
 // 1e-3 of the ordinary step's (flash attention's backward sums in no fixed order) and of the
 // static path's (=static: the same static tensors, not captured), checkpoints saved while the
-// graphs replay. On the CPU as the device the capture is refused (exit 2, saying why) and the
-// static path trains the ordinary step's bytes.
+// graphs replay; and so does the captured step with SEGTRAIN_FUSED_KERNELS=all (the bias-gradient
+// and residual-norm kernels inside the graphs: graph_all, the speed bench's candidate default). On the
+// CPU as the device the capture is refused (exit 2, saying why) and the static path trains the
+// ordinary step's bytes.
 TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
   for (const std::string arch : {"gpt2", "llama"}) {
     std::map<std::string, std::vector<double>> losses;
-    for (const std::string mode : {"0", "static", "1"}) {
-      const std::string name = "graph-" + arch + "-" + mode;
+    for (const std::string variant : {"0", "static", "1", "1-all"}) {
+      const std::string mode = variant.substr(0, variant.find('-'));  // SEGTRAIN_CUDA_GRAPH's value
+      const std::string fused = variant == "1-all" ? "all" : "1";
+      const std::string name = "graph-" + arch + "-" + variant;
       tiny_run_config(name, {.arch = arch, .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
-      std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=" + mode, kBin, "train", config_path(name), "--set",
+      std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=" + mode, "SEGTRAIN_FUSED_KERNELS=" + fused, kBin,
+                                       "train", config_path(name), "--set",
                                        "train.budget.tokens=2048", "--set", "train.precision=bf16", "--set",
                                        "train.micro_batch_size=2", "--set", "train.grad_accum=2", "--set",
                                        "train.checkpoint_every=6"};
@@ -1300,7 +1305,7 @@ TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
         EXPECT_NE(trained.err.find("it captures a CUDA device's step"), std::string::npos) << trained.err;
         continue;
       }
-      ASSERT_EQ(trained.exit_code, 0) << arch << " " << mode << ": " << trained.err;
+      ASSERT_EQ(trained.exit_code, 0) << arch << " " << variant << ": " << trained.err;
       if (mode == "1") {
         EXPECT_NE(trained.err.find("step 4: forward and backward captured as a CUDA graph"), std::string::npos)
             << trained.err;
@@ -1308,19 +1313,20 @@ TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
         // Saved while the graphs replay (a save's copy and a capture never overlap: cuda_graph.h).
         EXPECT_TRUE(fs::exists(run_dir(name) + "/checkpoints/step-12/model.safetensors")) << name;
       }
-      for (const auto& row : rows(run_dir(name))) losses[mode].push_back(row["loss"].get<double>());
-      ASSERT_EQ(losses[mode].size(), 16u) << arch << " " << mode;
+      for (const auto& row : rows(run_dir(name))) losses[variant].push_back(row["loss"].get<double>());
+      ASSERT_EQ(losses[variant].size(), 16u) << arch << " " << variant;
     }
     const double tolerance = dev != "cuda" ? 0.0 : 1e-3;
     for (size_t i = 0; i < 16; ++i) {
       EXPECT_NEAR(losses["static"][i], losses["0"][i], tolerance) << arch << " static, step " << i + 1;
       if (dev == "cuda") {
         EXPECT_NEAR(losses["1"][i], losses["0"][i], tolerance) << arch << " captured, step " << i + 1;
+        EXPECT_NEAR(losses["1-all"][i], losses["0"][i], tolerance) << arch << " captured with all, step " << i + 1;
       }
     }
     if (dev == "cuda")
-      record("captured step, " + arch + ": step 16's loss " + std::to_string(losses["1"][15]) + " vs " +
-             std::to_string(losses["0"][15]) + " ordinary");
+      record("captured step, " + arch + ": step 16's loss " + std::to_string(losses["1"][15]) + " (with all " +
+             std::to_string(losses["1-all"][15]) + ") vs " + std::to_string(losses["0"][15]) + " ordinary");
   }
 }
 
