@@ -1280,15 +1280,17 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
 // 1e-3 of the ordinary step's (flash attention's backward sums in no fixed order) and of the
 // static path's (=static: the same static tensors, not captured), checkpoints saved while the
 // graphs replay; and so does the captured step with SEGTRAIN_FUSED_KERNELS=all (the bias-gradient
-// and residual-norm kernels inside the graphs: graph_all, the speed bench's candidate default). On the
-// CPU as the device the capture is refused (exit 2, saying why) and the static path trains the
-// ordinary step's bytes.
+// and residual-norm kernels inside the graphs: graph_all, the speed bench's candidate default), and
+// SEGTRAIN_CUDA_GRAPH=auto captures as 1 does, and trains BLOOM (ALiBi: no capture) with the ordinary
+// step, saying why. On the CPU as the device the capture is refused (exit
+// 2, saying why), auto trains the ordinary step saying why, and the static path trains the ordinary
+// step's bytes.
 TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
   for (const std::string arch : {"gpt2", "llama"}) {
     std::map<std::string, std::vector<double>> losses;
-    for (const std::string variant : {"0", "static", "1", "1-all"}) {
+    for (const std::string variant : {"0", "static", "1", "1-all", "auto"}) {
       const std::string mode = variant.substr(0, variant.find('-'));  // SEGTRAIN_CUDA_GRAPH's value
       const std::string fused = variant == "1-all" ? "all" : "1";
       const std::string name = "graph-" + arch + "-" + variant;
@@ -1306,7 +1308,14 @@ TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
         continue;
       }
       ASSERT_EQ(trained.exit_code, 0) << arch << " " << variant << ": " << trained.err;
-      if (mode == "1") {
+      if (mode == "auto") {  // captured where it can be (CUDA, one process), else the ordinary step, saying why
+        EXPECT_NE(trained.err.find(dev == "cuda" ? "; the step captured as two CUDA graphs after 3 warm-up steps "
+                                                   "(SEGTRAIN_CUDA_GRAPH=auto)"
+                                                 : "; the ordinary step, not captured: it captures a CUDA device's step"),
+                  std::string::npos)
+            << trained.err;
+      }
+      if (mode == "1" || (mode == "auto" && dev == "cuda")) {
         EXPECT_NE(trained.err.find("step 4: forward and backward captured as a CUDA graph"), std::string::npos)
             << trained.err;
         EXPECT_NE(trained.err.find("step 4: the update captured as a CUDA graph"), std::string::npos) << trained.err;
@@ -1323,11 +1332,24 @@ TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
         EXPECT_NEAR(losses["1"][i], losses["0"][i], tolerance) << arch << " captured, step " << i + 1;
         EXPECT_NEAR(losses["1-all"][i], losses["0"][i], tolerance) << arch << " captured with all, step " << i + 1;
       }
+      EXPECT_NEAR(losses["auto"][i], losses["0"][i], tolerance) << arch << " auto, step " << i + 1;
     }
     if (dev == "cuda")
       record("captured step, " + arch + ": step 16's loss " + std::to_string(losses["1"][15]) + " (with all " +
              std::to_string(losses["1-all"][15]) + ") vs " + std::to_string(losses["0"][15]) + " ordinary");
   }
+  // auto where a capture cannot be taken: BLOOM's ALiBi decides per batch whether it folds its bias. It
+  // trains the ordinary step and says why, where SEGTRAIN_CUDA_GRAPH=1 stops the run (exit 2).
+  tiny_run_config("graph-bloom-auto", {.arch = "bloom", .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
+  auto bloom = run("env", {"SEGTRAIN_CUDA_GRAPH=auto", kBin, "train", config_path("graph-bloom-auto"), "--set",
+                           "train.budget.tokens=1024", "--set", "train.precision=bf16"},
+                   900);
+  ASSERT_EQ(bloom.exit_code, 0) << bloom.err;
+  EXPECT_NE(bloom.err.find("; the ordinary step, not captured: " +
+                           std::string(dev == "cuda" ? "ALiBi decides for each batch" : "it captures a CUDA device's")),
+            std::string::npos)
+      << bloom.err;
+  EXPECT_EQ(bloom.err.find("captured as a CUDA graph"), std::string::npos) << bloom.err;
 }
 
 // train.micro_batch_size auto against the caching allocator's own peak: runs of micro-batch 1

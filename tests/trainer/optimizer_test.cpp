@@ -474,7 +474,8 @@ TEST(ShardedAdamW, AfterKeepGradientsTheSumsAreZeroedInPlaceAndStepAsBefore) {
         twins.flat[k]->zero_grad();
       }
     if (step == 0) {
-      EXPECT_TRUE(twins.adamw[1]->keep_gradients().empty());  // after the first backward, as the trainer calls it
+      EXPECT_TRUE(twins.adamw[1]->without_gradient().empty());  // after the first backward, as the trainer asks
+      twins.adamw[1]->keep_gradients();
     }
     twins.step_both(1e-2);
   }
@@ -541,7 +542,8 @@ TEST(ShardedAdamW, AGradientBackwardLeavesTwiceIsSummedTwiceAlsoAfterKeepGradien
     twin_loss(twins.params[1], 10 * step, true).backward();
     twin_loss(twins.params[1], 10 * step + 1, true).backward();
     if (step == 0) {
-      EXPECT_TRUE(twins.adamw[1]->keep_gradients().empty());
+      EXPECT_TRUE(twins.adamw[1]->without_gradient().empty());
+      twins.adamw[1]->keep_gradients();
     }
     twins.step_both(1e-2);
   }
@@ -626,15 +628,17 @@ TEST(ShardedAdamW, ATinyLearningRateThatBf16WeightsAloneWouldLoseMovesTheMaster)
 namespace segtrain::trainer {
 namespace {
 
-// keep_gradients (a captured step, trainer/runtime/cuda_graph.h): it names the parameters that had
-// no gradient and gives them zeros; from then on zero_grad zeroes every gradient in place (the same
-// storage, as a graph needs), where before it dropped them.
+// without_gradient names the parameters that had no gradient; keep_gradients (a captured step,
+// trainer/runtime/cuda_graph.h) gives them zeros, and from then on zero_grad zeroes every gradient in
+// place (the same storage, as a graph needs), where before it dropped them.
 TEST(FusedAdamW, KeptGradientsStayAtTheirAddressAndTheParametersWithoutOneAreNamed) {
   auto params = make_params(3);
   FusedAdamW adamw(params, AdamWOptions{});
   params[0].second.mutable_grad() = torch::randn_like(params[0].second);
   params[3].second.mutable_grad() = torch::randn_like(params[3].second);
-  EXPECT_EQ(adamw.keep_gradients(), (std::vector<std::string>{"h.0.attn.bias", "h.0.ln_1.weight"}));
+  EXPECT_EQ(adamw.without_gradient(), (std::vector<std::string>{"h.0.attn.bias", "h.0.ln_1.weight"}));
+  EXPECT_FALSE(params[1].second.grad().defined()) << "asking changes nothing";
+  adamw.keep_gradients();
   std::vector<const void*> addresses;
   for (auto& [name, p] : params) {
     ASSERT_TRUE(p.grad().defined()) << name;
@@ -648,7 +652,7 @@ TEST(FusedAdamW, KeptGradientsStayAtTheirAddressAndTheParametersWithoutOneAreNam
     EXPECT_EQ(params[i].second.grad().const_data_ptr(), addresses[i]) << params[i].first;
     EXPECT_EQ(params[i].second.grad().abs().sum().item<float>(), 0.0f) << params[i].first;
   }
-  EXPECT_TRUE(adamw.keep_gradients().empty());  // all kept already
+  EXPECT_TRUE(adamw.without_gradient().empty());  // all kept
 }
 
 }  // namespace

@@ -1520,7 +1520,8 @@ TEST_F(TrainCli, MicroBatchAutoTrainsTheBytesOfTheBatchItChose) {
 // trains the ordinary step's bytes, with gradient accumulation, fp32 parameters, and bf16 parameters
 // with fp32 master weights. What a captured step cannot take is refused before anything trains,
 // naming why (exit 2): the CPU asked to capture, ALiBi (it decides per batch whether it folds its
-// bias), a dynamic RoPE scaling, a value the switch does not take.
+// bias), a dynamic RoPE scaling, a value the switch does not take. SEGTRAIN_CUDA_GRAPH=auto on the
+// CPU trains the ordinary step's bytes, its plan line saying why it did not capture.
 TEST_F(TrainCli, TheCapturedStepsStaticPathTrainsTheOrdinaryStepsBytes) {
   struct Case {
     std::string name, arch, method;
@@ -1531,7 +1532,7 @@ TEST_F(TrainCli, TheCapturedStepsStaticPathTrainsTheOrdinaryStepsBytes) {
                         Case{"graph-neox-bf16", "gpt_neox", "chunk",
                              {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16"}},
                         Case{"graph-llama", "llama", "chunk", {}}}) {
-    for (const std::string mode : {"0", "static"}) {
+    for (const std::string mode : {"0", "static", "auto"}) {
       std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=" + mode, kBin, "train", config(k.name + "-" + mode, k.arch, k.method),
                                        "--set", "train.budget.tokens=2048"};
       args.insert(args.end(), k.sets.begin(), k.sets.end());
@@ -1542,11 +1543,20 @@ TEST_F(TrainCli, TheCapturedStepsStaticPathTrainsTheOrdinaryStepsBytes) {
                   std::string::npos)
             << r.err;
       }
+      // auto on the CPU: the ordinary step, the plan line saying why, where 1 stops the run (below).
+      if (mode == "auto") {
+        EXPECT_NE(r.err.find("; the ordinary step, not captured: it captures a CUDA device's step; this run computes "
+                             "on cpu (SEGTRAIN_CUDA_GRAPH=auto)"),
+                  std::string::npos)
+            << r.err;
+      }
     }
-    EXPECT_EQ(losses(run_dir(k.name + "-static")), losses(run_dir(k.name + "-0"))) << k.name;
-    EXPECT_TRUE(test::read_file(run_dir(k.name + "-static") + "/final/model.safetensors") ==
-                test::read_file(run_dir(k.name + "-0") + "/final/model.safetensors"))
-        << k.name << ": the final weights differ";
+    for (const std::string mode : {"static", "auto"}) {
+      EXPECT_EQ(losses(run_dir(k.name + "-" + mode)), losses(run_dir(k.name + "-0"))) << k.name << " " << mode;
+      EXPECT_TRUE(test::read_file(run_dir(k.name + "-" + mode) + "/final/model.safetensors") ==
+                  test::read_file(run_dir(k.name + "-0") + "/final/model.safetensors"))
+          << k.name << " " << mode << ": the final weights differ";
+    }
   }
   struct Refused {
     std::string mode, arch;
@@ -1560,7 +1570,8 @@ TEST_F(TrainCli, TheCapturedStepsStaticPathTrainsTheOrdinaryStepsBytes) {
         Refused{"static", "llama", {"--set", "model.extension.method=dynamic_ntk", "--set", "model.extension.factor=2"},
                 "a dynamic scaling"},
         Refused{"yes", "llama", {}, "SEGTRAIN_CUDA_GRAPH=yes: expected 0 (the ordinary step), 1 (the step captured "
-                                    "as CUDA graphs) or static"}}) {
+                                    "as CUDA graphs), auto (captured where the run can be, else the ordinary step) or "
+                                    "static"}}) {
     const std::string name = "graph-refused-" + k.arch + "-" + k.mode;
     std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=" + k.mode, kBin, "train", config(name, k.arch, "chunk")};
     args.insert(args.end(), k.sets.begin(), k.sets.end());

@@ -14,19 +14,20 @@
 
 namespace segtrain::trainer {
 
-CudaGraphMode cuda_graph_switch(const char* value) {
+CudaGraphRequest cuda_graph_switch(const char* value) {
   const std::string v = value ? value : "";
-  if (v.empty() || v == "0") return CudaGraphMode::off;
-  if (v == "1") return CudaGraphMode::captured;
-  if (v == "static") return CudaGraphMode::static_path;
+  if (v.empty() || v == "0") return {CudaGraphMode::off, false};
+  if (v == "1") return {CudaGraphMode::captured, false};
+  if (v == "static") return {CudaGraphMode::static_path, false};
+  if (v == "auto") return {CudaGraphMode::captured, true};
   throw InputError("SEGTRAIN_CUDA_GRAPH=" + v +
-                   ": expected 0 (the ordinary step), 1 (the step captured as CUDA graphs) or static (the "
-                   "captured step's path, not captured)");
+                   ": expected 0 (the ordinary step), 1 (the step captured as CUDA graphs), auto (captured where "
+                   "the run can be, else the ordinary step) or static (the captured step's path, not captured)");
 }
 
-CudaGraphMode cuda_graph_requested() {
-  static const CudaGraphMode mode = cuda_graph_switch(std::getenv("SEGTRAIN_CUDA_GRAPH"));
-  return mode;
+CudaGraphRequest cuda_graph_requested() {
+  static const CudaGraphRequest request = cuda_graph_switch(std::getenv("SEGTRAIN_CUDA_GRAPH"));
+  return request;
 }
 
 #if SEGTRAIN_WITH_CUDA

@@ -12,7 +12,9 @@
 // Off unless SEGTRAIN_CUDA_GRAPH=1 until a GPU session has run its gpu test (docs/gpus.md).
 // SEGTRAIN_CUDA_GRAPH=static runs the same static path without capturing, on any device: the
 // CPU tests check that path against the ordinary step, and on a GPU it tells a capture's
-// problem from the static path's.
+// problem from the static path's. SEGTRAIN_CUDA_GRAPH=auto captures where the run can be
+// captured and trains the ordinary step where it cannot, saying why, instead of refusing: the
+// behaviour a default must have (a run that never asked for graphs is never stopped by them).
 #include <ATen/ATen.h>
 #include <c10/core/Device.h>
 
@@ -30,12 +32,20 @@ enum class CudaGraphMode {
   static_path,  // static: the captured step's path (static inputs, gradients zeroed in place), run eagerly
 };
 
+// What SEGTRAIN_CUDA_GRAPH asks for: a mode, and whether the run falls back to the ordinary step
+// where a capture cannot be taken (auto) rather than stopping.
+struct CudaGraphRequest {
+  CudaGraphMode mode = CudaGraphMode::off;
+  bool automatic = false;
+};
+
 // The value of SEGTRAIN_CUDA_GRAPH (nullptr: unset): unset, empty or 0 off, 1 captured, static
-// the static path; any other value is an InputError naming the variable and what it takes.
-CudaGraphMode cuda_graph_switch(const char* value);
+// the static path, auto captured where it can be; any other value is an InputError naming the
+// variable and what it takes.
+CudaGraphRequest cuda_graph_switch(const char* value);
 
 // The switch as this process's environment sets it, read once.
-CudaGraphMode cuda_graph_requested();
+CudaGraphRequest cuda_graph_requested();
 
 // Calls a body eagerly for its first `warmup` calls, then captures the next call into a CUDA
 // graph (the body runs once, into the graph, which is then replayed for that call) and replays

@@ -101,17 +101,21 @@ void FusedAdamW::zero_grad() {
       if (p.grad().defined()) p.mutable_grad() = at::Tensor();
 }
 
-std::vector<std::string> FusedAdamW::keep_gradients() {
+std::vector<std::string> FusedAdamW::without_gradient() const {
   std::vector<std::string> without;
-  if (views_) return without;  // the buckets' views stay
+  if (views_) return without;  // the buckets' views are every parameter's gradient
+  for (const auto& g : groups_)
+    for (size_t i = 0; i < g.params.size(); ++i)
+      if (!g.params[i].grad().defined()) without.push_back(g.names[i]);
+  return without;
+}
+
+void FusedAdamW::keep_gradients() {
+  if (views_) return;  // the buckets' views stay
   keep_gradients_ = true;
   for (auto& g : groups_)
-    for (size_t i = 0; i < g.params.size(); ++i)
-      if (!g.params[i].grad().defined()) {
-        g.params[i].mutable_grad() = at::zeros_like(g.params[i]);
-        without.push_back(g.names[i]);
-      }
-  return without;
+    for (auto& p : g.params)
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
 }
 
 int64_t FusedAdamW::state_bytes() const {

@@ -83,12 +83,14 @@ class Optimizer {
   virtual void update() = 0;
   virtual void count_step() = 0;
   virtual void zero_grad() = 0;
+  // After a backward: the names of the trainable parameters it left without a gradient, which
+  // the ordinary step skips and a kept gradient (keep_gradients) would update every step with a
+  // zero one (weight decay and the moments' decay). None where gradients live in flat buckets.
+  virtual std::vector<std::string> without_gradient() const { return {}; }
   // From now on every trainable parameter's gradient stays allocated and zero_grad zeroes it
   // in place, so that a graph finds it at the same address (gradients in flat buckets always
-  // are). Called after a backward: returns the names of the parameters that had no gradient
-  // (kept as zeros), which a kept gradient would then update every step with a zero one
-  // (weight decay and the moments' decay), where the ordinary step skips them.
-  virtual std::vector<std::string> keep_gradients() { return {}; }
+  // are); a parameter without one gets zeros.
+  virtual void keep_gradients() {}
   virtual int64_t steps_taken() const = 0;
   // This rank's moments as pieces: every parameter whole, or a sharded rank's
   // slices. Live views of the state: a checkpoint copies them before the next
@@ -137,7 +139,8 @@ class FusedAdamW : public Optimizer {
   // Drops the gradients (.grad undefined), or zeroes the buckets, or after keep_gradients
   // zeroes them in place.
   void zero_grad() override;
-  std::vector<std::string> keep_gradients() override;
+  std::vector<std::string> without_gradient() const override;
+  void keep_gradients() override;
   int64_t steps_taken() const override { return steps_taken_; }
   std::vector<StatePiece> state_pieces() override;
   void load_state(const SavedOptimizerState& saved) override;

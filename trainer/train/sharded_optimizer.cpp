@@ -245,9 +245,10 @@ void ShardedAdamW::zero_grad() {
       if (p.grad().defined()) p.mutable_grad().reset();
 }
 
-std::vector<std::string> ShardedAdamW::keep_gradients() {
+// Every parameter's gradient is a view of its bucket, kept, or (sums_in_backward) summed and dropped:
+// none is without one (without_gradient's default).
+void ShardedAdamW::keep_gradients() {
   sums_in_place_ = true;  // this step's sums are whole (called after its backward): zero_grad zeroes them
-  return {};  // every parameter's gradient is a view of its bucket, kept, or (sums_in_backward) summed and dropped
 }
 
 at::Tensor ShardedAdamW::gather_whole(size_t b, at::Tensor Piece::*which) {

@@ -20,12 +20,19 @@ namespace {
 // allocator's blocks and the optimizer's state; PyTorch's own examples warm up 3.
 constexpr int64_t kGraphWarmupSteps = 3;
 
-// `fresh`'s tensors into `fixed`'s (same shapes), and its host values.
-void copy_micro_batch(MicroBatch& fixed, const MicroBatch& fresh, size_t index) {
-  if (fixed.tokens.sizes() != fresh.tokens.sizes())
-    throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: micro-batch " + std::to_string(index) + " of this step is " +
-                             c10::str(fresh.tokens.sizes()) + " where the captured step's is " +
-                             c10::str(fixed.tokens.sizes()) + "; a captured step needs one shape");
+// Why this step's micro-batches cannot go where the captured step's went ("" when they can).
+std::string changed_shape(const std::vector<MicroBatch>& fixed, const std::vector<MicroBatch>& fresh) {
+  if (fresh.size() != fixed.size())
+    return "a step of " + std::to_string(fresh.size()) + " micro-batches after steps of " + std::to_string(fixed.size());
+  for (size_t k = 0; k < fresh.size(); ++k)
+    if (fixed[k].tokens.sizes() != fresh[k].tokens.sizes())
+      return "micro-batch " + std::to_string(k) + " of this step is " + c10::str(fresh[k].tokens.sizes()) +
+             " where the captured step's is " + c10::str(fixed[k].tokens.sizes()) + "; a captured step needs one shape";
+  return "";
+}
+
+// `fresh`'s tensors into `fixed`'s (same shapes: changed_shape), and its host values.
+void copy_micro_batch(MicroBatch& fixed, const MicroBatch& fresh) {
   fixed.tokens.copy_(fresh.tokens, /*non_blocking=*/true);
   fixed.positions.copy_(fresh.positions, /*non_blocking=*/true);
   fixed.targets.copy_(fresh.targets, /*non_blocking=*/true);
@@ -49,16 +56,27 @@ std::string Trainer::cuda_graph_refusal() const {
 }
 
 std::string Trainer::describe_cuda_graph() const {
+  const std::string asked = graph_automatic_ ? "auto" : "1";
   switch (graph_mode_) {
     case CudaGraphMode::captured:
       return "the step captured as two CUDA graphs after " + std::to_string(kGraphWarmupSteps) +
-             " warm-up steps (SEGTRAIN_CUDA_GRAPH=1)";
+             " warm-up steps (SEGTRAIN_CUDA_GRAPH=" + asked + ")";
     case CudaGraphMode::static_path:
       return "the captured step's static path, not captured (SEGTRAIN_CUDA_GRAPH=static)";
     case CudaGraphMode::off:
       break;
   }
+  if (graph_automatic_) return "the ordinary step, not captured: " + graphs_off_because_ + " (SEGTRAIN_CUDA_GRAPH=auto)";
   return "";
+}
+
+void Trainer::leave_cuda_graphs(const std::string& why) {
+  log::warn("step ", state_.step + 1, ": ", why, "; the ordinary step from now on (SEGTRAIN_CUDA_GRAPH=auto)");
+  graph_mode_ = CudaGraphMode::off;
+  graphed_forward_backward_.reset();  // a graph still replaying is freed when it completes (cudaGraphExecDestroy)
+  graphed_update_.reset();
+  static_micro_.clear();
+  static_loss_sum_ = at::Tensor();
 }
 
 at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& micro) {
@@ -74,12 +92,16 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
     }
     static_loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   } else {
-    if (micro.size() != static_micro_.size())
-      throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: a step of " + std::to_string(micro.size()) +
-                               " micro-batches after steps of " + std::to_string(static_micro_.size()));
+    if (const std::string changed = changed_shape(static_micro_, micro); !changed.empty()) {
+      if (!graph_automatic_) throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: " + changed);
+      leave_cuda_graphs(changed);
+      at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+      run_micro_batches(micro, loss_sum);
+      return loss_sum;
+    }
     for (size_t k = 0; k < micro.size(); ++k) {
       model_->check_positions(micro[k].bounds);  // the forward's own check, which a replay skips
-      copy_micro_batch(static_micro_[k], micro[k], k);
+      copy_micro_batch(static_micro_[k], micro[k]);
     }
   }
   // No other thread may touch the device while a graph is captured: a save still copying waits.
@@ -91,13 +113,20 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
   });
   // After the first backward (an eager warm-up): every gradient stays from now on, and a parameter
   // that took none would be updated every step with a zero one, where the ordinary step skips it.
-  if (first)
-    if (const std::vector<std::string> without = optimizer_->keep_gradients(); !without.empty())
-      throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: " + std::to_string(without.size()) +
-                               " trainable parameter(s) took no gradient in the first step (" + without.front() +
-                               (without.size() > 1 ? ", ..." : "") +
-                               "); a captured step would update them every step with a zero gradient: freeze them "
-                               "(train.freeze) or train without SEGTRAIN_CUDA_GRAPH");
+  if (first) {
+    if (const std::vector<std::string> without = optimizer_->without_gradient(); !without.empty()) {
+      const std::string why = std::to_string(without.size()) + " trainable parameter(s) took no gradient in the " +
+                              "first step (" + without.front() + (without.size() > 1 ? ", ..." : "") +
+                              "); a captured step would update them every step with a zero gradient";
+      if (!graph_automatic_)
+        throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: " + why +
+                                 ": freeze them (train.freeze) or train without SEGTRAIN_CUDA_GRAPH");
+      const at::Tensor loss_sum = static_loss_sum_;  // this step ran eagerly: its sum is whole
+      leave_cuda_graphs(why);
+      return loss_sum;
+    }
+    optimizer_->keep_gradients();
+  }
   if (graphed_forward_backward_->calls() == kGraphWarmupSteps + 1 && graphed_forward_backward_->captured())
     log::info("step ", state_.step + 1, ": forward and backward captured as a CUDA graph, replayed from now on");
   return static_loss_sum_;

@@ -113,6 +113,9 @@ class Trainer {
   std::string cuda_graph_refusal() const;
   std::string describe_cuda_graph() const;
   at::Tensor forward_backward_captured(const std::vector<MicroBatch>& micro);
+  // SEGTRAIN_CUDA_GRAPH=auto meeting what a captured step cannot take after it started (a step of
+  // another shape, a parameter without a gradient): the ordinary step from now on, said once.
+  void leave_cuda_graphs(const std::string& why);
   // The update at lr with the gradient factor; with SEGTRAIN_CUDA_GRAPH its device work and the
   // gradients' zeroing replay as one graph. Whether the gradients were zeroed.
   bool update_parameters(double lr, double grad_factor);
@@ -160,6 +163,8 @@ class Trainer {
   // SEGTRAIN_CUDA_GRAPH: the step's two halves as graphs, the micro-batches' tensors they read
   // and the loss sum they write.
   CudaGraphMode graph_mode_ = CudaGraphMode::off;
+  bool graph_automatic_ = false;    // SEGTRAIN_CUDA_GRAPH=auto: falls back rather than stopping
+  std::string graphs_off_because_;  // auto: why this run trains the ordinary step
   std::unique_ptr<GraphedCall> graphed_forward_backward_, graphed_update_;
   std::vector<MicroBatch> static_micro_;
   at::Tensor static_loss_sum_;

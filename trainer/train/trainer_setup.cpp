@@ -79,11 +79,17 @@ Trainer::Trainer(const LoadedConfig& loaded, Resume resume)
 // passkey prompts, evaluation lengths past a learned table, a captured step
 // (SEGTRAIN_CUDA_GRAPH) this run cannot take.
 void Trainer::check_inputs(const LoadedConfig& loaded) {
-  graph_mode_ = cuda_graph_requested();
+  const CudaGraphRequest graphs = cuda_graph_requested();
+  graph_mode_ = graphs.mode;
+  graph_automatic_ = graphs.automatic;
   if (graph_mode_ != CudaGraphMode::off)
-    if (const std::string why = cuda_graph_refusal(); !why.empty())
-      throw InputError("SEGTRAIN_CUDA_GRAPH=" + std::string(graph_mode_ == CudaGraphMode::captured ? "1" : "static") +
-                       ": this run's step cannot be captured: " + why + "; unset SEGTRAIN_CUDA_GRAPH to train it");
+    if (const std::string why = cuda_graph_refusal(); !why.empty()) {
+      if (!graph_automatic_)
+        throw InputError("SEGTRAIN_CUDA_GRAPH=" + std::string(graph_mode_ == CudaGraphMode::captured ? "1" : "static") +
+                         ": this run's step cannot be captured: " + why + "; unset SEGTRAIN_CUDA_GRAPH to train it");
+      graph_mode_ = CudaGraphMode::off;  // auto: the ordinary step, the plan line says why
+      graphs_off_because_ = why;
+    }
   // The store's ids must mean the base's tokens; checkpoints keep which tokenizer the model learns.
   if (const std::string base = model_ref_dir(c_.model.init); !base.empty())
     check_store_tokenizer(c_.data.store, base, loaded.locate("data.store"), "data.allow_tokenizer_mismatch: true",
@@ -349,7 +355,7 @@ void Trainer::plan_steps() {
             " threads; lr ", format_double(lr_of(c_)), " after ", warmup_steps_of(c_, plan_.total_steps),
             " warm-up steps", c_.train.lr ? "" : from_pretrained(c_) ? " (auto: a pretrained base's)" : " (auto)",
             batch, bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "", storage,
-            fused.empty() ? "" : "; " + fused, graph_mode_ == CudaGraphMode::off ? "" : "; " + describe_cuda_graph());
+            fused.empty() ? "" : "; " + fused, describe_cuda_graph().empty() ? "" : "; " + describe_cuda_graph());
   metrics_ = std::make_unique<Metrics>(writer_ ? run_.dir : fs::path(), c_.train.tensorboard, state_.step,
                                        plan_.total_steps);
 }
