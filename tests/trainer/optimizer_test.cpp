@@ -655,5 +655,30 @@ TEST(FusedAdamW, KeptGradientsStayAtTheirAddressAndTheParametersWithoutOneAreNam
   EXPECT_TRUE(adamw.without_gradient().empty());  // all kept
 }
 
+// stop_keeping_gradients (SEGTRAIN_CUDA_GRAPH=auto dropping its graphs): the gradients kept and zeroed
+// in place take the next backward's sums as before, then zero_grad drops them again, and a parameter
+// without one is skipped by the step (no weight decay), as before keep_gradients.
+TEST(FusedAdamW, AfterStopKeepingGradientsTheyAreDroppedAndAParameterWithoutOneIsSkipped) {
+  auto params = make_params(3);
+  FusedAdamW adamw(params, AdamWOptions{});
+  for (auto& [name, p] : params) p.mutable_grad() = torch::randn_like(p);
+  adamw.keep_gradients();
+  adamw.step(1e-3);
+  adamw.zero_grad();  // in place
+  adamw.stop_keeping_gradients();
+  const void* kept = params[0].second.grad().const_data_ptr();
+  params[0].second.mutable_grad().add_(torch::ones_like(params[0].second));  // a backward adds into the zeros
+  EXPECT_EQ(params[0].second.grad().const_data_ptr(), kept);
+  adamw.zero_grad();
+  for (auto& [name, p] : params) EXPECT_FALSE(p.grad().defined()) << name << ": dropped again";
+  ASSERT_EQ(params[0].second.dim(), 2) << "a decayed matrix";
+  params[1].second.mutable_grad() = torch::randn_like(params[1].second);
+  const at::Tensor before = params[0].second.clone();
+  adamw.step(1e-1);
+  EXPECT_TRUE(params[0].second.equal(before)) << "no gradient: skipped, not decayed";
+  // in the groups' order: the decayed matrices, then the rest
+  EXPECT_EQ(adamw.without_gradient(), (std::vector<std::string>{"h.0.attn.weight", "wte.weight", "h.0.ln_1.weight"}));
+}
+
 }  // namespace
 }  // namespace segtrain::trainer

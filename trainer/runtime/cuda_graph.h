@@ -13,8 +13,9 @@
 // SEGTRAIN_CUDA_GRAPH=static runs the same static path without capturing, on any device: the
 // CPU tests check that path against the ordinary step, and on a GPU it tells a capture's
 // problem from the static path's. SEGTRAIN_CUDA_GRAPH=auto captures where the run can be
-// captured and trains the ordinary step where it cannot, saying why, instead of refusing: the
-// behaviour a default must have (a run that never asked for graphs is never stopped by them).
+// captured and trains the ordinary step, saying why, where =1 would refuse the run or stop it
+// after it started (another shape, a parameter without a gradient): the behaviour a default
+// needs. A capture that fails (a kernel that cannot be captured) still stops it, as it stops =1.
 #include <ATen/ATen.h>
 #include <c10/core/Device.h>
 

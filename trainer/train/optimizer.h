@@ -91,6 +91,10 @@ class Optimizer {
   // in place, so that a graph finds it at the same address (gradients in flat buckets always
   // are); a parameter without one gets zeros.
   virtual void keep_gradients() {}
+  // Undoes keep_gradients (a captured step's graphs dropped, SEGTRAIN_CUDA_GRAPH=auto): the next
+  // zero_grad drops the gradients again, or marks the sums for the next backward to overwrite. Safe
+  // once the gradients were zeroed in place: the backward in between adds into the zeros.
+  virtual void stop_keeping_gradients() {}
   virtual int64_t steps_taken() const = 0;
   // This rank's moments as pieces: every parameter whole, or a sharded rank's
   // slices. Live views of the state: a checkpoint copies them before the next
@@ -141,6 +145,7 @@ class FusedAdamW : public Optimizer {
   void zero_grad() override;
   std::vector<std::string> without_gradient() const override;
   void keep_gradients() override;
+  void stop_keeping_gradients() override { keep_gradients_ = false; }
   int64_t steps_taken() const override { return steps_taken_; }
   std::vector<StatePiece> state_pieces() override;
   void load_state(const SavedOptimizerState& saved) override;

@@ -81,6 +81,7 @@ class ShardedAdamW : public Optimizer {
   // A captured step: the sums are zeroed by zero_grad's kernel and every sum adds (a replay runs
   // the kernels recorded at capture, not accumulate's choice between a copy and an add).
   void keep_gradients() override;
+  void stop_keeping_gradients() override { sums_in_place_ = false; }
   int64_t steps_taken() const override { return steps_taken_; }
   std::vector<StatePiece> state_pieces() override;  // this rank's slices
   void load_state(const SavedOptimizerState& saved) override;

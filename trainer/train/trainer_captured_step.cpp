@@ -73,6 +73,7 @@ std::string Trainer::describe_cuda_graph() const {
 void Trainer::leave_cuda_graphs(const std::string& why) {
   log::warn("step ", state_.step + 1, ": ", why, "; the ordinary step from now on (SEGTRAIN_CUDA_GRAPH=auto)");
   graph_mode_ = CudaGraphMode::off;
+  optimizer_->stop_keeping_gradients();  // a parameter without a gradient is skipped again, as the ordinary step does
   graphed_forward_backward_.reset();  // a graph still replaying is freed when it completes (cudaGraphExecDestroy)
   graphed_update_.reset();
   static_micro_.clear();
