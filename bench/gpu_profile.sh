@@ -51,7 +51,7 @@ report "# gpu-profile report" "" \
 t0=$(date +%s)
 seconds=$(($(left) - SPEED_SECONDS))
 ((seconds > 240)) && seconds=240
-((seconds < 90)) && seconds=$(($(left) < 90 ? $(left) : 90))  # the first three programs, at least
+((seconds < 110)) && seconds=$(($(left) < 110 ? $(left) : 110))  # the first three programs (~32 s each), at least
 env BENCH_DEVICE="$DEVICE" timeout -k 10 "$seconds" "$BENCH_PYTHON" bench/gpu_profile.py run --out "$OUT" >/dev/null 2>>"$LOG"
 code=$?
 report "- profile: exit $code$( ((code == 124)) && echo ", cut by its limit ($seconds s)") in $(($(date +%s) - t0)) s (profile.md)"
