@@ -1275,16 +1275,16 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
 }
 
 // SEGTRAIN_CUDA_GRAPH=1 (trainer/runtime/cuda_graph.h): a bf16 run of GPT-2 and of Llama (bf16
-// parameters, fp32 master weights: the CUDA default) with gradient accumulation captures its
-// step's two halves after 3 warm-up steps and replays them for the other 13, its losses within
-// 1e-3 of the ordinary step's (flash attention's backward sums in no fixed order) and of the
-// static path's (=static: the same static tensors, not captured), checkpoints saved while the
-// graphs replay; and so does the captured step with SEGTRAIN_FUSED_KERNELS=all (the bias-gradient
-// and residual-norm kernels inside the graphs: graph_all, the speed bench's candidate default), and
-// SEGTRAIN_CUDA_GRAPH=auto captures as 1 does, and trains BLOOM (ALiBi: no capture) with the ordinary
-// step, saying why. On the CPU as the device the capture is refused (exit
-// 2, saying why), auto trains the ordinary step saying why, and the static path trains the ordinary
-// step's bytes.
+// parameters, fp32 master weights: the CUDA default) with gradient accumulation captures its step's
+// two halves after 3 warm-up steps and replays them, its losses within 1e-3 of the ordinary step's
+// (flash attention's backward sums in no fixed order) and of the static path's (=static: the same
+// static tensors, not captured), checkpoints saved while the graphs replay, and the graphs dropped for
+// the evaluation after step 8 and captured again after one eager step; and so does the captured step
+// with SEGTRAIN_FUSED_KERNELS=all (the bias-gradient and residual-norm kernels inside the graphs:
+// graph_all, the speed bench's candidate default), and SEGTRAIN_CUDA_GRAPH=auto captures as 1 does,
+// and trains BLOOM (ALiBi: no capture) with the ordinary step, saying why. On the CPU as the device
+// the capture is refused (exit 2, saying why), auto trains the ordinary step saying why, and the
+// static path trains the ordinary step's bytes.
 TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
@@ -1299,7 +1299,7 @@ TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
                                        "train", config_path(name), "--set",
                                        "train.budget.tokens=2048", "--set", "train.precision=bf16", "--set",
                                        "train.micro_batch_size=2", "--set", "train.grad_accum=2", "--set",
-                                       "train.checkpoint_every=6"};
+                                       "train.checkpoint_every=6", "--set", "train.eval_every=8"};
       if (arch == "gpt2") args.insert(args.end(), {"--set", "model.extension.method=interpolate"});
       auto trained = run("env", args, 900);
       if (mode == "1" && dev != "cuda") {
@@ -1309,7 +1309,8 @@ TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
       }
       ASSERT_EQ(trained.exit_code, 0) << arch << " " << variant << ": " << trained.err;
       if (mode == "auto") {  // captured where it can be (CUDA, one process), else the ordinary step, saying why
-        EXPECT_NE(trained.err.find(dev == "cuda" ? "; the step captured as two CUDA graphs after 3 warm-up steps "
+        EXPECT_NE(trained.err.find(dev == "cuda" ? "; the step captured as two CUDA graphs after 3 warm-up steps, "
+                                                   "dropped for each evaluation and captured again after 1 eager step "
                                                    "(SEGTRAIN_CUDA_GRAPH=auto)"
                                                  : "; the ordinary step, not captured: it captures a CUDA device's step"),
                   std::string::npos)

@@ -1518,7 +1518,8 @@ TEST_F(TrainCli, MicroBatchAutoTrainsTheBytesOfTheBatchItChose) {
 // each step's micro-batches copied into tensors that stay, the loss summed into one, gradients kept
 // and zeroed in place, the update's scalars in device memory) without capturing it: on the CPU it
 // trains the ordinary step's bytes, with gradient accumulation, fp32 parameters, and bf16 parameters
-// with fp32 master weights. What a captured step cannot take is refused before anything trains,
+// with fp32 master weights, also where periodic evaluations drop its static tensors and it makes them
+// again (what drops a captured step's graphs and their memory for an evaluation). What a captured step cannot take is refused before anything trains,
 // naming why (exit 2): the CPU asked to capture, ALiBi (it decides per batch whether it folds its
 // bias), a dynamic RoPE scaling, a value the switch does not take. SEGTRAIN_CUDA_GRAPH=auto on the
 // CPU trains the ordinary step's bytes, its plan line saying why it did not capture.
@@ -1528,7 +1529,8 @@ TEST_F(TrainCli, TheCapturedStepsStaticPathTrainsTheOrdinaryStepsBytes) {
     std::vector<std::string> sets;
   };
   for (const Case& k : {Case{"graph-gpt2-accum", "gpt2", "truncate",
-                             {"--set", "train.micro_batch_size=2", "--set", "train.grad_accum=2"}},
+                             {"--set", "train.micro_batch_size=2", "--set", "train.grad_accum=2", "--set",
+                              "train.eval_every=2"}},
                         Case{"graph-neox-bf16", "gpt_neox", "chunk",
                              {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16"}},
                         Case{"graph-llama", "llama", "chunk", {}}}) {

@@ -64,6 +64,10 @@ class GraphedCall {
   void operator()(const std::function<void()>& body);
   bool captured() const { return captured_; }
   int64_t calls() const { return calls_; }
+  // The next call is the capture (no other thread may touch the device during it).
+  bool captures_next() const { return mode_ == CudaGraphMode::captured && !captured_ && calls_ == warmup_; }
+  // The last call was the capture.
+  bool just_captured() const { return captured_ && calls_ == warmup_ + 1; }
 
  private:
   CudaGraphMode mode_;

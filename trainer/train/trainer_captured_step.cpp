@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "models/spec/arch.h"
 #include "models/spec/auto_values.h"
+#include "trainer/runtime/memory.h"
 #include "trainer/train/trainer_class.h"
 
 namespace segtrain::trainer {
@@ -17,8 +18,10 @@ namespace segtrain::trainer {
 namespace {
 
 // Eager steps before the capture: the first makes cuBLAS's handles and workspaces, the
-// allocator's blocks and the optimizer's state; PyTorch's own examples warm up 3.
+// allocator's blocks and the optimizer's state; PyTorch's own examples warm up 3. After an
+// evaluation dropped the graphs (release_cuda_graphs) one eager step refills the allocator.
 constexpr int64_t kGraphWarmupSteps = 3;
+constexpr int64_t kGraphRewarmSteps = 1;
 
 // Why this step's micro-batches cannot go where the captured step's went ("" when they can).
 std::string changed_shape(const std::vector<MicroBatch>& fixed, const std::vector<MicroBatch>& fresh) {
@@ -60,7 +63,8 @@ std::string Trainer::describe_cuda_graph() const {
   switch (graph_mode_) {
     case CudaGraphMode::captured:
       return "the step captured as two CUDA graphs after " + std::to_string(kGraphWarmupSteps) +
-             " warm-up steps (SEGTRAIN_CUDA_GRAPH=" + asked + ")";
+             " warm-up steps, dropped for each evaluation and captured again after " +
+             std::to_string(kGraphRewarmSteps) + " eager step (SEGTRAIN_CUDA_GRAPH=" + asked + ")";
     case CudaGraphMode::static_path:
       return "the captured step's static path, not captured (SEGTRAIN_CUDA_GRAPH=static)";
     case CudaGraphMode::off:
@@ -70,21 +74,29 @@ std::string Trainer::describe_cuda_graph() const {
   return "";
 }
 
-void Trainer::leave_cuda_graphs(const std::string& why) {
-  log::warn("step ", state_.step + 1, ": ", why, "; the ordinary step from now on (SEGTRAIN_CUDA_GRAPH=auto)");
-  graph_mode_ = CudaGraphMode::off;
-  optimizer_->stop_keeping_gradients();  // a parameter without a gradient is skipped again, as the ordinary step does
+void Trainer::release_cuda_graphs() {
+  if (!graphed_forward_backward_) return;
+  graphs_released_ = true;
   graphed_forward_backward_.reset();  // a graph still replaying is freed when it completes (cudaGraphExecDestroy)
   graphed_update_.reset();
   static_micro_.clear();
   static_loss_sum_ = at::Tensor();
+  release_cached_memory(device_);  // the pools' blocks back to the device (cudaFree waits for the replays)
+}
+
+void Trainer::leave_cuda_graphs(const std::string& why) {
+  log::warn("step ", state_.step + 1, ": ", why, "; the ordinary step from now on (SEGTRAIN_CUDA_GRAPH=auto)");
+  graph_mode_ = CudaGraphMode::off;
+  optimizer_->stop_keeping_gradients();  // a parameter without a gradient is skipped again, as the ordinary step does
+  release_cuda_graphs();
 }
 
 at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& micro) {
   const bool first = !graphed_forward_backward_;
   if (first) {
-    graphed_forward_backward_ = std::make_unique<GraphedCall>(graph_mode_, kGraphWarmupSteps);
-    graphed_update_ = std::make_unique<GraphedCall>(graph_mode_, kGraphWarmupSteps);
+    const int64_t warmup = graphs_released_ ? kGraphRewarmSteps : kGraphWarmupSteps;
+    graphed_forward_backward_ = std::make_unique<GraphedCall>(graph_mode_, warmup);
+    graphed_update_ = std::make_unique<GraphedCall>(graph_mode_, warmup);
     static_micro_ = micro;
     for (auto& m : static_micro_) {  // copies that stay, not the fresh tensors
       m.tokens = m.tokens.clone();
@@ -106,7 +118,7 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
     }
   }
   // No other thread may touch the device while a graph is captured: a save still copying waits.
-  if (graphed_forward_backward_->calls() == kGraphWarmupSteps)
+  if (graphed_forward_backward_->captures_next())
     waiting_for_saves([&] { checkpoints_->wait_for_copy(); });
   (*graphed_forward_backward_)([&] {
     static_loss_sum_.zero_();
@@ -128,7 +140,7 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
     }
     optimizer_->keep_gradients();
   }
-  if (graphed_forward_backward_->calls() == kGraphWarmupSteps + 1 && graphed_forward_backward_->captured())
+  if (graphed_forward_backward_->just_captured() && !graphs_released_)  // said once, not after each evaluation
     log::info("step ", state_.step + 1, ": forward and backward captured as a CUDA graph, replayed from now on");
   return static_loss_sum_;
 }
@@ -144,7 +156,7 @@ bool Trainer::update_parameters(double lr, double grad_factor) {
     optimizer_->zero_grad();
   });
   optimizer_->count_step();
-  if (graphed_update_->calls() == kGraphWarmupSteps + 1 && graphed_update_->captured())
+  if (graphed_update_->just_captured() && !graphs_released_)
     log::info("step ", state_.step + 1, ": the update captured as a CUDA graph, replayed from now on");
   return true;
 }

@@ -46,8 +46,12 @@ void Trainer::train() {
     // A signal during the last step lets the run finish: final/ is saved, then it exits 128 + signal.
     if (step.stop_signal && !cadence_->finished(state_.step)) stop_after_step(step.stop_signal);
     if (cadence_->should_checkpoint(state_.step)) waiting_for_saves([&] { save_step_checkpoint(); });
-    if (cadence_->should_evaluate(state_.step)) evaluate_during_training();
+    if (cadence_->should_evaluate(state_.step)) {
+      release_cuda_graphs();  // the evaluation's memory is the ordinary step's, not on top of the graphs' pool
+      evaluate_during_training();
+    }
   }
+  release_cuda_graphs();  // so is the final evaluation's
   metrics_->newline();
 }
 
