@@ -1282,7 +1282,7 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
 // the evaluation after step 8 and captured again after one eager step; and so does the captured step
 // with SEGTRAIN_FUSED_KERNELS=all (the bias-gradient and residual-norm kernels inside the graphs:
 // graph_all, the speed bench's candidate default), and SEGTRAIN_CUDA_GRAPH=auto captures as 1 does,
-// and trains BLOOM (ALiBi: no capture) with the ordinary step, saying why. On the CPU as the device
+// and trains BLOOM (ALiBi: no capture) and GPT-2 evaluating every 2 steps with the ordinary step, saying why. On the CPU as the device
 // the capture is refused (exit 2, saying why), auto trains the ordinary step saying why, and the
 // static path trains the ordinary step's bytes.
 TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
@@ -1328,6 +1328,10 @@ TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
         EXPECT_NE(trained.err.find("step 4: forward and backward captured as a CUDA graph"), std::string::npos)
             << trained.err;
         EXPECT_NE(trained.err.find("step 4: the update captured as a CUDA graph"), std::string::npos) << trained.err;
+        // Dropped for the evaluation after step 8, captured again after one eager step.
+        EXPECT_NE(trained.err.find("step 10: the step's CUDA graphs captured again after the evaluation"),
+                  std::string::npos)
+            << trained.err;
         // Saved while the graphs replay (a save's copy and a capture never overlap: cuda_graph.h).
         EXPECT_TRUE(fs::exists(run_dir(name) + "/checkpoints/step-12/model.safetensors")) << name;
       }
@@ -1347,18 +1351,28 @@ TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
       record("captured step, " + arch + ": step 16's loss " + std::to_string(losses["1"][15]) + " (with all " +
              std::to_string(losses["1-all"][15]) + ") vs " + std::to_string(losses["0"][15]) + " ordinary");
   }
-  // auto where a capture cannot be taken: BLOOM's ALiBi decides per batch whether it folds its bias. It
-  // trains the ordinary step and says why, where SEGTRAIN_CUDA_GRAPH=1 stops the run (exit 2).
-  tiny_run_config("graph-bloom-auto", {.arch = "bloom", .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
-  auto bloom = run("env", {"SEGTRAIN_CUDA_GRAPH=auto", kBin, "train", config_path("graph-bloom-auto"), "--set",
-                           "train.budget.tokens=1024", "--set", "train.precision=bf16"},
-                   900);
-  ASSERT_EQ(bloom.exit_code, 0) << bloom.err;
-  EXPECT_NE(bloom.err.find("; the ordinary step, not captured: " +
-                           std::string(dev == "cuda" ? "ALiBi decides for each batch" : "it captures a CUDA device's")),
-            std::string::npos)
-      << bloom.err;
-  EXPECT_EQ(bloom.err.find("captured as a CUDA graph"), std::string::npos) << bloom.err;
+  // auto where a capture cannot be taken: BLOOM's ALiBi decides per batch whether it folds its bias, and an
+  // evaluation every 2 steps would drop the graphs before they are captured. Each trains the ordinary step
+  // and says why, where SEGTRAIN_CUDA_GRAPH=1 stops the run (exit 2).
+  struct Uncaptured {
+    std::string arch, eval_every, why;
+  };
+  for (const Uncaptured& k : {Uncaptured{"bloom", "0", "ALiBi decides for each batch"},
+                              Uncaptured{"gpt2", "2", "train.eval_every 2 drops the graphs for an evaluation"}}) {
+    const std::string name = "graph-auto-uncaptured-" + k.arch;
+    tiny_run_config(name, {.arch = k.arch, .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
+    std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=auto", kBin, "train", config_path(name), "--set",
+                                     "train.budget.tokens=1024", "--set", "train.precision=bf16", "--set",
+                                     "train.eval_every=" + k.eval_every};
+    if (k.arch == "gpt2") args.insert(args.end(), {"--set", "model.extension.method=interpolate"});
+    auto r = run("env", args, 900);
+    ASSERT_EQ(r.exit_code, 0) << k.arch << ": " << r.err;
+    EXPECT_NE(r.err.find("; the ordinary step, not captured: " +
+                         (dev == "cuda" ? k.why : std::string("it captures a CUDA device's"))),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("captured as a CUDA graph"), std::string::npos) << r.err;
+  }
 }
 
 // train.micro_batch_size auto against the caching allocator's own peak: runs of micro-batch 1

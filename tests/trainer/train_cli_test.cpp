@@ -1532,7 +1532,8 @@ TEST_F(TrainCli, TheCapturedStepsStaticPathTrainsTheOrdinaryStepsBytes) {
                              {"--set", "train.micro_batch_size=2", "--set", "train.grad_accum=2", "--set",
                               "train.eval_every=2"}},
                         Case{"graph-neox-bf16", "gpt_neox", "chunk",
-                             {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16"}},
+                             {"--set", "train.precision=bf16", "--set", "train.param_dtype=bf16", "--set",
+                              "train.eval_every=2"}},
                         Case{"graph-llama", "llama", "chunk", {}}}) {
     for (const std::string mode : {"0", "static", "auto"}) {
       std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=" + mode, kBin, "train", config(k.name + "-" + mode, k.arch, k.method),

@@ -55,6 +55,11 @@ std::string Trainer::cuda_graph_refusal() const {
     return "ALiBi decides for each batch whether it folds its bias into q.k (models/modules/alibi_folded.h)";
   if (models::positions_depend_on_length(model_config_))
     return "the model's RoPE scaling recomputes its table from each batch's largest position (a dynamic scaling)";
+  // Each evaluation drops the graphs (release_cuda_graphs): the first capture needs the warm-up steps and
+  // itself between two.
+  if (graph_mode_ == CudaGraphMode::captured && c_.train.eval_every > 0 && c_.train.eval_every <= kGraphWarmupSteps)
+    return "train.eval_every " + std::to_string(c_.train.eval_every) + " drops the graphs for an evaluation before " +
+           std::to_string(kGraphWarmupSteps) + " warm-up steps and the capture have run";
   return "";
 }
 
@@ -76,12 +81,20 @@ std::string Trainer::describe_cuda_graph() const {
 
 void Trainer::release_cuda_graphs() {
   if (!graphed_forward_backward_) return;
-  graphs_released_ = true;
   graphed_forward_backward_.reset();  // a graph still replaying is freed when it completes (cudaGraphExecDestroy)
   graphed_update_.reset();
   static_micro_.clear();
   static_loss_sum_ = at::Tensor();
   release_cached_memory(device_);  // the pools' blocks back to the device (cudaFree waits for the replays)
+}
+
+void Trainer::release_cuda_graphs_for_evaluation() {
+  if (!graphed_forward_backward_) return;
+  release_cuda_graphs();
+  // Kept gradients (fp32 parameters' own) are dropped as the ordinary step drops them; the next
+  // step's first backward makes them again and keep_gradients keeps them (a bucket's stay).
+  optimizer_->stop_keeping_gradients();
+  optimizer_->zero_grad();
 }
 
 void Trainer::leave_cuda_graphs(const std::string& why) {
@@ -94,7 +107,7 @@ void Trainer::leave_cuda_graphs(const std::string& why) {
 at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& micro) {
   const bool first = !graphed_forward_backward_;
   if (first) {
-    const int64_t warmup = graphs_released_ ? kGraphRewarmSteps : kGraphWarmupSteps;
+    const int64_t warmup = graphs_captured_ ? kGraphRewarmSteps : kGraphWarmupSteps;
     graphed_forward_backward_ = std::make_unique<GraphedCall>(graph_mode_, warmup);
     graphed_update_ = std::make_unique<GraphedCall>(graph_mode_, warmup);
     static_micro_ = micro;
@@ -140,8 +153,12 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
     }
     optimizer_->keep_gradients();
   }
-  if (graphed_forward_backward_->just_captured() && !graphs_released_)  // said once, not after each evaluation
-    log::info("step ", state_.step + 1, ": forward and backward captured as a CUDA graph, replayed from now on");
+  if (graphed_forward_backward_->just_captured()) {
+    if (graphs_captured_)  // after an evaluation dropped them
+      log::info("step ", state_.step + 1, ": the step's CUDA graphs captured again after the evaluation");
+    else
+      log::info("step ", state_.step + 1, ": forward and backward captured as a CUDA graph, replayed from now on");
+  }
   return static_loss_sum_;
 }
 
@@ -156,8 +173,10 @@ bool Trainer::update_parameters(double lr, double grad_factor) {
     optimizer_->zero_grad();
   });
   optimizer_->count_step();
-  if (graphed_update_->just_captured() && !graphs_released_)
+  if (graphed_update_->just_captured() && !graphs_captured_) {
     log::info("step ", state_.step + 1, ": the update captured as a CUDA graph, replayed from now on");
+    graphs_captured_ = true;  // both halves: later captures warm up one step and say one line
+  }
   return true;
 }
 

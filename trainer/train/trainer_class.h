@@ -113,9 +113,11 @@ class Trainer {
   std::string cuda_graph_refusal() const;
   std::string describe_cuda_graph() const;
   at::Tensor forward_backward_captured(const std::vector<MicroBatch>& micro);
-  // The graphs and their memory pools dropped (an evaluation's memory is then what the ordinary
-  // step leaves it); the next step captures them again after kGraphRewarmSteps eager ones.
+  // The graphs and their memory pools dropped; the next step captures them again (after
+  // kGraphRewarmSteps eager ones once they were captured). For an evaluation the kept gradients
+  // are dropped too, so that it has the memory the ordinary step would leave it.
   void release_cuda_graphs();
+  void release_cuda_graphs_for_evaluation();
   // SEGTRAIN_CUDA_GRAPH=auto meeting what a captured step cannot take after it started (a step of
   // another shape, a parameter without a gradient): the ordinary step from now on, said once.
   void leave_cuda_graphs(const std::string& why);
@@ -168,7 +170,7 @@ class Trainer {
   CudaGraphMode graph_mode_ = CudaGraphMode::off;
   bool graph_automatic_ = false;    // SEGTRAIN_CUDA_GRAPH=auto: falls back rather than stopping
   std::string graphs_off_because_;  // auto: why this run trains the ordinary step
-  bool graphs_released_ = false;    // an evaluation dropped the graphs once: captured again, not said again
+  bool graphs_captured_ = false;    // both halves were captured once: a capture after an evaluation warms up less
   std::unique_ptr<GraphedCall> graphed_forward_backward_, graphed_update_;
   std::vector<MicroBatch> static_micro_;
   at::Tensor static_loss_sum_;

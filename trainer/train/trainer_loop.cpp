@@ -47,11 +47,11 @@ void Trainer::train() {
     if (step.stop_signal && !cadence_->finished(state_.step)) stop_after_step(step.stop_signal);
     if (cadence_->should_checkpoint(state_.step)) waiting_for_saves([&] { save_step_checkpoint(); });
     if (cadence_->should_evaluate(state_.step)) {
-      release_cuda_graphs();  // the evaluation's memory is the ordinary step's, not on top of the graphs' pool
+      release_cuda_graphs_for_evaluation();  // its memory is the ordinary step's, not on top of the graphs' pools
       evaluate_during_training();
     }
   }
-  release_cuda_graphs();  // so is the final evaluation's
+  release_cuda_graphs_for_evaluation();  // so is the final evaluation's
   metrics_->newline();
 }
 
