@@ -9,7 +9,7 @@
 // into device scalars) is taken outside the graphs. Two graphs, one on each side of the step's
 // one host read (trainer/train/trainer_loop.cpp).
 //
-// Off unless SEGTRAIN_CUDA_GRAPH=1 until a GPU session has run its gpu test (docs/gpus.md).
+// Off unless SEGTRAIN_CUDA_GRAPH=1 (or auto) until a GPU session has run its gpu test (docs/gpus.md).
 // SEGTRAIN_CUDA_GRAPH=static runs the same static path without capturing, on any device: the
 // CPU tests check that path against the ordinary step, and on a GPU it tells a capture's
 // problem from the static path's. SEGTRAIN_CUDA_GRAPH=auto captures where the run can be
