@@ -146,9 +146,11 @@ class AddNormNode : public torch::autograd::Function<AddNormNode> {
   }
 };
 
+thread_local bool node_everywhere = false;  // NodeEverywhereForTests
+
 bool takes_fused(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight, const at::Tensor& bias) {
-  return SEGTRAIN_WITH_CUDA && untested_kernels_requested() && x.is_cuda() &&
-         add_norm_fused_refusal(x, branch, weight, bias).empty();
+  const bool asked = node_everywhere || (SEGTRAIN_WITH_CUDA && untested_kernels_requested() && x.is_cuda());
+  return asked && add_norm_fused_refusal(x, branch, weight, bias).empty();
 }
 
 ResidualNorm apply_node(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight, const at::Tensor& bias,
@@ -196,8 +198,12 @@ ResidualNorm add_rms_norm_fused(const at::Tensor& x, const at::Tensor& branch, c
   return apply_node(x, branch, weight, at::Tensor(), eps, /*centered=*/false);
 }
 
+NodeEverywhereForTests::NodeEverywhereForTests() : before_(node_everywhere) { node_everywhere = true; }
+NodeEverywhereForTests::~NodeEverywhereForTests() { node_everywhere = before_; }
+
 ResidualNorm add_layer_norm(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
                             const at::Tensor& bias, double eps, NormReader reader) {
+  if (!branch.defined()) return {x, layer_norm(x, weight, bias, eps, reader)};
   // Its normed output keeps x's dtype: a 16-bit one only where a matmul reads it (kernels/layer_norm.h).
   if (reader == NormReader::matmul && takes_fused(x, branch, weight, bias)) {
     record_path(ForwardPath::residual_layer_norm_kernel);
@@ -208,6 +214,7 @@ ResidualNorm add_layer_norm(const at::Tensor& x, const at::Tensor& branch, const
 }
 
 ResidualNorm add_rms_norm(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight, double eps) {
+  if (!branch.defined()) return {x, rms_norm(x, weight, eps)};
   // As kernels/rms_norm.h's fused path: x's dtype, the product rounded once.
   if (takes_fused(x, branch, weight, at::Tensor())) {
     record_path(ForwardPath::residual_rms_norm_kernel);

@@ -1,7 +1,9 @@
 #pragma once
 // The residual add and the norm that reads its sum, h = x + branch and norm(h): one home for the pair
-// every sequential-residual block computes between its attention and its MLP (GPT-2's blocks with
-// LayerNorm, models/modules/transformer.cpp; the Llama family's with RMSNorm, llama_block.cpp).
+// every sequential-residual block computes twice (GPT-2's blocks with LayerNorm,
+// models/modules/transformer.cpp; the Llama family's with RMSNorm, llama_block.cpp): the attention's
+// output added as ln2 reads the sum, and the previous block's MLP output added as ln1 (or the final
+// norm) reads it (models/modules/llama_block.h's Residual carries that branch from block to block).
 //
 // Apart, the add reads x and branch and writes h, the norm reads h again, and in backward the norm's
 // input gradient is written and then added to the gradient h takes from the rest of the network in
@@ -34,10 +36,10 @@ struct ResidualNorm {
 };
 
 // LayerNorm(sum), read by `reader` (kernels/layer_norm.h; the fused node only where a matmul reads it,
-// as its result keeps x's dtype).
+// as its result keeps x's dtype). An undefined branch adds nothing: {x, the norm of x} (a first block).
 ResidualNorm add_layer_norm(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
                             const at::Tensor& bias, double eps, NormReader reader);
-// RMSNorm(sum) as kernels/rms_norm.h computes it.
+// RMSNorm(sum) as kernels/rms_norm.h computes it; an undefined branch as above.
 ResidualNorm add_rms_norm(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight, double eps);
 
 // Why the fused node does not take these tensors ("" when it does), on any device: shapes that
@@ -55,5 +57,20 @@ std::string add_norm_fused_refusal(const at::Tensor& x, const at::Tensor& branch
 ResidualNorm add_layer_norm_fused(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
                                   const at::Tensor& bias, double eps);
 ResidualNorm add_rms_norm_fused(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight, double eps);
+
+// While one lives, on this thread add_layer_norm() and add_rms_norm() take the node wherever it applies,
+// the CPU included (where ATen's ops stand in for the kernels) and whatever the switch says: so that a
+// CPU test holds a whole model's wiring of it (which tensors each node adds and normalises) to the
+// composites'. Nothing but tests makes one.
+class NodeEverywhereForTests {
+ public:
+  NodeEverywhereForTests();
+  ~NodeEverywhereForTests();
+  NodeEverywhereForTests(const NodeEverywhereForTests&) = delete;
+  NodeEverywhereForTests& operator=(const NodeEverywhereForTests&) = delete;
+
+ private:
+  bool before_;
+};
 
 }  // namespace segtrain::kernels

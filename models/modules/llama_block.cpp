@@ -41,10 +41,12 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c)
   down_proj = register_module("down_proj", linear(ff, d, c.mlp_bias));
 }
 
-at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                                   const AttentionBias& bias, KvLayer* kv) {
+Residual LlamaBlockImpl::forward(const Residual& in, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
+                                 const AttentionBias& bias, KvLayer* kv) {
+  // Each residual add as the norm after it reads the sum (kernels/residual_norm.h: fused where the
+  // switch says all): the last block's MLP output with ln1 here, the attention's with ln2 below.
+  const auto [x, h] = kernels::add_rms_norm(in.stream, in.branch, ln1->weight, ln1->eps);
   const int64_t b = x.size(0), t = x.size(1);
-  auto h = ln1(x);
   auto q = q_proj(h).view({b, t, n_heads, head_dim}).transpose(1, 2);
   auto k = k_proj(h).view({b, t, n_kv_heads, head_dim}).transpose(1, 2);
   auto v = v_proj(h).view({b, t, n_kv_heads, head_dim}).transpose(1, 2);
@@ -53,11 +55,10 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_c
   k = kernels::rope(k, rope_cos, rope_sin);
   if (kv) std::tie(k, v) = kv->append(k, v);
   auto y = causal_attention(q, k, v, bias);
-  // The residual add and ln2 as one (kernels/residual_norm.h: fused where the switch says all).
   const auto [attended, m] = kernels::add_rms_norm(x, o_proj(y.transpose(1, 2).reshape({b, t, n_heads * head_dim})),
                                                    ln2->weight, ln2->eps);
   const at::Tensor gate = gate_proj(m);  // before up, as transformers' MLP (an adapter's dropout draws in this order)
-  return attended + down_proj(kernels::swiglu(gate, up_proj(m)));
+  return {attended, down_proj(kernels::swiglu(gate, up_proj(m)))};  // the MLP's add left to the next norm
 }
 
 }  // namespace segtrain::models

@@ -21,14 +21,25 @@
 
 namespace segtrain::models {
 
+// The residual stream between two blocks: `stream` and the last block's branch (its MLP's output)
+// not yet added to it, so that the next norm to read the sum adds it as it reads it
+// (kernels/residual_norm.h: one pass forward and one backward fewer where that is fused).
+struct Residual {
+  at::Tensor stream;
+  at::Tensor branch;  // undefined: nothing pending, stream is the whole
+  // stream + branch, for a reader that is not one norm (a parallel-residual block, a checkpointed one).
+  at::Tensor whole() const { return branch.defined() ? stream + branch : stream; }
+};
+
 // One transformer block of any layout.
 struct DecoderBlock : torch::nn::Module {
   // rope_cos/sin: [B, 1, T, rotary_dim] or undefined; bias: nothing, an fp32 mask (B,H,T,T)
   // or ALiBi folded (attention.h). With `kv`, the block attends over the keys and values it
   // holds as well, and appends the new ones (then the mask is (B|1, H|1, T, T_read + T):
-  // causal, or ALiBi's bias).
-  virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                             const AttentionBias& bias, KvLayer* kv = nullptr) = 0;
+  // causal, or ALiBi's bias). Returns the stream after the block, whose last add a
+  // sequential-residual block leaves pending (Residual::branch).
+  virtual Residual forward(const Residual& in, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
+                           const AttentionBias& bias, KvLayer* kv = nullptr) = 0;
 };
 
 // x.float() * rsqrt(mean(x.float()^2) + eps), cast back to x's dtype, then * weight.
@@ -42,8 +53,8 @@ TORCH_MODULE(RMSNorm);
 
 struct LlamaBlockImpl : DecoderBlock {
   explicit LlamaBlockImpl(const ModelConfig& config);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                     const AttentionBias& bias, KvLayer* kv = nullptr) override;
+  Residual forward(const Residual& in, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
+                   const AttentionBias& bias, KvLayer* kv = nullptr) override;
 
   int64_t n_heads, n_kv_heads, head_dim;
   RMSNorm ln1{nullptr}, ln2{nullptr};

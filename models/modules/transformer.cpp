@@ -41,8 +41,8 @@ BlockImpl::BlockImpl(const ModelConfig& c)
   fc_out = register_module("fc_out", Projection(d_ff_of(c), c.d_model, true));
 }
 
-at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                              const AttentionBias& bias, KvLayer* kv) {
+Residual BlockImpl::forward(const Residual& in, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
+                            const AttentionBias& bias, KvLayer* kv) {
   auto attention = [&](const at::Tensor& h) {
     const int64_t b = h.size(0), t = h.size(1), d = h.size(2);
     auto packed = qkv(h);
@@ -66,11 +66,17 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& rope_cos, c
   };
   auto mlp = [&](const at::Tensor& h) { return fc_out(fc->forward_gelu(h, /*tanh=*/!layout.exact_gelu)); };
   constexpr auto projections = kernels::NormReader::matmul;  // qkv's and fc's
-  if (layout.parallel_residual) return x + attention(normed(ln1, x, projections)) + mlp(normed(ln2, x, projections));
-  // The residual add and ln2 as one (kernels/residual_norm.h: fused where the switch says all).
-  const auto [h, h_normed] = kernels::add_layer_norm(x, attention(normed(ln1, x, projections)), ln2->weight,
-                                                     ln2->bias, ln2->options.eps(), projections);
-  return h + mlp(h_normed);
+  if (layout.parallel_residual) {  // two norms read x: its add stays apart
+    const at::Tensor x = in.whole();
+    return {x + attention(normed(ln1, x, projections)) + mlp(normed(ln2, x, projections)), {}};
+  }
+  // Each residual add as the norm after it reads the sum (kernels/residual_norm.h: fused where the
+  // switch says all): the last block's MLP output with ln1, the attention's with ln2.
+  const auto [x, x_normed] =
+      kernels::add_layer_norm(in.stream, in.branch, ln1->weight, ln1->bias, ln1->options.eps(), projections);
+  const auto [h, h_normed] =
+      kernels::add_layer_norm(x, attention(x_normed), ln2->weight, ln2->bias, ln2->options.eps(), projections);
+  return {h, mlp(h_normed)};  // the MLP's add left to the next norm
 }
 
 TransformerLMImpl::TransformerLMImpl(ModelConfig config) : config_(std::move(config)) {
@@ -211,20 +217,30 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
     throw InputError("a sequence of " + std::to_string(read + tokens.size(1)) + " tokens is longer than the model's "
                      "sliding_window (" + std::to_string(*c.sliding_window) +
                      ", from its config.json); segtrain does not implement sliding-window attention");
+  Residual stream{x, {}};
   for (size_t i = 0; i < blocks->size(); ++i) {
     const auto module = blocks->ptr(i);
     auto block = module->as<DecoderBlock>();
     if (cache) {
-      x = block->forward(x, cos, sin, bias, &cache->layers[i]);
+      stream = block->forward(stream, cos, sin, bias, &cache->layers[i]);
     } else if (c.activation_checkpointing && is_training()) {
+      // One tensor kept a block, the whole stream: a pending branch would be a second.
       auto holder = std::dynamic_pointer_cast<DecoderBlock>(module);
-      x = checkpointed([holder, cos, sin, bias](const at::Tensor& h) { return holder->forward(h, cos, sin, bias); },
-                       x);
+      stream = {checkpointed([holder, cos, sin,
+                              bias](const at::Tensor& h) { return holder->forward({h, {}}, cos, sin, bias).whole(); },
+                             stream.whole()),
+                {}};
     } else {
-      x = block->forward(x, cos, sin, bias);
+      stream = block->forward(stream, cos, sin, bias);
     }
   }
-  return ln_f ? normed(ln_f, x, kernels::NormReader::other) : rms_f(x);
+  // The last block's pending add goes with the final norm (its LayerNorm keeps autocast's fp32: the
+  // head reads it in fp32, so it is not fused; an RMSNorm is where the switch says all).
+  if (ln_f)
+    return kernels::add_layer_norm(stream.stream, stream.branch, ln_f->weight, ln_f->bias, ln_f->options.eps(),
+                                   kernels::NormReader::other)
+        .normed;
+  return kernels::add_rms_norm(stream.stream, stream.branch, rms_f->weight, rms_f->eps).normed;
 }
 
 void TransformerLMImpl::load_tensors(const TensorSources& tensors, const std::string& source, bool strict,

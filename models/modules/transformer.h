@@ -39,8 +39,8 @@ enum class WeightDtype { fp32, as_stored };
 // Megatron's block (gpt2, gpt_neox, bloom): LayerNorm, GELU MLP, one fused qkv.
 struct BlockImpl : DecoderBlock {
   BlockImpl(const ModelConfig& config);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                     const AttentionBias& bias, KvLayer* kv = nullptr) override;
+  Residual forward(const Residual& in, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
+                   const AttentionBias& bias, KvLayer* kv = nullptr) override;
 
   const ArchLayout& layout;
   int64_t n_heads, head_dim;
