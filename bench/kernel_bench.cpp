@@ -1,14 +1,16 @@
 // The project's CUDA kernels that no GPU has run yet (SEGTRAIN_FUSED_KERNELS=all) against the ATen calls they
 // replace, as JSON on stdout, at GPT-2 medium's shapes in bf16 (8,192 tokens a micro-batch), each kernel's rows
-// and a step's total (24 blocks' worth):
+// and a step's total:
 //   bias gradient        ATen's sum over the tokens (what its linear's backward runs for a bias; with
 //                        gelu_backward before it for fc) against kernels/linear.h's column-sum kernels, at the
-//                        four biased projections a block (qkv 3,072, proj 1,024, fc 4,096 with GELU, fc_out 1,024)
+//                        four biased projections a block (qkv 3,072, proj 1,024, fc 4,096 with GELU, fc_out 1,024),
+//                        a step of 24 blocks
 //   residual LayerNorm   ATen's add and LayerNorm, forward and backward (the gradients of x, branch, weight and
 //                        bias from upstream gradients of the sum and the norm, as the block's autograd sums them)
-//                        against kernels/residual_norm.h's fused node, at ln2's 1,024 (one a block)
+//                        against kernels/residual_norm.h's fused node, at GPT-2 medium's 1,024, a step of 47 (each
+//                        block's ln2 and every ln1 but the first's)
 //   residual RMSNorm     the add and the default RMSNorm (ATen's fused op on CUDA) against the node, at
-//                        Llama-3.2-1B's 2,048, a step of its 16 blocks
+//                        Llama-3.2-1B's 2,048, a step of 32 (its 16 blocks' ln2, 15 ln1 and the final norm)
 // Each figure is the median of 7 samples of 20 calls between device synchronisations, the two sides
 // interleaved.
 //   kernel_bench [--device cuda|cpu]   (default cuda)
@@ -62,19 +64,21 @@ struct Case {
   bool gelu;
 };
 
-// A step's row: the kernel's figures for `layers` blocks of `model`.
-std::string step_row(const char* kernel, const char* model, int64_t layers, double aten_ms, double kernel_ms) {
+// A step's row: the kernel's figures for a step of `model`, `count` saying how many calls of how many blocks
+// (its case ends " blocks)", which bench/summarize.py reads as a step's row).
+std::string step_row(const char* kernel, const char* model, const std::string& count, double aten_ms,
+                     double kernel_ms) {
   char row[320];
   std::snprintf(row, sizeof row,
-                R"json({"kernel": "%s", "case": "a %s step (%lld blocks)", "aten_ms": %.4f, "kernel_ms": %.4f, "ratio": %.3f})json",
-                kernel, model, static_cast<long long>(layers), aten_ms, kernel_ms, aten_ms / kernel_ms);
+                R"json({"kernel": "%s", "case": "a %s step (%s)", "aten_ms": %.4f, "kernel_ms": %.4f, "ratio": %.3f})json",
+                kernel, model, count.c_str(), aten_ms, kernel_ms, aten_ms / kernel_ms);
   return row;
 }
 
-// ln2's residual add and norm of a block (LayerNorm where `centered`, else RMSNorm), forward and backward,
+// One residual add and the norm after it (LayerNorm where `centered`, else RMSNorm), forward and backward,
 // the default path's (the add, then kernels/layer_norm.h's or kernels/rms_norm.h's call) against the fused
-// node: its row and the step's.
-std::string residual_norm_rows(const at::Device& device, int64_t tokens, int64_t cols, int64_t layers,
+// node: its row and the step's (`norms` of them over `blocks` blocks).
+std::string residual_norm_rows(const at::Device& device, int64_t tokens, int64_t cols, int64_t norms, int64_t blocks,
                                at::ScalarType dtype, bool centered, const char* model) {
   const auto options = at::TensorOptions().device(device).dtype(dtype);
   const auto x = at::randn({tokens, cols}, options), branch = at::randn({tokens, cols}, options);
@@ -114,11 +118,13 @@ std::string residual_norm_rows(const at::Device& device, int64_t tokens, int64_t
   const char* kernel = centered ? "residual LayerNorm" : "residual RMSNorm";
   char row[640];
   std::snprintf(row, sizeof row,
-                R"({"kernel": "%s", "case": "ln2", "tokens": %lld, "cols": %lld, "aten_ms": %.4f, )"
+                R"({"kernel": "%s", "case": "one add and norm", "tokens": %lld, "cols": %lld, "aten_ms": %.4f, )"
                 R"("kernel_ms": %.4f, "ratio": %.3f, "kernel_gb_per_s": %.1f, "largest_relative_difference": %.3g})",
                 kernel, static_cast<long long>(tokens), static_cast<long long>(cols), aten_ms, kernel_ms,
                 aten_ms / kernel_ms, bytes / (kernel_ms * 1e6), difference);
-  return std::string(row) + ", " + step_row(kernel, model, layers, aten_ms * layers, kernel_ms * layers);
+  const std::string count = std::to_string(norms) + " norms of " + std::to_string(blocks) + " blocks";
+  return std::string(row) + ", " + step_row(kernel, model, count, aten_ms * static_cast<double>(norms),
+                                            kernel_ms * static_cast<double>(norms));
 }
 
 }  // namespace
@@ -186,10 +192,13 @@ int main(int argc, char** argv) {
                   difference);
     rows += std::string(rows.empty() ? "" : ", ") + row;
   }
-  rows += ", " + step_row("bias gradient", "GPT-2 medium", layers, aten_step, kernel_step);
-  rows += ", " + residual_norm_rows(device, tokens, cuda ? 1024 : 64, layers, dtype, /*centered=*/true, "GPT-2 medium");
-  // Llama-3.2-1B's width and 16 blocks (its micro-batches of 4 x 4,096 tokens are twice these).
-  rows += ", " + residual_norm_rows(device, tokens, cuda ? 2048 : 128, 16, dtype, /*centered=*/false, "Llama-3.2-1B");
+  rows += ", " + step_row("bias gradient", "GPT-2 medium", std::to_string(layers) + " blocks", aten_step, kernel_step);
+  // Each block's ln2 and every ln1 but the first's (GPT-2's final LayerNorm keeps autocast's fp32: no node).
+  rows += ", " + residual_norm_rows(device, tokens, cuda ? 1024 : 64, 2 * layers - 1, layers, dtype, /*centered=*/true,
+                                    "GPT-2 medium");
+  // Llama-3.2-1B's width and 16 blocks (its micro-batches of 4 x 4,096 tokens are twice these), its final RMSNorm too.
+  rows += ", " + residual_norm_rows(device, tokens, cuda ? 2048 : 128, 2 * 16, 16, dtype, /*centered=*/false,
+                                    "Llama-3.2-1B");
   std::cout << R"({"benchmark": "gpu_kernels", "device": ")" << device_name << R"(", "dtype": ")"
             << c10::toString(dtype) << R"(", "setup": "bias gradient: ATen's sum over the tokens (with gelu_backward )"
             << R"(before it for fc) against kernels/linear.h's column-sum kernels; residual LayerNorm and RMSNorm: )"

@@ -61,7 +61,8 @@ ResidualNorm add_rms_norm_fused(const at::Tensor& x, const at::Tensor& branch, c
 // While one lives, on this thread add_layer_norm() and add_rms_norm() take the node wherever it applies,
 // the CPU included (where ATen's ops stand in for the kernels) and whatever the switch says: so that a
 // CPU test holds a whole model's wiring of it (which tensors each node adds and normalises) to the
-// composites'. Nothing but tests makes one.
+// composites'. Nothing but tests makes one. The flag is this thread's: on the CPU backward (and so an
+// activation checkpoint's recomputation) runs on it, on a GPU on autograd's device threads.
 class NodeEverywhereForTests {
  public:
   NodeEverywhereForTests();

@@ -36,8 +36,9 @@ struct DecoderBlock : torch::nn::Module {
   // rope_cos/sin: [B, 1, T, rotary_dim] or undefined; bias: nothing, an fp32 mask (B,H,T,T)
   // or ALiBi folded (attention.h). With `kv`, the block attends over the keys and values it
   // holds as well, and appends the new ones (then the mask is (B|1, H|1, T, T_read + T):
-  // causal, or ALiBi's bias). Returns the stream after the block, whose last add a
-  // sequential-residual block leaves pending (Residual::branch).
+  // causal, or ALiBi's bias). A block must add in.branch (through its first norm,
+  // kernels/residual_norm.h, or Residual::whole()); it returns the stream after it, whose
+  // last add a sequential-residual block leaves pending (Residual::branch).
   virtual Residual forward(const Residual& in, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
                            const AttentionBias& bias, KvLayer* kv = nullptr) = 0;
 };

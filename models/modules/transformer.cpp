@@ -66,14 +66,15 @@ Residual BlockImpl::forward(const Residual& in, const at::Tensor& rope_cos, cons
   };
   auto mlp = [&](const at::Tensor& h) { return fc_out(fc->forward_gelu(h, /*tanh=*/!layout.exact_gelu)); };
   constexpr auto projections = kernels::NormReader::matmul;  // qkv's and fc's
-  if (layout.parallel_residual) {  // two norms read x: its add stays apart
-    const at::Tensor x = in.whole();
-    return {x + attention(normed(ln1, x, projections)) + mlp(normed(ln2, x, projections)), {}};
-  }
   // Each residual add as the norm after it reads the sum (kernels/residual_norm.h: fused where the
-  // switch says all): the last block's MLP output with ln1, the attention's with ln2.
+  // switch says all): the last block's MLP output with ln1 here.
   const auto [x, x_normed] =
       kernels::add_layer_norm(in.stream, in.branch, ln1->weight, ln1->bias, ln1->options.eps(), projections);
+  if (layout.parallel_residual) {  // x + attention + mlp, both branches reading x; ln2 reads x apart
+    const at::Tensor attended = x + attention(x_normed);  // before the MLP, as transformers (an adapter's dropout)
+    return {attended, mlp(normed(ln2, x, projections))};
+  }
+  // The attention's output with ln2.
   const auto [h, h_normed] =
       kernels::add_layer_norm(x, attention(x_normed), ln2->weight, ln2->bias, ln2->options.eps(), projections);
   return {h, mlp(h_normed)};  // the MLP's add left to the next norm

@@ -1211,8 +1211,8 @@ TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
 // switch on, the fused RoPE kernel, ATen's fused RMSNorm, ALiBi folded, a fused SDPA kernel and
 // the cross-entropy kernel, LayerNorm in 16 bits (fp32 without the switch), the SwiGLU kernels.
 // gpt2, gpt_neox and llama also run with SEGTRAIN_FUSED_KERNELS=all (the linears' bias-gradient kernels,
-// GELU's tanh and erf; GPT-2's and Llama's residual add fused with ln2), within the same tolerance of the
-// run without.
+// GELU's tanh and erf; GPT-2's and Llama's residual adds fused with the norm after each: ln2, the next block's
+// ln1, Llama's final RMSNorm), within the same tolerance of the run without.
 TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
   REQUIRE_DEVICE(1);
   const std::string dev = device_under_test();
@@ -1233,8 +1233,9 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
         // What the first step's forward took (kernels/forward_paths.h), each in bf16 on a fused SDPA kernel.
         // BLOOM's block norms stay fp32, as in transformers: its embedding LayerNorm (read by the stream, not a
         // matmul) returns autocast's fp32, so its residual stream, which every block norm reads, is fp32.
-        // With all, GPT-2's and Llama's ln2 are fused with the residual add before them (gpt_neox's parallel
-        // residual has none).
+        // With all, GPT-2's and Llama's ln2 and later ln1 are fused with the residual add before them, gpt_neox's
+        // later ln1 (its parallel residual's MLP add); the first block's ln1 has no add before it, so its own path
+        // is named too.
         const std::string took = arch == "llama"  ? (fused == "all" ? "RoPE fused kernel; RMSNorm fused (ATen); residual add + "
                                                                       "RMSNorm fused kernel; attention causal"
                                                                     : "RoPE fused kernel; RMSNorm fused (ATen); attention causal")
@@ -1242,6 +1243,8 @@ TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
                                  : arch == "gpt2"  ? (fused == "all" ? "LayerNorm 16-bit and fp32; residual add + LayerNorm "
                                                                        "fused kernel; attention causal"
                                                                      : "LayerNorm 16-bit and fp32; attention causal")
+                                 : fused == "all"  ? "RoPE fused kernel; LayerNorm 16-bit and fp32; residual add + LayerNorm "
+                                                     "fused kernel; attention causal"
                                                    : "RoPE fused kernel; LayerNorm 16-bit and fp32; attention causal";
         EXPECT_NE(trained.err.find("step 1's forward took: " + took), std::string::npos) << arch << ": " << trained.err;
         // The tiny Llama has no biases: no bias-gradient kernel.
