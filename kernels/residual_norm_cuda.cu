@@ -252,6 +252,8 @@ void check_row(const at::Tensor& x) {
   TORCH_CHECK(cols > 0 && bytes % 16 == 0 && bytes <= kFusedNormRowBytes,
               "residual_norm_cuda: a row must be a multiple of 16 bytes and at most ", kFusedNormRowBytes,
               " bytes; got ", cols, " elements of ", x.element_size());
+  // One block a row: the grid's x dimension holds at most 2^31 - 1 blocks.
+  TORCH_CHECK(x.numel() / cols <= int64_t{0x7fffffff}, "residual_norm_cuda: ", x.numel() / cols, " rows");
 }
 
 // mean (undefined for RMSNorm) and rstd: contiguous fp32 CUDA tensors of one value a row.

@@ -3,6 +3,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/rope_element.h"
 
@@ -57,6 +58,9 @@ at::Tensor rope_cuda(const at::Tensor& in, const at::Tensor& cos, const at::Tens
   TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.scalar_type() == at::kFloat &&
                   sin.scalar_type() == at::kFloat,
               "rope_cuda: expected contiguous fp32 angles");
+  TORCH_CHECK(cos.device() == in.device() && sin.device() == in.device(), "rope_cuda: angles on another device");
+  // The stream and the allocation below are in's device's, whichever device is current.
+  const c10::cuda::CUDAGuard on_device(in.device());
   auto out = at::empty(in.sizes(), in.options().dtype(out_dtype));
   if (out.numel() == 0) return out;
   RopeShape s{in.size(1), in.size(2), in.size(3), cos.size(-1), {in.stride(0), in.stride(1), in.stride(2), in.stride(3)},
