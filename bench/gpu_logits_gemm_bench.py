@@ -106,7 +106,7 @@ def main():
                   (4096, 1024, 50257, torch.bfloat16), (512, 4096, 128256, torch.bfloat16)]
         card = torch.cuda.get_device_name()
     else:
-        shapes = [(16, 32, 197, torch.float32)]
+        shapes = [(16, 32, 197, torch.float32), (48, 32, 197, torch.float32)]  # two row counts, as on the GPU
         card = "CPU (a check of the script, not a measurement)"
     rows = []
     with torch.no_grad():
@@ -116,7 +116,8 @@ def main():
     for row in rows:
         if row["layout"] != "contiguous":
             base = next(r for r in rows if r["layout"] == "contiguous" and r["gemm"] == row["gemm"]
-                        and r["dtype"] == row["dtype"] and r["vocab"] == row["vocab"])
+                        and r["dtype"] == row["dtype"] and r["vocab"] == row["vocab"]
+                        and r["rows"] == row["rows"] and r["d_model"] == row["d_model"])
             row["speedup_over_contiguous"] = round(base["ms"] / row["ms"], 2)
     setup = (f"{card}, torch {torch.__version__}: the LM head's GEMMs of one slice, median of {repeats} "
              f"after 2 warm-ups; TFLOP/s count the vocabulary's FLOPs")

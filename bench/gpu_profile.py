@@ -1,7 +1,8 @@
 """Where a training step's GPU time goes, by kernel class: segtrain and the PyTorch references (eager and
 torch.compile) on GPT-2 medium at L_t 1,024, side by side. Writes profile.md and profile.json.
 
-  gpu_profile.py run --out DIR          profile the programs (BENCH_DEVICE=cuda: bench/gpu_profile.sh)
+  gpu_profile.py run --out DIR [--seconds S]
+                                        profile the programs (BENCH_DEVICE=cuda: bench/gpu_profile.sh)
   gpu_profile.py table [--skip N] [--steps K] NAME=FORMAT:PATH ...
                                         the table of existing traces (FORMAT: chrome, nsys, cupti)
 
@@ -16,7 +17,12 @@ What is profiled, a few steps after the first ones (allocation, cuBLAS's choices
                    CUPTI of the CUDA toolkit or torch's nvidia-cuda-cupti wheel (CUDA_INJECTION64_PATH, what nsys
                    does itself). Which one ran, or why none could, is in the report. torch.profiler cannot see
                    another process's kernels, and LibTorch's Kineto would need a call inside segtrain.
-  segtrain_all     the same with SEGTRAIN_FUSED_KERNELS=all (the kernels no GPU has run yet), profiled last.
+  segtrain_all     the same with SEGTRAIN_FUSED_KERNELS=all (the kernels no GPU has run yet), profiled second.
+The order is what a short call must not lose: segtrain's two steps first (what the next defaults are decided
+on), then torch.compile (the target), then the eager loop (every speed round measures it). With --seconds, a
+program that would not finish in what is left (estimated as the longest program so far, at least 30 s) is not
+started, and the table says so; a SIGTERM (the caller's timeout) kills the program being profiled, so no
+segtrain goes on saving a checkpoint into the next phase.
 Steps are found in a trace by the optimizer: a step ends with its AdamW kernels (STEP_END), and AdamW kernels
 with no GEMM between them belong to one step. A whole-run trace (segtrain) skips the first --skip steps'
 ends and keeps --steps steps from there; a torch.profiler trace starts at a step's start and keeps them all.
@@ -36,6 +42,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -401,7 +408,10 @@ def segtrain_profile(work, store, shape, steps, variant=None):
     with open(out + ".log", "w") as log:
         code = subprocess.run(segtrain, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tb.ROOT).returncode
     if code != 0 or not os.path.exists(trace):
-        return None, f"segtrain under the CUPTI tracer exited {code}, trace {'written' if os.path.exists(trace) else 'absent'}"
+        # The log is in `work`, which goes with the run: its last lines are the reason.
+        tail = " | ".join(pathlib.Path(out + ".log").read_text(errors="replace").strip().splitlines()[-3:])
+        return None, (f"segtrain under the CUPTI tracer exited {code}, trace "
+                      f"{'written' if os.path.exists(trace) else 'absent'}: {tail[-600:]}")
     p = profile_of("cupti", trace, SKIP_STEPS, PROFILE_STEPS)
     p["source"] = (f"nsys is not on this machine (which nsys: none); bench/cupti_kernel_trace.cpp injected "
                    f"(CUDA_INJECTION64_PATH), steps {SKIP_STEPS + 1}..{SKIP_STEPS + PROFILE_STEPS}")
@@ -431,7 +441,20 @@ def reference_profile(work, store, shape, variant):
     return p
 
 
-def run(out_dir):
+# The order a short call keeps (module docstring), and the least a program is expected to take.
+PROGRAMS = ("segtrain", "segtrain_all", "compiled", "eager")
+LEAST_PROGRAM_SECONDS = 30
+
+
+class Terminated(BaseException):
+    """A SIGTERM: not an Exception, so no program's `except` takes it for that program's failure."""
+
+
+def on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def run(out_dir, seconds=None):
     benchmark = "gpu_profile"
     gpu = tb.cuda_or_skip(benchmark) if tb.CUDA else None
     tb.check_segtrain()
@@ -445,10 +468,16 @@ def run(out_dir):
     with tempfile.TemporaryDirectory(prefix="segtrain-profile-") as work:
         store = os.path.join(work, "store")
         tb.write_store(store, shape["vocab"], docs=64, doc_tokens=16 * shape["length"])
-        # segtrain_all last: the kernels no GPU has run yet (SEGTRAIN_FUSED_KERNELS=all), by class beside the
-        # default's, so that the table says what they take off (a call cut short keeps the first three).
-        for program in ("segtrain", "eager", "compiled", "segtrain_all"):
+        longest = LEAST_PROGRAM_SECONDS
+        for program in PROGRAMS:
             t0 = time.time()
+            left = None if seconds is None else seconds - (t0 - started)
+            if left is not None and left < longest:
+                profiles[program] = {"why": f"not profiled: {left:.0f} s left of the {seconds} s given (--seconds), "
+                                            f"a program takes about {longest:.0f} s here", "seconds": 0.0}
+                tb.log(f"{program}: {profiles[program]['why']}")
+                write(out_dir, benchmark, gpu, name, shape, profiles, started)
+                continue
             try:
                 if program.startswith("segtrain"):
                     p, why = segtrain_profile(work, store, shape, steps, program.partition("_")[2] or None)
@@ -458,6 +487,7 @@ def run(out_dir):
             except (SystemExit, Exception) as e:  # a run or a trace that failed: said, and the others still run
                 p = {"why": f"failed: {type(e).__name__}: {e}"}
             p["seconds"] = round(time.time() - t0, 1)
+            longest = max(longest, p["seconds"])
             profiles[program] = p
             tb.log(f"{program}: {p.get('source') or p.get('why')} ({p['seconds']} s)")
             write(out_dir, benchmark, gpu, name, shape, profiles, started)
@@ -482,6 +512,8 @@ def main():
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", required=True)
+    r.add_argument("--seconds", type=int, default=None,
+                   help="start no program that would not finish within this many seconds of the start")
     t = sub.add_parser("table")
     t.add_argument("--skip", type=int, default=0, help="step ends to skip (a whole-run trace)")
     t.add_argument("--steps", type=int, default=None)
@@ -489,7 +521,14 @@ def main():
     t.add_argument("traces", nargs="+", help="NAME=FORMAT:PATH, FORMAT chrome, nsys or cupti")
     args = parser.parse_args()
     if args.command == "run":
-        run(args.out)
+        if args.seconds is not None and args.seconds <= 0:
+            raise SystemExit(f"gpu_profile: --seconds {args.seconds}: expected a positive number")
+        signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            run(args.out, args.seconds)
+        except Terminated:
+            sys.stderr.write("gpu_profile: stopped by SIGTERM; profile.json keeps the programs that finished\n")
+            sys.exit(128 + signal.SIGTERM)
         print(pathlib.Path(args.out, "profile.md").read_text())
         return
     profiles = {}

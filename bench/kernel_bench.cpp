@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -41,6 +42,14 @@ using Clock = std::chrono::steady_clock;
 
 void synchronize(const at::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();
+}
+
+// A value as a JSON number, or null where it is not finite (a kernel's NaN would make the whole output unreadable).
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", value);
+  return text;
 }
 
 // Milliseconds a call: the median of `samples` samples of `calls` calls.
@@ -119,9 +128,9 @@ std::string residual_norm_rows(const at::Device& device, int64_t tokens, int64_t
   char row[640];
   std::snprintf(row, sizeof row,
                 R"({"kernel": "%s", "case": "one add and norm", "tokens": %lld, "cols": %lld, "aten_ms": %.4f, )"
-                R"("kernel_ms": %.4f, "ratio": %.3f, "kernel_gb_per_s": %.1f, "largest_relative_difference": %.3g})",
+                R"("kernel_ms": %.4f, "ratio": %.3f, "kernel_gb_per_s": %.1f, "largest_relative_difference": %s})",
                 kernel, static_cast<long long>(tokens), static_cast<long long>(cols), aten_ms, kernel_ms,
-                aten_ms / kernel_ms, bytes / (kernel_ms * 1e6), difference);
+                aten_ms / kernel_ms, bytes / (kernel_ms * 1e6), json_number(difference).c_str());
   const std::string count = std::to_string(norms) + " norms of " + std::to_string(blocks) + " blocks";
   return std::string(row) + ", " + step_row(kernel, model, count, aten_ms * static_cast<double>(norms),
                                             kernel_ms * static_cast<double>(norms));
@@ -186,10 +195,10 @@ int main(int argc, char** argv) {
     char row[640];
     std::snprintf(row, sizeof row,
                   R"({"kernel": "bias gradient", "case": "%s", "tokens": %lld, "cols": %lld, "gelu": %s, "aten_ms": %.4f, "kernel_ms": %.4f, )"
-                  R"("ratio": %.3f, "aten_gb_per_s": %.1f, "kernel_gb_per_s": %.1f, "largest_relative_difference": %.3g})",
+                  R"("ratio": %.3f, "aten_gb_per_s": %.1f, "kernel_gb_per_s": %.1f, "largest_relative_difference": %s})",
                   c.name, static_cast<long long>(tokens), static_cast<long long>(cols), c.gelu ? "true" : "false",
                   aten_ms, kernel_ms, aten_ms / kernel_ms, bytes / (aten_ms * 1e6), bytes / (kernel_ms * 1e6),
-                  difference);
+                  json_number(difference).c_str());
     rows += std::string(rows.empty() ? "" : ", ") + row;
   }
   rows += ", " + step_row("bias gradient", "GPT-2 medium", std::to_string(layers) + " blocks", aten_step, kernel_step);

@@ -273,7 +273,12 @@ def run_child(cmd, log_path, env=None):
     from wait4)."""
     with open(log_path, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:  # a signal's handler (gpu_profile.py's SIGTERM): the child goes with this process
+            proc.kill()
+            proc.wait()
+            raise
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         sys.stderr.write(pathlib.Path(log_path).read_text()[-4000:])

@@ -122,15 +122,22 @@ else
   phase_seconds build 300 200 60 || { say "no time left to build: $REPORT"; exit 2; }
   say "building the CUDA configuration in $BUILD_DIR (segtrain segtrain-launch gpu_test kernel_bench; at most $seconds s)"
   SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR SEGTRAIN_BUILD_TARGETS="segtrain segtrain-launch gpu_test kernel_bench" \
-    timeout -k 10 "$seconds" bash scripts/setup.sh >>"$LOG" 2>&1
+    SEGTRAIN_BUILD_KEEP_GOING=1 timeout -k 10 "$seconds" bash scripts/setup.sh >>"$LOG" 2>&1
   build_status=$?
+  # kernel_bench serves one bench phase: its failure must not cost the tests. The three the tests need,
+  # asked again (ninja: nothing to do when the build above made them), decide.
+  if ((build_status != 0 && build_status != 124)) &&
+    timeout -k 10 60 cmake --build "$BUILD_DIR" --target segtrain segtrain-launch gpu_test >>"$LOG" 2>&1; then
+    build_note="; kernel_bench **failed** (its phase says so; log.txt)"
+    build_status=0
+  fi
   if ((build_status != 0)); then
     report "- build: **failed** (exit $build_status$( ((build_status == 124)) && echo ': cut by its time limit')) after $(($(date +%s) - phase_start)) s; its last lines:" ""
     tail -25 "$LOG" | sed 's/^/    /' >>"$REPORT"
     say "building the CUDA configuration failed: $REPORT"
     exit 2
   fi
-  report "- build: ok in $(($(date +%s) - phase_start)) s"
+  report "- build: ok in $(($(date +%s) - phase_start)) s${build_note:-}"
 fi
 for file in "$BUILD_DIR/trainer/segtrain" "$PY"; do
   [[ -x $file ]] || { report "- $file does not exist: run make build-cuda"; say "$file does not exist"; exit 2; }

@@ -15,13 +15,17 @@ bench/gpu_profile.sh in its CPU mode end to end.
    segtrain (and segtrain_all, SEGTRAIN_FUSED_KERNELS=all) is not profiled on the CPU: profile.md and
    profile.json with 3 steps each, every class's time and idle summing to the window;
 4. bench/cupti_kernel_trace.cpp builds against the CUPTI found here and exports InitializeInjection (when this
-   machine has a CUPTI; said otherwise).
+   machine has a CUPTI; said otherwise);
+5. `gpu_profile.py run --seconds S` starts no program that would not finish in S (each said, in profile.json);
+6. a SIGTERM to `gpu_profile.py run` (what the caller's timeout sends) ends the program being profiled with it
+   and exits 143.
 """
 import argparse
 import csv
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
@@ -239,7 +243,7 @@ def main():
         if os.path.exists(f"{d}/out/profile.json"):
             result = json.loads(pathlib.Path(f"{d}/out/profile.json").read_text())
             profiles = result["profiles"]
-            check(list(profiles) == ["segtrain", "eager", "compiled", "segtrain_all"], f"four programs: {list(profiles)}")
+            check(list(profiles) == ["segtrain", "segtrain_all", "compiled", "eager"], f"four programs: {list(profiles)}")
             check(all("not profiled on the CPU" in profiles[n].get("why", "") for n in ("segtrain", "segtrain_all")),
                   "why segtrain is not, said (with the all kernels too)")
             for name in ("eager", "compiled"):
@@ -255,7 +259,7 @@ def main():
                       and sum(v > 0 for v in kinds.values()) >= 2,
                       f"{name}: the elementwise kinds sum to the class ({p['ms']['elementwise']} ms): {kinds}")
             md = pathlib.Path(f"{d}/out/profile.md").read_text()
-            check("| class | segtrain | eager | compiled | segtrain_all |" in md and "| **idle** |" in md, "profile.md's table")
+            check("| class | segtrain | segtrain_all | compiled | eager |" in md and "| **idle** |" in md, "profile.md's table")
         else:
             check(False, "profile.json written")
 
@@ -269,7 +273,54 @@ def main():
                 check("InitializeInjection" in nm, "the tracer exports InitializeInjection")
         else:
             print("(no CUPTI on this machine: the tracer's build is not checked here)")
+
+        # 5. a budget too short for any program: none started, each said
+        env = dict(os.environ, BUILD_DIR=args.build_dir, BENCH_DEVICE="cpu")
+        proc = subprocess.run([args.python, str(ROOT / "bench/gpu_profile.py"), "run", "--out", f"{d}/short",
+                               "--seconds", "20"], env=env, capture_output=True, text=True, cwd=ROOT)
+        check(proc.returncode == 0, f"--seconds 20: exit 0 {proc.stderr[-500:]}")
+        profiles = json.loads(pathlib.Path(f"{d}/short/profile.json").read_text())["profiles"]
+        check(list(profiles) == ["segtrain", "segtrain_all", "compiled", "eager"]
+              and all("not profiled: " in p.get("why", "") and "--seconds" in p["why"] for p in profiles.values()),
+              f"--seconds 20: no program started, each said: {[p.get('why', '')[:60] for p in profiles.values()]}")
+        proc = subprocess.run([args.python, str(ROOT / "bench/gpu_profile.py"), "run", "--out", f"{d}/short",
+                               "--seconds", "0"], env=env, capture_output=True, text=True, cwd=ROOT)
+        check(proc.returncode != 0 and "--seconds 0" in proc.stderr, f"--seconds 0 refused: {proc.stderr[-200:]}")
+
+        # 6. SIGTERM while a program runs: its child goes too
+        parent = subprocess.Popen([args.python, str(ROOT / "bench/gpu_profile.py"), "run", "--out", f"{d}/term"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        child, deadline = None, time.time() + 120
+        while child is None and time.time() < deadline and parent.poll() is None:
+            child = next((pid for pid in children_of(parent.pid) if b"loop" in cmdline_of(pid)), None)
+            time.sleep(0.05)
+        check(child is not None, "a profiled program's child process found")
+        if child is not None:
+            parent.send_signal(signal.SIGTERM)
+            _, err = parent.communicate(timeout=60)
+            check(parent.returncode == 143, f"SIGTERM: exit {parent.returncode} (expected 143) {err[-300:]}")
+            check(not os.path.exists(f"/proc/{child}"), f"the program's child {child} ended with the profile")
+        else:
+            parent.kill()
+            parent.wait()
     finish()
+
+
+def children_of(pid):
+    found = []
+    for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def cmdline_of(pid):
+    try:
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 if __name__ == "__main__":
