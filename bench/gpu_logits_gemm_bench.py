@@ -118,6 +118,7 @@ def main():
             base = next(r for r in rows if r["layout"] == "contiguous" and r["gemm"] == row["gemm"]
                         and r["dtype"] == row["dtype"] and r["vocab"] == row["vocab"]
                         and r["rows"] == row["rows"] and r["d_model"] == row["d_model"])
+            row["contiguous_ms"] = base["ms"]  # the baseline the speedup is read against, said
             row["speedup_over_contiguous"] = round(base["ms"] / row["ms"], 2)
     setup = (f"{card}, torch {torch.__version__}: the LM head's GEMMs of one slice, median of {repeats} "
              f"after 2 warm-ups; TFLOP/s count the vocabulary's FLOPs")

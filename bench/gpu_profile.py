@@ -1,7 +1,7 @@
 """Where a training step's GPU time goes, by kernel class: segtrain and the PyTorch references (eager and
 torch.compile) on GPT-2 medium at L_t 1,024, side by side. Writes profile.md and profile.json.
 
-  gpu_profile.py run --out DIR [--seconds S]
+  gpu_profile.py run --out DIR [--until EPOCH_SECONDS]
                                         profile the programs (BENCH_DEVICE=cuda: bench/gpu_profile.sh)
   gpu_profile.py table [--skip N] [--steps K] NAME=FORMAT:PATH ...
                                         the table of existing traces (FORMAT: chrome, nsys, cupti)
@@ -19,10 +19,12 @@ What is profiled, a few steps after the first ones (allocation, cuBLAS's choices
                    another process's kernels, and LibTorch's Kineto would need a call inside segtrain.
   segtrain_all     the same with SEGTRAIN_FUSED_KERNELS=all (the kernels no GPU has run yet), profiled second.
 The order is what a short call must not lose: segtrain's two steps first (what the next defaults are decided
-on), then torch.compile (the target), then the eager loop (every speed round measures it). With --seconds, a
-program that would not finish in what is left (estimated as the longest program so far, at least 30 s) is not
-started, and the table says so; a SIGTERM (the caller's timeout) kills the program being profiled, so no
-segtrain goes on saving a checkpoint into the next phase.
+on), then torch.compile (the target), then the eager loop (every speed round measures it). With --until (a
+time, as `date +%s` gives it: the caller's limit less what it keeps), a program that would not finish by then
+is not started, and the table says so: a program is expected to take the longest program so far, and at least
+PROGRAM_SECONDS (torch.compile's compiling more), with MARGIN_SECONDS kept. A SIGTERM (the caller's timeout)
+kills the program being profiled (under nsys, nsys itself), and profile.json and profile.md are replaced
+whole, never left half-written.
 Steps are found in a trace by the optimizer: a step ends with its AdamW kernels (STEP_END), and AdamW kernels
 with no GEMM between them belong to one step. A whole-run trace (segtrain) skips the first --skip steps'
 ends and keeps --steps steps from there; a torch.profiler trace starts at a step's start and keeps them all.
@@ -441,9 +443,16 @@ def reference_profile(work, store, shape, variant):
     return p
 
 
-# The order a short call keeps (module docstring), and the least a program is expected to take.
+# The order a short call keeps (module docstring); the least each program is expected to take (the H200's
+# 2026-11-29 profile: about 32 s a program, compiling included), and the margin kept before --until.
 PROGRAMS = ("segtrain", "segtrain_all", "compiled", "eager")
-LEAST_PROGRAM_SECONDS = 30
+PROGRAM_SECONDS = {"segtrain": 35, "segtrain_all": 35, "compiled": 45, "eager": 35}
+MARGIN_SECONDS = 5
+
+
+def expected_seconds(program, longest):
+    """What `program` is expected to take, the longest program so far having taken `longest` seconds."""
+    return max(PROGRAM_SECONDS[program], longest)
 
 
 class Terminated(BaseException):
@@ -454,8 +463,9 @@ def on_sigterm(signum, frame):
     raise Terminated()
 
 
-def run(out_dir, seconds=None):
+def run(out_dir, until=None):
     benchmark = "gpu_profile"
+    started = time.time()
     gpu = tb.cuda_or_skip(benchmark) if tb.CUDA else None
     tb.check_segtrain()
     os.makedirs(out_dir, exist_ok=True)
@@ -464,17 +474,16 @@ def run(out_dir, seconds=None):
     steps = SKIP_STEPS + PROFILE_STEPS + 2  # the references' profiler: wait + warm-up + active, and one more
     shape["steps"] = steps
     profiles = {}
-    started = time.time()
     with tempfile.TemporaryDirectory(prefix="segtrain-profile-") as work:
         store = os.path.join(work, "store")
         tb.write_store(store, shape["vocab"], docs=64, doc_tokens=16 * shape["length"])
-        longest = LEAST_PROGRAM_SECONDS
+        longest = 0.0
         for program in PROGRAMS:
             t0 = time.time()
-            left = None if seconds is None else seconds - (t0 - started)
-            if left is not None and left < longest:
-                profiles[program] = {"why": f"not profiled: {left:.0f} s left of the {seconds} s given (--seconds), "
-                                            f"a program takes about {longest:.0f} s here", "seconds": 0.0}
+            need = expected_seconds(program, longest)
+            if until is not None and t0 + need + MARGIN_SECONDS > until:
+                profiles[program] = {"why": f"not profiled: {until - t0:.0f} s left before --until, it takes about "
+                                            f"{need:.0f} s (+{MARGIN_SECONDS} kept)", "seconds": 0.0}
                 tb.log(f"{program}: {profiles[program]['why']}")
                 write(out_dir, benchmark, gpu, name, shape, profiles, started)
                 continue
@@ -503,8 +512,11 @@ def write(out_dir, benchmark, gpu, name, shape, profiles, started):
              f"ms a step (share of the window); classes by bench/gpu_profile.py's KERNEL_CLASSES")
     result = {"benchmark": benchmark, "device": tb.DEVICE, "gpu": gpu, "setup": setup,
               "classes": KERNEL_CLASSES, "seconds": round(time.time() - started, 1), "profiles": profiles}
-    pathlib.Path(out_dir, "profile.json").write_text(json.dumps(result, indent=1) + "\n")
-    pathlib.Path(out_dir, "profile.md").write_text(f"# Profile\n\n{setup}\n\n{markdown(profiles)}")
+    # Each replaced whole (a SIGTERM between the write and the rename leaves the last whole file).
+    for name, text in (("profile.json", json.dumps(result, indent=1) + "\n"),
+                       ("profile.md", f"# Profile\n\n{setup}\n\n{markdown(profiles)}")):
+        pathlib.Path(out_dir, name + ".tmp").write_text(text)
+        os.replace(pathlib.Path(out_dir, name + ".tmp"), pathlib.Path(out_dir, name))
 
 
 def main():
@@ -512,8 +524,8 @@ def main():
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", required=True)
-    r.add_argument("--seconds", type=int, default=None,
-                   help="start no program that would not finish within this many seconds of the start")
+    r.add_argument("--until", type=int, default=None,
+                   help="start no program that would not finish by this time (seconds since the epoch, as date +%%s)")
     t = sub.add_parser("table")
     t.add_argument("--skip", type=int, default=0, help="step ends to skip (a whole-run trace)")
     t.add_argument("--steps", type=int, default=None)
@@ -521,15 +533,15 @@ def main():
     t.add_argument("traces", nargs="+", help="NAME=FORMAT:PATH, FORMAT chrome, nsys or cupti")
     args = parser.parse_args()
     if args.command == "run":
-        if args.seconds is not None and args.seconds <= 0:
-            raise SystemExit(f"gpu_profile: --seconds {args.seconds}: expected a positive number")
+        if args.until is not None and args.until <= time.time():
+            raise SystemExit(f"gpu_profile: --until {args.until}: expected a time to come (date +%s is {time.time():.0f})")
         signal.signal(signal.SIGTERM, on_sigterm)
         try:
-            run(args.out, args.seconds)
+            run(args.out, args.until)
+            print(pathlib.Path(args.out, "profile.md").read_text())
         except Terminated:
             sys.stderr.write("gpu_profile: stopped by SIGTERM; profile.json keeps the programs that finished\n")
             sys.exit(128 + signal.SIGTERM)
-        print(pathlib.Path(args.out, "profile.md").read_text())
         return
     profiles = {}
     for spec in args.traces:

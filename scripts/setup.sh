@@ -11,7 +11,6 @@
 #              .venv-cuda, built in build-cuda with nvcc ($CUDACXX, PATH, $CUDA_HOME or /usr/local/cuda)
 #              for TORCH_CUDA_ARCH_LIST (default 8.0;9.0 when no GPU is visible).
 #              SEGTRAIN_BUILD_TARGETS (default all): the CMake targets to build, e.g. "segtrain";
-#              SEGTRAIN_BUILD_KEEP_GOING=1: past a target that fails, the others still built (exit still 1);
 #              SEGTRAIN_TORCH_PYTHON=/path/to/python3: build against the torch already installed for
 #              that Python (the venv sees its packages; nothing is pip-installed over them);
 #              SEGTRAIN_OFFLINE=DIR (from scripts/pack_offline.sh): no apt-get and no pip: the
@@ -169,6 +168,4 @@ if [[ ! -f $BUILD_DIR/CMakeCache.txt ]] || ! grep -q "CMAKE_BUILD_TYPE:STRING=$B
 fi
 say "building"
 read -r -a targets <<<"${SEGTRAIN_BUILD_TARGETS:-all}"
-keep_going=()
-[[ ${SEGTRAIN_BUILD_KEEP_GOING:-0} == 1 ]] && keep_going=(-k 0)  # every target that can be built is, despite a failure
-cmake --build "$BUILD_DIR" --target "${targets[@]}" -- -j"${JOBS:-$(nproc)}" "${keep_going[@]}"
+cmake --build "$BUILD_DIR" --target "${targets[@]}" -- -j"${JOBS:-$(nproc)}"

@@ -46,7 +46,8 @@ def main():
     for r in rows:
         if r["layout"] != "contiguous":
             base = [b for b in rows if b["layout"] == "contiguous" and b["gemm"] == r["gemm"] and b["rows"] == r["rows"]]
-            check(len(base) == 1 and r["speedup_over_contiguous"] == round(base[0]["ms"] / r["ms"], 2),
+            check(len(base) == 1 and r["contiguous_ms"] == base[0]["ms"]
+                  and r["speedup_over_contiguous"] == round(r["contiguous_ms"] / r["ms"], 2),
                   f"{r['layout']} {r['gemm']} at {r['rows']} rows against the contiguous GEMM of {r['rows']} rows")
     if not subprocess.run([args.python, "-c", "import torch; assert torch.cuda.is_available()"],
                           capture_output=True).returncode == 0:

@@ -16,9 +16,10 @@ bench/gpu_profile.sh in its CPU mode end to end.
    profile.json with 3 steps each, every class's time and idle summing to the window;
 4. bench/cupti_kernel_trace.cpp builds against the CUPTI found here and exports InitializeInjection (when this
    machine has a CUPTI; said otherwise);
-5. `gpu_profile.py run --seconds S` starts no program that would not finish in S (each said, in profile.json);
-6. a SIGTERM to `gpu_profile.py run` (what the caller's timeout sends) ends the program being profiled with it
-   and exits 143.
+5. `gpu_profile.py run --until T` starts no program that would not finish by T (each said, in profile.json),
+   a program expected to take the longest so far (a fake clock);
+6. a SIGTERM to `gpu_profile.py run` (what the caller's timeout sends) ends the program being profiled with it,
+   exits 143 and leaves profile.json with the programs that finished.
 """
 import argparse
 import csv
@@ -274,36 +275,76 @@ def main():
         else:
             print("(no CUPTI on this machine: the tracer's build is not checked here)")
 
-        # 5. a budget too short for any program: none started, each said
+        # 5. --until: a program that would not finish by then is not started, each said; its estimate is the
+        # longest program so far (a fake clock: segtrain "takes" 60 s, so compiled's 45 s floor is not what counts)
         env = dict(os.environ, BUILD_DIR=args.build_dir, BENCH_DEVICE="cpu")
         proc = subprocess.run([args.python, str(ROOT / "bench/gpu_profile.py"), "run", "--out", f"{d}/short",
-                               "--seconds", "20"], env=env, capture_output=True, text=True, cwd=ROOT)
-        check(proc.returncode == 0, f"--seconds 20: exit 0 {proc.stderr[-500:]}")
+                               "--until", str(int(time.time()) + 20)], env=env, capture_output=True, text=True, cwd=ROOT)
+        check(proc.returncode == 0, f"--until in 20 s: exit 0 {proc.stderr[-500:]}")
         profiles = json.loads(pathlib.Path(f"{d}/short/profile.json").read_text())["profiles"]
         check(list(profiles) == ["segtrain", "segtrain_all", "compiled", "eager"]
-              and all("not profiled: " in p.get("why", "") and "--seconds" in p["why"] for p in profiles.values()),
-              f"--seconds 20: no program started, each said: {[p.get('why', '')[:60] for p in profiles.values()]}")
+              and all("not profiled: " in p.get("why", "") and "--until" in p["why"] for p in profiles.values()),
+              f"--until in 20 s: no program started, each said: {[p.get('why', '')[:60] for p in profiles.values()]}")
         proc = subprocess.run([args.python, str(ROOT / "bench/gpu_profile.py"), "run", "--out", f"{d}/short",
-                               "--seconds", "0"], env=env, capture_output=True, text=True, cwd=ROOT)
-        check(proc.returncode != 0 and "--seconds 0" in proc.stderr, f"--seconds 0 refused: {proc.stderr[-200:]}")
+                               "--until", "1"], env=env, capture_output=True, text=True, cwd=ROOT)
+        check(proc.returncode != 0 and "--until 1" in proc.stderr, f"--until in the past refused: {proc.stderr[-200:]}")
+        check_until_with_a_fake_clock(gp, d, args.build_dir)
 
-        # 6. SIGTERM while a program runs: its child goes too
+        # 6. SIGTERM while a program runs: its child goes too, the finished programs stay in profile.json
         parent = subprocess.Popen([args.python, str(ROOT / "bench/gpu_profile.py"), "run", "--out", f"{d}/term"],
                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        child, deadline = None, time.time() + 120
-        while child is None and time.time() < deadline and parent.poll() is None:
-            child = next((pid for pid in children_of(parent.pid) if b"loop" in cmdline_of(pid)), None)
-            time.sleep(0.05)
-        check(child is not None, "a profiled program's child process found")
-        if child is not None:
-            parent.send_signal(signal.SIGTERM)
-            _, err = parent.communicate(timeout=60)
-            check(parent.returncode == 143, f"SIGTERM: exit {parent.returncode} (expected 143) {err[-300:]}")
-            check(not os.path.exists(f"/proc/{child}"), f"the program's child {child} ended with the profile")
-        else:
-            parent.kill()
-            parent.wait()
+        child = None
+        try:
+            deadline = time.time() + 120
+            while child is None and time.time() < deadline and parent.poll() is None:
+                child = next((pid for pid in children_of(parent.pid) if b"loop" in cmdline_of(pid)), None)
+                time.sleep(0.05)
+            check(child is not None, "a profiled program's child process found")
+            if child is not None:
+                time.sleep(0.5)  # the parent back in its wait for the child (not between fork and wait)
+                parent.send_signal(signal.SIGTERM)
+                _, err = parent.communicate(timeout=60)
+                check(parent.returncode == 143, f"SIGTERM: exit {parent.returncode} (expected 143) {err[-300:]}")
+                check(not os.path.exists(f"/proc/{child}"), f"the program's child {child} ended with the profile")
+                kept = json.loads(pathlib.Path(f"{d}/term/profile.json").read_text())["profiles"]
+                check(list(kept) == ["segtrain", "segtrain_all"], f"profile.json keeps the finished programs: {list(kept)}")
+        finally:
+            if parent.poll() is None:
+                parent.kill()
+                parent.wait()
+            if child is not None and os.path.exists(f"/proc/{child}"):
+                os.kill(child, signal.SIGKILL)
     finish()
+
+
+def check_until_with_a_fake_clock(gp, d, build_dir):
+    """gpu_profile.run with a clock that the programs advance (segtrain 60 s, segtrain_all 20, the others 10)."""
+    clock = {"now": 1000.0}
+    took = {"segtrain": 60, "segtrain_all": 20, "compiled": 10, "eager": 10}
+
+    def fake_segtrain(work, store, shape, steps, variant=None):
+        clock["now"] += took["segtrain" + (f"_{variant}" if variant else "")]
+        return None, "ran (fake)"
+
+    def fake_reference(work, store, shape, program):
+        clock["now"] += took[program]
+        return {"why": "ran (fake)"}
+
+    saved = (gp.time, gp.segtrain_profile, gp.reference_profile, gp.tb.SEGTRAIN)
+    gp.time = type("FakeTime", (), {"time": staticmethod(lambda: clock["now"])})
+    gp.segtrain_profile, gp.reference_profile = fake_segtrain, fake_reference
+    gp.tb.SEGTRAIN = pathlib.Path(build_dir).resolve() / "trainer" / "segtrain"  # what run() checks is built
+    try:
+        # 130 s: segtrain (35 expected, 60 taken), segtrain_all (60 expected from then: 1060 + 65 <= 1130), then
+        # compiled would need 60 + 5 from 1080: not started (with its own 45 s floor alone it would have fit).
+        profiles = gp.run(f"{d}/fake", until=1130)
+    finally:
+        gp.time, gp.segtrain_profile, gp.reference_profile, gp.tb.SEGTRAIN = saved
+    ran = [name for name, p in profiles.items() if p.get("why") == "ran (fake)"]
+    check(ran == ["segtrain", "segtrain_all"], f"--until with a fake clock: ran {ran}")
+    check(all("it takes about 60 s" in profiles[n]["why"] for n in ("compiled", "eager")),
+          f"the later programs expected to take the longest so far (60 s): "
+          f"{[profiles[n]['why'] for n in ('compiled', 'eager')]}")
 
 
 def children_of(pid):
