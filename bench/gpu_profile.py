@@ -367,6 +367,8 @@ def build_cupti_tracer(work):
                     if os.path.exists(f"{d}/cuda.h")]
     libcupti = sorted(glob.glob(f"{lib}/libcupti.so*"))[0]
     out = os.path.join(work, "libcupti_kernel_trace.so")
+    if os.path.exists(out):  # built for an earlier program of this run (seconds of the device's time each)
+        return out, None
     compiler = os.environ.get("CXX", "g++")
     cmd = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-o", out, str(tb.ROOT / "bench/cupti_kernel_trace.cpp"),
            f"-I{include}", *cuda_include, libcupti, f"-Wl,-rpath,{lib}"]

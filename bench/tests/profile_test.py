@@ -272,6 +272,9 @@ def main():
             if lib:
                 nm = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True).stdout
                 check("InitializeInjection" in nm, "the tracer exports InitializeInjection")
+                built = os.stat(lib).st_mtime_ns
+                again, _ = gp.build_cupti_tracer(d)
+                check(again == lib and os.stat(lib).st_mtime_ns == built, "a second program of the run reuses it")
         else:
             print("(no CUPTI on this machine: the tracer's build is not checked here)")
 
