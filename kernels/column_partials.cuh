@@ -3,8 +3,8 @@
 // fp32 partial sums, one a split of the rows, added in split order and rounded once to the
 // gradient's dtype. Shared by the linears' bias gradients (bias_gradient_cuda.cu) and LayerNorm's
 // weight and bias gradients (residual_norm_cuda.cu).
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA kernel of kernels/cross_entropy.h (cross_entropy_cuda.cu), in CUDA builds only.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 

@@ -22,13 +22,10 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/layer_norm.h"  // NormReader
+#include "kernels/layer_norm.h"          // NormReader
+#include "kernels/residual_norm_cuda.h"  // kFusedNormRowBytes (its functions are defined in CUDA builds only)
 
 namespace segtrain::kernels {
-
-// The widest row the fused kernels take: 128 threads holding 8 packs of 16 bytes each
-// (8,192 bf16 or 4,096 fp32 values; GPT-2's 768 to 1,600 and a 7B model's 4,096 in bf16).
-inline constexpr int64_t kFusedNormRowBytes = 16 * 1024;
 
 struct ResidualNorm {
   at::Tensor sum;     // x + branch: the residual stream

@@ -1,15 +1,17 @@
 #include "kernels/residual_norm_cuda.h"
 
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAContextLight.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
 
 #include "kernels/bias_gradient_plan.h"
 #include "kernels/column_partials.cuh"
-#include "kernels/residual_norm.h"
 #include "kernels/residual_norm_element.h"
 #include "kernels/vector_pack.cuh"
 
@@ -21,7 +23,7 @@ namespace {
 // of up to kNormThreads * 8 packs (kFusedNormRowBytes) is read from memory once.
 constexpr int kNormThreads = 128;
 constexpr int kWarps = kNormThreads / 32;
-static_assert(kFusedNormRowBytes == kNormThreads * 8 * 16, "residual_norm.h's width is these kernels' registers");
+static_assert(kFusedNormRowBytes == kNormThreads * 8 * 16, "residual_norm_cuda.h's width is these kernels' registers");
 
 // Sums of the block's values, the same in every thread: a butterfly within each warp, then the
 // warps' sums in warp order (a fixed order: the same bits every run). `shared` holds kWarps

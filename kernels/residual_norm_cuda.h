@@ -1,14 +1,20 @@
 #pragma once
-// The CUDA kernels of kernels/residual_norm.h (residual_norm_cuda.cu), in CUDA builds only.
+// The CUDA kernels of kernels/residual_norm.h (residual_norm_cuda.cu), defined in CUDA builds only; the
+// width they take is every build's (residual_norm.h refuses wider rows on any device).
 // Tensors: contiguous CUDA tensors of one floating dtype (fp32, bf16 or fp16) starting on 16-byte
 // boundaries, whose last dimension D is a multiple of 16 bytes and at most kFusedNormRowBytes
 // (residual_norm.h checks both first); weight and bias [D] or undefined (1 and 0). The norm is
 // LayerNorm where `centered` (or a mean is given), RMSNorm (no mean, no bias) where not.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <utility>
 
 namespace segtrain::kernels {
+
+// The widest row the fused kernels take: 128 threads holding 8 packs of 16 bytes each
+// (8,192 bf16 or 4,096 fp32 values; GPT-2's 768 to 1,600 and a 7B model's 4,096 in bf16).
+inline constexpr int64_t kFusedNormRowBytes = 16 * 1024;
 
 struct AddNormForward {
   at::Tensor sum, normed;  // x's shape and dtype

@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA kernel of kernels/rope.h (rope_cuda.cu), in CUDA builds only.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 namespace segtrain::kernels {
 

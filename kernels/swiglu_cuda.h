@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA kernels of kernels/swiglu.h (swiglu_cuda.cu), in CUDA builds only.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <utility>
 

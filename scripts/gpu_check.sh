@@ -122,6 +122,7 @@ else
   phase_seconds build 300 200 60 || { say "no time left to build: $REPORT"; exit 2; }
   say "building the CUDA configuration in $BUILD_DIR (segtrain segtrain-launch gpu_test kernel_bench; at most $seconds s)"
   log_lines=$(wc -l <"$LOG")
+  ninja_lines=$(cat "$BUILD_DIR/.ninja_log" 2>/dev/null | wc -l)
   SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR SEGTRAIN_BUILD_TARGETS="segtrain segtrain-launch gpu_test kernel_bench" \
     timeout -k 10 "$seconds" bash scripts/setup.sh >>"$LOG" 2>&1
   build_status=$?
@@ -145,6 +146,14 @@ else
     exit 2
   fi
   report "- build: ok in $(($(date +%s) - phase_start)) s${build_note:-}"
+  # What bounds the build on this machine (a unit longer than the rest's share of the cores is its critical
+  # path): ninja's own log of this build's steps, their seconds summed and the five longest.
+  if [[ -f $BUILD_DIR/.ninja_log ]]; then
+    steps=$(tail -n +"$((ninja_lines + 1))" "$BUILD_DIR/.ninja_log" | awk -F'\t' 'NF >= 4 && $1 !~ /^#/ {
+      printf "%.1f %s\n", ($2 - $1) / 1000, $4 }' | sort -rn)
+    [[ -n $steps ]] && report "- build's $(wc -l <<<"$steps") steps took $(awk '{s += $1} END {printf "%.0f", s}' <<<"$steps") s \
+on $(nproc) cores; the longest: $(head -5 <<<"$steps" | awk '{n = split($2, p, "/"); printf("%s%s %s s", (NR > 1 ? ", " : ""), p[n], $1)}')"
+  fi
 fi
 for file in "$BUILD_DIR/trainer/segtrain" "$PY"; do
   [[ -x $file ]] || { report "- $file does not exist: run make build-cuda"; say "$file does not exist"; exit 2; }
