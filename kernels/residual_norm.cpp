@@ -13,9 +13,6 @@
 #include "kernels/forward_paths.h"
 #include "kernels/fused_kernels.h"
 #include "kernels/rms_norm.h"
-#if SEGTRAIN_WITH_CUDA
-#include "kernels/residual_norm_cuda.h"
-#endif
 
 namespace segtrain::kernels {
 

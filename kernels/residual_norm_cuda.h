@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA kernels of kernels/residual_norm.h (residual_norm_cuda.cu), defined in CUDA builds only; the
-// width they take is every build's (residual_norm.h refuses wider rows on any device).
+// width they take is every build's (residual_norm.cpp's add_norm_fused_refusal refuses wider rows on any device).
 // Tensors: contiguous CUDA tensors of one floating dtype (fp32, bf16 or fp16) starting on 16-byte
 // boundaries, whose last dimension D is a multiple of 16 bytes and at most kFusedNormRowBytes
 // (residual_norm.h checks both first); weight and bias [D] or undefined (1 and 0). The norm is

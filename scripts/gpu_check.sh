@@ -122,7 +122,10 @@ else
   phase_seconds build 300 200 60 || { say "no time left to build: $REPORT"; exit 2; }
   say "building the CUDA configuration in $BUILD_DIR (segtrain segtrain-launch gpu_test kernel_bench; at most $seconds s)"
   log_lines=$(wc -l <"$LOG")
-  ninja_lines=$(cat "$BUILD_DIR/.ninja_log" 2>/dev/null | wc -l)
+  # ninja's log as the build begins: ninja and CMake rewrite it (recompact, restat), so this build's steps are
+  # the lines it did not hold, not the lines after its old length.
+  ninja_before=$(mktemp)
+  cp "$BUILD_DIR/.ninja_log" "$ninja_before" 2>/dev/null || : >"$ninja_before"
   SEGTRAIN_CUDA=1 BUILD_DIR=$BUILD_DIR SEGTRAIN_BUILD_TARGETS="segtrain segtrain-launch gpu_test kernel_bench" \
     timeout -k 10 "$seconds" bash scripts/setup.sh >>"$LOG" 2>&1
   build_status=$?
@@ -143,17 +146,24 @@ else
     report "- build: **failed** (exit $build_status$( ((build_status == 124)) && echo ': cut by its time limit')) after $(($(date +%s) - phase_start)) s; its last lines:" ""
     tail -25 "$LOG" | sed 's/^/    /' >>"$REPORT"
     say "building the CUDA configuration failed: $REPORT"
+    rm -f "$ninja_before"
     exit 2
   fi
   report "- build: ok in $(($(date +%s) - phase_start)) s${build_note:-}"
-  # What bounds the build on this machine (a unit longer than the rest's share of the cores is its critical
-  # path): ninja's own log of this build's steps, their seconds summed and the five longest.
+  # Which steps the build spent its time on (ninja's own log: each step's start and end, ms): their times summed
+  # (they overlap, side by side on the cores) and the five longest, a .cu unit or a test file among them.
   if [[ -f $BUILD_DIR/.ninja_log ]]; then
-    steps=$(tail -n +"$((ninja_lines + 1))" "$BUILD_DIR/.ninja_log" | awk -F'\t' 'NF >= 4 && $1 !~ /^#/ {
-      printf "%.1f %s\n", ($2 - $1) / 1000, $4 }' | sort -rn)
-    [[ -n $steps ]] && report "- build's $(wc -l <<<"$steps") steps took $(awk '{s += $1} END {printf "%.0f", s}' <<<"$steps") s \
-on $(nproc) cores; the longest: $(head -5 <<<"$steps" | awk '{n = split($2, p, "/"); printf("%s%s %s s", (NR > 1 ? ", " : ""), p[n], $1)}')"
+    # A line the log held before (start, end, output and hash; a restat rewrites only the mtime) is an earlier build's.
+    steps=$(awk -F'\t' 'FILENAME == ARGV[1] { seen[$1 FS $2 FS $4 FS $5]; next }
+      NF >= 5 && $1 !~ /^#/ && !(($1 FS $2 FS $4 FS $5) in seen) && !(($1 FS $2 FS $5) in edge) {
+        edge[$1 FS $2 FS $5]; printf "%.1f %s\n", ($2 - $1) / 1000, $4 }' "$ninja_before" "$BUILD_DIR/.ninja_log" | sort -rn)
+    if [[ -n $steps ]]; then
+      summed=$(awk '{s += $1} END {printf "%.0f", s}' <<<"$steps")
+      longest=$(head -5 <<<"$steps" | awk '{n = split($2, p, "/"); printf("%s%s %s s", (NR > 1 ? ", " : ""), p[n], $1)}')
+      report "- build's $(wc -l <<<"$steps") steps: their times summed $summed s (overlapping, on $(nproc) cores); the longest: $longest"
+    fi
   fi
+  rm -f "$ninja_before"
 fi
 for file in "$BUILD_DIR/trainer/segtrain" "$PY"; do
   [[ -x $file ]] || { report "- $file does not exist: run make build-cuda"; say "$file does not exist"; exit 2; }
