@@ -1,0 +1,458 @@
+// The GPU suite (gpu/gpu_suite.h): whole runs of the binary on the device, as a user runs them.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gpu/device_run.h"
+#include "gpu/gpu_suite.h"
+#include "test_util.h"
+
+namespace segtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::DeviceRun;
+using test::device_under_test;
+using test::kBin;
+using test::record;
+using test::run;
+
+
+// Runs `segtrain args...`, SIGTERMs it once `metrics` has `lines` lines; returns its exit status.
+int run_until(const std::vector<std::string>& args, const std::string& metrics, long lines) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv = {const_cast<char*>(kBin.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    if (!freopen("/dev/null", "w", stderr)) _exit(126);
+    execv(kBin.c_str(), argv.data());
+    _exit(127);
+  }
+  auto logged = [&] {
+    const std::string text = test::read_file(metrics);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  for (int i = 0; i < 12000 && logged() < lines; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Interrupted by SIGTERM and resumed on the device, a chunk run follows the
+// uninterrupted one: same steps, tokens and data cursor exactly; the losses
+// within 1e-4 (CUDA's fused attention backward may sum in a different order from
+// run to run, so bitwise equality is only asked of the CPU, by train_cli_test).
+TEST_F(DeviceRun, ChunkRunTrainsAndResumesExactly) {
+  REQUIRE_DEVICE(1);
+  const std::string dev = device_under_test();
+  const std::vector<std::string> sets = {"--set", "train.budget.tokens=96000", "--set", "train.checkpoint_every=25",
+                                         "--set", "train.precision=bf16"};
+  auto args = [&](const std::string& name) {
+    std::vector<std::string> a = {"train", config(name, dev)};
+    a.insert(a.end(), sets.begin(), sets.end());
+    return a;
+  };
+  auto whole = run(kBin, args("whole"), 900);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const auto want = rows(run_dir("whole"));
+  ASSERT_GT(want.size(), 100u);
+  for (const auto& row : want) {
+    ASSERT_TRUE(std::isfinite(row["loss"].get<double>())) << row.dump();
+    EXPECT_GT(row["peak_rss_mb"].get<double>(), 0) << row.dump();
+    if (dev == "cuda") {
+      EXPECT_GT(row["peak_gpu_mb"].get<double>(), 0) << row.dump();
+    }
+  }
+  EXPECT_LT(want.back()["loss"].get<double>(), want.front()["loss"].get<double>()) << "the run did not learn";
+  const json eval = json::parse(test::read_file(run_dir("whole") + "/eval.json"));
+  EXPECT_EQ(eval["device"], dev == "cuda" ? "cuda:0" : "cpu");
+  if (dev == "cuda") {
+    EXPECT_GT(eval["peak_gpu_mb"].get<double>(), 0);
+  }
+
+  ASSERT_EQ(run_until(args("cut"), run_dir("cut") + "/metrics.jsonl", 60), 143)
+      << "the run ended before SIGTERM or failed";
+  ASSERT_FALSE(fs::exists(run_dir("cut") + "/final"));
+  auto resume_args = args("cut");
+  resume_args.push_back("--resume");
+  auto resumed = run(kBin, resume_args, 900);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+
+  const auto got = rows(run_dir("cut"));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i]["step"], want[i]["step"]);
+    EXPECT_EQ(got[i]["tokens"], want[i]["tokens"]);
+    EXPECT_NEAR(got[i]["loss"].get<double>(), want[i]["loss"].get<double>(), 1e-4) << "step " << i + 1;
+  }
+  for (const char* key : {"step", "tokens", "loss_tokens", "data_cursor"})
+    EXPECT_EQ(state_of(run_dir("cut") + "/final")[key], state_of(run_dir("whole") + "/final")[key]) << key;
+}
+
+// A bf16 run with the fused paths (SEGTRAIN_FUSED_KERNELS=1) follows the run without, for each
+// model they touch: gpt_neox (the RoPE kernel), llama (RoPE and ATen's fused RMSNorm on the bf16
+// parameters that train.param_dtype auto gives a bf16 run on CUDA), bloom (ALiBi folded into q.k),
+// gpt2, gpt_neox and bloom (the blocks' LayerNorms on the bf16 stream outside autocast; the final
+// and embedding norms stay fp32), llama's MLP (the SwiGLU
+// kernels), and every one of them (the LM head's cross-entropy kernel):
+// 8 steps' losses within 1e-3 (the fused attention's backward sums in no fixed order; bloom's
+// folded bias, 5e-3), its plan line saying so. The CPU keeps the composites: there the losses are equal.
+// The first step's log line names the paths its forward took (kernels/forward_paths.h): with the
+// switch on, the fused RoPE kernel, ATen's fused RMSNorm, ALiBi folded, a fused SDPA kernel and
+// the cross-entropy kernel, LayerNorm in 16 bits (fp32 without the switch), the SwiGLU kernels.
+// gpt2, gpt_neox and llama also run with SEGTRAIN_FUSED_KERNELS=all (the linears' bias-gradient kernels,
+// GELU's tanh and erf; GPT-2's and Llama's residual adds fused with the norm after each: ln2, the next block's
+// ln1, Llama's final RMSNorm), within the same tolerance of the run without.
+TEST_F(DeviceRun, Bf16StepsWithFusedKernelsEqualStepsWithout) {
+  REQUIRE_DEVICE(1);
+  const std::string dev = device_under_test();
+  for (const std::string arch : {"gpt2", "gpt_neox", "llama", "bloom"}) {
+    std::vector<std::vector<double>> losses;
+    std::vector<std::string> switches = {"0", "1"};
+    if (arch != "bloom") switches.push_back("all");
+    for (const std::string& fused : switches) {
+      const std::string name = "fused-" + arch + "-" + fused;
+      tiny_run_config(name, {.arch = arch, .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
+      std::vector<std::string> args = {"SEGTRAIN_FUSED_KERNELS=" + fused, kBin, "train", config_path(name), "--set",
+                                       "train.budget.tokens=1024", "--set", "train.precision=bf16"};
+      if (arch == "gpt2") args.insert(args.end(), {"--set", "model.extension.method=interpolate"});  // its table is shorter than L_e
+      auto trained = run("env", args, 900);
+      ASSERT_EQ(trained.exit_code, 0) << arch << ": " << trained.err;
+      if (fused != "0" && dev == "cuda") {
+        EXPECT_NE((trained.out + trained.err).find("fused CUDA kernels on"), std::string::npos) << trained.err;
+        // What the first step's forward took (kernels/forward_paths.h), each in bf16 on a fused SDPA kernel.
+        // BLOOM's block norms stay fp32, as in transformers: its embedding LayerNorm (read by the stream, not a
+        // matmul) returns autocast's fp32, so its residual stream, which every block norm reads, is fp32.
+        // With all, GPT-2's and Llama's ln2 and later ln1 are fused with the residual add before them, gpt_neox's
+        // later ln1 (its parallel residual's MLP add); the first block's ln1 has no add before it, so its own path
+        // is named too.
+        const std::string took = arch == "llama"  ? (fused == "all" ? "RoPE fused kernel; RMSNorm fused (ATen); residual add + "
+                                                                      "RMSNorm fused kernel; attention causal"
+                                                                    : "RoPE fused kernel; RMSNorm fused (ATen); attention causal")
+                                 : arch == "bloom" ? "LayerNorm fp32; attention ALiBi folded into q·k; SDPA kernel "
+                                 : arch == "gpt2"  ? (fused == "all" ? "LayerNorm 16-bit and fp32; residual add + LayerNorm "
+                                                                       "fused kernel; attention causal"
+                                                                     : "LayerNorm 16-bit and fp32; attention causal")
+                                 : fused == "all"  ? "RoPE fused kernel; LayerNorm 16-bit and fp32; residual add + LayerNorm "
+                                                     "fused kernel; attention causal"
+                                                   : "RoPE fused kernel; LayerNorm 16-bit and fp32; attention causal";
+        EXPECT_NE(trained.err.find("step 1's forward took: " + took), std::string::npos) << arch << ": " << trained.err;
+        // The tiny Llama has no biases: no bias-gradient kernel.
+        const std::string last = fused == "all" && arch != "llama"
+                                     ? "; cross-entropy fused kernel; bias gradients kernel (GELU's too)\n"
+                                     : "; cross-entropy fused kernel\n";
+        EXPECT_NE(trained.err.find(std::string(arch == "llama" ? "; SwiGLU fused kernel" : "") + last), std::string::npos)
+            << arch << " " << fused << ": " << trained.err;
+        EXPECT_TRUE(trained.err.find("SDPA kernel flash") != std::string::npos ||
+                    trained.err.find("SDPA kernel cuDNN") != std::string::npos)
+            << arch << ": " << trained.err;
+        const std::string said = "step 1's forward took: ";
+        if (const auto at = trained.err.find(said); at != std::string::npos)
+          record("fused kernels" + std::string(fused == "all" ? " (all)" : "") + ", " + arch + ": " +
+                 trained.err.substr(at + said.size(), trained.err.find('\n', at) - at - said.size()));
+      }
+      // Without the switch autocast runs LayerNorm in fp32 on the bf16 stream.
+      if (fused == "0" && dev == "cuda" && arch != "llama") {
+        EXPECT_NE(trained.err.find("LayerNorm fp32; "), std::string::npos) << arch << ": " << trained.err;
+      }
+      losses.emplace_back();
+      for (const auto& row : rows(run_dir(name))) losses.back().push_back(row["loss"].get<double>());
+    }
+    const double tolerance = dev != "cuda" ? 0.0 : arch == "bloom" ? 5e-3 : 1e-3;
+    for (size_t s = 0; s < switches.size(); ++s) {
+      ASSERT_EQ(losses[s].size(), 8u) << arch << " " << switches[s];
+      for (size_t i = 0; i < 8; ++i)
+        EXPECT_NEAR(losses[s][i], losses[0][i], tolerance) << arch << " " << switches[s] << " step " << i + 1;
+    }
+  }
+}
+
+// SEGTRAIN_CUDA_GRAPH=1 (trainer/runtime/cuda_graph.h): a bf16 run of GPT-2 and of Llama (bf16
+// parameters, fp32 master weights: the CUDA default) with gradient accumulation captures its step's
+// two halves after 3 warm-up steps and replays them, its losses within 1e-3 of the ordinary step's
+// (flash attention's backward sums in no fixed order) and of the static path's (=static: the same
+// static tensors, not captured), checkpoints saved while the graphs replay, and the graphs dropped for
+// the evaluation after step 8 and captured again after one eager step; and so does the captured step
+// with SEGTRAIN_FUSED_KERNELS=all (the bias-gradient and residual-norm kernels inside the graphs:
+// graph_all, the speed bench's candidate default), and SEGTRAIN_CUDA_GRAPH=auto captures as 1 does,
+// and trains BLOOM (ALiBi: no capture) and GPT-2 evaluating every 2 steps with the ordinary step, saying why. On the CPU as the device
+// the capture is refused (exit 2, saying why), auto trains the ordinary step saying why, and the
+// static path trains the ordinary step's bytes.
+TEST_F(DeviceRun, CapturedStepFollowsTheOrdinaryStep) {
+  REQUIRE_DEVICE(1);
+  const std::string dev = device_under_test();
+  for (const std::string arch : {"gpt2", "llama"}) {
+    std::map<std::string, std::vector<double>> losses;
+    for (const std::string variant : {"0", "static", "1", "1-all", "auto"}) {
+      const std::string mode = variant.substr(0, variant.find('-'));  // SEGTRAIN_CUDA_GRAPH's value
+      const std::string fused = variant == "1-all" ? "all" : "1";
+      const std::string name = "graph-" + arch + "-" + variant;
+      tiny_run_config(name, {.arch = arch, .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
+      std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=" + mode, "SEGTRAIN_FUSED_KERNELS=" + fused, kBin,
+                                       "train", config_path(name), "--set",
+                                       "train.budget.tokens=2048", "--set", "train.precision=bf16", "--set",
+                                       "train.micro_batch_size=2", "--set", "train.grad_accum=2", "--set",
+                                       "train.checkpoint_every=6", "--set", "train.eval_every=8"};
+      if (arch == "gpt2") args.insert(args.end(), {"--set", "model.extension.method=interpolate"});
+      auto trained = run("env", args, 900);
+      if (mode == "1" && dev != "cuda") {
+        EXPECT_EQ(trained.exit_code, 2) << trained.err;
+        EXPECT_NE(trained.err.find("it captures a CUDA device's step"), std::string::npos) << trained.err;
+        continue;
+      }
+      ASSERT_EQ(trained.exit_code, 0) << arch << " " << variant << ": " << trained.err;
+      if (mode == "auto") {  // captured where it can be (CUDA, one process), else the ordinary step, saying why
+        EXPECT_NE(trained.err.find(dev == "cuda" ? "; the step captured as two CUDA graphs after 3 warm-up steps, "
+                                                   "dropped for each evaluation and captured again after 1 eager step "
+                                                   "(SEGTRAIN_CUDA_GRAPH=auto)"
+                                                 : "; the ordinary step, not captured: it captures a CUDA device's step"),
+                  std::string::npos)
+            << trained.err;
+        EXPECT_EQ(trained.err.find("the ordinary step from now on"), std::string::npos) << "auto fell back: " << trained.err;
+      }
+      // all took effect inside the graphs: GPT-2's biases by the column-sum kernel (the tiny Llama has none; its
+      // residual add is fused with RMSNorm).
+      if (variant == "1-all" && dev == "cuda") {
+        EXPECT_NE(trained.err.find(arch == "gpt2" ? "bias gradients kernel" : "residual add + RMSNorm fused kernel"),
+                  std::string::npos)
+            << trained.err;
+      }
+      if (mode == "1" || (mode == "auto" && dev == "cuda")) {
+        EXPECT_NE(trained.err.find("step 4: forward and backward captured as a CUDA graph"), std::string::npos)
+            << trained.err;
+        EXPECT_NE(trained.err.find("step 4: the update captured as a CUDA graph"), std::string::npos) << trained.err;
+        // Dropped for the evaluation after step 8, captured again after one eager step.
+        EXPECT_NE(trained.err.find("step 10: the step's CUDA graphs captured again after the evaluation"),
+                  std::string::npos)
+            << trained.err;
+        // Saved while the graphs replay (a save's copy and a capture never overlap: cuda_graph.h).
+        EXPECT_TRUE(fs::exists(run_dir(name) + "/checkpoints/step-12/model.safetensors")) << name;
+      }
+      for (const auto& row : rows(run_dir(name))) losses[variant].push_back(row["loss"].get<double>());
+      ASSERT_EQ(losses[variant].size(), 16u) << arch << " " << variant;
+    }
+    const double tolerance = dev != "cuda" ? 0.0 : 1e-3;
+    for (size_t i = 0; i < 16; ++i) {
+      EXPECT_NEAR(losses["static"][i], losses["0"][i], tolerance) << arch << " static, step " << i + 1;
+      if (dev == "cuda") {
+        EXPECT_NEAR(losses["1"][i], losses["0"][i], tolerance) << arch << " captured, step " << i + 1;
+        EXPECT_NEAR(losses["1-all"][i], losses["0"][i], tolerance) << arch << " captured with all, step " << i + 1;
+      }
+      EXPECT_NEAR(losses["auto"][i], losses["0"][i], tolerance) << arch << " auto, step " << i + 1;
+    }
+    if (dev == "cuda")
+      record("captured step, " + arch + ": step 16's loss " + std::to_string(losses["1"][15]) + " (with all " +
+             std::to_string(losses["1-all"][15]) + ") vs " + std::to_string(losses["0"][15]) + " ordinary");
+  }
+  // auto where a capture cannot be taken: BLOOM's ALiBi decides per batch whether it folds its bias, and an
+  // evaluation every 2 steps would drop the graphs before they are captured. Each trains the ordinary step
+  // and says why, where SEGTRAIN_CUDA_GRAPH=1 stops the run (exit 2).
+  struct Uncaptured {
+    std::string arch, eval_every, why;
+  };
+  for (const Uncaptured& k : {Uncaptured{"bloom", "0", "ALiBi decides for each batch"},
+                              Uncaptured{"gpt2", "2", "train.eval_every 2 drops the graphs for an evaluation"}}) {
+    const std::string name = "graph-auto-uncaptured-" + k.arch;
+    tiny_run_config(name, {.arch = k.arch, .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
+    std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=auto", kBin, "train", config_path(name), "--set",
+                                     "train.budget.tokens=1024", "--set", "train.precision=bf16", "--set",
+                                     "train.eval_every=" + k.eval_every};
+    if (k.arch == "gpt2") args.insert(args.end(), {"--set", "model.extension.method=interpolate"});
+    auto r = run("env", args, 900);
+    ASSERT_EQ(r.exit_code, 0) << k.arch << ": " << r.err;
+    EXPECT_NE(r.err.find("; the ordinary step, not captured: " +
+                         (dev == "cuda" ? k.why : std::string("it captures a CUDA device's"))),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("captured as a CUDA graph"), std::string::npos) << r.err;
+  }
+}
+
+// train.micro_batch_size auto against the caching allocator's own peak: runs of micro-batch 1
+// and 32 peak at P1 and P32 (metrics.jsonl's peak_gpu_mb); with train.batch_memory_gib halfway
+// between, auto takes a micro-batch below 32 (its plan line says which and what it measured)
+// and its run's peak stays within the budget. With room for all 32, it takes 32. On the CPU as
+// the device (no allocator peak to hold it to) only the choices and plan lines are checked.
+TEST_F(DeviceRun, MicroBatchAutoKeepsTheRunsPeakWithinTheBudget) {
+  REQUIRE_DEVICE(1);
+  const std::string dev = device_under_test();
+  const std::vector<std::string> wider = {"--set", "model.d_model=512", "--set", "model.n_layers=4", "--set",
+                                          "train.budget.tokens=2048", "--set", "train.precision=bf16"};
+  auto train = [&](const std::string& name, const std::vector<std::string>& sets) {
+    std::vector<std::string> args = {"train", config(name, dev)};
+    args.insert(args.end(), wider.begin(), wider.end());
+    args.insert(args.end(), sets.begin(), sets.end());
+    return run(kBin, args, 900);
+  };
+  auto peak_mib = [&](const std::string& name) {
+    double most = 0;
+    for (const auto& row : rows(run_dir(name)))
+      if (row.contains("peak_gpu_mb")) most = std::max(most, row["peak_gpu_mb"].get<double>());
+    return most;
+  };
+  auto chosen = [](const std::string& err) {
+    std::smatch m;
+    return std::regex_search(err, m, std::regex(R"(micro-batch auto: (\d+) \(measured: )")) ? std::stoi(m[1]) : -1;
+  };
+  const std::vector<std::string> automatic = {"--set", "train.micro_batch_size=auto", "--set",
+                                              "train.global_batch_size=32"};
+  auto roomy = train("auto-roomy", automatic);
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  EXPECT_EQ(chosen(roomy.err), 32) << roomy.err;
+  if (dev != "cuda") return;
+  auto one = train("auto-1", {"--set", "train.micro_batch_size=1"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  auto all = train("auto-32", {"--set", "train.micro_batch_size=32"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  const double p1 = peak_mib("auto-1"), p32 = peak_mib("auto-32"), budget_mib = (p1 + p32) / 2;
+  ASSERT_GT(p32, p1) << "32 sequences must hold more than 1";
+  std::vector<std::string> tight = automatic;
+  tight.insert(tight.end(), {"--set", "train.batch_memory_gib=" + std::to_string(budget_mib / 1024.0)});
+  auto halfway = train("auto-halfway", tight);
+  ASSERT_EQ(halfway.exit_code, 0) << halfway.err;
+  const int micro = chosen(halfway.err);
+  EXPECT_GE(micro, 1) << halfway.err;
+  EXPECT_LT(micro, 32) << halfway.err;
+  EXPECT_LE(peak_mib("auto-halfway"), budget_mib) << halfway.err;
+  record("micro_batch_size auto on " + dev + ": P1 " + std::to_string(p1) + " MiB, P32 " + std::to_string(p32) +
+         " MiB, budget " + std::to_string(budget_mib) + " MiB -> micro-batch " + std::to_string(micro) + " peaking at " +
+         std::to_string(peak_mib("auto-halfway")) + " MiB");
+}
+
+// Activation checkpointing recomputes each block in backward (on CUDA, on autograd's device
+// thread) under the forward's autocast state: 8 bf16 steps with it give the losses of 8 without.
+// A recomputation that reused a bf16 cast made before the optimizer's in-place update (autocast's
+// cache) would differ from the first step on. On the CPU the losses are equal; on CUDA the fused
+// attention backward sums in no fixed order, hence 1e-3.
+TEST_F(DeviceRun, Bf16StepsWithActivationCheckpointingEqualStepsWithout) {
+  REQUIRE_DEVICE(1);
+  const std::string dev = device_under_test();
+  std::vector<std::vector<double>> losses;
+  for (const std::string checkpointing : {"false", "true"}) {
+    const std::string name = "checkpointing-" + checkpointing;
+    auto trained = run(kBin, {"train", config(name, dev), "--set", "train.budget.tokens=1024", "--set",
+                              "train.precision=bf16", "--set", "model.activation_checkpointing=" + checkpointing},
+                       900);
+    ASSERT_EQ(trained.exit_code, 0) << trained.err;
+    losses.emplace_back();
+    for (const auto& row : rows(run_dir(name))) losses.back().push_back(row["loss"].get<double>());
+  }
+  ASSERT_EQ(losses[0].size(), 8u) << "1,024 tokens = 8 steps of 4 x 32";
+  ASSERT_EQ(losses[1].size(), losses[0].size());
+  double most = 0;
+  for (size_t i = 0; i < losses[0].size(); ++i) {
+    most = std::max(most, std::abs(losses[0][i] - losses[1][i]));
+    EXPECT_NEAR(losses[1][i], losses[0][i], dev == "cuda" ? 1e-3 : 0.0) << "step " << i + 1;
+  }
+  record("8 bf16 steps with and without activation checkpointing on " + dev + ": largest loss difference " +
+         std::to_string(most));
+}
+
+// A run trained on the device, exported; the same run continued on the CPU (its
+// budget is spent, so it only loads and saves the weights), exported: the two
+// exports are the same bytes, and so are the two final checkpoints' weights.
+TEST_F(DeviceRun, ExportOfADeviceRunEqualsExportOfTheSameWeightsOnTheCpu) {
+  REQUIRE_DEVICE(1);
+  auto trained = run(kBin, {"train", config("exported", device_under_test()), "--set", "train.budget.tokens=6000",
+                            "--set", "train.precision=bf16"},
+                     900);
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  fs::copy(run_dir("exported"), run_dir("exported-cpu"), fs::copy_options::recursive);
+  fs::remove(run_dir("exported-cpu") + "/eval.json");
+  auto on_cpu = run(kBin, {"train", config("exported-cpu", "cpu"), "--resume", "--set", "train.budget.tokens=6000",
+                           "--set", "train.precision=bf16"},
+                    900);
+  ASSERT_EQ(on_cpu.exit_code, 0) << on_cpu.err;
+  EXPECT_EQ(json::parse(test::read_file(run_dir("exported-cpu") + "/eval.json"))["device"], "cpu");
+  EXPECT_EQ(test::read_file(run_dir("exported") + "/final/model.safetensors"),
+            test::read_file(run_dir("exported-cpu") + "/final/model.safetensors"));
+  for (const std::string name : {"exported", "exported-cpu"}) {
+    auto exported = run(kBin, {"export", "--model", run_dir(name) + "/final", "--out", *dir_ / ("hf-" + name)});
+    ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  }
+  EXPECT_EQ(test::read_file(*dir_ / "hf-exported/model.safetensors"),
+            test::read_file(*dir_ / "hf-exported-cpu/model.safetensors"));
+  EXPECT_EQ(test::read_file(*dir_ / "hf-exported/config.json"), test::read_file(*dir_ / "hf-exported-cpu/config.json"));
+}
+
+// ---------------------------------------------------------------------------
+// A short run of every architecture on the device, end to end.
+
+struct ArchCase {
+  std::string arch;
+  std::vector<std::string> sets;  // what the architecture needs to train at L_e = 128 positions
+};
+
+void PrintTo(const ArchCase& c, std::ostream* out) { *out << c.arch; }
+
+class EveryArchitectureRun : public DeviceRun, public ::testing::WithParamInterface<ArchCase> {};
+
+// Trains on the device (bf16 autocast, checkpoints every 10 steps), is stopped
+// by SIGTERM after 20 logged steps, resumes to the end of its budget: every
+// step logged once and in order with a finite loss, the final state at the last
+// step, eval.json written on the device with finite perplexities at L = 32 and
+// at the extended L = 128. gpt2's learned table has train_length = 32 rows, so
+// the chunk sampler's positions (up to 128) go through model.extension.method
+// interpolate; bloom is ALiBi; gpt_neox and llama RoPE (llama with SwiGLU and RMSNorm).
+TEST_P(EveryArchitectureRun, TrainsResumesAndEvaluates) {
+  REQUIRE_DEVICE(1);
+  const std::string dev = device_under_test();
+  const ArchCase& c = GetParam();
+  const std::string name = "arch-" + c.arch;
+  tiny_run_config(name, {.arch = c.arch, .run_keys = ", device: " + dev, .eval_lengths = "[32, 128]"});
+  std::vector<std::string> args = {"train", config_path(name), "--set", "train.budget.tokens=24000", "--set",
+                                   "train.checkpoint_every=10", "--set", "train.precision=bf16"};
+  args.insert(args.end(), c.sets.begin(), c.sets.end());
+  ASSERT_EQ(run_until(args, run_dir(name) + "/metrics.jsonl", 20), 143) << "the run ended before SIGTERM or failed";
+  ASSERT_FALSE(fs::exists(run_dir(name) + "/final"));
+  const size_t cut = rows(run_dir(name)).size();
+  args.push_back("--resume");
+  auto resumed = run(kBin, args, 900);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+
+  const auto got = rows(run_dir(name));
+  ASSERT_GT(got.size(), cut) << "the resumed run trained no further";
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1)) << "logged row " << i + 1;
+    EXPECT_TRUE(std::isfinite(got[i]["loss"].get<double>())) << got[i].dump();
+  }
+  EXPECT_EQ(state_of(run_dir(name) + "/final")["step"], got.back()["step"]);
+  const json eval = json::parse(test::read_file(run_dir(name) + "/eval.json"));
+  EXPECT_EQ(eval["device"], dev == "cuda" ? "cuda:0" : "cpu");
+  std::vector<int64_t> lengths;
+  for (const auto& r : eval["results"]) {
+    lengths.push_back(r["length"].get<int64_t>());
+    EXPECT_TRUE(r["ppl"].is_number() && std::isfinite(r["ppl"].get<double>())) << r.dump();  // null: not finite
+  }
+  EXPECT_EQ(lengths, (std::vector<int64_t>{32, 128})) << eval.dump();
+  std::ostringstream line;
+  line << c.arch << " run on " << dev << ": " << got.size() << " steps (SIGTERM after " << cut << ", resumed), loss "
+       << got.front()["loss"].get<double>() << " -> " << got.back()["loss"].get<double>();
+  record(line.str());
+}
+
+INSTANTIATE_TEST_SUITE_P(OnTheDevice, EveryArchitectureRun,
+                         ::testing::Values(ArchCase{"gpt2", {"--set", "model.extension.method=interpolate"}},
+                                           ArchCase{"gpt_neox", {}}, ArchCase{"bloom", {}}, ArchCase{"llama", {}}),
+                         [](const auto& info) { return info.param.arch; });
+
+}  // namespace
+}  // namespace segtrain
