@@ -188,6 +188,7 @@ report "- $gpu_tests gpu tests in $BUILD_DIR"
 # Each test's line of ctest's output, as it finishes, becomes a line of the report.
 declare -A about=(
   [OneStep.Fp32OnTheDeviceEqualsTheCpu]="one AdamW step in fp32 on the device = the CPU (loss 1e-5, gradients 1e-4, updates 1e-3 relative)"
+  [OneStep.LoraStepOnTheDeviceEqualsTheCpu]="one LoRA step (rank 4 on every projection, the norms trained) in fp32 on the device = the CPU, through the trainer's loss path"
   [OneStep.Bf16AutocastOnTheDeviceStaysWithinBf16ToleranceOfFp32OnTheCpu]="the step under bf16 autocast within bf16 bounds of fp32 on the CPU"
   [OneStep.TrainerLossPathFp32OnTheDeviceEqualsTheCpu]="the trainer's loss path (LM-head loss in slices, activation checkpointing), fp32 = the CPU"
   [OneStep.TrainerLossPathBf16AutocastStaysWithinBf16ToleranceOfFp32OnTheCpu]="the trainer's loss path under bf16 autocast within the bf16 bounds"

@@ -33,7 +33,6 @@ using test::kBin;
 using test::record;
 using test::run;
 
-
 // Runs `segtrain args...`, SIGTERMs it once `metrics` has `lines` lines; returns its exit status.
 int run_until(const std::vector<std::string>& args, const std::string& metrics, long lines) {
   pid_t pid = fork();

@@ -5,15 +5,9 @@
 #include <torch/cuda.h>
 #include <torch/utils.h>
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
-#include <map>
-#include <mutex>
 #include <optional>
-#include <sstream>
 #include <tuple>
 #if SEGTRAIN_WITH_CUDA
 // CMake defines SEGTRAIN_WITH_CUDA for CUDA builds of LibTorch (cmake/SegtrainTorch.cmake).

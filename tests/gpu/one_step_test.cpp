@@ -5,22 +5,16 @@
 #include <torch/cuda.h>
 #include <torch/utils.h>
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
-#include <tuple>
 #if SEGTRAIN_WITH_CUDA
 // CUDA's sync debug mode (OneStep.TheTrainerLossPathNeverWaitsForTheDevice); CMake
 // defines SEGTRAIN_WITH_CUDA for CUDA builds of LibTorch (cmake/SegtrainTorch.cmake).
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/record_function.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
 #endif
