@@ -30,7 +30,9 @@ class DeviceRun : public SyntheticStoreSuite {
     for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
     return out;
   }
-  static nlohmann::json state_of(const std::string& dir) { return nlohmann::json::parse(read_file(std::filesystem::path(dir) / "trainer_state.json")); }
+  static nlohmann::json state_of(const std::string& dir) {
+    return nlohmann::json::parse(read_file(std::filesystem::path(dir) / "trainer_state.json"));
+  }
 
   // ||a - b|| / ||b|| over every tensor of two safetensors files, and the largest |a - b|.
   static std::pair<double, double> weight_difference(const std::string& a, const std::string& b) {
