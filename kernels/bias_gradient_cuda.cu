@@ -58,7 +58,9 @@ __global__ void __launch_bounds__(kColumnThreads* kRowThreads)
 #pragma unroll
         for (int i = 0; i < N; ++i) {
           g.v[i] = static_cast<T>(transformed<kTransform>(static_cast<float>(x.v[i]), static_cast<float>(d.v[i])));
-          acc[i] += static_cast<float>(g.v[i]);
+          // __fadd_rn: nvcc would otherwise fuse an fp32 g's product into this add (an FMA), summing g
+          // unrounded where the sum is of g as written.
+          acc[i] = __fadd_rn(acc[i], static_cast<float>(g.v[i]));
         }
         *reinterpret_cast<Pack<T, N>*>(rows_out + at) = g;
       }

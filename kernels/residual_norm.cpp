@@ -181,6 +181,9 @@ std::string add_norm_fused_refusal(const at::Tensor& x, const at::Tensor& branch
   if (d == 0 || bytes % 16 != 0 || bytes > kFusedNormRowBytes)
     return "its kernels take rows of a multiple of 16 bytes up to " + std::to_string(kFusedNormRowBytes) + "; got " +
            std::to_string(d) + " values of " + std::to_string(c10::elementSize(t)) + " bytes";
+  // One block a row: a CUDA grid's x dimension holds at most 2^31 - 1 (residual_norm_cuda.cu's check_row).
+  if (const int64_t rows = x.numel() / d; rows > int64_t{0x7fffffff})
+    return "its kernels take at most 2^31 - 1 rows; got " + std::to_string(rows);
   return "";
 }
 

@@ -255,6 +255,9 @@ TEST(ResidualLayerNorm, ASecondDerivativeIsRefused) {
   }
 }
 
+// `rows` rows of 8 fp32 values (32 bytes) as one row expanded: sizes without the memory.
+at::Tensor many_rows(int64_t rows) { return at::zeros({1, 8}).expand({rows, 8}); }
+
 TEST(ResidualLayerNorm, TheCpuTakesTheCompositeAndTheNodeSaysWhyNot) {
   const auto x = at::randn({2, 3, 32}), branch = at::randn({2, 3, 32});
   const auto w = at::ones({32}), b = at::zeros({32});
@@ -277,7 +280,10 @@ TEST(ResidualLayerNorm, TheCpuTakesTheCompositeAndTheNodeSaysWhyNot) {
       {{x, branch, at::ones({16}), b}, "of x's last dimension"},
       {{x.to(at::kInt), branch.to(at::kInt), at::Tensor(), at::Tensor()}, "fp32, bf16 or fp16"},
       {{at::randn({2, 6}), at::randn({2, 6}), at::Tensor(), at::Tensor()}, "multiple of 16 bytes"},
-      {{at::randn({2, 8192}), at::randn({2, 8192}), at::Tensor(), at::Tensor()}, "up to 16384"}};
+      {{at::randn({2, 8192}), at::randn({2, 8192}), at::Tensor(), at::Tensor()}, "up to 16384"},
+      // One block a row: 2^31 rows (a stride-0 view, no memory) are past a grid's x dimension.
+      {{many_rows(int64_t{1} << 31), many_rows(int64_t{1} << 31), at::Tensor(), at::Tensor()},
+       "at most 2^31 - 1 rows; got 2147483648"}};
   for (const auto& [t, words] : refused) {
     const std::string why = add_norm_fused_refusal(t[0], t[1], t[2], t[3]);
     EXPECT_NE(why.find(words), std::string::npos) << why;
@@ -288,6 +294,7 @@ TEST(ResidualLayerNorm, TheCpuTakesTheCompositeAndTheNodeSaysWhyNot) {
       EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
     }
   }
+  EXPECT_EQ(add_norm_fused_refusal(many_rows(0x7fffffff), many_rows(0x7fffffff), at::Tensor(), at::Tensor()), "");
   // 8,192 bf16 values fill a row's registers exactly: taken.
   EXPECT_EQ(add_norm_fused_refusal(at::randn({2, 8192}).to(at::kBFloat16), at::randn({2, 8192}).to(at::kBFloat16),
                                          at::Tensor(), at::Tensor()),
