@@ -46,7 +46,7 @@ std::string run_one(const Size& s) {
   c.n_heads = s.heads;
   c.max_positions = s.length;
   c.rope.rotary_pct = 0.25;
-  c.activation_checkpointing = s.checkpointing;
+  if (s.checkpointing) c.activation_checkpointing = ActivationCheckpointing::every_block();
   at::manual_seed(0);
   TransformerLM model(c);
   model->train();

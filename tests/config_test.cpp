@@ -136,6 +136,48 @@ TEST_F(ConfigTest, GlobalBatchSizeDecidesTheStepAndMicroBatchAutoNeedsIt) {
   EXPECT_NE(msg.find("train.batch_memory_gib: expected auto or a number in (0, 1048576), got '0'"), std::string::npos) << msg;
 }
 
+// model.activation_checkpointing: true, false, the first N blocks or auto, each written back as read
+// (a resolved config parses to the same); N past the model's blocks, a negative N or another word is
+// refused naming the key; train.batch_memory_gib applies to auto with a fixed micro-batch too.
+TEST_F(ConfigTest, ActivationCheckpointingIsEveryBlockNoneTheFirstNOrAuto) {
+  using Kind = models::ActivationCheckpointing::Kind;
+  const std::vector<std::pair<std::string, models::ActivationCheckpointing>> read{
+      {"true", {Kind::all, 0}}, {"false", {Kind::none, 0}}, {"3", {Kind::first, 3}},
+      {"0", {Kind::first, 0}},  {"auto", {Kind::automatic, 0}}};
+  for (const auto& [text, expected] : read) {
+    const Config c = load_config(minimal(), {"model.activation_checkpointing=" + text}).config;
+    EXPECT_EQ(c.model.spec.activation_checkpointing, expected) << text;
+    EXPECT_EQ(key_text(c, "model.activation_checkpointing"), text);
+    const std::string yaml = to_yaml(c);
+    EXPECT_EQ(to_yaml(load_config(file("again.yaml", yaml), {}).config), yaml) << text;
+  }
+  EXPECT_EQ(load_config(minimal(), {}).config.model.spec.activation_checkpointing.kind, Kind::none) << "the default";
+  // The first N of a model's blocks: none past the last, N = blocks is every block.
+  const models::ActivationCheckpointing three = models::ActivationCheckpointing::first_blocks(3);
+  EXPECT_EQ(three.of(4), 3);
+  EXPECT_EQ(three.of(2), 2);
+  EXPECT_EQ(models::ActivationCheckpointing::every_block().of(4), 4);
+  EXPECT_EQ(models::ActivationCheckpointing{}.of(4), 0);
+  EXPECT_EQ((models::ActivationCheckpointing{Kind::automatic, 0}.of(4)), 4) << "auto: every block until measured";
+  EXPECT_FALSE(models::ActivationCheckpointing::first_blocks(0).any());
+  EXPECT_TRUE((models::ActivationCheckpointing{Kind::automatic, 0}.any()));
+  for (const std::string bad : {"-1", "some", "1.5"}) {
+    const auto msg = input_error_of([&] { load_config(minimal(), {"model.activation_checkpointing=" + bad}); });
+    EXPECT_NE(msg.find("model.activation_checkpointing: expected true, false, auto or an integer >= 0, got '" + bad +
+                       "'"),
+              std::string::npos)
+        << msg;
+  }
+  // A fixed micro-batch with auto measures against train.batch_memory_gib too.
+  EXPECT_EQ(load_config(minimal(), {"model.activation_checkpointing=auto", "train.batch_memory_gib=2"})
+                .config.train.batch_memory_gib,
+            2.0);
+  const auto msg = input_error_of([&] { load_config(minimal(), {"train.batch_memory_gib=2"}); });
+  EXPECT_NE(msg.find("applies to train.micro_batch_size: auto and model.activation_checkpointing: auto"),
+            std::string::npos)
+      << msg;
+}
+
 // A run from a base folder takes the folder's architecture when model.arch is not
 // written: without it a chunk run from a Llama folder was checked as gpt2 (learned
 // table, "set model.extension.method: interpolate"). HF model types map as the reader does.

@@ -219,12 +219,13 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
                      "sliding_window (" + std::to_string(*c.sliding_window) +
                      ", from its config.json); segtrain does not implement sliding-window attention");
   Residual stream{x, {}};
+  const auto recomputed = static_cast<size_t>(c.activation_checkpointing.of(static_cast<int64_t>(blocks->size())));
   for (size_t i = 0; i < blocks->size(); ++i) {
     const auto module = blocks->ptr(i);
     auto block = module->as<DecoderBlock>();
     if (cache) {
       stream = block->forward(stream, cos, sin, bias, &cache->layers[i]);
-    } else if (c.activation_checkpointing && is_training()) {
+    } else if (i < recomputed && is_training()) {
       // One tensor kept a block, the whole stream: a pending branch would be a second.
       auto holder = std::dynamic_pointer_cast<DecoderBlock>(module);
       stream = {checkpointed([holder, cos, sin,

@@ -91,6 +91,10 @@ struct TransformerLMImpl : torch::nn::Module {
   std::map<std::string, at::Tensor> tensors() const;  // named parameters, detached
 
   const ModelConfig& config() const { return config_; }
+  // Which blocks recompute in backward from the next forward on (the trainer's auto measures, then sets it).
+  void set_activation_checkpointing(const ActivationCheckpointing& checkpointing) {
+    config_.activation_checkpointing = checkpointing;
+  }
   // How many times the positional tables (RoPE's inverse frequencies, ALiBi's slopes) went to the
   // device: once per device and length class, not once per forward.
   int64_t positional_table_uploads() const { return rope_table_.uploads() + alibi_table_.uploads(); }

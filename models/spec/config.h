@@ -65,6 +65,37 @@ struct ExtensionConfig {
   LongRopeConfig longrope;
 };
 
+// model.activation_checkpointing: which blocks recompute their forward in backward, keeping only
+// their input. The first ones: a recomputed block's activations exist only while backward is in it,
+// and the first blocks are the last backward reaches, when the later blocks' are freed.
+struct ActivationCheckpointing {
+  enum class Kind {
+    none,       // false
+    all,        // true
+    first,      // an integer N: the first N blocks
+    automatic,  // auto: every block until the trainer measures the fewest that fit its memory budget
+  };
+  Kind kind = Kind::none;
+  int64_t blocks = 0;  // Kind::first
+
+  static ActivationCheckpointing every_block() { return {Kind::all, 0}; }
+  static ActivationCheckpointing every_block_if(bool on) { return on ? every_block() : ActivationCheckpointing{}; }
+  static ActivationCheckpointing first_blocks(int64_t n) { return {Kind::first, n}; }
+  // How many of a model's `n_layers` blocks recompute (the first that many).
+  int64_t of(int64_t n_layers) const {
+    switch (kind) {
+      case Kind::none: return 0;
+      case Kind::first: return blocks < n_layers ? blocks : n_layers;
+      case Kind::all:
+      case Kind::automatic: break;
+    }
+    return n_layers;
+  }
+  // Whether any block may recompute (auto may).
+  bool any() const { return kind == Kind::all || kind == Kind::automatic || (kind == Kind::first && blocks > 0); }
+  bool operator==(const ActivationCheckpointing&) const = default;
+};
+
 struct ModelConfig {
   Arch arch = kDefaultArch;
   std::optional<int64_t> vocab_size;     // nullopt ("auto"): from the token store
@@ -92,7 +123,7 @@ struct ModelConfig {
   std::optional<std::string> hf_model_type;
   RopeConfig rope;
   ExtensionConfig extension;
-  bool activation_checkpointing = false;
+  ActivationCheckpointing activation_checkpointing;
 };
 
 }  // namespace segtrain::models

@@ -31,6 +31,28 @@ T value_of(const json& j, const char* key) {
   return j[key].get<T>();
 }
 
+// false, true, the first N blocks, or "auto" (config.h). A model_config.json from before N and
+// auto holds a bool.
+json checkpointing_json(const ActivationCheckpointing& a) {
+  switch (a.kind) {
+    case ActivationCheckpointing::Kind::none: return false;
+    case ActivationCheckpointing::Kind::all: return true;
+    case ActivationCheckpointing::Kind::first: return a.blocks;
+    case ActivationCheckpointing::Kind::automatic: break;
+  }
+  return "auto";
+}
+
+ActivationCheckpointing checkpointing_from_json(const json& j, const char* key) {
+  const json& v = j[key];
+  if (v.is_boolean())
+    return {v.get<bool>() ? ActivationCheckpointing::Kind::all : ActivationCheckpointing::Kind::none, 0};
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return ActivationCheckpointing::first_blocks(v.get<int64_t>());
+  if (v.is_string() && v.get<std::string>() == "auto") return {ActivationCheckpointing::Kind::automatic, 0};
+  throw json::type_error::create(302, std::string("\"") + key + "\" must be true, false, an integer >= 0 or \"auto\", got " +
+                                          v.dump(), &j);
+}
+
 template <class T>
 void get_opt(const json& j, const char* key, std::optional<T>& out) {
   if (j.contains(key)) out = j[key].is_null() ? std::nullopt : std::optional<T>(value_of<T>(j, key));
@@ -77,7 +99,7 @@ std::string model_config_to_json(const ModelConfig& c) {
                {{"short_factor", c.extension.longrope.short_factor},
                 {"long_factor", c.extension.longrope.long_factor},
                 {"attention_factor", opt(c.extension.longrope.attention_factor)}}}}},
-            {"activation_checkpointing", c.activation_checkpointing}};
+            {"activation_checkpointing", checkpointing_json(c.activation_checkpointing)}};
   return j.dump(2) + "\n";
 }
 
@@ -133,7 +155,8 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& s
         get_opt(e["longrope"], "attention_factor", c.extension.longrope.attention_factor);
       }
     }
-    get(j, "activation_checkpointing", c.activation_checkpointing);
+    if (j.contains("activation_checkpointing"))
+      c.activation_checkpointing = checkpointing_from_json(j, "activation_checkpointing");
   } catch (const json::exception& e) {
     throw InputError(source + ": not a valid model_config.json (" + e.what() + ")");
   }

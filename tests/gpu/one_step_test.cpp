@@ -150,7 +150,7 @@ void expect_step_matches_cpu(models::Arch arch, bool bf16, Tolerance tol, LossPa
   torch::manual_seed(11);
   models::TransformerLM reference(tiny(arch));
   auto tested_config = tiny(arch);
-  tested_config.activation_checkpointing = path == LossPath::trainer;
+  tested_config.activation_checkpointing = models::ActivationCheckpointing::every_block_if(path == LossPath::trainer);
   models::TransformerLM tested(tested_config);
   if (lora) {
     convert_to_lora(reference);
@@ -327,7 +327,7 @@ TEST_P(OneStep, TheTrainerLossPathNeverWaitsForTheDevice) {
   const c10::Device device(device_under_test());
   torch::manual_seed(11);
   auto config = tiny(GetParam());
-  config.activation_checkpointing = true;
+  config.activation_checkpointing = models::ActivationCheckpointing::every_block();
   models::TransformerLM model(config);
   model->to(device);
   model->train();

@@ -407,7 +407,7 @@ TEST(Model, ActivationCheckpointingGivesTheSameGradients) {
     auto c = tiny(arch);
     if (arch_layout(arch).block == BlockKind::llama) c.rope.rotary_pct = 1.0;
     TransformerLM plain(c);
-    c.activation_checkpointing = true;
+    c.activation_checkpointing = models::ActivationCheckpointing::every_block();
     TransformerLM ckpt(c);
     ckpt->load_tensors(plain->tensors(), "plain");
     auto tokens = at::randint(50, {2, 12});

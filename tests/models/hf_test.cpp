@@ -11,7 +11,9 @@
 #include "models/modules/model_io.h"
 #include "models/modules/positions.h"
 #include "models/modules/safetensors.h"
+#include "models/spec/model_config_json.h"
 #include "reference.h"
+#include "test_util.h"
 
 namespace segtrain::models {
 namespace {
@@ -142,7 +144,7 @@ TEST(ModelDir, SaveAndLoadRoundTripsWeightsAndConfig) {
   const auto ref = test::reference_dir();
   test::TempDir out;
   auto config = test::config_with_extension(ref + "/gpt2", ExtensionMethod::interpolate, 3.0);
-  config.activation_checkpointing = true;
+  config.activation_checkpointing = models::ActivationCheckpointing::every_block();
   auto model = load_model(ref + "/gpt2", config);
   save_model_dir(model, out / "ckpt");
   EXPECT_EQ(detect_model_format(out / "ckpt"), ModelFormat::segtrain);
@@ -154,6 +156,34 @@ TEST(ModelDir, SaveAndLoadRoundTripsWeightsAndConfig) {
   // A run directory resolves to its final/.
   save_model_dir(model, out / "run/final");
   EXPECT_EQ(read_model_config(out / "run").extension.method, ExtensionMethod::interpolate);
+}
+
+// model_config.json's activation_checkpointing: false, true, the first N or "auto" written and read back;
+// a file from before N and auto (a bool) reads as it meant; anything else is refused naming the key.
+TEST(ModelDir, ActivationCheckpointingRoundTripsThroughModelConfigJson) {
+  using Kind = ActivationCheckpointing::Kind;
+  ModelConfig c;
+  for (const ActivationCheckpointing& a : {ActivationCheckpointing{}, ActivationCheckpointing::every_block(),
+                                           ActivationCheckpointing::first_blocks(3), ActivationCheckpointing{Kind::automatic, 0}}) {
+    c.activation_checkpointing = a;
+    EXPECT_EQ(model_config_from_json(model_config_to_json(c), "m.json").activation_checkpointing, a);
+  }
+  auto json = nlohmann::json::parse(model_config_to_json(c));
+  EXPECT_EQ(json["activation_checkpointing"], "auto");
+  json["activation_checkpointing"] = true;
+  EXPECT_EQ(model_config_from_json(json.dump(), "m.json").activation_checkpointing, ActivationCheckpointing::every_block());
+  json["activation_checkpointing"] = 2;
+  EXPECT_EQ(model_config_from_json(json.dump(), "m.json").activation_checkpointing, ActivationCheckpointing::first_blocks(2));
+  json.erase("activation_checkpointing");
+  EXPECT_EQ(model_config_from_json(json.dump(), "m.json").activation_checkpointing, ActivationCheckpointing{});
+  for (const nlohmann::json& bad : {nlohmann::json(-1), nlohmann::json("some"), nlohmann::json(1.5)}) {
+    json["activation_checkpointing"] = bad;
+    const std::string msg = test::input_error_of([&] { model_config_from_json(json.dump(), "m.json"); });
+    EXPECT_NE(msg.find("m.json: not a valid model_config.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("\"activation_checkpointing\" must be true, false, an integer >= 0 or \"auto\", got " + bad.dump()),
+              std::string::npos)
+        << msg;
+  }
 }
 
 TEST(HfImport, BadFoldersAreInputErrorsNamingTheFile) {

@@ -11,6 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/functional/loss.h>
 #include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "export_cases.h"
@@ -304,29 +309,65 @@ TEST(LlamaAttention, KeysAndValuesAreRepeatedOnlyWhereNoFusedKernelTakesGroupedH
   }
 }
 
-// A llama from scratch (GQA, tied head): activation checkpointing recomputes the
-// blocks in backward and gives the same gradients.
+// How many nodes reachable from `root` are activation checkpoints' (a recomputed block each; raw pointers:
+// LibTorch 2.13 holds nodes in intrusive_ptr, 2.11 in shared_ptr).
+int count_checkpoint_nodes(torch::autograd::Node* root) {
+  std::set<torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo{root};
+  int count = 0;
+  while (!todo.empty()) {
+    torch::autograd::Node* node = todo.back();
+    todo.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    if (node->name().find("CheckpointBackward") != std::string::npos) ++count;
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+  }
+  return count;
+}
+
+// A llama from scratch (GQA, tied head): activation checkpointing recomputes the blocks it names
+// (model.activation_checkpointing: none, the first N, every block, auto before the trainer chose:
+// every block) in backward, one checkpoint node each, and gives the same gradients.
 TEST(LlamaTraining, ActivationCheckpointingGivesTheSameGradients) {
   ModelConfig c;
   c.arch = Arch::llama;
-  c.vocab_size = 50, c.d_model = 32, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.d_ff = 48;
+  c.vocab_size = 50, c.d_model = 32, c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = 2, c.d_ff = 48;
   c.max_positions = 32, c.tie_embeddings = true;
   auto tokens = at::randint(50, {2, 17});
   auto positions = at::cat({at::arange(0, 8), at::arange(20, 28)}).repeat({2, 1});
+  using Kind = ActivationCheckpointing::Kind;
+  const std::vector<std::pair<ActivationCheckpointing, int>> cases{
+      {{}, 0},
+      {ActivationCheckpointing::first_blocks(1), 1},
+      {ActivationCheckpointing::first_blocks(3), 3},
+      {ActivationCheckpointing::every_block(), 4},
+      {{Kind::automatic, 0}, 4}};
   std::vector<std::map<std::string, at::Tensor>> grads;
-  for (bool checkpointing : {false, true}) {
+  for (const auto& [checkpointing, recomputed] : cases) {
     c.activation_checkpointing = checkpointing;
     at::manual_seed(5);
     TransformerLM model(c);
     EXPECT_EQ(model->tensors().count("lm_head.weight"), 0u);
     model->train();
     auto logits = model->forward(tokens.slice(1, 0, 16), positions);
-    torch::nn::functional::cross_entropy(logits.reshape({-1, 50}), tokens.slice(1, 1).reshape(-1)).backward();
+    auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 50}), tokens.slice(1, 1).reshape(-1));
+    EXPECT_EQ(count_checkpoint_nodes(loss.grad_fn().get()), recomputed) << recomputed;
+    loss.backward();
     std::map<std::string, at::Tensor> g;
     for (const auto& item : model->named_parameters()) g[item.key()] = item.value().grad().clone();
     grads.push_back(g);
   }
-  for (const auto& [name, g] : grads[0]) EXPECT_LT(test::max_abs_diff(g, grads[1].at(name)), 1e-6) << name;
+  for (size_t k = 1; k < grads.size(); ++k)
+    for (const auto& [name, g] : grads[0]) EXPECT_LT(test::max_abs_diff(g, grads[k].at(name)), 1e-6) << k << " " << name;
+  // The trainer's auto sets its choice on the built model: the next forward recomputes that many.
+  c.activation_checkpointing = {Kind::automatic, 0};
+  TransformerLM model(c);
+  model->train();
+  model->set_activation_checkpointing(ActivationCheckpointing::first_blocks(2));
+  auto logits = model->forward(tokens.slice(1, 0, 16), positions);
+  EXPECT_EQ(count_checkpoint_nodes(logits.grad_fn().get()), 2);
+  model->eval();  // nothing recomputes outside training
+  EXPECT_EQ(count_checkpoint_nodes(model->forward(tokens.slice(1, 0, 16), positions).grad_fn().get()), 0);
 }
 
 const std::vector<double> kShortFactor = {1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14};

@@ -272,7 +272,7 @@ TEST(LmHeadLoss, AutoSlicesForTensorsFollowGradModeAndTheCrossEntropyPath) {
 
 ModelConfig tiny(Arch arch, bool checkpointing) {
   auto c = test::tiny_model_config(arch, 41, 64, /*grouped_kv=*/true);
-  c.activation_checkpointing = checkpointing;
+  c.activation_checkpointing = models::ActivationCheckpointing::every_block_if(checkpointing);
   return c;
 }
 

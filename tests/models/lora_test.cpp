@@ -254,11 +254,18 @@ TEST(Lora, RefusesTargetsItsBlockLacksAndSettingsThatCannotTrain) {
   EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"norms"}))->convert(llama); }).find("train.trainable: must list adapters"),
             std::string::npos);
   lora.dropout = 0.1;
-  auto checkpointed = test::tiny_model_config(Arch::llama, 40, 16);
-  checkpointed.activation_checkpointing = true;
-  TransformerLM recomputed(checkpointed);
-  EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"}))->convert(recomputed); }).find("another dropout mask"),
-            std::string::npos);
+  // Dropout with any block recomputed (every one, the first 2, auto's) is refused; with none it converts.
+  for (const auto& checkpointing :
+       {models::ActivationCheckpointing::every_block(), models::ActivationCheckpointing::first_blocks(2),
+        models::ActivationCheckpointing{models::ActivationCheckpointing::Kind::automatic, 0},
+        models::ActivationCheckpointing::first_blocks(0)}) {
+    auto checkpointed = test::tiny_model_config(Arch::llama, 40, 16);
+    checkpointed.activation_checkpointing = checkpointing;
+    TransformerLM recomputed(checkpointed);
+    const std::string why =
+        test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"}))->convert(recomputed); });
+    EXPECT_EQ(why.find("another dropout mask") != std::string::npos, checkpointing.any()) << why;
+  }
   lora.rank = 0;
   EXPECT_NE(test::input_error_of([&] { make_lora(test::lora_training(lora, {"adapters"})); }).find("needs a rank > 0"), std::string::npos);
 }

@@ -52,7 +52,7 @@ Outcome train_once(Arch arch, bool node_everywhere, bool checkpointing) {
   at::manual_seed(5);
   ModelConfig config = test::tiny_model_config(arch, 50, 64);
   config.n_layers = 3;
-  config.activation_checkpointing = checkpointing;
+  config.activation_checkpointing = models::ActivationCheckpointing::every_block_if(checkpointing);
   TransformerLM model(config);
   {
     torch::NoGradGuard no_grad;

@@ -174,6 +174,87 @@ TEST(BatchSize, APassThatRunsOutOfMemoryCountsAsOverAndOneSequenceOverIsRefused)
   EXPECT_EQ(too_big.sizes, (std::vector<int64_t>{1})) << "the first pass is over: not measured again";
 }
 
+// model.activation_checkpointing auto over passes of 12 blocks whose memory the test decides: `bytes(k)`
+// with the first k blocks recomputed.
+TEST(CheckpointedBlocks, AutoTakesTheFewestTheLineAllowsAndItsOwnPassFits) {
+  // 4 MiB with every block recomputed, 3 MiB more a block that keeps its activations; room for 5 of them.
+  Pass linear{[](int64_t k) { return 4 * kMiB + 3 * kMiB * (12 - k); }, {}};
+  auto choice = choose_checkpointed_blocks(kCpu, 12, room_for(4 * kMiB + 3 * kMiB * 5 + kMiB), std::ref(linear));
+  EXPECT_EQ(choice.blocks, 7);
+  EXPECT_EQ(choice.of, 12);
+  EXPECT_EQ(linear.sizes, (std::vector<int64_t>{12, 12, 11, 10, 7}))
+      << "every block twice (the first pass warms what a run makes once), the last one's and the last two's "
+         "activations kept, the line's 7 measured itself";
+  EXPECT_EQ(choice.every_bytes, 4 * kMiB);
+  EXPECT_EQ(choice.last_kept_bytes, 7 * kMiB);
+  EXPECT_EQ(choice.kept_block_bytes, 3 * kMiB);
+  EXPECT_EQ(choice.peak_bytes, choice.held_bytes + 19 * kMiB) << "what was held, and the pass's 4 + 5 x 3 MiB";
+  EXPECT_NE(choice.describe().find("7 of 12 blocks (measured: "), std::string::npos) << choice.describe();
+  EXPECT_NE(choice.describe().find("4.0 MiB with every block recomputed, 7.0 MiB with the last block's activations "
+                                   "kept, + 3.0 MiB each further block that keeps them"),
+            std::string::npos)
+      << choice.describe();
+  // Room for every block's activations: none recomputed.
+  Pass roomy{linear.bytes, {}};
+  EXPECT_EQ(choose_checkpointed_blocks(kCpu, 12, room_for(100 * kMiB), std::ref(roomy)).blocks, 0);
+  EXPECT_EQ(roomy.sizes, (std::vector<int64_t>{12, 12, 11, 10, 0}));
+  // Room for the last block's activations, not for two: every block but the last recomputed.
+  Pass tight{linear.bytes, {}};
+  EXPECT_EQ(choose_checkpointed_blocks(kCpu, 12, room_for(8 * kMiB), std::ref(tight)).blocks, 11);
+  EXPECT_EQ(tight.sizes, (std::vector<int64_t>{12, 12, 11, 10}));
+  // Not even the last block's: every block.
+  Pass tighter{linear.bytes, {}};
+  auto all = choose_checkpointed_blocks(kCpu, 12, room_for(5 * kMiB), std::ref(tighter));
+  EXPECT_EQ(all.blocks, 12);
+  EXPECT_EQ(all.peak_bytes, all.held_bytes + 4 * kMiB);
+  EXPECT_EQ(tighter.sizes, (std::vector<int64_t>{12, 12, 11}));
+  EXPECT_FALSE(all.last_kept_bytes.has_value()) << "a pass over the budget gives no figure";
+  EXPECT_EQ(all.describe().find("kept"), std::string::npos) << all.describe();
+  // What the process held before a micro_batch_size auto measured first is the baseline when given.
+  Pass given{linear.bytes, {}};
+  EXPECT_EQ(choose_checkpointed_blocks(kCpu, 12, room_for(20 * kMiB), std::ref(given), held_memory_bytes(kCpu) - 30 * kMiB)
+                .blocks,
+            0)
+      << "30 MiB less held: room for every block";
+}
+
+// A pass that grows faster than the line (a block's activations that are not all alike): the line's
+// choice is measured, found over, and the fewest that fits found by halving the interval to the
+// last pass that fit; a pass out of memory counts as over; every block over is refused.
+TEST(CheckpointedBlocks, AutoHalvesTowardsTheFewestThatFitsAndRefusesWhenEveryBlockIsOver) {
+  // Kept blocks cost 1, 2, 3, ... MiB (the n-th kept block n MiB): 4 MiB + kept (kept + 1) / 2 MiB.
+  Pass growing{[](int64_t k) { return 4 * kMiB + kMiB * (12 - k) * (13 - k) / 2; }, {}};
+  auto choice = choose_checkpointed_blocks(kCpu, 12, room_for(4 * kMiB + 10 * kMiB + kMiB / 2), std::ref(growing));
+  // 1 and 2 kept measure 5 and 7 MiB: the line (2 MiB a further block) allows 4 more, so 7 recomputed, which
+  // measures 4 + 15 MiB, over; then 7..10 halved: 8 (4 + 10, fits).
+  EXPECT_EQ(choice.blocks, 8);
+  EXPECT_EQ(growing.sizes, (std::vector<int64_t>{12, 12, 11, 10, 7, 8}));
+  EXPECT_EQ(choice.peak_bytes, choice.held_bytes + 14 * kMiB);
+
+  Pass out_of_memory{[](int64_t k) {
+                       TORCH_CHECK_WITH(OutOfMemoryError, k >= 6, "out of memory (the test's)");
+                       return kMiB * (12 - k);
+                     },
+                     {}};
+  EXPECT_EQ(choose_checkpointed_blocks(kCpu, 12, room_for(100 * kMiB), std::ref(out_of_memory)).blocks, 6);
+  EXPECT_EQ(out_of_memory.sizes, (std::vector<int64_t>{12, 12, 11, 10, 0, 5, 7, 6}));
+
+  Pass too_big{[](int64_t) { return 20 * kMiB; }, {}};
+  try {
+    choose_checkpointed_blocks(kCpu, 12, room_for(10 * kMiB), std::ref(too_big));
+    ADD_FAILURE() << "a pass of 20 MiB in 10";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("model.activation_checkpointing auto: a step does not fit cpu even with every block "
+                        "recomputed: the process holds "),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("a pass adds 0.02 GiB, over the budget of "), std::string::npos) << what;
+    EXPECT_NE(what.find("lower train.micro_batch_size"), std::string::npos) << what;
+  }
+  EXPECT_EQ(too_big.sizes, (std::vector<int64_t>{12})) << "the first pass is over: not measured again";
+}
+
 TEST(BatchSize, TheBudgetIsTheConfigsOrNineTenthsOfTheDevice) {
   TrainConfig t;
   t.batch_memory_gib = 1.5;

@@ -784,7 +784,7 @@ TEST(ExperimentPlan, AMethodsOwnSettingsAndBudgetsReachItsRunsAlone) {
     const auto& c = run.config.config;
     const auto& m = *run.method;
     const bool full = m.name == "full";
-    EXPECT_EQ(c.model.spec.activation_checkpointing, full) << m.name;
+    EXPECT_EQ(c.model.spec.activation_checkpointing, models::ActivationCheckpointing::every_block_if(full)) << m.name;
     EXPECT_EQ(c.train.warmup_steps, full ? 0 : 2) << m.name;
     EXPECT_EQ(c.train.budget.tokens, m.budget.value_or(4096)) << m.name;
     EXPECT_FALSE(c.train.budget.compute_equivalent);
@@ -851,7 +851,7 @@ TEST(ExperimentPlan, AVariantTrainsItsRowsAgainWithItsSettingsAfterTheirOwn) {
         << m.name;
     EXPECT_DOUBLE_EQ(c.train.lr.value(), variant ? 2e-3 : 1e-3) << m.name;
     // Its row's own settings and budget.
-    EXPECT_EQ(c.model.spec.activation_checkpointing, row == "full") << m.name;
+    EXPECT_EQ(c.model.spec.activation_checkpointing, models::ActivationCheckpointing::every_block_if(row == "full")) << m.name;
     EXPECT_EQ(c.train.warmup_steps, row == "full" ? 0 : 2) << m.name;
     EXPECT_EQ(c.train.budget.tokens, row == "chunk-0.5@8192" ? 8192 : 4096) << m.name;
     EXPECT_EQ(c.data.sampler.alpha, row.rfind("chunk", 0) == 0 ? 0.5 : 0.25) << m.name;

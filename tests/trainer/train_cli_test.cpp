@@ -1508,6 +1508,70 @@ TEST_F(TrainCli, MicroBatchAutoTrainsTheBytesOfTheBatchItChose) {
   EXPECT_EQ(tight.err.find("terminate called"), std::string::npos) << tight.err;
 }
 
+// model.activation_checkpointing auto (trainer/train/batch_size.h, choose_checkpointed_blocks): before the first
+// step a run measures forward and backward on its own model with every block recomputed and with one fewer, and
+// recomputes the fewest blocks whose pass fits train.batch_memory_gib. With room for every block's activations it
+// recomputes none; with room for three blocks' activations and half a fourth's (the budget set from that run's own
+// figures) the first of four. Each says so in its plan line, writes the count into its resolved config, and
+// trains the losses of a run that recomputes nothing (recomputing changes no value). A budget that not even every
+// block recomputed fits stops the run before it trains (exit 1, saying why); a count past the model's blocks is
+// refused naming the key (exit 2).
+TEST_F(TrainCli, ActivationCheckpointingAutoRecomputesTheFewestBlocksThatFit) {
+  // Blocks whose activations (4,096 tokens of d_model 128: about 40 MiB) are far above the held figure's rounding.
+  const std::vector<std::string> shape = {"--set", "model.d_model=128",        "--set", "model.n_layers=4",
+                                          "--set", "data.train_length=128",    "--set", "train.micro_batch_size=32",
+                                          "--set", "train.budget.tokens=8192"};
+  auto train = [&](const std::string& name, const std::vector<std::string>& sets) {
+    std::vector<std::string> args = {"train", config(name, "llama", "chunk")};
+    args.insert(args.end(), shape.begin(), shape.end());
+    args.insert(args.end(), sets.begin(), sets.end());
+    return run(kBin, args, 600);
+  };
+  const auto none = train("recompute-none", {"--set", "model.activation_checkpointing=false"});
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  const auto roomy =
+      train("recompute-auto-roomy", {"--set", "model.activation_checkpointing=auto", "--set", "train.batch_memory_gib=16"});
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(roomy.err, m,
+                                std::regex(R"(; activation checkpointing auto: 0 of 4 blocks \(measured: ([0-9.]+) GiB )"
+                                           R"(held, a pass [0-9.]+ MiB with every block recomputed, ([0-9.]+) MiB with )"
+                                           R"(the last block's activations kept, \+ ([0-9.]+) MiB each further block that )"
+                                           R"(keeps them, 0 recomputed peak at )")))
+      << roomy.err;
+  const double held_mib = std::stod(m[1]) * 1024, last_kept_mib = std::stod(m[2]), block_mib = std::stod(m[3]);
+  ASSERT_GT(block_mib, 20.0) << "a block's activations must be far above the held figure's rounding (5 MiB)";
+  // Room for the last block's activations, two more blocks' and half a third's: the first of four recomputed.
+  const double budget_gib = (held_mib + last_kept_mib + 2.5 * block_mib) / 1024;
+  const auto one = train("recompute-auto-one", {"--set", "model.activation_checkpointing=auto", "--set",
+                                                "train.batch_memory_gib=" + std::to_string(budget_gib)});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.err.find("; activation checkpointing auto: 1 of 4 blocks (measured: "), std::string::npos) << one.err;
+  for (const auto& [name, count] : {std::pair<std::string, std::string>{"recompute-auto-roomy", "0"},
+                                    std::pair<std::string, std::string>{"recompute-auto-one", "1"}}) {
+    const auto resolved = YAML::LoadFile(run_dir(name) + "/config.yaml");
+    EXPECT_EQ(resolved["model"]["activation_checkpointing"].as<std::string>(), count) << name;
+    const auto recomputed = values(run_dir(name), "loss"), plain = values(run_dir("recompute-none"), "loss");
+    ASSERT_EQ(recomputed.size(), plain.size()) << name;
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(recomputed[i], plain[i], 1e-5 * plain[i]) << name << " " << i;
+  }
+  const auto over = train("recompute-auto-over", {"--set", "model.activation_checkpointing=auto", "--set",
+                                                  "train.batch_memory_gib=0.001"});
+  EXPECT_EQ(over.exit_code, 1) << over.err;
+  EXPECT_NE(over.err.find("model.activation_checkpointing auto: a step does not fit cpu even with every block "
+                          "recomputed: the process holds "),
+            std::string::npos)
+      << over.err;
+  EXPECT_FALSE(fs::exists(run_dir("recompute-auto-over") + "/metrics.jsonl"));
+  const auto past = train("recompute-past", {"--set", "model.activation_checkpointing=9"});
+  EXPECT_EQ(past.exit_code, 2) << past.err;
+  EXPECT_NE(past.err.find("--set model.activation_checkpointing=9: model.activation_checkpointing: 9 blocks, but the "
+                          "model has 4 (true recomputes every block)"),
+            std::string::npos)
+      << past.err;
+  EXPECT_EQ(past.err.find("terminate"), std::string::npos) << past.err;
+}
+
 // train.freeze (models/modules/converters/freeze.h) on a trained base: "everything but the norms
 // and the embedding". The frozen weights come out of training bit-identical to the base's
 // (also with bf16 storage, whose master weights are the trainable ones only), the optimizer

@@ -298,7 +298,7 @@ TEST(TrainStep, MicroBatchLossIsTheSameOverSlicesOfTheTokens) {
   for (std::optional<int64_t> chunk : std::vector<std::optional<int64_t>>{0, 1, 7, std::nullopt}) {
     torch::manual_seed(3);
     auto config = tiny(models::Arch::gpt2);
-    config.activation_checkpointing = true;
+    config.activation_checkpointing = models::ActivationCheckpointing::every_block();
     models::TransformerLM model(config);
     model->train();
     at::Tensor loss = micro_batch_loss(model, m, chunk);
@@ -392,7 +392,7 @@ struct SyncCase {
 SyncCase sync_case(bool checkpointing, int64_t batch = 2) {
   torch::manual_seed(0);
   auto config = tiny(models::Arch::gpt_neox);
-  config.activation_checkpointing = checkpointing;
+  config.activation_checkpointing = models::ActivationCheckpointing::every_block_if(checkpointing);
   SyncCase s{models::TransformerLM(config), {}, {}, {}, {}};
   s.model->train();
   for (auto& p : s.model->parameters()) s.params.push_back(p);

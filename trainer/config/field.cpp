@@ -202,6 +202,27 @@ Field flag(std::string path, bool& v, std::string doc) {
           [&v] { return plain(v ? "true" : "false"); }};
 }
 
+Field checkpointed_blocks(std::string path, models::ActivationCheckpointing& v, std::string doc) {
+  using Kind = models::ActivationCheckpointing::Kind;
+  std::string type = "true, false, auto or an integer >= 0";
+  return {path, type, std::move(doc),
+          [&v, type](const YAML::Node& n) {
+            const std::string& word = scalar(n, type);
+            if (const auto on = to_bool(word)) v = models::ActivationCheckpointing::every_block_if(*on);
+            else if (word == "auto") v = {Kind::automatic, 0};
+            else v = models::ActivationCheckpointing::first_blocks(parse_integer(n, type, 0, kMaxInt));
+          },
+          [&v] {
+            switch (v.kind) {
+              case Kind::none: return plain("false");
+              case Kind::all: return plain("true");
+              case Kind::first: return plain(std::to_string(v.blocks));
+              case Kind::automatic: break;
+            }
+            return plain("auto");
+          }};
+}
+
 Field text(std::string path, std::string& v, std::string doc) {
   std::string type = "a string";
   return {path, type, std::move(doc), [&v, type](const YAML::Node& n) { v = scalar(n, type); },

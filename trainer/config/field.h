@@ -96,6 +96,8 @@ Field maybe_integer(std::string path, std::optional<int64_t>& v, const char* wor
 Field real(std::string path, double& v, Bound lo, Bound hi, std::string doc);
 Field maybe_real(std::string path, std::optional<double>& v, const char* word, Bound lo, Bound hi, std::string doc);
 Field flag(std::string path, bool& v, std::string doc);
+// true, false, an integer N >= 0 (the first N blocks) or auto (models/spec/config.h).
+Field checkpointed_blocks(std::string path, models::ActivationCheckpointing& v, std::string doc);
 Field text(std::string path, std::string& v, std::string doc);
 // A non-empty string, or `word` (stored as the empty string: a default the reader works out).
 Field text_or(std::string path, std::string& v, const char* word, std::string doc);

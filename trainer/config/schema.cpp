@@ -93,8 +93,13 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                       "longrope: the factors used once a sequence's largest position id reaches original_length.").with({KeyRole::resume, KeyRole::stored_model}),
       maybe_real("model.extension.longrope.attention_factor", ext.longrope.attention_factor, "auto", above(0), kNoHigh,
                  "longrope attention scaling; auto is sqrt(1 + ln(factor) / ln(original_length)).").with({KeyRole::resume, KeyRole::stored_model}),
-      flag("model.activation_checkpointing", m.activation_checkpointing,
-           "Recompute each block in backward to save activation memory.").with({KeyRole::stored_model}),
+      checkpointed_blocks("model.activation_checkpointing", m.activation_checkpointing,
+                          "Recompute blocks in backward to save activation memory, keeping only each one's input: "
+                          "true every block, an integer N the first N (the last blocks, which backward reaches "
+                          "first, keep their activations), auto the fewest that let a step fit "
+                          "train.batch_memory_gib, measured on the run's model before the first step (with "
+                          "train.micro_batch_size auto, after it chose with every block recomputed); the plan line "
+                          "says how many.").with({KeyRole::stored_model}),
       integer("model.adapters.lora.rank", c.model.adapters.lora.rank, 0, kMaxInt,
               "LoRA (a model converter): a rank-r adapter on each projection model.adapters.lora.targets names, "
               "the base's weights frozen (stored in train.param_dtype), train.trainable besides; merged into the "
@@ -155,7 +160,8 @@ std::vector<Field> fields(Config& c) {  // NOLINT(readability-function-size): th
                     "micro_batch_size x ranks, which must divide it, so a run takes the same steps on any number of "
                     "ranks. null: micro_batch_size x grad_accum x ranks."),
       maybe_real("train.batch_memory_gib", t.batch_memory_gib, "auto", above(0), below(1 << 20),
-                 "The memory, GiB, that train.micro_batch_size: auto lets this process hold at its peak (the "
+                 "The memory, GiB, that train.micro_batch_size: auto and model.activation_checkpointing: auto "
+                 "let this process hold at its peak (the "
                  "model, its optimizer state and the step's activations): auto is 90% of the device's (a GPU's "
                  "total memory; on the CPU, the host's available memory with what the process holds)."),
       maybe_real("train.lr", t.lr, "auto", above(0), kNoHigh,

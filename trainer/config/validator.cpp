@@ -173,7 +173,7 @@ namespace {
 void check_train(Checker& ck, const Config& c) {
   const auto& t = c.train;
   const auto adapters =
-      models::lora_problems(c.model.adapters.lora, c.model.spec.arch, c.model.spec.activation_checkpointing);
+      models::lora_problems(c.model.adapters.lora, c.model.spec.arch, c.model.spec.activation_checkpointing.any());
   for (const auto& problem : adapters) ck.fail(problem.key, problem.message);
   if (const auto sizes = c.model.adapters.any() && adapters.empty() ? built_sizes(ck, c) : std::nullopt)
     for (const auto& problem : adapter_size_problems(c.model.adapters, *sizes)) ck.fail(problem.key, problem.message);
@@ -202,8 +202,10 @@ void check_train(Checker& ck, const Config& c) {
   if (t.global_batch_size && t.micro_batch_size && *t.global_batch_size % *t.micro_batch_size != 0)
     ck.fail("train.global_batch_size", std::to_string(*t.global_batch_size) + " is not a multiple of "
                                        "train.micro_batch_size " + std::to_string(*t.micro_batch_size));
-  if (t.batch_memory_gib && t.micro_batch_size)
-    ck.fail("train.batch_memory_gib", "applies to train.micro_batch_size: auto, which this config does not set");
+  if (t.batch_memory_gib && t.micro_batch_size &&
+      c.model.spec.activation_checkpointing.kind != models::ActivationCheckpointing::Kind::automatic)
+    ck.fail("train.batch_memory_gib", "applies to train.micro_batch_size: auto and model.activation_checkpointing: "
+                                      "auto, neither of which this config sets");
   if (t.reduce_dtype == Precision::bf16 && t.param_dtype != Precision::bf16)
     ck.fail("train.reduce_dtype", "bf16 applies to bf16 parameters; set train.param_dtype: bf16 (auto decides by "
                                   "the device, and fp32 parameters are reduced in fp32)");

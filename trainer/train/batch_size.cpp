@@ -110,7 +110,7 @@ MemoryBudget memory_budget(const TrainConfig& train, const c10::Device& device, 
             "train.batch_memory_gib"};
   const auto total = device_memory_bytes(device, device.is_cpu() ? ranks_on_host : 1);
   if (!total)
-    throw std::runtime_error("train.micro_batch_size auto: the memory of " + device.str() +
+    throw std::runtime_error("train.batch_memory_gib auto: the memory of " + device.str() +
                              " cannot be read; set train.batch_memory_gib");
   const std::string whose = device.is_cuda() ? "the GPU's " : ranks_on_host > 1 ? "this rank's share of the host's "
                                                                                   : "the host's available ";
@@ -166,6 +166,78 @@ MicroBatchChoice choose_micro_batch(const c10::Device& device, int64_t sequences
     return choice;
   }
   throw std::logic_error("choose_micro_batch: no size fits although two sequences do");  // 2 divides, or was not tried
+}
+
+std::string CheckpointingChoice::describe() const {
+  std::ostringstream out;
+  out << blocks << " of " << of << " blocks (measured: " << gib(held_bytes) << " held, a pass " << mib(every_bytes)
+      << " with every block recomputed, ";
+  if (last_kept_bytes) out << mib(*last_kept_bytes) << " with the last block's activations kept, ";
+  if (kept_block_bytes) out << "+ " << mib(*kept_block_bytes) << " each further block that keeps them, ";
+  out << blocks << " recomputed peak"
+      << (peak_measured ? "" : " by the line") << " at " << gib(peak_bytes) << " of the budget " << gib(budget.bytes)
+      << ", " << budget.source << ")";
+  return out.str();
+}
+
+CheckpointingChoice choose_checkpointed_blocks(const c10::Device& device, int64_t blocks, const MemoryBudget& budget,
+                                               const std::function<void(int64_t)>& forward_backward,
+                                               std::optional<int64_t> held) {
+  CheckpointingChoice choice;
+  choice.of = blocks;
+  choice.budget = budget;
+  choice.held_bytes = held ? *held : held_memory_bytes(device);
+  const auto fits = [&](const std::optional<PassPeak>& peak) { return peak && peak->total <= budget.bytes; };
+  PassMeasure measure(device, choice.held_bytes, forward_backward);
+  auto every = measure(blocks);  // the first pass makes what a run makes once (batch_size.h): measured again
+  if (fits(every)) every = measure(blocks);
+  if (!fits(every))
+    throw std::runtime_error(
+        "model.activation_checkpointing auto: a step does not fit " + device.str() +
+        " even with every block recomputed: the process holds " + gib(choice.held_bytes) + " and a pass " +
+        (every ? "adds " + gib(every->above) : "ran out of memory") + ", over the budget of " + gib(budget.bytes) +
+        " (" + budget.source + "); lower train.micro_batch_size, shorten data.train_length, or raise "
+        "train.batch_memory_gib");
+  choice.every_bytes = every->above;
+  choice.blocks = blocks;
+  choice.peak_bytes = every->total;
+  // The last block keeping its activations costs about nothing: with every block recomputed, one block's
+  // activations exist anyway while backward is in it. Each further block adds its own: the line runs through
+  // one and two blocks kept.
+  std::optional<PassPeak> last_kept, two_kept;
+  if (blocks >= 1 && fits(last_kept = measure(blocks - 1))) {
+    choice.last_kept_bytes = last_kept->above;
+    choice.blocks = blocks - 1;
+    choice.peak_bytes = last_kept->total;
+  }
+  if (choice.blocks != blocks - 1 || blocks < 2 || !fits(two_kept = measure(blocks - 2))) return choice;
+  const int64_t per_block = std::max<int64_t>(two_kept->above - last_kept->above, 0);
+  choice.kept_block_bytes = per_block;
+  // The line's fewest, in a division (blocks x bytes may not fit an int64): the room is what the budget
+  // leaves beside what the process held as the two-kept pass began and the last-kept pass's peak.
+  const int64_t room = budget.bytes - (two_kept->total - two_kept->above) - last_kept->above;
+  const int64_t further = per_block == 0 ? blocks : std::min(blocks, room / per_block);
+  int64_t fits_at = blocks - 2;  // recomputing this many fits (measured)
+  auto peak = two_kept;
+  if (const int64_t guess = std::max<int64_t>(blocks - 1 - std::max<int64_t>(further, 1), 0); guess < fits_at) {
+    if (const auto at = measure(guess); fits(at)) {
+      fits_at = guess;
+      peak = at;
+    } else {
+      for (int64_t over = guess; fits_at - over > 1;) {  // recomputing `over` does not fit: halve the interval
+        const int64_t k = over + (fits_at - over) / 2;
+        if (const auto mid = measure(k); fits(mid)) {
+          fits_at = k;
+          peak = mid;
+        } else {
+          over = k;
+        }
+      }
+    }
+  }
+  choice.blocks = fits_at;
+  choice.peak_bytes = peak->total;
+  return choice;
 }
 
 }  // namespace segtrain::trainer

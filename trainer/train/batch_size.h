@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,5 +74,33 @@ struct MicroBatchChoice {
 // sequence does not fit.
 MicroBatchChoice choose_micro_batch(const c10::Device& device, int64_t sequences, const MemoryBudget& budget,
                                     const std::function<void(int64_t)>& forward_backward);
+
+// model.activation_checkpointing auto: the fewest blocks, from the first, that recompute in backward
+// such that a step fits the budget, measured as micro_batch_size auto measures: forward and backward
+// with every block recomputed, with the last block's activations kept (about the same: a recomputed
+// block's activations exist while backward is in it) and with the last two's give what each further
+// block that keeps its activations adds, a line in the blocks kept; the fewest the line allows is then
+// measured itself, and where it does not fit (or runs out of memory), more are recomputed, halving
+// the interval to the last pass that fit.
+struct CheckpointingChoice {
+  int64_t blocks = 0;       // the first `blocks` recompute
+  int64_t of = 0;           // the model's blocks
+  int64_t held_bytes = 0;   // what the process held before the first pass
+  int64_t every_bytes = 0;  // a pass's peak above that with every block recomputed
+  std::optional<int64_t> last_kept_bytes;   // with the last block's activations kept (nullopt: not measured)
+  std::optional<int64_t> kept_block_bytes;  // what each further block that keeps its activations adds
+  int64_t peak_bytes = 0;   // the choice's peak, all the process held then included
+  bool peak_measured = true;  // false: another rank's larger choice, its peak read off the line
+  MemoryBudget budget;
+  std::string describe() const;  // "20 of 32 blocks (measured: 1.2 GiB held, ...)"
+};
+
+// `forward_backward(k)`: one micro-batch's pass with the first k blocks recomputed. `held`: what the
+// process held before any measuring pass, where micro_batch_size auto measured first (its held_bytes:
+// the CPU's resident set keeps what earlier passes freed); else read now. A runtime error (exit 1)
+// when a pass with every block recomputed does not fit.
+CheckpointingChoice choose_checkpointed_blocks(const c10::Device& device, int64_t blocks, const MemoryBudget& budget,
+                                               const std::function<void(int64_t)>& forward_backward,
+                                               std::optional<int64_t> held = std::nullopt);
 
 }  // namespace segtrain::trainer

@@ -36,7 +36,14 @@ std::vector<int32_t> reaching_positions(const data::DataConfig& data, int64_t le
 
 }  // namespace
 
+// The micro-batch, then, with model.activation_checkpointing auto, the blocks recomputed at it (a
+// micro-batch auto measured with every block recomputed: the most sequences, then the fewest blocks).
 void Trainer::size_batch() {
+  size_micro_batch();
+  size_checkpointing();
+}
+
+void Trainer::size_micro_batch() {
   if (c_.train.micro_batch_size) {
     batch_ = batch_shape(c_.train, dist_.world_size, *c_.train.micro_batch_size);
     return;
@@ -75,6 +82,48 @@ void Trainer::size_batch() {
   }
   batch_ = batch_shape(c_.train, dist_.world_size, choice.micro_batch_size);
   auto_batch_ = choice;
+  reset_peak_memory(device_);  // the run's peaks are its steps', not the measuring passes'
+}
+
+void Trainer::size_checkpointing() {
+  if (model_config_.activation_checkpointing.kind != models::ActivationCheckpointing::Kind::automatic) return;
+  CheckpointingChoice choice;
+  std::string failure;  // this rank's, said by every rank after they agree (as size_micro_batch's)
+  {
+    const KeptGenerators generators(device_);
+    try {
+      choice = choose_checkpointed_blocks(device_, model_config_.n_layers,
+                                          memory_budget(c_.train, device_, dist_.local_world_size), [this](int64_t k) {
+                                            model_->set_activation_checkpointing(
+                                                models::ActivationCheckpointing::first_blocks(k));
+                                            measuring_pass(batch_.micro_batch_size);
+                                          },
+                                          auto_batch_ ? std::optional<int64_t>(auto_batch_->held_bytes) : std::nullopt);
+    } catch (const std::runtime_error& e) {
+      if (!group_) throw;
+      failure = e.what();
+    }
+  }
+  // Every rank recomputes the most blocks any rank needs; -1 is a rank where none fit.
+  if (group_) {
+    std::vector<double> chosen(static_cast<size_t>(dist_.world_size), 0.0);
+    chosen[static_cast<size_t>(dist_.rank)] = failure.empty() ? static_cast<double>(choice.blocks) : -1.0;
+    const auto all = global_sum(chosen);
+    const auto most = std::max_element(all.begin(), all.end());
+    if (!failure.empty()) throw std::runtime_error("rank " + std::to_string(dist_.rank) + ": " + failure);
+    if (const auto failed = std::find(all.begin(), all.end(), -1.0); failed != all.end())
+      throw std::runtime_error("model.activation_checkpointing auto: a step does not fit rank " +
+                               std::to_string(failed - all.begin()) + "'s device (its log says why)");
+    if (const auto agreed = static_cast<int64_t>(*most); agreed != choice.blocks) {
+      log::info("rank ", dist_.rank, ": ", choice.blocks, " recomputed blocks fit here; ", agreed, " fit every rank");
+      choice.peak_bytes -= (agreed - choice.blocks) * choice.kept_block_bytes.value_or(0);
+      choice.peak_measured = false;
+      choice.blocks = agreed;
+    }
+  }
+  model_config_.activation_checkpointing = models::ActivationCheckpointing::first_blocks(choice.blocks);
+  model_->set_activation_checkpointing(model_config_.activation_checkpointing);
+  auto_checkpointing_ = choice;
   reset_peak_memory(device_);  // the run's peaks are its steps', not the measuring passes'
 }
 

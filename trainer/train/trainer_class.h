@@ -93,6 +93,8 @@ class Trainer {
   void assemble_checkpoint_parts();
   void resume_from_checkpoint();
   void size_batch();
+  void size_micro_batch();
+  void size_checkpointing();
   void measuring_pass(int64_t sequences);
   void plan_steps();
   void count_source_tokens();
@@ -147,6 +149,7 @@ class Trainer {
   Precision param_dtype_;  // train.param_dtype, auto decided for device_
   BatchShape batch_;       // train.micro_batch_size and grad_accum for these ranks (size_batch)
   std::optional<MicroBatchChoice> auto_batch_;  // what micro_batch_size auto measured and chose
+  std::optional<CheckpointingChoice> auto_checkpointing_;  // what model.activation_checkpointing auto chose
   std::unique_ptr<ProcessGroup> group_;
   data::TokenStore store_;
   std::unique_ptr<EvalSuite> suite_;              // eval.tasks, run by the final evaluation

@@ -349,12 +349,14 @@ void Trainer::plan_steps() {
       : "; micro-batch " + (auto_batch_ ? "auto: " + auto_batch_->describe() : std::to_string(batch_.micro_batch_size)) +
             " x grad_accum " + std::to_string(batch_.grad_accum) + " x " + std::to_string(dist_.world_size) +
             (dist_.world_size == 1 ? " rank" : " ranks");
+  const std::string checkpointing =
+      auto_checkpointing_ ? "; activation checkpointing auto: " + auto_checkpointing_->describe() : "";
   log::info("plan: ", plan_.total_steps, " steps of ", plan_.global_batch, " x ", plan_.sample_length, " tokens = ",
             plan_.total_steps * plan_.tokens_per_step, " tokens (", epochs_text(), "); model ", model_config_.d_model, "x", model_config_.n_layers, " ",
             enum_name(models::kArchs, model_config_.arch), " on ", device_.str(), ", ", at::get_num_threads(),
             " threads; lr ", format_double(lr_of(c_)), " after ", warmup_steps_of(c_, plan_.total_steps),
             " warm-up steps", c_.train.lr ? "" : from_pretrained(c_) ? " (auto: a pretrained base's)" : " (auto)",
-            batch, bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "", storage,
+            batch, checkpointing, bf16_on_cpu ? "; " + describe(cpu_matmul(/*log_choice=*/false)) : "", storage,
             fused.empty() ? "" : "; " + fused, describe_cuda_graph().empty() ? "" : "; " + describe_cuda_graph());
   metrics_ = std::make_unique<Metrics>(writer_ ? run_.dir : fs::path(), c_.train.tensorboard, state_.step,
                                        plan_.total_steps);

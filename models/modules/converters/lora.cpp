@@ -157,7 +157,7 @@ class Lora final : public ModelConverter {
 
   void convert(TransformerLM& model) const override {
     const auto& c = model->config();
-    throw_first(lora_problems(lora_, c.arch, c.activation_checkpointing));
+    throw_first(lora_problems(lora_, c.arch, c.activation_checkpointing.any()));
     throw_first(lora_size_problems(lora_, c));  // before any adapter is allocated
     say_share(model);
     for (auto& p : model->parameters()) p.set_requires_grad(false);
