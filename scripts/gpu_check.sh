@@ -197,6 +197,7 @@ declare -A about=(
   [DeviceRun.ChunkRunTrainsAndResumesExactly]="a chunk run, stopped by SIGTERM and resumed, follows the uninterrupted run"
   [DeviceRun.Bf16StepsWithActivationCheckpointingEqualStepsWithout]="8 bf16 steps with activation checkpointing = 8 without (1e-3)"
   [DeviceRun.MicroBatchAutoKeepsTheRunsPeakWithinTheBudget]="micro_batch_size auto: a budget halfway between micro-batch 1's and 32's peaks gives a smaller micro-batch whose run peaks within it"
+  [DeviceRun.ActivationCheckpointingAutoKeepsTheRunsPeakWithinTheBudget]="activation_checkpointing auto: a budget halfway between no block's and every block's recomputation peaks recomputes 1 to 3 of 4 blocks and its run peaks within it"
   [DeviceRun.CapturedStepFollowsTheOrdinaryStep]="SEGTRAIN_CUDA_GRAPH=1: gpt2 and llama capture forward+backward and the update at step 4, 16 steps within 1e-3 of the ordinary step and the static path, checkpoints saved while replaying; the same with SEGTRAIN_FUSED_KERNELS=all and with =auto; auto trains bloom (ALiBi) uncaptured, saying why"
   [DeviceRun.Bf16StepsWithFusedKernelsEqualStepsWithout]="8 bf16 steps with SEGTRAIN_FUSED_KERNELS=1 = 8 with 0, gpt2, gpt_neox, llama, bloom (1e-3; bloom 5e-3), and with =all for gpt2, gpt_neox and llama (the bias-gradient kernels, the residual add fused with the norm), the first step logging the fused paths it took (LayerNorm 16-bit but BLOOM's: its stream is fp32)"
   [FusedKernels.RopeEqualsTheCompositeForwardAndBackward]="the RoPE kernel = ATen's composite, forward and backward, fp32/bf16/fp16"

@@ -336,6 +336,60 @@ TEST_F(DeviceRun, MicroBatchAutoKeepsTheRunsPeakWithinTheBudget) {
          std::to_string(peak_mib("auto-halfway")) + " MiB");
 }
 
+// model.activation_checkpointing auto against the caching allocator's own peak: runs that recompute no block
+// and every block peak at P0 and Pall (metrics.jsonl's peak_gpu_mb); with train.batch_memory_gib halfway
+// between, auto recomputes some blocks but not all (its plan line says how many and what it measured), and its
+// run's peak stays within the budget. With room for every block's activations it recomputes none. On the CPU as
+// the device (no allocator peak to hold it to) only that choice and its plan line are checked.
+TEST_F(DeviceRun, ActivationCheckpointingAutoKeepsTheRunsPeakWithinTheBudget) {
+  REQUIRE_DEVICE(1);
+  const std::string dev = device_under_test();
+  // bf16 and a wider model where they are fast (a CUDA device); on the CPU the choice is the point.
+  const std::vector<std::string> wider = {"--set", "model.d_model=" + std::string(dev == "cuda" ? "512" : "128"),
+                                          "--set", "model.n_layers=4", "--set",
+                                          "train.budget.tokens=2048", "--set",
+                                          "train.precision=" + std::string(dev == "cuda" ? "bf16" : "fp32"), "--set",
+                                          "train.micro_batch_size=16", "--set", "data.train_length=128"};
+  auto train = [&](const std::string& name, const std::string& checkpointing, const std::string& budget_gib) {
+    std::vector<std::string> args = {"train", config(name, dev)};
+    args.insert(args.end(), wider.begin(), wider.end());
+    args.insert(args.end(), {"--set", "model.activation_checkpointing=" + checkpointing});
+    if (!budget_gib.empty()) args.insert(args.end(), {"--set", "train.batch_memory_gib=" + budget_gib});
+    return run(kBin, args, 900);
+  };
+  auto peak_mib = [&](const std::string& name) {
+    double most = 0;
+    for (const auto& row : rows(run_dir(name)))
+      if (row.contains("peak_gpu_mb")) most = std::max(most, row["peak_gpu_mb"].get<double>());
+    return most;
+  };
+  auto recomputed = [](const std::string& err) {
+    std::smatch m;
+    return std::regex_search(err, m, std::regex(R"(activation checkpointing auto: (\d+) of 4 blocks \(measured: )"))
+               ? std::stoi(m[1])
+               : -1;
+  };
+  auto roomy = train("recompute-roomy", "auto", "64");
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  EXPECT_EQ(recomputed(roomy.err), 0) << roomy.err;
+  if (dev != "cuda") return;
+  auto none = train("recompute-none", "false", "");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  auto every = train("recompute-every", "true", "");
+  ASSERT_EQ(every.exit_code, 0) << every.err;
+  const double p0 = peak_mib("recompute-none"), p_all = peak_mib("recompute-every"), budget_mib = (p0 + p_all) / 2;
+  ASSERT_GT(p0, p_all) << "recomputing every block must hold less than recomputing none";
+  auto halfway = train("recompute-halfway", "auto", std::to_string(budget_mib / 1024.0));
+  ASSERT_EQ(halfway.exit_code, 0) << halfway.err;
+  const int blocks = recomputed(halfway.err);
+  EXPECT_GE(blocks, 1) << halfway.err;
+  EXPECT_LE(blocks, 3) << halfway.err;
+  EXPECT_LE(peak_mib("recompute-halfway"), budget_mib) << halfway.err;
+  record("activation_checkpointing auto on " + dev + ": P0 " + std::to_string(p0) + " MiB, Pall " +
+         std::to_string(p_all) + " MiB, budget " + std::to_string(budget_mib) + " MiB -> " + std::to_string(blocks) +
+         " of 4 blocks recomputed, peaking at " + std::to_string(peak_mib("recompute-halfway")) + " MiB");
+}
+
 // Activation checkpointing recomputes each block in backward (on CUDA, on autograd's device
 // thread) under the forward's autocast state: 8 bf16 steps with it give the losses of 8 without.
 // A recomputation that reused a bf16 cast made before the optimizer's in-place update (autocast's

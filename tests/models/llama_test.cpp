@@ -366,6 +366,26 @@ TEST(LlamaTraining, ActivationCheckpointingGivesTheSameGradients) {
   model->set_activation_checkpointing(ActivationCheckpointing::first_blocks(2));
   auto logits = model->forward(tokens.slice(1, 0, 16), positions);
   EXPECT_EQ(count_checkpoint_nodes(logits.grad_fn().get()), 2);
+  // The first block's: its node's input is the embedding's output.
+  c.activation_checkpointing = ActivationCheckpointing::first_blocks(1);
+  TransformerLM first(c);
+  first->train();
+  auto first_logits = first->forward(tokens.slice(1, 0, 16), positions);
+  std::vector<std::string> fed_by;
+  std::set<torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo{first_logits.grad_fn().get()};
+  while (!todo.empty()) {
+    torch::autograd::Node* node = todo.back();
+    todo.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    for (const auto& edge : node->next_edges()) {
+      if (node->name().find("CheckpointBackward") != std::string::npos && edge.function)
+        fed_by.push_back(edge.function->name());
+      todo.push_back(edge.function.get());
+    }
+  }
+  ASSERT_EQ(fed_by.size(), 1u);
+  EXPECT_NE(fed_by[0].find("Embedding"), std::string::npos) << fed_by[0] << ": not the first block recomputed";
   model->eval();  // nothing recomputes outside training
   EXPECT_EQ(count_checkpoint_nodes(model->forward(tokens.slice(1, 0, 16), positions).grad_fn().get()), 0);
 }

@@ -239,6 +239,23 @@ TEST(CheckpointedBlocks, AutoHalvesTowardsTheFewestThatFitsAndRefusesWhenEveryBl
   EXPECT_EQ(choose_checkpointed_blocks(kCpu, 12, room_for(100 * kMiB), std::ref(out_of_memory)).blocks, 6);
   EXPECT_EQ(out_of_memory.sizes, (std::vector<int64_t>{12, 12, 11, 10, 0, 5, 7, 6}));
 
+  // Models of one and two blocks, and the last two's activations out of memory.
+  Pass one_block{[](int64_t k) { return kMiB * (2 - k); }, {}};
+  EXPECT_EQ(choose_checkpointed_blocks(kCpu, 1, room_for(100 * kMiB), std::ref(one_block)).blocks, 0);
+  EXPECT_EQ(one_block.sizes, (std::vector<int64_t>{1, 1, 0}));
+  Pass two_blocks{[](int64_t k) { return kMiB * (3 - k); }, {}};
+  EXPECT_EQ(choose_checkpointed_blocks(kCpu, 2, room_for(100 * kMiB), std::ref(two_blocks)).blocks, 0);
+  EXPECT_EQ(two_blocks.sizes, (std::vector<int64_t>{2, 2, 1, 0})) << "two kept is every block kept: no more passes";
+  Pass two_kept_out{[](int64_t k) {
+                      TORCH_CHECK_WITH(OutOfMemoryError, k >= 11, "out of memory (the test's)");
+                      return kMiB * (12 - k);
+                    },
+                    {}};
+  auto last_kept = choose_checkpointed_blocks(kCpu, 12, room_for(100 * kMiB), std::ref(two_kept_out));
+  EXPECT_EQ(last_kept.blocks, 11);
+  EXPECT_EQ(two_kept_out.sizes, (std::vector<int64_t>{12, 12, 11, 10}));
+  EXPECT_FALSE(last_kept.kept_block_bytes.has_value());
+
   Pass too_big{[](int64_t) { return 20 * kMiB; }, {}};
   try {
     choose_checkpointed_blocks(kCpu, 12, room_for(10 * kMiB), std::ref(too_big));

@@ -1555,6 +1555,13 @@ TEST_F(TrainCli, ActivationCheckpointingAutoRecomputesTheFewestBlocksThatFit) {
     ASSERT_EQ(recomputed.size(), plain.size()) << name;
     for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(recomputed[i], plain[i], 1e-5 * plain[i]) << name << " " << i;
   }
+  // Both auto: the micro-batch first, with every block recomputed, then the blocks at it.
+  const auto both = train("recompute-auto-both", {"--set", "model.activation_checkpointing=auto", "--set",
+                                                  "train.micro_batch_size=auto", "--set", "train.global_batch_size=32",
+                                                  "--set", "train.batch_memory_gib=16"});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_NE(both.err.find("; micro-batch auto: 32 (measured: "), std::string::npos) << both.err;
+  EXPECT_NE(both.err.find("; activation checkpointing auto: 0 of 4 blocks (measured: "), std::string::npos) << both.err;
   const auto over = train("recompute-auto-over", {"--set", "model.activation_checkpointing=auto", "--set",
                                                   "train.batch_memory_gib=0.001"});
   EXPECT_EQ(over.exit_code, 1) << over.err;

@@ -46,12 +46,15 @@ class PassMeasure {
  public:
   PassMeasure(const c10::Device& device, int64_t held, const std::function<void(int64_t)>& forward_backward)
       : device_(device), held_(held), forward_backward_(forward_backward) {}
+  // The most that earlier passes left held as a pass began (a workspace, a table).
+  int64_t left() const { return left_; }
   std::optional<PassPeak> operator()(int64_t size) {
     try {
       const AllocationPeak peak(device_);
       if (!first_start_) first_start_ = peak.start_bytes();
       forward_backward_(size);
       const int64_t left = std::max<int64_t>(peak.start_bytes() - *first_start_, 0);
+      left_ = std::max(left_, left);
       return PassPeak{peak.bytes(), held_ + left + peak.bytes()};
     } catch (const c10::OutOfMemoryError&) {
       release_cached_memory(device_);
@@ -64,6 +67,7 @@ class PassMeasure {
   int64_t held_;
   const std::function<void(int64_t)>& forward_backward_;
   std::optional<int64_t> first_start_;
+  int64_t left_ = 0;
 };
 
 }  // namespace
@@ -149,6 +153,7 @@ MicroBatchChoice choose_micro_batch(const c10::Device& device, int64_t sequences
   if (!fits(two)) {  // one rank's share is 1, or two sequences are already over
     choice.micro_batch_size = 1;
     choice.peak_bytes = one->total;
+    choice.left_bytes = measure.left();
     return choice;
   }
   // Whether the line puts `size` within the budget, in a division: size x per_sequence may not fit an
@@ -163,6 +168,7 @@ MicroBatchChoice choose_micro_batch(const c10::Device& device, int64_t sequences
     if (!fits(peak)) continue;
     choice.micro_batch_size = size;
     choice.peak_bytes = peak->total;
+    choice.left_bytes = measure.left();
     return choice;
   }
   throw std::logic_error("choose_micro_batch: no size fits although two sequences do");  // 2 divides, or was not tried

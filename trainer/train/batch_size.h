@@ -61,6 +61,7 @@ struct MicroBatchChoice {
   int64_t micro_batch_size = 0;
   MemoryFit fit;
   int64_t held_bytes = 0;  // what the process held before the first pass (weights, optimizer state)
+  int64_t left_bytes = 0;  // what its passes left held (a workspace, a table): later passes hold it too
   int64_t peak_bytes = 0;  // the chosen size's peak, all the process held then included
   bool peak_measured = true;  // false: another rank's smaller choice, its peak read off the line
   MemoryBudget budget;
@@ -96,8 +97,8 @@ struct CheckpointingChoice {
 };
 
 // `forward_backward(k)`: one micro-batch's pass with the first k blocks recomputed. `held`: what the
-// process held before any measuring pass, where micro_batch_size auto measured first (its held_bytes:
-// the CPU's resident set keeps what earlier passes freed); else read now. A runtime error (exit 1)
+// process holds, where micro_batch_size auto measured first (its held_bytes and left_bytes: the CPU's
+// resident set keeps what earlier passes freed); else read now. A runtime error (exit 1)
 // when a pass with every block recomputed does not fit.
 CheckpointingChoice choose_checkpointed_blocks(const c10::Device& device, int64_t blocks, const MemoryBudget& budget,
                                                const std::function<void(int64_t)>& forward_backward,

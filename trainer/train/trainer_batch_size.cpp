@@ -98,7 +98,9 @@ void Trainer::size_checkpointing() {
                                                 models::ActivationCheckpointing::first_blocks(k));
                                             measuring_pass(batch_.micro_batch_size);
                                           },
-                                          auto_batch_ ? std::optional<int64_t>(auto_batch_->held_bytes) : std::nullopt);
+                                          auto_batch_ ? std::optional<int64_t>(auto_batch_->held_bytes +
+                                                                               auto_batch_->left_bytes)
+                                                      : std::nullopt);
     } catch (const std::runtime_error& e) {
       if (!group_) throw;
       failure = e.what();
@@ -116,7 +118,10 @@ void Trainer::size_checkpointing() {
                                std::to_string(failed - all.begin()) + "'s device (its log says why)");
     if (const auto agreed = static_cast<int64_t>(*most); agreed != choice.blocks) {
       log::info("rank ", dist_.rank, ": ", choice.blocks, " recomputed blocks fit here; ", agreed, " fit every rank");
-      choice.peak_bytes -= (agreed - choice.blocks) * choice.kept_block_bytes.value_or(0);
+      // By the line: every block recomputed peaks as that pass did; fewer kept, a block's bytes fewer each.
+      choice.peak_bytes = agreed == choice.of
+                              ? choice.held_bytes + choice.every_bytes
+                              : choice.peak_bytes - (agreed - choice.blocks) * choice.kept_block_bytes.value_or(0);
       choice.peak_measured = false;
       choice.blocks = agreed;
     }
