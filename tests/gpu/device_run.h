@@ -30,6 +30,13 @@ class DeviceRun : public SyntheticStoreSuite {
     for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
     return out;
   }
+  // The most peak_gpu_mb (the caching allocator's peak) of a run's metrics rows; 0 without one.
+  static double peak_gpu_mib(const std::string& run) {
+    double most = 0;
+    for (const auto& row : rows(run_dir(run)))
+      if (row.contains("peak_gpu_mb")) most = std::max(most, row["peak_gpu_mb"].get<double>());
+    return most;
+  }
   static nlohmann::json state_of(const std::string& dir) {
     return nlohmann::json::parse(read_file(std::filesystem::path(dir) / "trainer_state.json"));
   }

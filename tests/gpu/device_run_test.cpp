@@ -301,12 +301,6 @@ TEST_F(DeviceRun, MicroBatchAutoKeepsTheRunsPeakWithinTheBudget) {
     args.insert(args.end(), sets.begin(), sets.end());
     return run(kBin, args, 900);
   };
-  auto peak_mib = [&](const std::string& name) {
-    double most = 0;
-    for (const auto& row : rows(run_dir(name)))
-      if (row.contains("peak_gpu_mb")) most = std::max(most, row["peak_gpu_mb"].get<double>());
-    return most;
-  };
   auto chosen = [](const std::string& err) {
     std::smatch m;
     return std::regex_search(err, m, std::regex(R"(micro-batch auto: (\d+) \(measured: )")) ? std::stoi(m[1]) : -1;
@@ -321,7 +315,7 @@ TEST_F(DeviceRun, MicroBatchAutoKeepsTheRunsPeakWithinTheBudget) {
   ASSERT_EQ(one.exit_code, 0) << one.err;
   auto all = train("auto-32", {"--set", "train.micro_batch_size=32"});
   ASSERT_EQ(all.exit_code, 0) << all.err;
-  const double p1 = peak_mib("auto-1"), p32 = peak_mib("auto-32"), budget_mib = (p1 + p32) / 2;
+  const double p1 = peak_gpu_mib("auto-1"), p32 = peak_gpu_mib("auto-32"), budget_mib = (p1 + p32) / 2;
   ASSERT_GT(p32, p1) << "32 sequences must hold more than 1";
   std::vector<std::string> tight = automatic;
   tight.insert(tight.end(), {"--set", "train.batch_memory_gib=" + std::to_string(budget_mib / 1024.0)});
@@ -330,10 +324,10 @@ TEST_F(DeviceRun, MicroBatchAutoKeepsTheRunsPeakWithinTheBudget) {
   const int micro = chosen(halfway.err);
   EXPECT_GE(micro, 1) << halfway.err;
   EXPECT_LT(micro, 32) << halfway.err;
-  EXPECT_LE(peak_mib("auto-halfway"), budget_mib) << halfway.err;
+  EXPECT_LE(peak_gpu_mib("auto-halfway"), budget_mib) << halfway.err;
   record("micro_batch_size auto on " + dev + ": P1 " + std::to_string(p1) + " MiB, P32 " + std::to_string(p32) +
          " MiB, budget " + std::to_string(budget_mib) + " MiB -> micro-batch " + std::to_string(micro) + " peaking at " +
-         std::to_string(peak_mib("auto-halfway")) + " MiB");
+         std::to_string(peak_gpu_mib("auto-halfway")) + " MiB");
 }
 
 // model.activation_checkpointing auto against the caching allocator's own peak: runs that recompute no block
@@ -357,12 +351,6 @@ TEST_F(DeviceRun, ActivationCheckpointingAutoKeepsTheRunsPeakWithinTheBudget) {
     if (!budget_gib.empty()) args.insert(args.end(), {"--set", "train.batch_memory_gib=" + budget_gib});
     return run(kBin, args, 900);
   };
-  auto peak_mib = [&](const std::string& name) {
-    double most = 0;
-    for (const auto& row : rows(run_dir(name)))
-      if (row.contains("peak_gpu_mb")) most = std::max(most, row["peak_gpu_mb"].get<double>());
-    return most;
-  };
   auto recomputed = [](const std::string& err) {
     std::smatch m;
     return std::regex_search(err, m, std::regex(R"(activation checkpointing auto: (\d+) of 4 blocks \(measured: )"))
@@ -377,17 +365,17 @@ TEST_F(DeviceRun, ActivationCheckpointingAutoKeepsTheRunsPeakWithinTheBudget) {
   ASSERT_EQ(none.exit_code, 0) << none.err;
   auto every = train("recompute-every", "true", "");
   ASSERT_EQ(every.exit_code, 0) << every.err;
-  const double p0 = peak_mib("recompute-none"), p_all = peak_mib("recompute-every"), budget_mib = (p0 + p_all) / 2;
+  const double p0 = peak_gpu_mib("recompute-none"), p_all = peak_gpu_mib("recompute-every"), budget_mib = (p0 + p_all) / 2;
   ASSERT_GT(p0, p_all) << "recomputing every block must hold less than recomputing none";
   auto halfway = train("recompute-halfway", "auto", std::to_string(budget_mib / 1024.0));
   ASSERT_EQ(halfway.exit_code, 0) << halfway.err;
   const int blocks = recomputed(halfway.err);
   EXPECT_GE(blocks, 1) << halfway.err;
   EXPECT_LE(blocks, 3) << halfway.err;
-  EXPECT_LE(peak_mib("recompute-halfway"), budget_mib) << halfway.err;
+  EXPECT_LE(peak_gpu_mib("recompute-halfway"), budget_mib) << halfway.err;
   record("activation_checkpointing auto on " + dev + ": P0 " + std::to_string(p0) + " MiB, Pall " +
          std::to_string(p_all) + " MiB, budget " + std::to_string(budget_mib) + " MiB -> " + std::to_string(blocks) +
-         " of 4 blocks recomputed, peaking at " + std::to_string(peak_mib("recompute-halfway")) + " MiB");
+         " of 4 blocks recomputed, peaking at " + std::to_string(peak_gpu_mib("recompute-halfway")) + " MiB");
 }
 
 // Activation checkpointing recomputes each block in backward (on CUDA, on autograd's device

@@ -12,7 +12,6 @@
 #include <torch/nn/functional/loss.h>
 #include <limits>
 #include <map>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "models/modules/model_io.h"
 #include "models/modules/positions.h"
 #include "models/modules/safetensors.h"
+#include "backward_graph.h"
 #include "reference.h"
 
 namespace segtrain::models {
@@ -309,22 +309,6 @@ TEST(LlamaAttention, KeysAndValuesAreRepeatedOnlyWhereNoFusedKernelTakesGroupedH
   }
 }
 
-// How many nodes reachable from `root` are activation checkpoints' (a recomputed block each; raw pointers:
-// LibTorch 2.13 holds nodes in intrusive_ptr, 2.11 in shared_ptr).
-int count_checkpoint_nodes(torch::autograd::Node* root) {
-  std::set<torch::autograd::Node*> seen;
-  std::vector<torch::autograd::Node*> todo{root};
-  int count = 0;
-  while (!todo.empty()) {
-    torch::autograd::Node* node = todo.back();
-    todo.pop_back();
-    if (node == nullptr || !seen.insert(node).second) continue;
-    if (node->name().find("CheckpointBackward") != std::string::npos) ++count;
-    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
-  }
-  return count;
-}
-
 // A llama from scratch (GQA, tied head): activation checkpointing recomputes the blocks it names
 // (model.activation_checkpointing: none, the first N, every block, auto before the trainer chose:
 // every block) in backward, one checkpoint node each, and gives the same gradients.
@@ -351,7 +335,7 @@ TEST(LlamaTraining, ActivationCheckpointingGivesTheSameGradients) {
     model->train();
     auto logits = model->forward(tokens.slice(1, 0, 16), positions);
     auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 50}), tokens.slice(1, 1).reshape(-1));
-    EXPECT_EQ(count_checkpoint_nodes(loss.grad_fn().get()), recomputed) << recomputed;
+    EXPECT_EQ(test::count_nodes_named(loss.grad_fn().get(), "CheckpointBackward"), recomputed) << recomputed;
     loss.backward();
     std::map<std::string, at::Tensor> g;
     for (const auto& item : model->named_parameters()) g[item.key()] = item.value().grad().clone();
@@ -365,29 +349,22 @@ TEST(LlamaTraining, ActivationCheckpointingGivesTheSameGradients) {
   model->train();
   model->set_activation_checkpointing(ActivationCheckpointing::first_blocks(2));
   auto logits = model->forward(tokens.slice(1, 0, 16), positions);
-  EXPECT_EQ(count_checkpoint_nodes(logits.grad_fn().get()), 2);
+  EXPECT_EQ(test::count_nodes_named(logits.grad_fn().get(), "CheckpointBackward"), 2);
   // The first block's: its node's input is the embedding's output.
   c.activation_checkpointing = ActivationCheckpointing::first_blocks(1);
   TransformerLM first(c);
   first->train();
   auto first_logits = first->forward(tokens.slice(1, 0, 16), positions);
   std::vector<std::string> fed_by;
-  std::set<torch::autograd::Node*> seen;
-  std::vector<torch::autograd::Node*> todo{first_logits.grad_fn().get()};
-  while (!todo.empty()) {
-    torch::autograd::Node* node = todo.back();
-    todo.pop_back();
-    if (node == nullptr || !seen.insert(node).second) continue;
-    for (const auto& edge : node->next_edges()) {
-      if (node->name().find("CheckpointBackward") != std::string::npos && edge.function)
-        fed_by.push_back(edge.function->name());
-      todo.push_back(edge.function.get());
-    }
-  }
+  test::for_each_node(first_logits.grad_fn().get(), [&](torch::autograd::Node& node) {
+    if (node.name().find("CheckpointBackward") == std::string::npos) return;
+    for (const auto& edge : node.next_edges())
+      if (edge.function) fed_by.push_back(edge.function->name());
+  });
   ASSERT_EQ(fed_by.size(), 1u);
   EXPECT_NE(fed_by[0].find("Embedding"), std::string::npos) << fed_by[0] << ": not the first block recomputed";
   model->eval();  // nothing recomputes outside training
-  EXPECT_EQ(count_checkpoint_nodes(model->forward(tokens.slice(1, 0, 16), positions).grad_fn().get()), 0);
+  EXPECT_EQ(test::count_nodes_named(model->forward(tokens.slice(1, 0, 16), positions).grad_fn().get(), "CheckpointBackward"), 0);
 }
 
 const std::vector<double> kShortFactor = {1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14};

@@ -14,9 +14,9 @@
 
 #include <optional>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
+#include "backward_graph.h"
 #include "kernels/residual_norm.h"
 #include "models/modules/transformer.h"
 #include "tiny_models.h"
@@ -29,22 +29,6 @@ struct Outcome {
   std::vector<at::Tensor> grads;  // named_parameters()' order
   int fused_nodes = 0;            // the fused residual-norm nodes in the backward graph
 };
-
-// How many of the nodes reachable from `root` are the fused residual add and norm (raw pointers:
-// LibTorch 2.13 holds nodes in intrusive_ptr, 2.11 in shared_ptr).
-int count_fused_nodes(torch::autograd::Node* root) {
-  std::unordered_set<const torch::autograd::Node*> seen;
-  std::vector<torch::autograd::Node*> todo{root};
-  int count = 0;
-  while (!todo.empty()) {
-    torch::autograd::Node* node = todo.back();
-    todo.pop_back();
-    if (node == nullptr || !seen.insert(node).second) continue;
-    if (node->name().find("AddNormNode") != std::string::npos) ++count;
-    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
-  }
-  return count;
-}
 
 // One training forward and backward of a 3-layer `arch` whose every parameter (norms included) is
 // drawn, so that a norm's weight or bias taken for another's would show.
@@ -67,7 +51,7 @@ Outcome train_once(Arch arch, bool node_everywhere, bool checkpointing) {
   Outcome out;
   out.logits = model->forward(tokens, positions, PositionBounds::of(positions));
   const at::Tensor loss = (out.logits * upstream).sum();
-  out.fused_nodes = count_fused_nodes(loss.grad_fn().get());
+  out.fused_nodes = test::count_nodes_named(loss.grad_fn().get(), "AddNormNode");
   loss.backward();
   for (const auto& p : model->parameters()) out.grads.push_back(p.grad().defined() ? p.grad() : at::zeros_like(p));
   out.logits = out.logits.detach();
