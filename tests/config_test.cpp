@@ -168,6 +168,16 @@ TEST_F(ConfigTest, ActivationCheckpointingIsEveryBlockNoneTheFirstNOrAuto) {
               std::string::npos)
         << msg;
   }
+  // A scratch model's blocks are known when the config is read (the default n_layers: 4).
+  EXPECT_EQ(load_config(minimal(), {"model.activation_checkpointing=4"}).config.model.spec.activation_checkpointing,
+            models::ActivationCheckpointing::first_blocks(4));
+  const auto past = input_error_of([&] { load_config(minimal(), {"model.activation_checkpointing=5"}); });
+  EXPECT_NE(past.find("model.activation_checkpointing: 5 blocks, but the model has 4 (true recomputes every block)"),
+            std::string::npos)
+      << past;
+  const auto narrower = input_error_of(
+      [&] { load_config(minimal(), {"model.n_layers=2", "model.activation_checkpointing=3"}); });
+  EXPECT_NE(narrower.find("3 blocks, but the model has 2"), std::string::npos) << narrower;
   // A fixed micro-batch with auto measures against train.batch_memory_gib too.
   EXPECT_EQ(load_config(minimal(), {"model.activation_checkpointing=auto", "train.batch_memory_gib=2"})
                 .config.train.batch_memory_gib,

@@ -967,6 +967,31 @@ TEST(ExperimentPlan, AVariantsAdaptersAreSizedWhenTheExperimentIsPlanned) {
   EXPECT_FALSE(fs::exists(dir / "out"));
 }
 
+// More checkpointed blocks than the base has, set for one row, is refused when the experiment is
+// planned, as a variant's adapters are: the row's own run would have refused it after the base and
+// every row before it had trained.
+TEST(ExperimentPlan, AVariantsCheckpointedBlocksAreCountedAgainstTheBaseWhenPlanned) {
+  test::TempDir dir;
+  const std::string methods = "  methods: [da, full, chunk-0.5, prefix-0.5, randompos]\n";
+  auto error_of = [&](const std::string& blocks) {
+    std::string text = tiny_experiment(dir / "out", "llama");
+    text.replace(text.find(methods), methods.size(),
+                 "  methods: [full, chunk-0.5]\n  variants:\n    - {name: ac, of: [chunk-0.5], set: "
+                 "{model.activation_checkpointing: " + blocks + "}}\n");
+    test::write_file(dir / "x.yaml", text);
+    return test::input_error_of([&] { trainer::load_experiment(dir / "x.yaml", {}); });
+  };
+  // The tiny base has 2 blocks (n_layers: 2).
+  for (const std::string fits : {"2", "1", "true", "auto"}) EXPECT_EQ(error_of(fits), "(no InputError)") << fits;
+  const std::string refused = error_of("3");
+  EXPECT_NE(refused.find("x.yaml:7:41 (experiment.variants[0].set, variant ac): model.activation_checkpointing: 3 "
+                         "blocks, but the model has 2 (true recomputes every block) (row synthetic/x2/chunk-0.5+ac)"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(refused.find('\n'), std::string::npos) << refused;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
 TEST(ExperimentPlan, MethodNamesAndApplicableOotbMethods) {
   using trainer::parse_trained_method;
   EXPECT_EQ(parse_trained_method("chunk-0.125")->sampler, "chunk");

@@ -257,9 +257,12 @@ void apply_override(LoadedConfig& loaded, const std::string& assignment);
 // experiment checks runs whose inputs earlier runs will write).
 std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_paths = true,
                                          ConfigUse use = ConfigUse::train);
-// The adapters' size on a model of `sizes`' shape, before anything allocates them (validator.cpp):
-// the validator asks it of a run's own base, an experiment's plan of each row's.
-std::vector<ConfigProblem> adapter_size_problems(const Adapters& adapters, const models::ModelConfig& sizes);
+// What only the base's shape `sizes` refuses, before anything allocates (validator.cpp): adapters
+// larger than the projections they adapt, more checkpointed blocks than the base has. The validator
+// asks it of a run's own base, an experiment's plan of each row's, the resolved model of its own.
+std::vector<ConfigProblem> base_size_problems(const Config& c, const models::ModelConfig& sizes);
+// Its rule for model.activation_checkpointing alone (the resolved model's last guard).
+std::vector<ConfigProblem> checkpointed_block_problems(const models::ActivationCheckpointing& a, int64_t n_layers);
 
 // The resolved config as YAML: every key, in schema order. Parsing it gives back
 // an equal Config.

@@ -52,10 +52,8 @@ models::ModelConfig resolve_model_config(const LoadedConfig& loaded, const std::
     }
   }
   m.activation_checkpointing = c.model.spec.activation_checkpointing;
-  if (const auto& a = m.activation_checkpointing;
-      a.kind == models::ActivationCheckpointing::Kind::first && a.blocks > m.n_layers)
-    throw InputError(loaded.locate("model.activation_checkpointing") + ": " + std::to_string(a.blocks) +
-                     " blocks, but the model has " + std::to_string(m.n_layers) + " (true recomputes every block)");
+  for (const auto& problem : checkpointed_block_problems(m.activation_checkpointing, m.n_layers))
+    throw InputError(loaded.locate(problem.key) + ": " + problem.message);
   resolve_extension_lengths(m, c.data.extended_length, base ? "the base " + c.model.init : "the model");
   // segtrain has no sliding-window attention: a window shorter than any sequence
   // this run feeds the model (L_e windows, evaluation lengths) is refused up front.

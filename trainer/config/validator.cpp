@@ -164,8 +164,17 @@ std::optional<models::ModelConfig> built_sizes(const Checker& ck, const Config& 
 
 }  // namespace
 
-std::vector<ConfigProblem> adapter_size_problems(const Adapters& adapters, const models::ModelConfig& sizes) {
-  return models::lora_size_problems(adapters.lora, sizes);
+std::vector<ConfigProblem> checkpointed_block_problems(const models::ActivationCheckpointing& a, int64_t n_layers) {
+  if (a.kind != models::ActivationCheckpointing::Kind::first || a.blocks <= n_layers) return {};
+  return {{"model.activation_checkpointing", std::to_string(a.blocks) + " blocks, but the model has " +
+                                                 std::to_string(n_layers) + " (true recomputes every block)"}};
+}
+
+std::vector<ConfigProblem> base_size_problems(const Config& c, const models::ModelConfig& sizes) {
+  auto problems = models::lora_size_problems(c.model.adapters.lora, sizes);
+  for (auto& problem : checkpointed_block_problems(c.model.spec.activation_checkpointing, sizes.n_layers))
+    problems.push_back(std::move(problem));
+  return problems;
 }
 
 namespace {
@@ -175,8 +184,12 @@ void check_train(Checker& ck, const Config& c) {
   const auto adapters =
       models::lora_problems(c.model.adapters.lora, c.model.spec.arch, c.model.spec.activation_checkpointing.any());
   for (const auto& problem : adapters) ck.fail(problem.key, problem.message);
-  if (const auto sizes = c.model.adapters.any() && adapters.empty() ? built_sizes(ck, c) : std::nullopt)
-    for (const auto& problem : adapter_size_problems(c.model.adapters, *sizes)) ck.fail(problem.key, problem.message);
+  // (Adapters the rules above refuse are not sized.)
+  const bool sized_by_the_base =
+      adapters.empty() && (c.model.adapters.any() ||
+                           c.model.spec.activation_checkpointing.kind == models::ActivationCheckpointing::Kind::first);
+  if (const auto sizes = sized_by_the_base ? built_sizes(ck, c) : std::nullopt)
+    for (const auto& problem : base_size_problems(c, *sizes)) ck.fail(problem.key, problem.message);
   if (!t.budget.compute_equivalent && !t.budget.tokens)
     ck.fail("train.budget.compute_equivalent", "is false but train.budget.tokens is not set; give one budget");
   if (t.min_lr && *t.min_lr > lr_of(c))

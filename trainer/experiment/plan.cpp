@@ -82,15 +82,19 @@ void apply_assignments(LoadedConfig& run, const std::vector<Assignment>& assignm
 // Every row's adapters against the sizes of the base it starts from (a given base's, or those the
 // grid's base run is built with), when the experiment is planned: a rank too large for the base is
 // refused before any row trains, not when its row's turn comes.
-void check_adapter_sizes(const CorpusSpec& corpus, const std::vector<PlannedRun>& runs) {
+// What only the base's shape refuses (adapters too large, more checkpointed blocks than it has), for
+// every trained row when the experiment is planned: it once aborted after every other row had trained.
+void check_against_the_base(const CorpusSpec& corpus, const std::vector<PlannedRun>& runs) {
   std::optional<models::ModelConfig> sizes;
   for (const auto& run : runs) {
-    const auto& adapters = run.config.config.model.adapters;
-    if (!run.method || !adapters.any()) continue;
+    const Config& c = run.config.config;
+    if (!run.method || (!c.model.adapters.any() &&
+                        c.model.spec.activation_checkpointing.kind != models::ActivationCheckpointing::Kind::first))
+      continue;
     if (!sizes)
       sizes = corpus.base.empty() ? runs.front().config.config.model.spec
                                   : models::read_model_config(model_ref_dir(corpus.base));
-    for (const auto& problem : adapter_size_problems(adapters, *sizes))
+    for (const auto& problem : base_size_problems(c, *sizes))
       throw InputError(run.config.locate(problem.key) + ": " + problem.message + " (row " + corpus.name + "/" +
                        run.label + ")");
   }
@@ -184,7 +188,7 @@ std::vector<PlannedRun> plan_training_runs(const ExperimentConfig& x, const Corp
       grid_set(r, "eval.lengths", c.eval.lengths, std::vector<int64_t>{lt}, label);
       runs.push_back(std::move(run));
     }
-  check_adapter_sizes(corpus, runs);
+  check_against_the_base(corpus, runs);
   return runs;
 }
 
