@@ -51,12 +51,13 @@ struct AutocastState {
 struct CheckpointBackward : torch::autograd::Node {
   std::function<at::Tensor(const at::Tensor&)> fn;
   at::Tensor input;  // detached
+  bool input_needs_grad = true;  // else only the parameters fn reads get gradients
   AutocastState autocast;  // the forward's, so the recomputation matches it
 
   variable_list apply(variable_list&& grads) override {
     const auto outer = AutocastState::current();
     autocast.apply();
-    at::Tensor x = input.detach().requires_grad_(true);
+    at::Tensor x = input.detach().requires_grad_(input_needs_grad);
     at::Tensor y;
     {
       torch::autograd::GradMode::set_enabled(true);
@@ -68,7 +69,7 @@ struct CheckpointBackward : torch::autograd::Node {
     if (autocast.enabled()) at::autocast::clear_cache();
     torch::autograd::backward({y}, {grads[0]});
     input.reset();
-    return {x.grad()};
+    return {input_needs_grad ? x.grad() : at::Tensor()};
   }
   void release_variables() override { input.reset(); }
 };
@@ -87,8 +88,10 @@ auto make_node() {
 
 }  // namespace
 
-at::Tensor checkpointed(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x) {
-  if (!torch::autograd::GradMode::is_enabled() || !x.requires_grad()) return fn(x);
+at::Tensor checkpointed(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x,
+                        bool reads_trainable) {
+  // Nothing of fn's would have a gradient: its activations are not kept anyway.
+  if (!torch::autograd::GradMode::is_enabled() || !(x.requires_grad() || reads_trainable)) return fn(x);
   at::Tensor y;
   {
     torch::autograd::AutoGradMode no_grad(false);
@@ -97,6 +100,7 @@ at::Tensor checkpointed(const std::function<at::Tensor(const at::Tensor&)>& fn, 
   auto node = make_node<CheckpointBackward>();
   node->fn = fn;
   node->input = x.detach();
+  node->input_needs_grad = x.requires_grad();
   node->autocast = AutocastState::current();
   node->set_next_edges(torch::autograd::collect_next_edges(x));
   torch::autograd::create_gradient_edge(y, node);

@@ -11,7 +11,11 @@ namespace segtrain::models {
 
 // fn must be deterministic (no dropout) and may read parameters, whose grads are
 // accumulated when the recomputed graph is backpropagated. x must be the only
-// input that needs a gradient.
-at::Tensor checkpointed(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x);
+// input that needs a gradient. `reads_trainable` says that fn reads a parameter that
+// needs one: then fn is recomputed even where x needs none (the first block of a model
+// whose embedding is frozen, as under LoRA: PyTorch's reentrant checkpoint would keep that
+// block's activations, which is why HF's PEFT makes the embedding's output need a gradient).
+at::Tensor checkpointed(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x,
+                        bool reads_trainable);
 
 }  // namespace segtrain::models

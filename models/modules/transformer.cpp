@@ -1,5 +1,6 @@
 #include "models/modules/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -228,9 +229,12 @@ at::Tensor TransformerLMImpl::run_blocks(const at::Tensor& tokens, const at::Ten
     } else if (i < recomputed && is_training()) {
       // One tensor kept a block, the whole stream: a pending branch would be a second.
       auto holder = std::dynamic_pointer_cast<DecoderBlock>(module);
+      const auto parameters = module->parameters();
+      const bool trains =
+          std::any_of(parameters.begin(), parameters.end(), [](const at::Tensor& p) { return p.requires_grad(); });
       stream = {checkpointed([holder, cos, sin,
                               bias](const at::Tensor& h) { return holder->forward({h, {}}, cos, sin, bias).whole(); },
-                             stream.whole()),
+                             stream.whole(), trains),
                 {}};
     } else {
       stream = block->forward(stream, cos, sin, bias);

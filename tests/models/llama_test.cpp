@@ -363,6 +363,35 @@ TEST(LlamaTraining, ActivationCheckpointingGivesTheSameGradients) {
   });
   ASSERT_EQ(fed_by.size(), 1u);
   EXPECT_NE(fed_by[0].find("Embedding"), std::string::npos) << fed_by[0] << ": not the first block recomputed";
+  // A frozen embedding (a LoRA run's base): the first block's input needs no gradient but its
+  // parameters do; it is recomputed all the same (it once kept its activations: N counted one block
+  // too many) and gives the gradients of keeping them. A frozen block is not recomputed, the
+  // trainable one after it is.
+  auto frozen_embedding = [&](ActivationCheckpointing checkpointing, int frozen_blocks, int nodes) {
+    c.activation_checkpointing = checkpointing;
+    at::manual_seed(5);
+    TransformerLM m(c);
+    m->wte->weight.requires_grad_(false);
+    for (int b = 0; b < frozen_blocks; ++b)
+      for (auto& p : m->blocks[static_cast<size_t>(b)]->parameters()) p.requires_grad_(false);
+    m->train();
+    auto logits = m->forward(tokens.slice(1, 0, 16), positions);
+    auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 50}), tokens.slice(1, 1).reshape(-1));
+    EXPECT_EQ(test::count_nodes_named(loss.grad_fn().get(), "CheckpointBackward"), nodes)
+        << checkpointing.of(4) << " of 4, " << frozen_blocks << " frozen";
+    loss.backward();
+    std::map<std::string, at::Tensor> g;
+    for (const auto& item : m->named_parameters())
+      if (item.value().requires_grad()) g[item.key()] = item.value().grad().clone();
+    return g;
+  };
+  const auto kept = frozen_embedding({}, 0, 0);
+  EXPECT_EQ(kept.count("wte.weight"), 0u);
+  for (const auto& [name, g] : frozen_embedding(ActivationCheckpointing::first_blocks(1), 0, 1))
+    EXPECT_LT(test::max_abs_diff(g, kept.at(name)), 1e-6) << name;
+  EXPECT_EQ(frozen_embedding(ActivationCheckpointing::every_block(), 0, 4).size(), kept.size());
+  frozen_embedding(ActivationCheckpointing::first_blocks(1), 1, 0);
+  frozen_embedding(ActivationCheckpointing::first_blocks(2), 1, 1);
   model->eval();  // nothing recomputes outside training
   EXPECT_EQ(test::count_nodes_named(model->forward(tokens.slice(1, 0, 16), positions).grad_fn().get(), "CheckpointBackward"), 0);
 }
