@@ -186,6 +186,7 @@ TEST(CheckpointedBlocks, AutoTakesTheFewestTheLineAllowsAndItsOwnPassFits) {
       << "every block twice (the first pass warms what a run makes once), the last one's and the last two's "
          "activations kept, the line's 7 measured itself";
   EXPECT_EQ(choice.every_bytes, 4 * kMiB);
+  EXPECT_EQ(choice.every_peak_bytes, choice.held_bytes + 4 * kMiB) << "what another rank's every block would peak at";
   EXPECT_EQ(choice.last_kept_bytes, 7 * kMiB);
   EXPECT_EQ(choice.kept_block_bytes, 3 * kMiB);
   EXPECT_EQ(choice.peak_bytes, choice.held_bytes + 19 * kMiB) << "what was held, and the pass's 4 + 5 x 3 MiB";

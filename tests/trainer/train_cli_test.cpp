@@ -1579,6 +1579,45 @@ TEST_F(TrainCli, ActivationCheckpointingAutoRecomputesTheFewestBlocksThatFit) {
   EXPECT_EQ(past.err.find("terminate"), std::string::npos) << past.err;
 }
 
+// Both autos on two ranks of one host (Gloo): every rank measures, they take one micro-batch and one
+// count, said in the plan line, and train; where no step fits, every rank says its own reason (exit 1),
+// none waiting in the agreement for a rank that gave up. No other test reached the ranks' agreement.
+TEST_F(TrainCli, AutoOnTwoRanksAgreesOrEveryRankSaysWhyItStops) {
+  auto launch = [&](const std::string& name, const std::string& micro_batch, const std::string& budget_gib) {
+    std::vector<std::string> args = {"--nproc-per-node", "2", "--master-port", std::to_string(test::unused_port()),
+                                     "--", kBin, "train", config(name, "llama", "chunk")};
+    for (const std::string& set : std::vector<std::string>{
+             "model.d_model=128", "model.n_layers=4", "data.train_length=128", "train.global_batch_size=32",
+             "train.micro_batch_size=" + micro_batch, "model.activation_checkpointing=auto",
+             "train.budget.tokens=8192", "train.batch_memory_gib=" + budget_gib}) {
+      args.push_back("--set");
+      args.push_back(set);
+    }
+    return run(test::kLaunch, args, 600);
+  };
+  const auto roomy = launch("auto-two-ranks", "auto", "16");
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  EXPECT_NE(roomy.err.find("; micro-batch auto: 16 (measured: "), std::string::npos) << roomy.err;
+  EXPECT_NE(roomy.err.find("; activation checkpointing auto: 0 of 4 blocks (measured: "), std::string::npos)
+      << roomy.err;
+  const auto resolved = YAML::LoadFile(run_dir("auto-two-ranks") + "/config.yaml");
+  EXPECT_EQ(resolved["train"]["micro_batch_size"].as<std::string>(), "16");
+  EXPECT_EQ(resolved["model"]["activation_checkpointing"].as<std::string>(), "0");
+  EXPECT_EQ(values(run_dir("auto-two-ranks"), "loss").size(), 2u) << "8,192 tokens in steps of 32 x 128";
+  // Over the budget: the micro-batch's choice, then (a micro-batch given) the blocks'.
+  const std::vector<std::pair<std::string, std::string>> over{
+      {"auto", "train.micro_batch_size auto: "},
+      {"16", "model.activation_checkpointing auto: a step does not fit cpu even with every block recomputed"}};
+  for (const auto& [micro_batch, reason] : over) {
+    const auto stopped = launch("auto-two-ranks-over-" + micro_batch, micro_batch, "0.001");
+    EXPECT_EQ(stopped.exit_code, 1) << stopped.err;
+    for (const std::string rank : {"0", "1"})
+      EXPECT_NE(stopped.err.find("rank " + rank + ": " + reason), std::string::npos) << stopped.err;
+    EXPECT_EQ(stopped.err.find("terminate"), std::string::npos) << stopped.err;
+    EXPECT_FALSE(fs::exists(run_dir("auto-two-ranks-over-" + micro_batch) + "/metrics.jsonl"));
+  }
+}
+
 // train.freeze (models/modules/converters/freeze.h) on a trained base: "everything but the norms
 // and the embedding". The frozen weights come out of training bit-identical to the base's
 // (also with bf16 storage, whose master weights are the trainable ones only), the optimizer

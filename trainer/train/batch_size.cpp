@@ -205,6 +205,7 @@ CheckpointingChoice choose_checkpointed_blocks(const c10::Device& device, int64_
         " (" + budget.source + "); lower train.micro_batch_size, shorten data.train_length, or raise "
         "train.batch_memory_gib");
   choice.every_bytes = every->above;
+  choice.every_peak_bytes = every->total;
   choice.blocks = blocks;
   choice.peak_bytes = every->total;
   // The last block keeping its activations costs about nothing: with every block recomputed, one block's

@@ -88,6 +88,7 @@ struct CheckpointingChoice {
   int64_t of = 0;           // the model's blocks
   int64_t held_bytes = 0;   // what the process held before the first pass
   int64_t every_bytes = 0;  // a pass's peak above that with every block recomputed
+  int64_t every_peak_bytes = 0;  // that pass's peak, what earlier passes left held included
   std::optional<int64_t> last_kept_bytes;   // with the last block's activations kept (nullopt: not measured)
   std::optional<int64_t> kept_block_bytes;  // what each further block that keeps its activations adds
   int64_t peak_bytes = 0;   // the choice's peak, all the process held then included

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "data/mixture.h"
 #include "data/sampler.h"
@@ -13,6 +14,7 @@
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/memory.h"
 #include "trainer/train/random_state.h"
+#include "trainer/train/rendezvous.h"
 #include "trainer/train/step_loss.h"
 #include "trainer/train/trainer_class.h"
 
@@ -34,6 +36,36 @@ std::vector<int32_t> reaching_positions(const data::DataConfig& data, int64_t le
   return positions;
 }
 
+// A measuring pass's failure on this rank, kept until every rank has agreed (none waits in the
+// agreement for a rank that gave up: any exception, a c10::Error as much as ours), then thrown as
+// what it was: bad input exits 2, the rest 1.
+struct RankFailure {
+  bool failed = false;
+  bool input = false;
+  std::string message;
+
+  [[noreturn]] void throw_on(int64_t rank) const {
+    const std::string said = "rank " + std::to_string(rank) + ": " + message;
+    if (input) throw InputError(said);
+    throw std::runtime_error(said);
+  }
+};
+
+// Runs `pass`; alone (no group) its exception goes on as it is, in a group it is kept.
+template <typename Pass>
+RankFailure kept_failure(bool grouped, Pass&& pass) {
+  try {
+    pass();
+  } catch (const InputError& e) {
+    if (!grouped) throw;
+    return {true, true, e.what()};
+  } catch (const std::exception& e) {
+    if (!grouped) throw;
+    return {true, false, rendezvous::message_of(e)};
+  }
+  return {};
+}
+
 }  // namespace
 
 // The micro-batch, then, with model.activation_checkpointing auto, the blocks recomputed at it (a
@@ -50,16 +82,13 @@ void Trainer::size_micro_batch() {
   }
   const int64_t sequences = sequences_per_rank(c_.train, dist_.world_size);
   MicroBatchChoice choice;
-  std::string failure;  // this rank's, said by every rank after they agree (none waits for a rank that gave up)
+  RankFailure failure;
   {
     const KeptGenerators generators(device_);  // the passes' dropout draws nothing the run would
-    try {
+    failure = kept_failure(group_ != nullptr, [&] {
       choice = choose_micro_batch(device_, sequences, memory_budget(c_.train, device_, dist_.local_world_size),
                                   [this](int64_t size) { measuring_pass(size); });
-    } catch (const std::runtime_error& e) {
-      if (!group_) throw;
-      failure = e.what();
-    }
+    });
   }
   // Every rank takes the smallest choice (ranks on other devices, or with more held, may differ);
   // 0 is a rank where one sequence did not fit.
@@ -68,7 +97,7 @@ void Trainer::size_micro_batch() {
     chosen[static_cast<size_t>(dist_.rank)] = static_cast<double>(choice.micro_batch_size);
     const auto all = global_sum(chosen);
     const auto smallest = std::min_element(all.begin(), all.end());
-    if (!failure.empty()) throw std::runtime_error("rank " + std::to_string(dist_.rank) + ": " + failure);
+    if (failure.failed) failure.throw_on(dist_.rank);
     if (*smallest == 0)
       throw std::runtime_error("train.micro_batch_size auto: one sequence does not fit rank " +
                                std::to_string(smallest - all.begin()) + "'s device (its log says why)");
@@ -88,10 +117,10 @@ void Trainer::size_micro_batch() {
 void Trainer::size_checkpointing() {
   if (model_config_.activation_checkpointing.kind != models::ActivationCheckpointing::Kind::automatic) return;
   CheckpointingChoice choice;
-  std::string failure;  // this rank's, said by every rank after they agree (as size_micro_batch's)
+  RankFailure failure;
   {
     const KeptGenerators generators(device_);
-    try {
+    failure = kept_failure(group_ != nullptr, [&] {
       choice = choose_checkpointed_blocks(device_, model_config_.n_layers,
                                           memory_budget(c_.train, device_, dist_.local_world_size), [this](int64_t k) {
                                             model_->set_activation_checkpointing(
@@ -101,18 +130,15 @@ void Trainer::size_checkpointing() {
                                           auto_batch_ ? std::optional<int64_t>(auto_batch_->held_bytes +
                                                                                auto_batch_->left_bytes)
                                                       : std::nullopt);
-    } catch (const std::runtime_error& e) {
-      if (!group_) throw;
-      failure = e.what();
-    }
+    });
   }
   // Every rank recomputes the most blocks any rank needs; -1 is a rank where none fit.
   if (group_) {
     std::vector<double> chosen(static_cast<size_t>(dist_.world_size), 0.0);
-    chosen[static_cast<size_t>(dist_.rank)] = failure.empty() ? static_cast<double>(choice.blocks) : -1.0;
+    chosen[static_cast<size_t>(dist_.rank)] = failure.failed ? -1.0 : static_cast<double>(choice.blocks);
     const auto all = global_sum(chosen);
     const auto most = std::max_element(all.begin(), all.end());
-    if (!failure.empty()) throw std::runtime_error("rank " + std::to_string(dist_.rank) + ": " + failure);
+    if (failure.failed) failure.throw_on(dist_.rank);
     if (const auto failed = std::find(all.begin(), all.end(), -1.0); failed != all.end())
       throw std::runtime_error("model.activation_checkpointing auto: a step does not fit rank " +
                                std::to_string(failed - all.begin()) + "'s device (its log says why)");
@@ -120,7 +146,7 @@ void Trainer::size_checkpointing() {
       log::info("rank ", dist_.rank, ": ", choice.blocks, " recomputed blocks fit here; ", agreed, " fit every rank");
       // By the line: every block recomputed peaks as that pass did; fewer kept, a block's bytes fewer each.
       choice.peak_bytes = agreed == choice.of
-                              ? choice.held_bytes + choice.every_bytes
+                              ? choice.every_peak_bytes
                               : choice.peak_bytes - (agreed - choice.blocks) * choice.kept_block_bytes.value_or(0);
       choice.peak_measured = false;
       choice.blocks = agreed;
