@@ -67,7 +67,8 @@ struct CheckpointBackward : torch::autograd::Node {
     // The recomputation's bf16 casts of the weights (autocast's cache) must not outlive it:
     // the optimizer updates the weights in place next, and the next forward would read them.
     if (autocast.enabled()) at::autocast::clear_cache();
-    torch::autograd::backward({y}, {grads[0]});
+    // (A block that reads none of its trainable weights for this input has nothing to backpropagate.)
+    if (y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
     input.reset();
     return {input_needs_grad ? x.grad() : at::Tensor()};
   }

@@ -13,6 +13,7 @@
 #include "trainer/runtime/allocation_peak.h"
 #include "trainer/runtime/memory.h"
 #include "trainer/train/batch_size.h"
+#include "trainer/train/rank_failure.h"
 
 namespace segtrain::trainer {
 namespace {
@@ -144,6 +145,17 @@ TEST(BatchSize, WhatTheFirstPassLeavesCountsInEveryLaterPass) {
   EXPECT_EQ(leaving.sizes, (std::vector<int64_t>{1, 1, 2, 4}));
   EXPECT_EQ(choice.fit.per_sequence_bytes, kMiB) << "the line runs through the passes after the first";
   EXPECT_EQ(choice.peak_bytes, choice.held_bytes + 10 * kMiB);
+  // The blocks' auto as well: with every block recomputed, what another rank's choice of every block
+  // would peak at counts the 6 MiB (a rank agreement's plan line once left them out).
+  workspace.clear();
+  Pass blocks{[&](int64_t k) {
+                if (workspace.empty()) workspace.push_back(at::empty({6 * kMiB / 4}, at::kFloat));
+                return 4 * kMiB + kMiB * (12 - k);
+              },
+              {}};
+  auto recomputed = choose_checkpointed_blocks(kCpu, 12, room_for(100 * kMiB), std::ref(blocks));
+  EXPECT_EQ(recomputed.every_bytes, 4 * kMiB);
+  EXPECT_EQ(recomputed.every_peak_bytes, recomputed.held_bytes + 10 * kMiB);
 }
 
 TEST(BatchSize, APassThatRunsOutOfMemoryCountsAsOverAndOneSequenceOverIsRefused) {
@@ -271,6 +283,40 @@ TEST(CheckpointedBlocks, AutoHalvesTowardsTheFewestThatFitsAndRefusesWhenEveryBl
     EXPECT_NE(what.find("lower train.micro_batch_size"), std::string::npos) << what;
   }
   EXPECT_EQ(too_big.sizes, (std::vector<int64_t>{12})) << "the first pass is over: not measured again";
+}
+
+// A rank's failure while the ranks measure is kept until they agree (trainer/train/rank_failure.h), on one line
+// whatever threw it, and every rank then throws: the failed one its own, the others naming it, all as bad input
+// where any rank's was (exit 2), else as a runtime failure (exit 1).
+TEST(RankFailure, IsKeptUntilTheRanksAgreeThenEveryRankThrowsAsTheFailedOneDid) {
+  EXPECT_THROW(kept_failure(false, [] { TORCH_CHECK(false, "alone"); }), c10::Error) << "one rank: as it was";
+  const auto c10 = kept_failure(true, [] { TORCH_CHECK(false, "a CUDA error (the test's)"); });
+  EXPECT_TRUE(c10.failed);
+  EXPECT_FALSE(c10.input);
+  EXPECT_EQ(c10.code(), RankFailure::kFailed);
+  EXPECT_NE(c10.message.find("a CUDA error (the test's)"), std::string::npos) << c10.message;
+  EXPECT_EQ(c10.message.find("Exception raised from"), std::string::npos) << "no C++ backtrace: " << c10.message;
+  const auto input = kept_failure(true, [] { throw InputError("data.store: bad (the test's)"); });
+  EXPECT_TRUE(input.input);
+  EXPECT_EQ(input.code(), RankFailure::kBadInput);
+  EXPECT_FALSE(kept_failure(true, [] {}).failed);
+
+  auto thrown = [](const RankFailure& own, int64_t rank, const std::vector<double>& all) -> std::string {
+    try {
+      throw_if_a_rank_failed(own, rank, all, "train.micro_batch_size auto");
+    } catch (const InputError& e) {
+      return std::string("input: ") + e.what();
+    } catch (const std::runtime_error& e) {
+      return std::string("runtime: ") + e.what();
+    }
+    return "(none)";
+  };
+  EXPECT_EQ(thrown({}, 0, {4, 2}), "(none)");
+  EXPECT_EQ(thrown(input, 1, {4, -2}), "input: rank 1: data.store: bad (the test's)");
+  EXPECT_EQ(thrown(c10, 1, {4, -1}).rfind("runtime: rank 1: a CUDA error (the test's)", 0), 0u);
+  EXPECT_EQ(thrown({}, 0, {4, -1, 2}), "runtime: train.micro_batch_size auto: rank 1 stopped (its log says why)");
+  EXPECT_EQ(thrown({}, 0, {4, -1, -2}), "input: train.micro_batch_size auto: rank 2 stopped (its log says why)")
+      << "bad input on any rank is the run's";
 }
 
 TEST(BatchSize, TheBudgetIsTheConfigsOrNineTenthsOfTheDevice) {

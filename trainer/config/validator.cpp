@@ -147,16 +147,16 @@ std::optional<models::ModelConfig> segtrain_model_sizes(const fs::path& dir) {
 }
 
 // The sizes of the model a run builds where they are known before anything loads: the config's
-// own from scratch, a base folder's; nullopt when they are not (a base not there yet, or not
-// readable: other checks say why). A peft: run's adapters are sized by the adapter's reader.
+// own from scratch, a base folder's (a peft: adapter's base); nullopt when they are not (a base not
+// there yet, or not readable: other checks say why).
 std::optional<models::ModelConfig> built_sizes(const Checker& ck, const Config& c) {
   const auto ref = parse_model_ref(c.model.init);
-  if (!ref || ref->kind == ModelRef::Kind::peft) return std::nullopt;
+  if (!ref) return std::nullopt;
   if (ref->kind == ModelRef::Kind::scratch) return c.model.spec;
   if (!ck.check_paths || ref->dir.empty()) return std::nullopt;
   try {
-    if (ref->kind == ModelRef::Kind::hf) return models::read_hf_config(ref->dir);
-    return segtrain_model_sizes(ref->dir);
+    if (ref->kind == ModelRef::Kind::checkpoint) return segtrain_model_sizes(ref->dir);
+    return models::read_hf_config(ref->dir);
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -184,12 +184,19 @@ void check_train(Checker& ck, const Config& c) {
   const auto adapters =
       models::lora_problems(c.model.adapters.lora, c.model.spec.arch, c.model.spec.activation_checkpointing.any());
   for (const auto& problem : adapters) ck.fail(problem.key, problem.message);
-  // (Adapters the rules above refuse are not sized.)
-  const bool sized_by_the_base =
-      adapters.empty() && (c.model.adapters.any() ||
-                           c.model.spec.activation_checkpointing.kind == models::ActivationCheckpointing::Kind::first);
-  if (const auto sizes = sized_by_the_base ? built_sizes(ck, c) : std::nullopt)
-    for (const auto& problem : base_size_problems(c, *sizes)) ck.fail(problem.key, problem.message);
+  // What the base's sizes refuse: adapters the rules above let through (a peft: run's are sized by the
+  // adapter's reader), and checkpointed blocks.
+  const auto ref = parse_model_ref(c.model.init);
+  const bool sizes_adapters =
+      c.model.adapters.any() && adapters.empty() && ref && ref->kind != ModelRef::Kind::peft;
+  const bool counts_blocks = c.model.spec.activation_checkpointing.kind == models::ActivationCheckpointing::Kind::first;
+  if (const auto sizes = sizes_adapters || counts_blocks ? built_sizes(ck, c) : std::nullopt) {
+    auto problems = sizes_adapters ? models::lora_size_problems(c.model.adapters.lora, *sizes)
+                                   : std::vector<ConfigProblem>{};
+    for (auto& problem : checkpointed_block_problems(c.model.spec.activation_checkpointing, sizes->n_layers))
+      problems.push_back(std::move(problem));
+    for (const auto& problem : problems) ck.fail(problem.key, problem.message);
+  }
   if (!t.budget.compute_equivalent && !t.budget.tokens)
     ck.fail("train.budget.compute_equivalent", "is false but train.budget.tokens is not set; give one budget");
   if (t.min_lr && *t.min_lr > lr_of(c))

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
 #include "common/log.h"
 #include "data/mixture.h"
 #include "data/sampler.h"
@@ -14,7 +13,7 @@
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/memory.h"
 #include "trainer/train/random_state.h"
-#include "trainer/train/rendezvous.h"
+#include "trainer/train/rank_failure.h"
 #include "trainer/train/step_loss.h"
 #include "trainer/train/trainer_class.h"
 
@@ -34,36 +33,6 @@ std::vector<int32_t> reaching_positions(const data::DataConfig& data, int64_t le
   for (int64_t j = 0; j < length; ++j)
     positions[static_cast<size_t>(j)] = static_cast<int32_t>(length == 1 ? 0 : j * last / (length - 1));
   return positions;
-}
-
-// A measuring pass's failure on this rank, kept until every rank has agreed (none waits in the
-// agreement for a rank that gave up: any exception, a c10::Error as much as ours), then thrown as
-// what it was: bad input exits 2, the rest 1.
-struct RankFailure {
-  bool failed = false;
-  bool input = false;
-  std::string message;
-
-  [[noreturn]] void throw_on(int64_t rank) const {
-    const std::string said = "rank " + std::to_string(rank) + ": " + message;
-    if (input) throw InputError(said);
-    throw std::runtime_error(said);
-  }
-};
-
-// Runs `pass`; alone (no group) its exception goes on as it is, in a group it is kept.
-template <typename Pass>
-RankFailure kept_failure(bool grouped, Pass&& pass) {
-  try {
-    pass();
-  } catch (const InputError& e) {
-    if (!grouped) throw;
-    return {true, true, e.what()};
-  } catch (const std::exception& e) {
-    if (!grouped) throw;
-    return {true, false, rendezvous::message_of(e)};
-  }
-  return {};
 }
 
 }  // namespace
@@ -90,17 +59,14 @@ void Trainer::size_micro_batch() {
                                   [this](int64_t size) { measuring_pass(size); });
     });
   }
-  // Every rank takes the smallest choice (ranks on other devices, or with more held, may differ);
-  // 0 is a rank where one sequence did not fit.
+  // Every rank takes the smallest choice (ranks on other devices, or with more held, may differ).
   if (group_) {
     std::vector<double> chosen(static_cast<size_t>(dist_.world_size), 0.0);
-    chosen[static_cast<size_t>(dist_.rank)] = static_cast<double>(choice.micro_batch_size);
+    chosen[static_cast<size_t>(dist_.rank)] =
+        failure.failed ? failure.code() : static_cast<double>(choice.micro_batch_size);
     const auto all = global_sum(chosen);
+    throw_if_a_rank_failed(failure, dist_.rank, all, "train.micro_batch_size auto");
     const auto smallest = std::min_element(all.begin(), all.end());
-    if (failure.failed) failure.throw_on(dist_.rank);
-    if (*smallest == 0)
-      throw std::runtime_error("train.micro_batch_size auto: one sequence does not fit rank " +
-                               std::to_string(smallest - all.begin()) + "'s device (its log says why)");
     if (const auto agreed = static_cast<int64_t>(*smallest); agreed != choice.micro_batch_size) {
       log::info("rank ", dist_.rank, ": micro-batch ", choice.micro_batch_size, " fits here; ", agreed,
                 " fits every rank");
@@ -132,16 +98,13 @@ void Trainer::size_checkpointing() {
                                                       : std::nullopt);
     });
   }
-  // Every rank recomputes the most blocks any rank needs; -1 is a rank where none fit.
+  // Every rank recomputes the most blocks any rank needs.
   if (group_) {
     std::vector<double> chosen(static_cast<size_t>(dist_.world_size), 0.0);
-    chosen[static_cast<size_t>(dist_.rank)] = failure.failed ? -1.0 : static_cast<double>(choice.blocks);
+    chosen[static_cast<size_t>(dist_.rank)] = failure.failed ? failure.code() : static_cast<double>(choice.blocks);
     const auto all = global_sum(chosen);
+    throw_if_a_rank_failed(failure, dist_.rank, all, "model.activation_checkpointing auto");
     const auto most = std::max_element(all.begin(), all.end());
-    if (failure.failed) failure.throw_on(dist_.rank);
-    if (const auto failed = std::find(all.begin(), all.end(), -1.0); failed != all.end())
-      throw std::runtime_error("model.activation_checkpointing auto: a step does not fit rank " +
-                               std::to_string(failed - all.begin()) + "'s device (its log says why)");
     if (const auto agreed = static_cast<int64_t>(*most); agreed != choice.blocks) {
       log::info("rank ", dist_.rank, ": ", choice.blocks, " recomputed blocks fit here; ", agreed, " fit every rank");
       // By the line: every block recomputed peaks as that pass did; fewer kept, a block's bytes fewer each.
