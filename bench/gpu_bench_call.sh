@@ -4,6 +4,7 @@
 # most wanted first, each under its own time limit within the deadline:
 #   lora       LoRA at Llama-3-8B's shape, L_t 4,096 (writes the 16 GB base, then trains 6 steps on it);
 #   full-1b    full fine-tuning at Llama-3.2-1B's shape, L_t 4,096, train.param_dtype bf16;
+#   lora-auto  the lora phase with activation checkpointing auto within 22 GiB (a 24 GB card; the same base);
 #   lora-long  LoRA at Llama-3-8B's shape, L_t 8,192 (on the same base).
 # It builds nothing: it uses $GPU_CHECK_BUILD_DIR (build-cuda) as the first call left it and says whether that
 # build is up to date with the sources (ninja's dry run); without it, exit 2 naming the command that makes it.
@@ -142,7 +143,7 @@ phase() {  # NAME CAP RESERVE MINIMUM ABOUT
     "$PY" - "$JSON" "$name" >>"$REPORT" 2>>"$LOG" <<'EOF'
 import json, sys
 rows = [r for r in json.load(open(sys.argv[1])).get("results", []) if r.get("phase") == sys.argv[2]]
-keys = ("tokens_per_s", "mfu", "mfu_nominal", "peak_gpu_gib", "peak_gpu_reserved_gib", "table_total_gib",
+keys = ("recomputed_blocks", "tokens_per_s", "mfu", "mfu_nominal", "peak_gpu_gib", "peak_gpu_reserved_gib", "table_total_gib",
         "meets_target", "base_write_s", "base_load_s", "start_to_step1_s", "peak_rss_mb", "trainable_params")
 for r in rows:
     print("  - " + ", ".join(f"{k} {r[k]}" for k in keys if r.get(k) is not None))
@@ -163,6 +164,7 @@ EOF
 # CAP RESERVE MINIMUM: the first phase writes the 8B base (16 GB) and keeps 60 s for the 1B phase.
 phase lora 180 60 90 "LoRA, Llama-3-8B shape, L_t 4,096"
 phase full-1b 100 0 45 "full fine-tuning, Llama-3.2-1B shape, L_t 4,096, bf16 parameters"
+phase lora-auto 120 0 60 "LoRA, Llama-3-8B shape, L_t 4,096, activation checkpointing auto within 22 GiB"
 phase lora-long 180 0 60 "LoRA, Llama-3-8B shape, L_t 8,192"
 
 if [[ -f $OUT/summary.md ]]; then

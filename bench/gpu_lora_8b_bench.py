@@ -1,6 +1,6 @@
 """One GPU trains the models its users extend: LoRA at Llama-3-8B's shape and full fine-tuning at Llama-3.2-1B's.
 
-  gpu_lora_8b_bench.py [--phases lora,full-1b,lora-long] [--json-out FILE]
+  gpu_lora_8b_bench.py [--phases lora,full-1b,lora-auto,lora-long] [--json-out FILE]
       (BENCH_DEVICE=cuda: bench/gpu_lora_8b_bench.sh, `make gpu-bench`; cpu: small shapes, the script's own check)
 
 Phases, each one `segtrain train` from a base with random bf16 weights (normal, std 0.02; norms 1) written as a
@@ -10,6 +10,9 @@ sharded HF Llama folder (drawn on the GPU, so writing it is the disk's time), bf
              (alpha 32) on q, k, v, o with the norms training, the base frozen in bf16 (train.param_dtype bf16),
              activation checkpointing, one sequence a step (docs/training.md's table's first row, 18.3 GiB);
   lora-long  the same at L_t 8,192 to L_e 131,072 (the table's 21.2 GiB row);
+  lora-auto  the lora phase with model.activation_checkpointing: auto within train.batch_memory_gib
+             BENCH_AUTO_MEMORY_GIB (22: a 24 GB card's room): how many of the 32 blocks such a card recomputes
+             (the plan line's count, recomputed_blocks) and what keeping the others' activations gains;
   full-1b    Llama-3.2-1B (16 layers, d_model 2,048, 32 / 8 heads of 64, d_ff 8,192, the same vocabulary, tied
              head): every weight trains, train.param_dtype bf16 (fp32 master weights and moments in the
              optimizer), chunk-0.25 at L_t 4,096 to L_e 65,536, BENCH_FULL_MICRO_BATCH (4) sequences a step, no
@@ -63,13 +66,14 @@ SMALL_1B = dict(name="small-1b (CPU check)", layers=2, d_model=128, heads=4, kv_
 RANK = 16
 TARGETS = ("q", "k", "v", "o")
 FACTOR = 16  # L_e = 16 L_t (65,536 at 4,096)
-# name: (shape on cuda, on cpu, L_t on cuda, on cpu, lora, activation checkpointing, default steps)
+# name: (shape on cuda, on cpu, L_t on cuda, on cpu, lora, model.activation_checkpointing, default steps)
 PHASES = {
-    "lora": (LLAMA3_8B, SMALL_8B, 4096, 256, True, True, 6),
-    "lora-long": (LLAMA3_8B, SMALL_8B, 8192, 512, True, True, 6),
-    "full-1b": (LLAMA32_1B, SMALL_1B, 4096, 256, False, False, 10),
+    "lora": (LLAMA3_8B, SMALL_8B, 4096, 256, True, "true", 6),
+    "lora-long": (LLAMA3_8B, SMALL_8B, 8192, 512, True, "true", 6),
+    "full-1b": (LLAMA32_1B, SMALL_1B, 4096, 256, False, "false", 10),
+    "lora-auto": (LLAMA3_8B, SMALL_8B, 4096, 256, True, "auto", 6),
 }
-DEFAULT_PHASES = "lora,full-1b,lora-long"
+DEFAULT_PHASES = "lora,full-1b,lora-auto,lora-long"
 MEASURED_FROM_STEP = 2  # tokens/s over the steps after the first 2 (allocation, cuBLAS, the allocator's warm-up)
 TARGET_GIB = 22.0  # issue 57: L_t 4,096 under 22 GiB, so that a 24 GB card holds it
 
@@ -262,12 +266,18 @@ def run_process(cmd, log_path, metrics_path=None):
 # --- one phase -------------------------------------------------------------------------------------------------
 
 
+def auto_memory_gib():
+    return float(os.environ.get("BENCH_AUTO_MEMORY_GIB", "22"))
+
+
 def phase_config(path, out, base, store, s, L, lora, checkpointing, steps, micro_batch):
     lora_yaml = (f"\n        adapters: {{lora: {{rank: {RANK}, alpha: {2 * RANK}, targets: [{', '.join(TARGETS)}]}}}},"
                  if lora else "")
     trainable = "\n        trainable: [adapters, norms]," if lora else ""
+    if checkpointing == "auto":
+        trainable += f"\n        batch_memory_gib: {auto_memory_gib():g},"
     pathlib.Path(path).write_text(f"""run: {{name: {pathlib.Path(out).name}, output_dir: {out}, log_level: info, device: {tb.DEVICE}, threads: {os.cpu_count()}}}
-model: {{init: 'hf:{base}', arch: llama, activation_checkpointing: {str(checkpointing).lower()},{lora_yaml}}}
+model: {{init: 'hf:{base}', arch: llama, activation_checkpointing: {checkpointing},{lora_yaml}}}
 data: {{store: {store}, train_length: {L}, extended_length: {FACTOR * L}, sampler: {{method: chunk, alpha: 0.25}},
        allow_tokenizer_mismatch: true}}
 train: {{budget: {{tokens: {steps * micro_batch * L}}}, micro_batch_size: {micro_batch}, warmup_steps: 0,
@@ -332,6 +342,7 @@ def run_phase(name, work, gpu):
     rows = tb.metrics_rows(out)
     log = pathlib.Path(out + ".log").read_text()
     loaded = re.search(r"base loaded and converted in ([0-9.]+) s[^\n]*", log)
+    chose = re.search(r"activation checkpointing auto: ([0-9]+) of ([0-9]+) blocks \(measured: [^)]*\)", log)
     measured = rows[MEASURED_FROM_STEP:]
     rate = len(measured) / sum(1 / r["tokens_per_s"] for r in measured) if measured else None
     fpt = flops_per_token(s, L, lora)
@@ -340,7 +351,13 @@ def run_phase(name, work, gpu):
            "parameters": params, "layers": s["layers"], "d_model": s["d_model"], "heads": s["heads"],
            "kv_heads": s["kv_heads"], "d_ff": s["d_ff"], "vocab": s["vocab"],
            "train_length": L, "extended_length": Le, "micro_batch": micro_batch,
-           "activation_checkpointing": checkpointing, "param_dtype": "bf16", "precision": "bf16",
+           "activation_checkpointing": {"true": True, "false": False}.get(checkpointing, checkpointing),
+           # auto: the blocks it recomputes (the plan line's count; None where it said none), its budget, the line.
+           "recomputed_blocks": (int(chose.group(1)) if chose else None) if checkpointing == "auto"
+           else s["layers"] if checkpointing == "true" else 0,
+           "batch_memory_gib": auto_memory_gib() if checkpointing == "auto" else None,
+           "auto_line": chose.group(0) if chose else None,
+           "param_dtype": "bf16", "precision": "bf16",
            "steps": len(rows), "trainable_params": tb.safetensors_numel(os.path.join(out, "final", "model.safetensors"))
            if lora else params,
            "expected_trainable_params": trainable,
@@ -384,7 +401,8 @@ def run_phase(name, work, gpu):
 def setup_text():
     where = "the GPU, bf16 autocast" if tb.CUDA else "the CPU (small shapes: the script's own check)"
     return (f"segtrain train from a random bf16 base written as an HF folder, on {where}; chunk-0.25 to L_e = "
-            f"{FACTOR} L_t; lora: rank {RANK} on q, k, v, o + norms, frozen bf16 base, activation checkpointing, "
+            f"{FACTOR} L_t; lora: rank {RANK} on q, k, v, o + norms, frozen bf16 base, activation checkpointing "
+            f"(lora-auto: auto within train.batch_memory_gib {auto_memory_gib():g}, recomputed_blocks its choice), "
             f"1 sequence a step; full: every weight, train.param_dtype bf16; tokens/s over the steps after the "
             f"first {MEASURED_FROM_STEP}; MFU = tokens/s x flops_per_token / the matmul peak measured in the same "
             f"call (mfu_nominal: the GPU's nominal dense bf16 peak); flops_per_token = 6 N + A (full) or 4 N + A + "

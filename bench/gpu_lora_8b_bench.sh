@@ -2,7 +2,7 @@
 # One GPU at the scale users train (bench/gpu_lora_8b_bench.py): LoRA at Llama-3-8B's shape at L_t 4,096 and
 # 8,192 (peak GPU memory against docs/training.md's computed table, tokens/s, MFU, the base's load time) and full
 # fine-tuning at Llama-3.2-1B's shape at L_t 4,096 in bf16 parameters (tokens/s, MFU, peak memory). Prints JSON.
-#   bench/gpu_lora_8b_bench.sh [--phases lora,full-1b,lora-long] [--json-out FILE]
+#   bench/gpu_lora_8b_bench.sh [--phases lora,full-1b,lora-auto,lora-long] [--json-out FILE]
 # Run by `make gpu-bench` (bench/gpu_bench_call.sh, phase by phase) and `make gpu-check`; BENCH_DEVICE=cpu runs
 # small shapes on the CPU in seconds (the script's own check, bench/tests/lora_8b_bench_test.py in `make test`).
 # Its bases (16 GB at 8B) go into a folder of its own under BENCH_WORK_DIR (default TMPDIR or /tmp), removed on

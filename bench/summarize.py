@@ -216,13 +216,16 @@ def gpu_kernels(r):
 
 
 def gpu_lora_8b(r):
-    """One phase of bench/gpu_lora_8b_bench.py (lora, lora-long, full-1b); an older single row (no phase) too."""
+    """One phase of bench/gpu_lora_8b_bench.py (lora, lora-long, lora-auto, full-1b); an older single row (no phase) too."""
     on = r.get("gpu", r.get("device", "?"))
     lora = r.get("method", "lora") == "lora"
     where = "one GPU" if r.get("device", "cuda") == "cuda" else "the CPU"
     what = (f"{'LoRA' if lora else 'full fine-tuning'} on {where}, {r['shape']} shape (random weights), "
             f"chunk-0.25 L_t {r['train_length']} to L_e {r['extended_length']}, "
             + (f"rank {r['lora']['rank']} on q, k, v, o + norms, frozen bf16 base, activation checkpointing"
+               + (f" auto within {r['batch_memory_gib']:g} GiB: {r['recomputed_blocks']} of {r['layers']} blocks "
+                  f"recomputed" if r.get("activation_checkpointing") == "auto" and r.get("recomputed_blocks")
+                  is not None else "")
                if lora else f"micro-batch {r.get('micro_batch', 1)}, train.param_dtype bf16") + f", {on}")
     figure = f"{rate(r['tokens_per_s'])} tokens/s" if r.get("tokens_per_s") else "no steady rate (too few steps)"
     if r.get("mfu") is not None:

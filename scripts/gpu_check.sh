@@ -335,7 +335,7 @@ bench_phase "sdpa (attention kernels for grouped-query attention)" 60 0 gpu_sdpa
 # Writing a 16 GB base, loading it twice, a 1B base besides: a call of its own in a session (it never had the
 # 200 s it needs inside the 540; it now has 300 s in `make gpu-bench`, on this call's build); every phase here.
 if [[ -z $DEADLINE ]]; then
-  bench_phase "lora-8b (LoRA at Llama-3-8B's shape, L_t 4,096 and 8,192; full fine-tuning at Llama-3.2-1B's)" 300 0 gpu_lora_8b_bench
+  bench_phase "lora-8b (LoRA at Llama-3-8B's shape, L_t 4,096 and 8,192, and 4,096 with activation checkpointing auto; full fine-tuning at Llama-3.2-1B's)" 360 0 gpu_lora_8b_bench
 else
   report "- lora-8b: not part of a session: its own call follows this one on the same machine, \`make gpu-bench GPU_OUT=DIR\` (bench/gpu_bench_call.sh, at most 300 s, this call's $BUILD_DIR as it is)"
 fi

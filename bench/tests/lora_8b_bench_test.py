@@ -2,7 +2,7 @@
 
   lora_8b_bench_test.py --build-dir BUILD --python PYTHON
 
-1. the three phases (lora, full-1b, lora-long) run and print JSON whose rows hold what the GPU call reports, with
+1. the four phases (lora, full-1b, lora-auto, lora-long) run and print JSON whose rows hold what the GPU call reports, with
    values that follow from the shapes (parameters, what trains, FLOPs a token by the documented formula, the
    steps, a first loss near ln(vocabulary) for random weights, MFU in (0, 1), load times); --json-out holds the
    same rows; its work folder is gone afterwards, and a folder left by a killed run (owner dead) is removed;
@@ -55,7 +55,7 @@ def processes_naming(text):
 
 def check_rows(result, bench):
     rows = {r["phase"]: r for r in result["results"]}
-    check(sorted(rows) == ["full-1b", "lora", "lora-long"], f"three phases ran: {sorted(rows)}")
+    check(sorted(rows) == ["full-1b", "lora", "lora-auto", "lora-long"], f"four phases ran: {sorted(rows)}")
     check(result["benchmark"] == "gpu_lora_8b_bench" and result["device"] == "cpu", "benchmark and device named")
     for phase, r in rows.items():
         shape = bench.PHASES[phase][1]
@@ -90,10 +90,20 @@ def check_rows(result, bench):
               and r["start_to_step1_s"] <= r["train_wall_s"], f"{phase}: first step {r['start_to_step1_s']} s "
                                                              f"after the start, within {r['train_wall_s']} s")
         check(r["peak_rss_mb"] > 0 and r["micro_batch"] == (1 if lora else 4), f"{phase}: micro-batch, RSS")
-    check(rows["lora"]["base_write_s"] is not None and rows["lora-long"]["base_write_s"] is None,
-          "lora-long reuses the base lora wrote")
-    check(rows["lora"]["activation_checkpointing"] and not rows["full-1b"]["activation_checkpointing"],
+    check(rows["lora"]["base_write_s"] is not None and rows["lora-long"]["base_write_s"] is None
+          and rows["lora-auto"]["base_write_s"] is None, "lora-auto and lora-long reuse the base lora wrote")
+    check(rows["lora"]["activation_checkpointing"] is True and rows["full-1b"]["activation_checkpointing"] is False,
           "checkpointing: LoRA on, full off")
+    check(rows["lora"]["recomputed_blocks"] == 2 and rows["full-1b"]["recomputed_blocks"] == 0,
+          "every block recomputed with checkpointing on, none off")
+    auto = rows["lora-auto"]
+    # The small shape's 2 blocks fit the CPU's 22 GiB with room: auto recomputes none, said in the plan line.
+    check(auto["activation_checkpointing"] == "auto" and auto["batch_memory_gib"] == 22
+          and auto["recomputed_blocks"] == 0 and (auto["auto_line"] or "").startswith(
+              "activation checkpointing auto: 0 of 2 blocks (measured: "),
+          f"lora-auto: {auto['recomputed_blocks']} of 2 blocks recomputed within 22 GiB ({auto['auto_line']})")
+    check(auto["loss"][0] == rows["lora"]["loss"][0], "lora-auto's first loss is lora's (the same run, "
+                                                      "its activations kept)")
 
 
 def main():
@@ -114,7 +124,7 @@ def main():
         started = time.time()
         proc = subprocess.run(["bash", str(ROOT / "bench/gpu_lora_8b_bench.sh"), "--json-out", json_out],
                               env=env(args, parent), capture_output=True, text=True, cwd=ROOT)
-        print(f"the three phases on the CPU: {time.time() - started:.1f} s, exit {proc.returncode}")
+        print(f"the four phases on the CPU: {time.time() - started:.1f} s, exit {proc.returncode}")
         check(proc.returncode == 0, f"exit 0 ({proc.stderr[-2000:] if proc.returncode else ''})")
         if proc.returncode == 0:
             result = json.loads(proc.stdout)
@@ -123,8 +133,9 @@ def main():
                   "--json-out holds the rows printed")
             summary = subprocess.run([args.python, str(ROOT / "bench/summarize.py"), parent, "--only", "gpu_lora_8b_bench"],
                                      capture_output=True, text=True)
-            shown = summary.returncode == 0 and summary.stdout.count("on the CPU, small-") == 3
-            check(shown, "summarize.py shows the three rows" + ("" if shown else f": {summary.stdout[:600]}"
+            shown = summary.returncode == 0 and summary.stdout.count("on the CPU, small-") == 4 and \
+                "activation checkpointing auto within 22 GiB: 0 of 2 blocks recomputed" in summary.stdout
+            check(shown, "summarize.py shows the four rows, the auto one's choice" + ("" if shown else f": {summary.stdout[:600]}"
                                                                                f"{summary.stderr[-600:]}"))
         check(leftovers(parent) == [], f"no work folder left, the stale one removed too: {leftovers(parent)}")
 
@@ -205,8 +216,8 @@ def main():
                   f"gpu_bench_call.sh, {what}: exit {proc.returncode} (expected {code}), the report says so"
                   + ("" if proc.returncode == code and said in report else f": {report[-800:]}"))
             if code == 1:
-                check(report.count("**not run**") == 3 and not os.path.exists(out + "/gpu_lora_8b_bench.json"),
-                      f"{what}: the three phases reported as not run")
+                check(report.count("**not run**") == 4 and not os.path.exists(out + "/gpu_lora_8b_bench.json"),
+                      f"{what}: the four phases reported as not run")
         check(leftovers(parent) == [], "gpu_bench_call.sh leaves no work folder")
     finish()
 
