@@ -258,8 +258,8 @@ void apply_override(LoadedConfig& loaded, const std::string& assignment);
 std::vector<std::string> validate_config(const LoadedConfig& loaded, bool check_paths = true,
                                          ConfigUse use = ConfigUse::train);
 // What only the base's shape `sizes` refuses, before anything allocates (validator.cpp): adapters
-// larger than the projections they adapt, more checkpointed blocks than the base has. The validator
-// asks it of a run's own base, an experiment's plan of each row's, the resolved model of its own.
+// larger than the projections they adapt, more checkpointed blocks than the base has. An experiment's
+// plan asks it of each row's base; the validator asks its two rules of a run's own.
 std::vector<ConfigProblem> base_size_problems(const Config& c, const models::ModelConfig& sizes);
 // Its rule for model.activation_checkpointing alone (the resolved model's last guard).
 std::vector<ConfigProblem> checkpointed_block_problems(const models::ActivationCheckpointing& a, int64_t n_layers);

@@ -79,11 +79,9 @@ void apply_assignments(LoadedConfig& run, const std::vector<Assignment>& assignm
   for (const auto& a : assignments) apply_setting(run, a.text, a.origin);
 }
 
-// Every row's adapters against the sizes of the base it starts from (a given base's, or those the
-// grid's base run is built with), when the experiment is planned: a rank too large for the base is
-// refused before any row trains, not when its row's turn comes.
-// What only the base's shape refuses (adapters too large, more checkpointed blocks than it has), for
-// every trained row when the experiment is planned: it once aborted after every other row had trained.
+// Every trained row against the sizes of the base it starts from (a given base's, or those the grid's
+// base run is built with), when the experiment is planned: adapters too large for the base, or more
+// checkpointed blocks than it has, are refused before any row trains, not when the row's turn comes.
 void check_against_the_base(const CorpusSpec& corpus, const std::vector<PlannedRun>& runs) {
   std::optional<models::ModelConfig> sizes;
   for (const auto& run : runs) {
