@@ -178,6 +178,22 @@ TEST_F(ConfigTest, ActivationCheckpointingIsEveryBlockNoneTheFirstNOrAuto) {
   const auto narrower = input_error_of(
       [&] { load_config(minimal(), {"model.n_layers=2", "model.activation_checkpointing=3"}); });
   EXPECT_NE(narrower.find("3 blocks, but the model has 2"), std::string::npos) << narrower;
+  // A base folder's blocks count when the config is read: an hf: folder's, and a peft: adapter's base.
+  const auto base = dir.path() / "two-blocks";
+  write_file(base / "config.json",
+             "{\"model_type\": \"llama\", \"vocab_size\": 160, \"hidden_size\": 32, \"intermediate_size\": 64, "
+             "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2}");
+  write_file(dir.path() / "adapter/adapter_config.json",
+             "{\"peft_type\": \"LORA\", \"base_model_name_or_path\": \"" + base.string() +
+                 "\", \"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"q_proj\"]}");
+  for (const std::string init : {"hf:" + base.string(), "peft:" + (dir.path() / "adapter").string()}) {
+    const std::string run = "model: {init: \"" + init + "\", activation_checkpointing: ";
+    const auto refused = input_error_of([&] { load_config(file("base.yaml", run + "3}\n"), {}); });
+    EXPECT_NE(refused.find("model.activation_checkpointing: 3 blocks, but the model has 2"), std::string::npos)
+        << init << ": " << refused;
+    const auto two = input_error_of([&] { load_config(file("base.yaml", run + "2}\n"), {}); });
+    EXPECT_EQ(two.find("model.activation_checkpointing"), std::string::npos) << init << ": " << two;
+  }
   // A fixed micro-batch with auto measures against train.batch_memory_gib too.
   EXPECT_EQ(load_config(minimal(), {"model.activation_checkpointing=auto", "train.batch_memory_gib=2"})
                 .config.train.batch_memory_gib,
@@ -240,6 +256,19 @@ TEST_F(ConfigTest, ABaseFoldersConfigJsonHasOneReader) {
   EXPECT_EQ(model_ref_arch("hf:" + base.string()), models::Arch::llama);
   EXPECT_NE(input_error_of([&] { models::read_hf_config(base.string()); }).find(file + ": missing field"),
             std::string::npos);
+  // The "segtrain" field an export writes is checked as strictly as transformers' own fields.
+  const std::string sizes = "{\"model_type\": \"gpt_neox\", \"vocab_size\": 64, \"hidden_size\": 8, "
+                            "\"intermediate_size\": 32, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+                            "\"max_position_embeddings\": 32, \"rotary_pct\": 1.0, \"segtrain\": ";
+  write_file(base / "config.json", sizes + "{\"transformers_reproduces\": true}}");
+  EXPECT_EQ(models::read_hf_config(base.string()).n_layers, 1);
+  for (const std::string wrong : {"{}", "\"no\"", "[true]", "1"}) {
+    write_file(base / "config.json", sizes + "{\"transformers_reproduces\": " + wrong + "}}");
+    const auto error = input_error_of([&] { models::read_hf_config(base.string()); });
+    EXPECT_NE(error.find(file + " segtrain: field \"transformers_reproduces\" has the wrong type (" + wrong + ")"),
+              std::string::npos)
+        << error;
+  }
 }
 
 TEST_F(ConfigTest, EveryKeyIsEmittedAndDocumented) {

@@ -20,7 +20,8 @@ using hf::field;
 void restore_extension(const json& cfg, ModelConfig& c, const std::string& source) {
   if (!cfg.contains("segtrain") || !cfg["segtrain"].is_object()) return;
   const auto& s = cfg["segtrain"];
-  if (s.value("transformers_reproduces", true) || !s.contains("extension")) return;
+  // Checked like every other field: nlohmann's value() throws its own type_error on a non-boolean (fuzz_hf_config).
+  if (hf::field_or<bool>(s, "transformers_reproduces", true, source + " segtrain") || !s.contains("extension")) return;
   const auto& e = s["extension"];
   auto method = enum_from_name(kExtensionMethods, field<std::string>(e, "method", source));
   if (!method) throw InputError(source + ": unknown segtrain.extension.method " + e["method"].dump());
