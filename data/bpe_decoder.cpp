@@ -2,6 +2,7 @@
 
 #include <array>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "common/error.h"
 
@@ -132,8 +133,9 @@ std::vector<std::string> byte_fallback(std::vector<std::string> tokens) {
 
 struct BpeDecoder {
   std::string path;
-  std::vector<std::string> tokens;  // id -> token as written (an added token's content wins)
-  std::vector<uint8_t> known;       // id has a token
+  // id -> token as written (an added token's content wins); a map, since a file's ids may be sparse
+  // up to 2^31 (a vector sized by the largest id would allocate gigabytes for one token, fuzz_hf_tokenizer).
+  std::unordered_map<int32_t, std::string> tokens;
   std::vector<Step> steps;
   std::string unsupported;  // "field: what" when the decoder is not one of ours
 
@@ -150,12 +152,7 @@ struct BpeDecoder {
   }
   void set(int64_t id, const std::string& token) {
     if (id < 0 || id > INT32_MAX) return;
-    if (static_cast<size_t>(id) >= tokens.size()) {
-      tokens.resize(static_cast<size_t>(id) + 1);
-      known.resize(static_cast<size_t>(id) + 1, 0);
-    }
-    tokens[static_cast<size_t>(id)] = token;
-    known[static_cast<size_t>(id)] = 1;
+    tokens[static_cast<int32_t>(id)] = token;
   }
 };
 
@@ -180,8 +177,7 @@ std::string bpe_decode(const BpeDecoder& d, const std::vector<int32_t>& ids) {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids)
-    if (id >= 0 && static_cast<size_t>(id) < d.tokens.size() && d.known[static_cast<size_t>(id)])
-      tokens.push_back(d.tokens[static_cast<size_t>(id)]);
+    if (const auto it = d.tokens.find(id); it != d.tokens.end()) tokens.push_back(it->second);
   for (Step step : d.steps) {
     if (step == Step::byte_fallback) {
       tokens = byte_fallback(std::move(tokens));

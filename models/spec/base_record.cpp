@@ -66,6 +66,9 @@ BaseRecord base_record_from_json(const std::string& text, const std::string& sou
       record.digest = DigestKind::fnv1a64;
     const char* key = digest_name(record.digest);
     for (const auto& f : files) {
+      // nlohmann casts a float such as 1e300 to an integer, which is undefined (UBSan, fuzz_base_record).
+      if (!f.at("bytes").is_number_integer())
+        throw InputError(expected + " (\"bytes\" must be an integer, got " + f.at("bytes").dump() + ")");
       BaseFile file{f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(), f.at(key).get<std::string>()};
       // A name is one file of the base's folder, never a path out of it.
       if (file.name.empty() || file.name == "." || file.name == ".." || file.name.find('/') != std::string::npos)

@@ -2,6 +2,7 @@
 // bpe_decode_reference.py trains byte-level BPEs on linux-doc (GPT-2-, Llama-3-,
 // Qwen2-like, byte fallback, added tokens that are not special) and writes ids with
 // tokenizers' text for each; every one must decode to the same bytes here.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -84,6 +85,18 @@ TEST(BpeDecode, AnUnsupportedDecoderIsAnInputErrorNamingTheField) {
   j.erase("decoder");  // none: decoded as ByteLevel
   test::write_file(dir.path() / "tokenizer.json", j.dump());
   EXPECT_EQ(BpeTokenizer::load((dir.path() / "tokenizer.json").string()).decode({0, 1, 0}), "aba");
+}
+
+// A file's ids may leave gaps up to 2^31 - 1: the decoder keeps the tokens it has, not a table
+// as long as the largest id (64 GiB of empty strings for this one; fuzz_hf_tokenizer found it).
+TEST(BpeDecode, SparseIdsUpTo2To31AreDecodedWithoutATableThatLong) {
+  test::TempDir dir;
+  const json j = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", INT32_MAX}}}, {"merges", json::array()}}},
+                  {"added_tokens", {{{"id", 1000000000}, {"content", "<x>"}, {"special", true}}}},
+                  {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}};
+  test::write_file(dir.path() / "tokenizer.json", j.dump());
+  const BpeTokenizer bpe = BpeTokenizer::load((dir.path() / "tokenizer.json").string());
+  EXPECT_EQ(bpe.decode({0, INT32_MAX, 7, 1000000000, 0}), "ab<x>a") << "id 7 has no token and decodes to nothing";
 }
 
 }  // namespace

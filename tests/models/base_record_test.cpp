@@ -82,5 +82,27 @@ TEST(BaseRecord, RecordsXxh3ChecksEarlierFnvRecordsAndNamesAChangedFile) {
   }
 }
 
+// A record's sizes are integers: a float (1e300 would be an undefined cast to int64_t, which UBSan
+// stops on; fuzz_base_record) or a string is refused in one line naming the file and the key.
+TEST(BaseRecord, ASizeThatIsNotAnIntegerIsAnInputError) {
+  for (const std::string bytes : {"1e300", "12.5", "\"12\""}) {
+    const std::string text = "{\"folder\": \"x\", \"files\": [{\"name\": \"a\", \"bytes\": " + bytes +
+                             ", \"xxh3_64\": \"0\"}]}";
+    try {
+      base_record_from_json(text, "base.json");
+      ADD_FAILURE() << bytes << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("base.json: expected {"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("\"bytes\" must be an integer, got "), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(base_record_from_json("{\"folder\": \"x\", \"files\": [{\"name\": \"a\", \"bytes\": 12, "
+                                  "\"xxh3_64\": \"0\"}]}",
+                                  "base.json")
+                .files.at(0)
+                .bytes,
+            12);
+}
+
 }  // namespace
 }  // namespace segtrain::models
