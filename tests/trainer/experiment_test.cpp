@@ -530,6 +530,54 @@ TEST(Experiment, AnEditedInputFileMakesTheStoreStale) {
   auto edited = run(kBin, {"experiment", dir / "x.yaml"}, 600);
   EXPECT_EQ(edited.exit_code, 2) << edited.err;
   EXPECT_NE(edited.err.find(input + " changed"), std::string::npos) << edited.err;
+
+  // A damaged record (not JSON, or a file entry that is not an object with a path) is a stale
+  // corpus too: one line, exit 2, never nlohmann's own exception.
+  const fs::path corpus_json = fs::path(out) / "text" / "corpus.json";
+  json damaged = record;
+  damaged["files"][0] = json::array({1});
+  for (const auto& [text, why] : {std::pair{std::string("{oops"), std::string("corpus.json: not valid JSON)")},
+                                   std::pair{damaged.dump(), input + " is new"}}) {
+    test::write_file(corpus_json, text);
+    auto stale = run(kBin, {"experiment", dir / "x.yaml"}, 600);
+    EXPECT_EQ(stale.exit_code, 2) << text << ": " << stale.err;
+    EXPECT_NE(stale.err.find("differs from the corpus"), std::string::npos) << stale.err;
+    EXPECT_NE(stale.err.find(why), std::string::npos) << stale.err;
+    EXPECT_EQ(stale.err.find("json.exception"), std::string::npos) << stale.err;
+  }
+}
+
+// A Linux file name may be any bytes: an input whose path is not UTF-8 is recorded in corpus.json
+// (U+FFFD for the bad byte) once its store is built, and the grid run again reuses that store.
+TEST(Experiment, AnInputPathThatIsNotUtf8IsRecordedAndItsStoreReused) {
+  test::TempDir dir;
+  auto synth = run(kBin, {"synth", "--out", dir / "text", "--docs", "30", "--min-tokens", "300", "--max-tokens",
+                          "500", "--seed", "4"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  const std::string input = dir / "in\xff/train.jsonl", out = dir / "out";
+  fs::create_directories(fs::path(input).parent_path());
+  fs::copy_file(dir / "text/train.jsonl", input);
+  test::write_file(dir / "x.yaml", "experiment:\n"
+                                   "  name: bytes\n"
+                                   "  output_dir: " + out + "\n"
+                                   "  factors: [2]\n"
+                                   "  methods: [da]\n"
+                                   "  ootb: [none]\n"
+                                   "  corpora:\n"
+                                   "    - {name: text, inputs: [\"" + input + "\"], vocab_size: 200, valid_fraction: 0.2}\n"
+                                   "  base:\n"
+                                   "    set: {train.budget.tokens: 4000}\n"
+                                   "run: {seed: 7, threads: 1}\n"
+                                   "model: {arch: gpt_neox, d_model: 16, n_layers: 1, n_heads: 2}\n"
+                                   "data: {train_length: 32}\n"
+                                   "train: {micro_batch_size: 8, warmup_steps: 2, log_every: 5, tensorboard: false}\n"
+                                   "eval: {max_sequences: 2}\n");
+  auto first = run(kBin, {"experiment", dir / "x.yaml"}, 600);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const json record = json::parse(test::read_file(fs::path(out) / "text" / "corpus.json"));
+  EXPECT_EQ(record["files"][0]["path"], (dir / "in\uFFFD/train.jsonl")) << record.dump();
+  auto again = run(kBin, {"experiment", dir / "x.yaml"}, 600);
+  EXPECT_EQ(again.exit_code, 0) << "the same corpus is reused: " << again.err;
 }
 
 // A grid whose disk fills up (a tmpfs smaller than the whole grid needs; root

@@ -56,7 +56,9 @@ nlohmann::json corpus_fingerprint(const CorpusSpec& corpus) {
                             {"bytes", static_cast<int64_t>(fs::file_size(file.path))},
                             {"fnv1a64", file_digest(file.path, DigestKind::fnv1a64)}});
   }
-  return j;
+  // A path that is not UTF-8 (a Linux file name may be any bytes) would make dump() throw once the
+  // store is built; as written to corpus.json (U+FFFD for each bad byte), it compares with what is read back.
+  return nlohmann::json::parse(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 // What changed between a recorded corpus fingerprint and today's, in a few words.
@@ -66,7 +68,8 @@ std::string first_difference(const nlohmann::json& recorded, const nlohmann::jso
     if (recorded[key] == value) continue;
     if (key != "files" || !recorded[key].is_array()) return key + " was " + recorded[key].dump() + ", is " + value.dump();
     std::map<std::string, nlohmann::json> before;
-    for (const auto& f : recorded[key]) before[f.value("path", "")] = f;
+    for (const auto& f : recorded[key])  // a hand-edited record: an entry without a path string is skipped
+      if (f.is_object() && f.contains("path") && f["path"].is_string()) before[f["path"].get<std::string>()] = f;
     for (const auto& f : value) {
       const auto it = before.find(f["path"].get<std::string>());
       if (it == before.end()) return f["path"].get<std::string>() + " is new";
@@ -86,12 +89,14 @@ void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const Loa
   const fs::path store = store_dir(x, corpus), made_from = dir / "corpus.json";
   const nlohmann::json fingerprint = corpus_fingerprint(corpus);
   if (fs::exists(store / "meta.json") && fs::exists(made_from)) {
-    const auto recorded = nlohmann::json::parse(read_file(made_from, "corpus record"));
-    if (recorded != fingerprint)
+    // A damaged record (not JSON: "discarded", which compares equal to nothing, not even unequal) is a stale one.
+    const auto recorded = nlohmann::json::parse(read_file(made_from, "corpus record"), nullptr, false);
+    if (recorded.is_discarded() || recorded != fingerprint)
       throw InputError(corpus.origin + ": experiment.corpora '" + corpus.name + "' differs from the corpus " +
                        store.string() + " was made from (" + made_from.string() + ": " +
-                       first_difference(recorded, fingerprint) + "); every run of it would be stale: delete " +
-                       dir.string() + " or choose another experiment.output_dir");
+                       (recorded.is_discarded() ? "not valid JSON" : first_difference(recorded, fingerprint)) +
+                       "); every run of it would be stale: delete " + dir.string() +
+                       " or choose another experiment.output_dir");
     return;
   }
   // The corpus text and the store are built beside their places and renamed in
