@@ -191,10 +191,9 @@ void check_train(Checker& ck, const Config& c) {
       c.model.adapters.any() && adapters.empty() && ref && ref->kind != ModelRef::Kind::peft;
   const bool counts_blocks = c.model.spec.activation_checkpointing.kind == models::ActivationCheckpointing::Kind::first;
   if (const auto sizes = sizes_adapters || counts_blocks ? built_sizes(ck, c) : std::nullopt) {
-    auto problems = sizes_adapters ? models::lora_size_problems(c.model.adapters.lora, *sizes)
-                                   : std::vector<ConfigProblem>{};
-    for (auto& problem : checkpointed_block_problems(c.model.spec.activation_checkpointing, sizes->n_layers))
-      problems.push_back(std::move(problem));
+    const auto problems = sizes_adapters ? base_size_problems(c, *sizes)
+                                         : checkpointed_block_problems(c.model.spec.activation_checkpointing,
+                                                                       sizes->n_layers);
     for (const auto& problem : problems) ck.fail(problem.key, problem.message);
   }
   if (!t.budget.compute_equivalent && !t.budget.tokens)
