@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <regex>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,16 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using test::kBin;
 using test::run;
+
+// bf16 matmuls whatever the CPU probe would measure (on a loaded machine it may choose fp32 one run
+// and bf16 the next: trainer/runtime/cpu_matmul.h), for a test about bf16 autocast being in effect;
+// the children inherit it. Restored when the scope ends.
+struct ForcedBf16Matmuls {
+  ForcedBf16Matmuls() { setenv("SEGTRAIN_CPU_MATMUL", "bf16", 1); }
+  ~ForcedBf16Matmuls() { unsetenv("SEGTRAIN_CPU_MATMUL"); }
+  ForcedBf16Matmuls(const ForcedBf16Matmuls&) = delete;
+  ForcedBf16Matmuls& operator=(const ForcedBf16Matmuls&) = delete;
+};
 
 // How close two ranks must come to one: fp32 storage to summation order.
 struct TrainCliAgreement {
@@ -1155,13 +1166,7 @@ TEST_F(TrainCli, GradientAccumulationEqualsALargerMicroBatch) {
 }
 
 TEST_F(TrainCli, Bf16AutocastTrainsWithFiniteLosses) {
-  // bf16 matmuls whatever the CPU probe would measure on a loaded machine (it may choose fp32,
-  // and this test is about autocast being in effect: trainer/runtime/cpu_matmul.h); the children
-  // inherit it. Restored when the test ends.
-  struct ForcedBf16 {
-    ForcedBf16() { setenv("SEGTRAIN_CPU_MATMUL", "bf16", 1); }
-    ~ForcedBf16() { unsetenv("SEGTRAIN_CPU_MATMUL"); }
-  } forced;
+  const ForcedBf16Matmuls forced;
   auto fp32 = run(kBin, {"train", config("fp32", "bloom", "truncate"), "--set", "train.budget.tokens=2000"});
   ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
   auto bf16 = run(kBin, {"train", config("bf16", "bloom", "truncate"), "--set", "train.budget.tokens=2000", "--set",
@@ -1383,12 +1388,14 @@ TEST_F(TrainCli, LossOverSlicesOfTheTokensTrainsAndEvaluatesAsTheWholeLogits) {
     EXPECT_NEAR(ppl[chunk], ppl["0"], 1e-5 * ppl["0"]) << chunk;
   }
   // bf16 autocast: the slices' head matmuls in bf16 too, close to the whole bf16 logits.
+  std::optional<ForcedBf16Matmuls> forced(std::in_place);
   for (const std::string chunk : {"0", "7"}) {
     const std::string name = "loss-chunk-bf16-" + chunk;
     auto r = run(kBin, {"train", config(name, "bloom", "prefix"), "--set", "train.budget.tokens=4000", "--set",
                         "train.loss_chunk_tokens=" + chunk, "--set", "train.precision=bf16"});
     ASSERT_EQ(r.exit_code, 0) << chunk << "\n" << r.err;
   }
+  forced.reset();
   const auto bf16_whole = values(run_dir("loss-chunk-bf16-0"), "loss");
   const auto bf16_sliced = values(run_dir("loss-chunk-bf16-7"), "loss");
   ASSERT_EQ(bf16_sliced.size(), bf16_whole.size());
