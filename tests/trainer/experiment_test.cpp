@@ -490,34 +490,40 @@ struct BadExperiment {
   std::string arch = "gpt_neox";
 };
 
+// A grid of one text corpus (`input`, a JSONL file), one DA row at x2, writing `out`.
+std::string one_text_corpus_grid(const std::string& out, const std::string& input) {
+  return "experiment:\n"
+         "  name: text\n"
+         "  output_dir: " + out + "\n"
+         "  factors: [2]\n"
+         "  methods: [da]\n"
+         "  ootb: [none]\n"
+         "  corpora:\n"
+         "    - {name: text, inputs: [\"" + input + "\"], vocab_size: 200, valid_fraction: 0.2}\n"
+         "  base:\n"
+         "    set: {train.budget.tokens: 4000}\n"
+         "run: {seed: 7, threads: 1}\n"
+         "model: {arch: gpt_neox, d_model: 16, n_layers: 1, n_heads: 2}\n"
+         "data: {train_length: 32}\n"
+         "train: {micro_batch_size: 8, warmup_steps: 2, log_every: 5, tensorboard: false}\n"
+         "eval: {max_sequences: 2}\n";
+}
+
+// `segtrain synth`'s 30 documents in DIR/text (train.jsonl among them).
+void write_synth_text(const test::TempDir& dir) {
+  auto synth = run(kBin, {"synth", "--out", dir / "text", "--docs", "30", "--min-tokens", "300", "--max-tokens",
+                          "500", "--seed", "4"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+}
+
 // A store built from text inputs records each file's size and digest: after a
 // file is edited, the grid refuses to reuse the store (and every run made from
 // it), naming the file, instead of reporting results of the old text.
 TEST(Experiment, AnEditedInputFileMakesTheStoreStale) {
   test::TempDir dir;
-  auto synth = run(kBin, {"synth", "--out", dir / "text", "--docs", "30", "--min-tokens", "300", "--max-tokens",
-                          "500", "--seed", "4"});
-  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  ASSERT_NO_FATAL_FAILURE(write_synth_text(dir));
   const std::string out = dir / "out", input = dir / "text/train.jsonl";
-  const std::string file = "experiment:\n"
-                           "  name: edited\n"
-                           "  output_dir: " + out + "\n"
-                           "  factors: [2]\n"
-                           "  methods: [da]\n"
-                           "  ootb: [none]\n"
-                           "  corpora:\n"
-                           "    - name: text\n"
-                           "      inputs: [" + input + "]\n"
-                           "      vocab_size: 200\n"
-                           "      valid_fraction: 0.2\n"
-                           "  base:\n"
-                           "    set: {train.budget.tokens: 4000}\n"
-                           "run: {seed: 7, threads: 1}\n"
-                           "model: {arch: gpt_neox, d_model: 16, n_layers: 1, n_heads: 2}\n"
-                           "data: {train_length: 32}\n"
-                           "train: {micro_batch_size: 8, warmup_steps: 2, log_every: 5, tensorboard: false}\n"
-                           "eval: {max_sequences: 2}\n";
-  test::write_file(dir / "x.yaml", file);
+  test::write_file(dir / "x.yaml", one_text_corpus_grid(out, input));
   auto first = run(kBin, {"experiment", dir / "x.yaml"}, 600);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const json record = json::parse(test::read_file(fs::path(out) / "text" / "corpus.json"));
@@ -551,27 +557,11 @@ TEST(Experiment, AnEditedInputFileMakesTheStoreStale) {
 // (U+FFFD for the bad byte) once its store is built, and the grid run again reuses that store.
 TEST(Experiment, AnInputPathThatIsNotUtf8IsRecordedAndItsStoreReused) {
   test::TempDir dir;
-  auto synth = run(kBin, {"synth", "--out", dir / "text", "--docs", "30", "--min-tokens", "300", "--max-tokens",
-                          "500", "--seed", "4"});
-  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  ASSERT_NO_FATAL_FAILURE(write_synth_text(dir));
   const std::string input = dir / "in\xff/train.jsonl", out = dir / "out";
   fs::create_directories(fs::path(input).parent_path());
   fs::copy_file(dir / "text/train.jsonl", input);
-  test::write_file(dir / "x.yaml", "experiment:\n"
-                                   "  name: bytes\n"
-                                   "  output_dir: " + out + "\n"
-                                   "  factors: [2]\n"
-                                   "  methods: [da]\n"
-                                   "  ootb: [none]\n"
-                                   "  corpora:\n"
-                                   "    - {name: text, inputs: [\"" + input + "\"], vocab_size: 200, valid_fraction: 0.2}\n"
-                                   "  base:\n"
-                                   "    set: {train.budget.tokens: 4000}\n"
-                                   "run: {seed: 7, threads: 1}\n"
-                                   "model: {arch: gpt_neox, d_model: 16, n_layers: 1, n_heads: 2}\n"
-                                   "data: {train_length: 32}\n"
-                                   "train: {micro_batch_size: 8, warmup_steps: 2, log_every: 5, tensorboard: false}\n"
-                                   "eval: {max_sequences: 2}\n");
+  test::write_file(dir / "x.yaml", one_text_corpus_grid(out, input));
   auto first = run(kBin, {"experiment", dir / "x.yaml"}, 600);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const json record = json::parse(test::read_file(fs::path(out) / "text" / "corpus.json"));
