@@ -36,12 +36,19 @@ using test::run;
 
 // bf16 matmuls whatever the CPU probe would measure (on a loaded machine it may choose fp32 one run
 // and bf16 the next: trainer/runtime/cpu_matmul.h), for a test about bf16 autocast being in effect;
-// the children inherit it. Restored when the scope ends.
+// the children inherit it. What the environment said before is restored when the scope ends.
 struct ForcedBf16Matmuls {
-  ForcedBf16Matmuls() { setenv("SEGTRAIN_CPU_MATMUL", "bf16", 1); }
-  ~ForcedBf16Matmuls() { unsetenv("SEGTRAIN_CPU_MATMUL"); }
+  ForcedBf16Matmuls() {
+    if (const char* value = std::getenv("SEGTRAIN_CPU_MATMUL")) before = value;
+    setenv("SEGTRAIN_CPU_MATMUL", "bf16", 1);
+  }
+  ~ForcedBf16Matmuls() {
+    if (before) setenv("SEGTRAIN_CPU_MATMUL", before->c_str(), 1);
+    else unsetenv("SEGTRAIN_CPU_MATMUL");
+  }
   ForcedBf16Matmuls(const ForcedBf16Matmuls&) = delete;
   ForcedBf16Matmuls& operator=(const ForcedBf16Matmuls&) = delete;
+  std::optional<std::string> before;
 };
 
 // How close two ranks must come to one: fp32 storage to summation order.
