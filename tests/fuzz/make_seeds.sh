@@ -50,6 +50,10 @@ cp runs/gpt2/checkpoints/step-*/trainer_state.json "$OUT/trainer_state/step.json
   --set "data.mixture=[{name: a, weight: 3}, {name: b, weight: 1, extended_length: 16, sampler: {method: truncate}}]" \
   >"$OUT/config/resolved_mixture.yaml" 2>/dev/null
 cp runs/mixture/final/trainer_state.json "$OUT/trainer_state/final_mixture.json"
+# A bf16 run on the CPU: its state records what its matmuls computed in (fp32 here, forced: fast).
+SEGTRAIN_CPU_MATMUL=fp32 "$BIN" train run_gpt2.yaml --set run.output_dir=runs/bf16 --set train.precision=bf16 \
+  >/dev/null 2>&1
+cp runs/bf16/final/trainer_state.json "$OUT/trainer_state/final_bf16.json"
 cp runs/gpt2/final/rng_state.json "$OUT/rng_state/final_gpt2.json"
 # Converted runs from the gpt_neox run: LoRA (adapters and norms) and train.freeze.
 "$BIN" train run_gpt_neox.yaml --set run.output_dir=runs/lora --set model.init=checkpoint:runs/gpt_neox/final \

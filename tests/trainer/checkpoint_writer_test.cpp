@@ -61,6 +61,32 @@ TEST(TrainerStateJson, TrainSecondsRoundTripsAndABadValueIsRefusedNamingIt) {
   }
 }
 
+// What a bf16 run on the CPU computed its matmuls in (trainer/runtime/cpu_matmul.h) travels with
+// the step; a state without it (any other run, or one written before it existed) has none, and
+// anything but "bf16" or "fp32" is refused naming the key.
+TEST(TrainerStateJson, CpuMatmulRoundTripsAndABadValueIsRefusedNamingIt) {
+  TrainerState state;
+  EXPECT_FALSE(nlohmann::json::parse(state_to_json(state)).contains("cpu_matmul"));
+  EXPECT_EQ(state_from_json(state_to_json(state), "s.json").cpu_matmul, "");
+  for (const char* dtype : {"bf16", "fp32"}) {
+    state.cpu_matmul = dtype;
+    EXPECT_EQ(state_from_json(state_to_json(state), "s.json").cpu_matmul, dtype);
+  }
+  nlohmann::json j = nlohmann::json::parse(state_to_json(state));
+  for (const nlohmann::json& bad : {nlohmann::json("fp16"), nlohmann::json(""), nlohmann::json(1), nlohmann::json(nullptr),
+                                    nlohmann::json::array({"bf16"})}) {
+    j["cpu_matmul"] = bad;
+    try {
+      state_from_json(j.dump(), "bad.json");
+      ADD_FAILURE() << bad.dump() << " was taken";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.json: not a valid trainer state: \"cpu_matmul\" must be \"bf16\" or "
+                                           "\"fp32\", got " + bad.dump()),
+                std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(CheckpointWriter, ASaveHoldsItsStepsValuesWhileTrainingChangesThem) {
   test::TempDir tmp;
   const fs::path run = tmp.path() / "run", dir = run / "checkpoints" / "step-3";

@@ -74,21 +74,16 @@ double gflops(const std::vector<double>& times) {
 }
 
 CpuMatmul choose() {
+  if (const auto forced = forced_cpu_matmul()) return {*forced, CpuMatmulSource::environment, {}};
   CpuMatmul choice;
-  const char* forced = std::getenv("SEGTRAIN_CPU_MATMUL");
-  const std::string value = forced ? forced : "auto";
-  if (value == "bf16" || value == "fp32") {
-    choice.forced = true;
-    choice.dtype = value == "bf16" ? at::kBFloat16 : at::kFloat;
-  } else if (value == "auto") {
-    choice.measured = time_cpu_gemms();
-    choice.dtype = faster_cpu_matmul_dtype(choice.measured);
-  } else {
-    throw InputError("SEGTRAIN_CPU_MATMUL=" + value + ": expected auto, bf16 or fp32 (what bf16 autocast computes "
-                     "its matmuls in on the CPU)");
-  }
+  choice.measured = time_cpu_gemms();
+  choice.dtype = faster_cpu_matmul_dtype(choice.measured);
   return choice;
 }
+
+// The process's own choice once made, and the one a training run set over it.
+std::mutex choice_mutex;
+std::optional<CpuMatmul> own_choice, set_choice;
 
 }  // namespace
 
@@ -104,23 +99,48 @@ at::ScalarType faster_cpu_matmul_dtype(const CpuGemmTimes& times) {
   return times.bf16_gflops * kClearlySlower >= times.fp32_gflops ? at::kBFloat16 : at::kFloat;
 }
 
+std::optional<at::ScalarType> forced_cpu_matmul() {
+  const char* set = std::getenv("SEGTRAIN_CPU_MATMUL");
+  const std::string value = set ? set : "auto";
+  if (value == "auto") return std::nullopt;
+  if (const auto dtype = cpu_matmul_dtype(value)) return dtype;
+  throw InputError("SEGTRAIN_CPU_MATMUL=" + value + ": expected auto, bf16 or fp32 (what bf16 autocast computes "
+                   "its matmuls in on the CPU)");
+}
+
 const CpuMatmul& cpu_matmul(bool log_choice) {
-  static std::once_flag once;
-  static CpuMatmul choice;
-  std::call_once(once, [log_choice] {
-    choice = choose();
-    if (log_choice) log::info(describe(choice));
-  });
-  return choice;
+  const std::lock_guard<std::mutex> lock(choice_mutex);
+  if (set_choice) return *set_choice;  // set before any autocast begins, never beside one
+  if (!own_choice) {
+    own_choice = choose();
+    if (log_choice) log::info(describe(*own_choice));
+  }
+  return *own_choice;
+}
+
+void set_cpu_matmul(const std::optional<CpuMatmul>& choice) {
+  const std::lock_guard<std::mutex> lock(choice_mutex);
+  set_choice = choice;
+}
+
+std::string cpu_matmul_name(at::ScalarType dtype) { return dtype == at::kBFloat16 ? "bf16" : "fp32"; }
+
+std::optional<at::ScalarType> cpu_matmul_dtype(const std::string& name) {
+  if (name == "bf16") return at::kBFloat16;
+  if (name == "fp32") return at::kFloat;
+  return std::nullopt;
 }
 
 std::string describe(const CpuMatmul& choice) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(1);
   const bool bf16 = choice.dtype == at::kBFloat16;
-  if (choice.forced) {
-    out << "bf16 autocast on the CPU computes its matmuls in " << (bf16 ? "bf16" : "fp32")
-        << " (SEGTRAIN_CPU_MATMUL)" << (bf16 ? "" : ", the weights stay as stored");
+  if (choice.source != CpuMatmulSource::measured) {
+    out << "bf16 autocast on the CPU computes its matmuls in " << cpu_matmul_name(choice.dtype)
+        << (choice.source == CpuMatmulSource::environment ? " (SEGTRAIN_CPU_MATMUL)"
+            : choice.source == CpuMatmulSource::resumed   ? " as the run it resumes did (its trainer_state.json)"
+                                                          : " as rank 0 does")
+        << (bf16 ? "" : ", the weights stay as stored");
     return out.str();
   }
   const CpuGemmTimes& t = choice.measured;

@@ -81,6 +81,7 @@ std::string state_to_json(const TrainerState& s) {
     for (const auto& [name, tokens] : s.source_tokens) sources.push_back({{"name", name}, {"tokens", tokens}});
     j["source_tokens"] = sources;
   }
+  if (!s.cpu_matmul.empty()) j["cpu_matmul"] = s.cpu_matmul;
   return j.dump(2) + "\n";
 }
 
@@ -130,6 +131,13 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
           throw InputError(source + ": not a valid trainer state: each of \"source_tokens\" needs a \"name\"");
         s.source_tokens.emplace_back(t.at("name").get<std::string>(), count(t, "tokens", std::nullopt, 0));
       }
+    }
+    if (j.contains("cpu_matmul")) {
+      const json& matmul = j.at("cpu_matmul");
+      if (!matmul.is_string() || (matmul != "bf16" && matmul != "fp32"))
+        throw InputError(source + ": not a valid trainer state: \"cpu_matmul\" must be \"bf16\" or \"fp32\", got " +
+                         matmul.dump());
+      s.cpu_matmul = matmul.get<std::string>();
     }
     return s;
   } catch (const json::exception& e) {

@@ -45,6 +45,9 @@ struct TrainerState {
   // A mixture's tokens from each source so far, all ranks, by name in data.mixture's order
   // (empty for a single store: `tokens` says it).
   std::vector<std::pair<std::string, int64_t>> source_tokens;
+  // What a bf16 run on the CPU computes its matmuls in, "bf16" or "fp32", so that its
+  // resumption computes as it did (trainer/runtime/cpu_matmul.h); empty for other runs.
+  std::string cpu_matmul;
 };
 
 std::string state_to_json(const TrainerState& state);

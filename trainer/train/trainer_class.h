@@ -92,6 +92,7 @@ class Trainer {
   void convert_model(const LoadedConfig& loaded, std::future<models::BaseRecord> base_record);
   void assemble_checkpoint_parts();
   void resume_from_checkpoint();
+  void settle_cpu_matmul();
   void size_batch();
   void size_micro_batch();
   void size_checkpointing();
