@@ -95,7 +95,7 @@ StepOutcome one_step(models::TransformerLM& model, const c10::Device& device, bo
   {
     trainer::Autocast autocast(bf16, device.type());
     if (path == LossPath::trainer) {
-      summed = trainer::micro_batch_loss(model, m, kLossChunk);
+      summed = trainer::micro_batch_loss(model, m, kLossChunk).sum;
     } else {
       const at::Tensor logits = model->forward(m.tokens, m.positions, m.bounds);
       summed = trainer::summed_loss(logits, m.targets);
@@ -354,7 +354,7 @@ TEST_P(OneStep, TheTrainerLossPathNeverWaitsForTheDevice) {
       if (watched) uploads.emplace();
       watch(forward, [&] {
         trainer::Autocast autocast(/*enabled=*/true, device.type());
-        loss = trainer::micro_batch_loss(model, m, chunk);
+        loss = trainer::micro_batch_loss(model, m, chunk).sum;
       });
       watch(backward, [&] {
         loss.backward();

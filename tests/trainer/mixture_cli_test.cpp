@@ -1,6 +1,6 @@
 // data.mixture through the binary, as a user runs it: long-document windows cut by chunk
 // mixed with short documents at their own positions; the run resumes exactly, counts each
-// source's tokens in metrics.jsonl and trainer_state.json, `segtrain sample` shows the mixed
+// source's tokens in metrics.jsonl and trainer_state.json and each step's loss on each source, `segtrain sample` shows the mixed
 // stream, and a store of another tokenizer or a source without a window is refused (exit 2).
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "test_util.h"
 
@@ -62,14 +63,33 @@ TEST_F(MixtureCli, AMixtureTrainsResumesExactlyAndCountsEachSource) {
   EXPECT_GT(from_short, 0);
   EXPECT_GT(from_long, from_short) << "3/4 of 120 samples are expected from the long store";
   EXPECT_EQ(final_state["data_cursor"]["sources"].size(), 2u);
-  // Each logged step's counts, the last one's the run's.
+  // Each logged step's counts, the last one's the run's; and the step's loss on each source's
+  // tokens, whose token-weighted mean is the step's loss.
   std::istringstream lines(test::read_file(fs::path(run_dir("whole")) / "metrics.jsonl"));
   json last;
+  int64_t steps_with_both = 0;
   for (std::string line; std::getline(lines, line);) {
     last = json::parse(line);
     EXPECT_EQ(last["source_tokens"]["long"].get<int64_t>() + last["source_tokens"]["short"].get<int64_t>(),
               last["tokens"].get<int64_t>());
+    const json& tokens = last["source_loss_tokens"];
+    ASSERT_TRUE(tokens.is_object() && tokens.size() == 2) << line;
+    EXPECT_EQ(tokens["long"].get<int64_t>() + tokens["short"].get<int64_t>(), last["loss_tokens"].get<int64_t>());
+    double weighted = 0;
+    for (const std::string name : {"long", "short"}) {
+      const json& loss = last["source_loss"][name];
+      if (tokens[name].get<int64_t>() == 0) {
+        EXPECT_TRUE(loss.is_null()) << line;
+        continue;
+      }
+      EXPECT_GT(loss.get<double>(), 0) << line;
+      weighted += loss.get<double>() * tokens[name].get<double>();
+    }
+    const double loss = last["loss"];
+    EXPECT_NEAR(weighted / last["loss_tokens"].get<double>(), loss, 1e-5 * loss) << line;
+    steps_with_both += tokens["long"].get<int64_t>() > 0 && tokens["short"].get<int64_t>() > 0;
   }
+  EXPECT_GT(steps_with_both, 0) << "no step drew from both sources";
   EXPECT_EQ(last["source_tokens"]["short"], from_short);
 
   // The same run stopped after its step-10 checkpoint and resumed: the same model and counts.
@@ -87,6 +107,56 @@ TEST_F(MixtureCli, AMixtureTrainsResumesExactlyAndCountsEachSource) {
   const json resumed_state = state_of(run_dir("cut") + "/final");
   EXPECT_EQ(resumed_state["data_cursor"], final_state["data_cursor"]);
   EXPECT_EQ(resumed_state["source_tokens"], final_state["source_tokens"]);
+  // The resumed steps' losses by source are the uninterrupted run's.
+  auto rows_after_10 = [](const std::string& run) {
+    std::vector<json> out;
+    std::istringstream rows(test::read_file(fs::path(run) / "metrics.jsonl"));
+    for (std::string line; std::getline(rows, line);)
+      if (json row = json::parse(line); row["step"].get<int64_t>() > 10) out.push_back(row["source_loss"]);
+    return out;
+  };
+  const auto resumed_rows = rows_after_10(run_dir("cut"));
+  EXPECT_FALSE(resumed_rows.empty());
+  EXPECT_EQ(resumed_rows, rows_after_10(run_dir("whole")));
+}
+
+// Two ranks (2 samples each) count each source's loss over both: every logged step's split is
+// one rank's with the same global batch (4 samples), its tokens exactly, its losses to fp32 rounding.
+TEST_F(MixtureCli, TwoRanksSplitTheLossBySourceAsOneRank) {
+  auto single = run(kBin, train_args("one-rank", *dir_ / "short"), 600);
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  std::vector<std::string> ranked = train_args("two-ranks", *dir_ / "short");
+  for (const std::string a : {"--set", "train.micro_batch_size=2"}) ranked.push_back(a);
+  const std::string port = std::to_string(test::unused_port());
+  auto rank_args = [&](int rank) {
+    std::vector<std::string> a = {"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                  "MASTER_PORT=" + port, kBin};
+    a.insert(a.end(), ranked.begin(), ranked.end());
+    return a;
+  };
+  test::RunResult second;
+  std::thread other([&] { second = run("env", rank_args(1), 600); });
+  const test::RunResult first = run("env", rank_args(0), 600);
+  other.join();
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  auto rows = [](const std::string& run) {
+    std::vector<json> out;
+    std::istringstream lines(test::read_file(fs::path(run) / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) out.push_back(json::parse(line));
+    return out;
+  };
+  const auto a = rows(run_dir("one-rank")), b = rows(run_dir("two-ranks"));
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["source_loss_tokens"], b[i]["source_loss_tokens"]) << "step " << i + 1;
+    for (const std::string name : {"long", "short"}) {
+      const json &x = a[i]["source_loss"][name], &y = b[i]["source_loss"][name];
+      ASSERT_EQ(x.is_null(), y.is_null()) << "step " << i + 1 << " " << name;
+      if (!x.is_null()) EXPECT_NEAR(x.get<double>(), y.get<double>(), 1e-5) << "step " << i + 1 << " " << name;
+    }
+  }
 }
 
 TEST_F(MixtureCli, SampleShowsTheMixedStream) {

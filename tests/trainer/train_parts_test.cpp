@@ -301,7 +301,7 @@ TEST(TrainStep, MicroBatchLossIsTheSameOverSlicesOfTheTokens) {
     config.activation_checkpointing = models::ActivationCheckpointing::every_block();
     models::TransformerLM model(config);
     model->train();
-    at::Tensor loss = micro_batch_loss(model, m, chunk);
+    at::Tensor loss = micro_batch_loss(model, m, chunk).sum;
     loss.backward();
     std::vector<at::Tensor> grads;
     for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
@@ -313,6 +313,80 @@ TEST(TrainStep, MicroBatchLossIsTheSameOverSlicesOfTheTokens) {
     for (size_t i = 0; i < grads0.size(); ++i)
       EXPECT_LT((runs[r].second[i] - grads0[i]).abs().max().item<double>(), 1e-5) << "run " << r << " parameter " << i;
   }
+}
+
+// A mixture's micro-batch (data.mixture): each source's part of the loss is the loss of a
+// micro-batch of that source's rows alone, the parts add up to the unsplit loss, and the
+// gradients are the unsplit ones, with the whole logits (0) and over slices (1, 7, auto).
+// A micro-batch of one source's rows is the unsplit one to the bit.
+TEST(TrainStep, AMixturesLossIsEachSourcesRowsLossAndSumsToTheWhole) {
+  const int64_t rows = 3, length = 12;
+  const std::vector<int32_t> sources = {1, 0, 1};
+  data::Batch mixed;
+  mixed.batch_size = rows;
+  mixed.length = length;
+  std::mt19937 rng(5);
+  for (int64_t i = 0; i < rows * length; ++i) {
+    mixed.tokens.push_back(static_cast<int32_t>(rng() % 32));
+    mixed.positions.push_back(static_cast<int32_t>(i % length + 3 * (i / length)));
+    mixed.targets.push_back(static_cast<int32_t>(rng() % 32));
+    mixed.loss_mask.push_back(i % length >= 2 + i / length);  // rows with 10, 9 and 8 loss tokens
+  }
+  mixed.sources = sources;
+  mixed.step_samples = {1, 2};
+  // The rows of `keep` alone, as a micro-batch of a single store.
+  auto rows_of = [&](const std::vector<int64_t>& keep) {
+    data::Batch b;
+    b.batch_size = static_cast<int64_t>(keep.size());
+    b.length = length;
+    for (int64_t r : keep)
+      for (int64_t t = r * length; t < (r + 1) * length; ++t) {
+        b.tokens.push_back(mixed.tokens[t]);
+        b.positions.push_back(mixed.positions[t]);
+        b.targets.push_back(mixed.targets[t]);
+        b.loss_mask.push_back(mixed.loss_mask[t]);
+      }
+    return to_tensors(b, torch::kCPU);
+  };
+  const MicroBatch m = to_tensors(mixed, torch::kCPU), whole = rows_of({0, 1, 2});
+  EXPECT_EQ(m.source_loss_tokens, (std::vector<int64_t>{9, 18}));
+  EXPECT_TRUE(whole.source_rows.empty()) << "a single store's micro-batch has no split";
+  struct Pass {
+    MicroBatchLoss loss;
+    std::vector<at::Tensor> grads;
+  };
+  auto pass = [&](const MicroBatch& batch, std::optional<int64_t> chunk) {
+    torch::manual_seed(3);
+    models::TransformerLM model(tiny(models::Arch::llama));
+    model->train();
+    Pass p{micro_batch_loss(model, batch, chunk), {}};
+    p.loss.sum.backward();
+    for (const auto& param : model->parameters()) p.grads.push_back(param.grad().clone());
+    return p;
+  };
+  for (std::optional<int64_t> chunk : std::vector<std::optional<int64_t>>{0, 1, 7, std::nullopt}) {
+    const std::string which = chunk ? std::to_string(*chunk) : "auto";
+    const Pass split = pass(m, chunk), unsplit = pass(whole, chunk);
+    ASSERT_TRUE(split.loss.by_source.defined()) << which;
+    EXPECT_FALSE(unsplit.loss.by_source.defined()) << which;
+    ASSERT_EQ(split.loss.by_source.numel(), 2) << which;
+    const double first = pass(rows_of({1}), chunk).loss.sum.item<double>();
+    const double second = pass(rows_of({0, 2}), chunk).loss.sum.item<double>();
+    EXPECT_NEAR(split.loss.by_source[0].item<double>(), first, 1e-5 * first) << which;
+    EXPECT_NEAR(split.loss.by_source[1].item<double>(), second, 1e-5 * second) << which;
+    const double total = unsplit.loss.sum.item<double>();
+    EXPECT_NEAR(split.loss.sum.item<double>(), total, 1e-5 * total) << which;
+    EXPECT_NEAR(split.loss.by_source.sum().item<double>(), total, 1e-5 * total) << which;
+    for (size_t i = 0; i < unsplit.grads.size(); ++i)
+      EXPECT_LT((split.grads[i] - unsplit.grads[i]).abs().max().item<double>(), 1e-5) << which << " parameter " << i;
+  }
+  data::Batch one_source = mixed;
+  one_source.sources = {1, 1, 1};
+  one_source.step_samples = {0, 3};
+  const Pass alone = pass(to_tensors(one_source, torch::kCPU), std::nullopt), plain = pass(whole, std::nullopt);
+  EXPECT_EQ(alone.loss.sum.item<double>(), plain.loss.sum.item<double>());
+  EXPECT_EQ(alone.loss.by_source[0].item<double>(), 0.0);
+  EXPECT_EQ(alone.loss.by_source[1].item<double>(), plain.loss.sum.item<double>());
 }
 
 // Evaluation over slices of the tokens (1, 5, auto) scores every window and

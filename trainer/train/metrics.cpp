@@ -41,6 +41,9 @@ void Metrics::record(const nlohmann::json& row, double seconds_left) {
   if (tb_) {
     for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s"})
       if (row[key].is_number()) tb_->scalar(std::string("train/") + key, row[key].get<double>(), step);
+    if (row.contains("source_loss"))  // a mixture's loss on each source's tokens
+      for (const auto& [name, loss] : row["source_loss"].items())
+        if (loss.is_number()) tb_->scalar("train/loss/" + name, loss.get<double>(), step);
     tb_->flush();
   }
   std::ostringstream line;

@@ -9,6 +9,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "trainer/train/checkpoint_writer.h"
 #include "trainer/train/distributed.h"
@@ -22,6 +23,10 @@ struct StepShare {
   at::Tensor loss_sum;               // fp64 scalar on the device: summed cross-entropy
   at::Tensor grad_square_sum;        // fp64 scalar on the device, this rank's share of the whole
   SavePart save = SavePart::none;    // this rank's part of a checkpoint save in flight
+  // A mixture's split by source (StepShare from LocalTotals): fp64 [sources] on the device,
+  // undefined when not counted (every rank alike), and the loss tokens, from the host batches.
+  at::Tensor source_loss_sums;
+  std::vector<int64_t> source_loss_tokens;
 };
 
 // The whole step, the same on every rank.
@@ -32,6 +37,8 @@ struct StepTotals {
   double grad_square_sum = 0;  // of the summed (not yet token-normalized) gradient
   int64_t saves_written = 0;   // ranks whose part of the save in flight is written
   int64_t saves_failed = 0;    // ranks whose part failed
+  std::vector<double> source_loss_sums;     // a mixture's, each source's; empty when not counted
+  std::vector<int64_t> source_loss_tokens;
 };
 
 // Sums the ranks' shares (`group` nullptr: this process is the whole run).

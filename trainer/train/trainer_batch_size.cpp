@@ -140,7 +140,7 @@ void Trainer::measuring_pass(int64_t sequences) {
     at::Tensor loss;
     {
       Autocast autocast(c_.train.precision == Precision::bf16, device_.type());
-      loss = micro_batch_loss(model_, micro, c_.train.loss_chunk_tokens);
+      loss = micro_batch_loss(model_, micro, c_.train.loss_chunk_tokens).sum;
     }
     loss.backward();
   } catch (...) {

@@ -115,6 +115,9 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
       m.tokens = m.tokens.clone();
       m.positions = m.positions.clone();
       m.targets = m.targets.clone();
+      // The sources' rows change from step to step: a captured step sums the loss whole.
+      m.source_rows.clear();
+      m.source_loss_tokens.clear();
     }
     static_loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   } else {

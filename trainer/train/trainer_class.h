@@ -57,6 +57,9 @@ struct StepResult {
   double grad_norm = 0;
   int64_t loss_tokens = 0;
   int stop_signal = 0;  // agreed by all ranks with the step's totals
+  // A mixture: each source's summed loss and loss tokens in the step, all ranks (empty otherwise).
+  std::vector<double> source_loss_sums;
+  std::vector<int64_t> source_loss_tokens;
 };
 
 // What this rank's micro-batches of a step gave, before any reduction over ranks.
@@ -65,6 +68,10 @@ struct LocalTotals {
   int64_t loss_tokens = 0;    // counted on the host batches
   data::StreamCursor cursor_after;  // where the data continues after the step's last batch
   std::vector<int64_t> source_samples;  // per source: the step's samples over all ranks
+  // A mixture of several sources: each one's summed loss (fp64 on the device; undefined for a
+  // captured step, whose shapes cannot follow the sources) and loss tokens on this rank.
+  at::Tensor source_loss_sums;
+  std::vector<int64_t> source_loss_tokens;
 };
 
 class Trainer {
@@ -110,7 +117,8 @@ class Trainer {
   StepResult apply_update(const StepTotals& totals);
   // forward_backward's device work: every micro-batch's forward and backward, the loss summed
   // into loss_sum (what a CUDA graph captures: trainer_captured_step.cpp).
-  void run_micro_batches(const std::vector<MicroBatch>& micro, at::Tensor& loss_sum);
+  void run_micro_batches(const std::vector<MicroBatch>& micro, at::Tensor& loss_sum,
+                         at::Tensor* source_loss_sums = nullptr);
   // SEGTRAIN_CUDA_GRAPH (trainer/runtime/cuda_graph.h): why this run cannot take the captured
   // step ("" when it can), the plan line's words, the step's halves through their graphs.
   std::string cuda_graph_refusal() const;

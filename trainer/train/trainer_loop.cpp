@@ -91,20 +91,28 @@ LocalTotals Trainer::forward_backward() {
     for (size_t i = 0; i < batch.step_samples.size(); ++i) local.source_samples[i] += batch.step_samples[i];
     micro.push_back(to_tensors(batch, device_));
     local.loss_tokens += micro.back().loss_tokens;
+    const auto& tokens = micro.back().source_loss_tokens;
+    local.source_loss_tokens.resize(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) local.source_loss_tokens[i] += tokens[i];
   }
+  const auto options = at::TensorOptions().dtype(at::kDouble).device(device_);
   if (graph_mode_ != CudaGraphMode::off) {
     local.loss_sum = forward_backward_captured(micro);
+    local.source_loss_tokens.clear();
     return local;
   }
-  local.loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
-  run_micro_batches(micro, local.loss_sum);
+  local.loss_sum = at::zeros({}, options);
+  if (!local.source_loss_tokens.empty())
+    local.source_loss_sums = at::zeros({static_cast<int64_t>(local.source_loss_tokens.size())}, options);
+  run_micro_batches(micro, local.loss_sum, local.source_loss_sums.defined() ? &local.source_loss_sums : nullptr);
   return local;
 }
 
-void Trainer::run_micro_batches(const std::vector<MicroBatch>& micro, at::Tensor& loss_sum) {
+void Trainer::run_micro_batches(const std::vector<MicroBatch>& micro, at::Tensor& loss_sum,
+                                at::Tensor* source_loss_sums) {
   const bool master = optimizer_->keeps_master_weights();
   for (size_t k = 0; k < micro.size(); ++k) {
-    at::Tensor loss;
+    MicroBatchLoss loss;
     {
       Autocast autocast(c_.train.precision == Precision::bf16, device_.type());
       loss = micro_batch_loss(model_, micro[k], c_.train.loss_chunk_tokens);
@@ -112,8 +120,9 @@ void Trainer::run_micro_batches(const std::vector<MicroBatch>& micro, at::Tensor
     // The last micro-batch's backward reduces over ranks; with master weights
     // every one's does, into the optimizer's fp32 sums.
     if (sync_ && (master || k + 1 == micro.size())) sync_->arm();
-    loss.backward();
-    loss_sum += loss.detach().to(at::kDouble);
+    loss.sum.backward();
+    loss_sum += loss.sum.detach().to(at::kDouble);
+    if (source_loss_sums && loss.by_source.defined()) *source_loss_sums += loss.by_source.to(at::kDouble);
     if (master) {
       if (sync_) sync_->finish();
       else optimizer_->accumulate_local();
@@ -134,7 +143,8 @@ StepTotals Trainer::reduce_totals(const LocalTotals& local) {
   const StepTotals totals = reduce_step_totals(
       group_.get(),
       {stop_signal(), local.loss_tokens, local.loss_sum,
-       counts_norm ? optimizer_->grad_square_sum() : at::zeros({}, local.loss_sum.options()), checkpoints_->part()},
+       counts_norm ? optimizer_->grad_square_sum() : at::zeros({}, local.loss_sum.options()), checkpoints_->part(),
+       local.source_loss_sums, local.source_loss_tokens},
       device_);
   waiting_for_saves([&] { checkpoints_->settle(totals.saves_written, totals.saves_failed); });  // a save in flight
   return totals;
@@ -149,6 +159,8 @@ StepResult Trainer::apply_update(const StepTotals& totals) {
   result.lr = schedule_.at(state_.step);
   result.stop_signal = totals.stop_signal;
   result.loss_tokens = totals.loss_tokens;
+  result.source_loss_sums = totals.source_loss_sums;
+  result.source_loss_tokens = totals.source_loss_tokens;
   const double denominator = static_cast<double>(std::max<int64_t>(totals.loss_tokens, 1));
   result.loss = totals.loss_sum / denominator;
   const double grad_norm = std::sqrt(totals.grad_square_sum) / denominator;

@@ -43,6 +43,17 @@ void Trainer::log_step(const StepResult& step) {
     for (const auto& [name, tokens] : state_.source_tokens) sources[name] = tokens;
     row["source_tokens"] = sources;
   }
+  if (!step.source_loss_tokens.empty()) {  // and the step's loss on each source's tokens (null: none)
+    nlohmann::json losses = nlohmann::json::object(), tokens = nlohmann::json::object();
+    for (size_t i = 0; i < step.source_loss_tokens.size(); ++i) {
+      const std::string& name = state_.source_tokens[i].first;
+      const int64_t count = step.source_loss_tokens[i];
+      losses[name] = count > 0 ? nlohmann::json(step.source_loss_sums[i] / static_cast<double>(count)) : nlohmann::json();
+      tokens[name] = count;
+    }
+    row["source_loss"] = losses;
+    row["source_loss_tokens"] = tokens;
+  }
   metrics_->record(row, seconds_per_step * static_cast<double>(plan_.total_steps - state_.step));
   window_start_ = Clock::now();
   window_tokens_ = window_steps_ = window_host_waits_ = 0;
