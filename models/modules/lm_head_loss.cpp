@@ -112,17 +112,20 @@ Slices run_slices(const at::Tensor& hidden, const at::Tensor& weight, const at::
 }
 
 // forward: the summed loss, with d loss / d hidden and d loss / d W already
-// computed slice by slice; backward: those, times the incoming (scalar) gradient.
+// computed slice by slice, and each token's loss (no gradient: what a caller reads);
+// backward: those gradients, times the incoming (scalar) gradient of the sum.
 struct LmHeadLossFunction : torch::autograd::Function<LmHeadLossFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& targets, int64_t chunk, int64_t ignore_index, at::ScalarType compute) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                               const at::Tensor& targets, int64_t chunk, int64_t ignore_index,
+                               at::ScalarType compute) {
     const bool want_hidden = hidden.requires_grad(), want_weight = weight.requires_grad();
     Slices s = run_slices(hidden, weight, targets, chunk, ignore_index, compute, want_hidden, want_weight);
     if (want_hidden) ctx->saved_data["grad_hidden"] = s.grad_hidden;
     if (want_weight) ctx->saved_data["grad_weight"] = s.grad_weight;
     ctx->saved_data["hidden_dtype"] = static_cast<int64_t>(hidden.scalar_type());
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
-    return s.nll.sum();
+    ctx->mark_non_differentiable({s.nll});
+    return {s.nll.sum(), s.nll};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -199,15 +202,23 @@ int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, const at::Tenso
                                kernel ? HeadSliceBuffers::kernel_16bit : HeadSliceBuffers::composite_fp32);
 }
 
-at::Tensor lm_head_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                            int64_t chunk_tokens, int64_t ignore_index) {
+LmHeadLoss lm_head_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                        int64_t chunk_tokens, int64_t ignore_index) {
   check_shapes(hidden, weight, targets);
   const at::ScalarType compute = compute_dtype(hidden, weight);
   const at::Tensor h = hidden.reshape({-1, hidden.size(-1)});
   const at::Tensor t = targets.reshape(-1);
-  if (!torch::autograd::GradMode::is_enabled() || (!hidden.requires_grad() && !weight.requires_grad()))
-    return run_slices(h, weight, t, chunk_tokens, ignore_index, compute, false, false).nll.sum();
-  return LmHeadLossFunction::apply(h, weight, t, chunk_tokens, ignore_index, compute);
+  if (!torch::autograd::GradMode::is_enabled() || (!hidden.requires_grad() && !weight.requires_grad())) {
+    const at::Tensor nll = run_slices(h, weight, t, chunk_tokens, ignore_index, compute, false, false).nll;
+    return {nll.sum(), nll.view(targets.sizes())};
+  }
+  const variable_list out = LmHeadLossFunction::apply(h, weight, t, chunk_tokens, ignore_index, compute);
+  return {out[0], out[1].view(targets.sizes())};
+}
+
+at::Tensor lm_head_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                            int64_t chunk_tokens, int64_t ignore_index) {
+  return lm_head_loss(hidden, weight, targets, chunk_tokens, ignore_index).sum;
 }
 
 at::Tensor lm_head_nll(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,

@@ -88,6 +88,15 @@ int64_t loss_chunk_tokens_for(std::optional<int64_t> configured, const at::Tenso
 at::Tensor lm_head_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                             int64_t chunk_tokens, int64_t ignore_index = kIgnoreTarget);
 
+// The same sum, and the terms it adds up, per token in the shape of targets (fp32, 0 where the
+// target is ignored, without a gradient): a data mixture's loss by source (trainer/train/step_loss.h).
+struct LmHeadLoss {
+  at::Tensor sum;        // lm_head_loss_sum's, differentiable
+  at::Tensor token_nll;  // [...] the targets' shape, detached
+};
+LmHeadLoss lm_head_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                        int64_t chunk_tokens, int64_t ignore_index = kIgnoreTarget);
+
 // The same per token, fp32 in the shape of targets (0 where the target is
 // ignored), without gradients (evaluation).
 at::Tensor lm_head_nll(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,

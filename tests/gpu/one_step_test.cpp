@@ -331,53 +331,68 @@ TEST_P(OneStep, TheTrainerLossPathNeverWaitsForTheDevice) {
   models::TransformerLM model(config);
   model->to(device);
   model->train();
-  const data::Batch batch = chunk_batch(*config.vocab_size);
-  for (const int64_t chunk : {int64_t{0}, kLossChunk}) {
-    const std::string what = std::string(enum_name(models::kArchs, GetParam())) + ", loss_chunk_tokens " +
-                             std::to_string(chunk) + ", activation checkpointing, bf16 autocast";
-    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
-    // As Trainer::forward_backward: forward under autocast, backward of the summed loss
-    // outside it, the loss summed on the device. Each part under its own watch.
-    WarningRecorder copies, forward, backward;
-    std::vector<std::string> model_uploads;  // host-to-device copies in the forward and backward
-    auto micro_batch = [&](bool watched) {
-      auto watch = [&](WarningRecorder& recorder, const std::function<void()>& part) {
-        if (!watched) return part();
-        const c10::WarningUtils::WarningHandlerGuard guard(&recorder);
-        const SyncDebugWarn on;
-        part();
+  const data::Batch single = chunk_batch(*config.vocab_size);
+  // A mixture's micro-batch (data.mixture): its loss also split by source (step_loss.h).
+  data::Batch mixed = single;
+  mixed.step_samples = {0, 0};
+  for (int64_t b = 0; b < mixed.batch_size; ++b) ++mixed.step_samples[static_cast<size_t>(b % 2)];
+  for (int64_t b = 0; b < mixed.batch_size; ++b) mixed.sources.push_back(static_cast<int32_t>(b % 2));
+  for (const auto& [batch, kind] : {std::pair{single, "one store"}, std::pair{mixed, "a mixture of 2"}}) {
+    for (const int64_t chunk : {int64_t{0}, kLossChunk}) {
+      const std::string what = std::string(enum_name(models::kArchs, GetParam())) + ", " + kind +
+                               ", loss_chunk_tokens " + std::to_string(chunk) + ", activation checkpointing, bf16 autocast";
+      at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+      at::Tensor source_sums = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device));
+      // As Trainer::forward_backward: forward under autocast, backward of the summed loss
+      // outside it, the loss summed on the device. Each part under its own watch.
+      WarningRecorder copies, forward, backward;
+      std::vector<std::string> model_uploads;  // host-to-device copies in the forward and backward
+      auto micro_batch = [&](bool watched) {
+        auto watch = [&](WarningRecorder& recorder, const std::function<void()>& part) {
+          if (!watched) return part();
+          const c10::WarningUtils::WarningHandlerGuard guard(&recorder);
+          const SyncDebugWarn on;
+          part();
+        };
+        trainer::MicroBatch m;
+        trainer::MicroBatchLoss loss;
+        watch(copies, [&] { m = trainer::to_tensors(batch, device); });
+        std::optional<HostToDeviceCopies> uploads;
+        if (watched) uploads.emplace();
+        watch(forward, [&] {
+          trainer::Autocast autocast(/*enabled=*/true, device.type());
+          loss = trainer::micro_batch_loss(model, m, chunk);
+        });
+        watch(backward, [&] {
+          loss.sum.backward();
+          loss_sum += loss.sum.detach().to(at::kDouble);
+          if (loss.by_source.defined()) source_sums += loss.by_source.to(at::kDouble);
+        });
+        if (uploads) model_uploads = uploads->calls();
       };
-      trainer::MicroBatch m;
-      at::Tensor loss;
-      watch(copies, [&] { m = trainer::to_tensors(batch, device); });
-      std::optional<HostToDeviceCopies> uploads;
-      if (watched) uploads.emplace();
-      watch(forward, [&] {
-        trainer::Autocast autocast(/*enabled=*/true, device.type());
-        loss = trainer::micro_batch_loss(model, m, chunk).sum;
-      });
-      watch(backward, [&] {
-        loss.backward();
-        loss_sum += loss.detach().to(at::kDouble);
-      });
-      if (uploads) model_uploads = uploads->calls();
-    };
-    micro_batch(/*watched=*/false);  // the warm-up
-    torch::cuda::synchronize();
-    micro_batch(/*watched=*/true);
-    torch::cuda::synchronize();
-    record(what + ": host waits in to_tensors " + std::to_string(copies.syncs().size()) + ", in forward " +
-           std::to_string(forward.syncs().size()) + ", in backward " + std::to_string(backward.syncs().size()) +
-           "; host-to-device copies in forward and backward " + std::to_string(model_uploads.size()));
-    // The positional tables went to the device in the warm-up (models/modules/device_table.h); the
-    // batch's own copies are to_tensors'.
-    EXPECT_TRUE(model_uploads.empty()) << what << ": host-to-device copies in the forward or backward:"
-                                       << joined(model_uploads);
-    EXPECT_TRUE(copies.syncs().empty()) << what << ": to_tensors waited for the device:" << joined(copies.syncs());
-    EXPECT_TRUE(forward.syncs().empty()) << what << ": the forward waited for the device:" << joined(forward.syncs());
-    EXPECT_TRUE(backward.syncs().empty()) << what << ": backward waited for the device:" << joined(backward.syncs());
-    EXPECT_TRUE(std::isfinite(loss_sum.item<double>())) << what;
-    model->zero_grad();
+      micro_batch(/*watched=*/false);  // the warm-up
+      torch::cuda::synchronize();
+      micro_batch(/*watched=*/true);
+      torch::cuda::synchronize();
+      record(what + ": host waits in to_tensors " + std::to_string(copies.syncs().size()) + ", in forward " +
+             std::to_string(forward.syncs().size()) + ", in backward " + std::to_string(backward.syncs().size()) +
+             "; host-to-device copies in forward and backward " + std::to_string(model_uploads.size()));
+      // The positional tables went to the device in the warm-up (models/modules/device_table.h); the
+      // batch's own copies are to_tensors'.
+      EXPECT_TRUE(model_uploads.empty()) << what << ": host-to-device copies in the forward or backward:"
+                                         << joined(model_uploads);
+      EXPECT_TRUE(copies.syncs().empty()) << what << ": to_tensors waited for the device:" << joined(copies.syncs());
+      EXPECT_TRUE(forward.syncs().empty()) << what << ": the forward waited for the device:" << joined(forward.syncs());
+      EXPECT_TRUE(backward.syncs().empty()) << what << ": backward waited for the device:" << joined(backward.syncs());
+      EXPECT_TRUE(std::isfinite(loss_sum.item<double>())) << what;
+      if (batch.sources.empty()) {
+        EXPECT_EQ(source_sums.abs().sum().item<double>(), 0.0) << what;
+      } else {
+        const double total = loss_sum.item<double>();
+        EXPECT_NEAR(source_sums.sum().item<double>(), total, 1e-4 * std::abs(total)) << what;
+      }
+      model->zero_grad();
+    }
   }
 #else
   SKIP_NOT_APPLICABLE("this build has no CUDA");

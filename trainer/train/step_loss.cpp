@@ -1,6 +1,5 @@
 #include "trainer/train/step_loss.h"
 
-#include <utility>
 #include <vector>
 
 #include "data/sampler.h"
@@ -29,16 +28,14 @@ MicroBatch to_tensors(const data::Batch& b, const c10::Device& device) {
   const size_t sources = b.step_samples.size();
   if (sources > 1) {
     const at::Tensor row_tokens = mask.sum(1);  // host tensors: no device read
-    std::vector<std::vector<int64_t>> rows(sources);
+    const auto counts = row_tokens.accessor<int64_t, 1>();
     m.source_loss_tokens.assign(sources, 0);
+    std::vector<int64_t> sample_sources;
     for (int64_t r = 0; r < b.batch_size; ++r) {
-      const auto s = static_cast<size_t>(b.sources[static_cast<size_t>(r)]);
-      rows[s].push_back(r);
-      m.source_loss_tokens[s] += row_tokens[r].item<int64_t>();
+      sample_sources.push_back(b.sources[static_cast<size_t>(r)]);
+      m.source_loss_tokens[static_cast<size_t>(sample_sources.back())] += counts[r];
     }
-    m.source_rows.resize(sources);
-    for (size_t s = 0; s < sources; ++s)
-      if (!rows[s].empty()) m.source_rows[s] = to_device(at::tensor(rows[s], at::kLong), device);
+    m.sample_sources = to_device(at::tensor(sample_sources, at::kLong), device);
   }
   return m;
 }
@@ -50,62 +47,31 @@ at::Tensor summed_loss(const at::Tensor& logits, const at::Tensor& targets) {
 
 namespace {
 
-// The sources with samples in the micro-batch (none listed for a single source).
-std::vector<size_t> present_sources(const MicroBatch& m) {
-  std::vector<size_t> present;
-  for (size_t s = 0; s < m.source_rows.size(); ++s)
-    if (m.source_rows[s].defined()) present.push_back(s);
-  return present;
-}
-
-// A loss summed over the micro-batch whose rows are all of one source (or of a single store).
-MicroBatchLoss of_one_source(at::Tensor sum, const MicroBatch& m, const std::vector<size_t>& present) {
-  MicroBatchLoss loss{std::move(sum), {}};
-  if (!present.empty()) {
-    loss.by_source = at::zeros({static_cast<int64_t>(m.source_rows.size())}, loss.sum.options());
-    loss.by_source.narrow(0, static_cast<int64_t>(present[0]), 1).copy_(loss.sum.detach().reshape({1}));
-  }
-  return loss;
-}
-
-// Sums each present source's part apart (part(rows) gives the loss summed over those rows); the
-// total is their sum.
-template <class Part>
-MicroBatchLoss by_sources(const MicroBatch& m, const std::vector<size_t>& present, const Part& part) {
-  std::vector<at::Tensor> parts;
-  for (size_t s : present) parts.push_back(part(m.source_rows[s]));
-  MicroBatchLoss loss{at::stack(parts).sum(), {}};
-  loss.by_source = at::zeros({static_cast<int64_t>(m.source_rows.size())}, loss.sum.options());
-  for (size_t i = 0; i < present.size(); ++i)
-    loss.by_source.narrow(0, static_cast<int64_t>(present[i]), 1).copy_(parts[i].detach().reshape({1}));
-  return loss;
+// Each source's part of a mixture's loss: its samples' token losses, added up.
+at::Tensor by_source(const MicroBatch& m, const at::Tensor& token_nll) {
+  const auto sources = static_cast<int64_t>(m.source_loss_tokens.size());
+  return at::zeros({sources}, token_nll.options()).index_add_(0, m.sample_sources, token_nll.sum(1));
 }
 
 }  // namespace
 
 MicroBatchLoss micro_batch_loss(models::TransformerLM& model, const MicroBatch& m,
                                 std::optional<int64_t> loss_chunk_tokens) {
-  const std::vector<size_t> present = present_sources(m);
+  const bool mixture = m.sample_sources.defined();
   if (loss_chunk_tokens == 0) {
     const at::Tensor logits = model->forward(m.tokens, m.positions, m.bounds);
-    if (present.size() <= 1) return of_one_source(summed_loss(logits, m.targets), m, present);
-    // Each sample's loss, then each source's rows of those (not a copy of the logits' rows).
-    const at::Tensor per_sample =
-        at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), m.targets.reshape(-1), {},
-                               at::Reduction::None, data::kNoTarget)
-            .reshape(m.targets.sizes())
-            .sum(1);
-    return by_sources(m, present, [&](const at::Tensor& rows) { return per_sample.index_select(0, rows).sum(); });
+    if (!mixture) return {summed_loss(logits, m.targets), {}};
+    const at::Tensor token_nll = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+                                                        m.targets.reshape(-1), {}, at::Reduction::None,
+                                                        data::kNoTarget)
+                                     .view(m.targets.sizes());
+    return {token_nll.sum(), by_source(m, token_nll.detach())};
   }
   const at::Tensor hidden = model->hidden(m.tokens, m.positions, m.bounds), head = model->head_weight();
   const int64_t chunk = models::loss_chunk_tokens_for(loss_chunk_tokens, hidden, head);
-  if (present.size() <= 1)
-    return of_one_source(models::lm_head_loss_sum(hidden, head, m.targets, chunk, data::kNoTarget), m, present);
-  // Each source's hidden states gathered for the head: the logits are still never whole.
-  return by_sources(m, present, [&](const at::Tensor& rows) {
-    return models::lm_head_loss_sum(hidden.index_select(0, rows), head, m.targets.index_select(0, rows), chunk,
-                                    data::kNoTarget);
-  });
+  if (!mixture) return {models::lm_head_loss_sum(hidden, head, m.targets, chunk, data::kNoTarget), {}};
+  const models::LmHeadLoss loss = models::lm_head_loss(hidden, head, m.targets, chunk, data::kNoTarget);
+  return {loss.sum, by_source(m, loss.token_nll)};
 }
 
 }  // namespace segtrain::trainer

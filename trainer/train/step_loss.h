@@ -18,10 +18,10 @@ struct MicroBatch {
   at::Tensor tokens, positions, targets;  // [B, T] int64 on the device; masked targets = kNoTarget
   int64_t loss_tokens = 0;
   models::PositionBounds bounds;  // of positions, read from the host batch: the forward never syncs
-  // A mixture of several sources (data.mixture): each source's loss tokens here, and the rows of
-  // its samples (int64 on the device; undefined where it has none). Empty for one source.
+  // A mixture of several sources (data.mixture): each source's loss tokens here, and each sample's
+  // source ([B] int64 on the device). Empty and undefined for a single store.
   std::vector<int64_t> source_loss_tokens;
-  std::vector<at::Tensor> source_rows;
+  at::Tensor sample_sources;
 };
 
 MicroBatch to_tensors(const data::Batch& batch, const c10::Device& device);
@@ -29,7 +29,7 @@ MicroBatch to_tensors(const data::Batch& batch, const c10::Device& device);
 // A micro-batch's summed loss, and a mixture's split of it by source.
 struct MicroBatchLoss {
   at::Tensor sum;        // fp32 scalar, differentiable
-  at::Tensor by_source;  // [sources] fp32, detached: each source's part of sum; undefined for one source
+  at::Tensor by_source;  // [sources] fp32, detached: each source's part of sum; undefined for a single store
 };
 
 // Sum of -log p(target) over the targets that are not kNoTarget, in fp32.
@@ -38,9 +38,8 @@ at::Tensor summed_loss(const at::Tensor& logits, const at::Tensor& targets);
 // summed_loss of the model on one micro-batch, run under the caller's autocast.
 // train.loss_chunk_tokens (nullopt: auto) other than 0 takes the LM head and the
 // cross-entropy over slices of the tokens (models/modules/lm_head_loss.h), so the whole
-// [tokens x vocab] logits never exist; 0 computes them at once. A micro-batch with samples
-// of several sources sums each source's rows apart (their hidden states gathered for the
-// head, or the whole logits' rows), and the total is their sum: the same terms, grouped.
+// [tokens x vocab] logits never exist; 0 computes them at once. A mixture's micro-batch also
+// adds each token's loss (which the sum is made of, no second pass) to its sample's source.
 MicroBatchLoss micro_batch_loss(models::TransformerLM& model, const MicroBatch& m,
                                 std::optional<int64_t> loss_chunk_tokens);
 

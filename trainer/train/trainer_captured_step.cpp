@@ -115,8 +115,8 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
       m.tokens = m.tokens.clone();
       m.positions = m.positions.clone();
       m.targets = m.targets.clone();
-      // The sources' rows change from step to step: a captured step sums the loss whole.
-      m.source_rows.clear();
+      // A captured step sums a mixture's loss whole (the split is the ordinary step's).
+      m.sample_sources = at::Tensor();
       m.source_loss_tokens.clear();
     }
     static_loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));

@@ -42,6 +42,7 @@
 #include "trainer/train/lr_schedule.h"
 #include "trainer/train/metrics.h"
 #include "trainer/train/optimizer.h"
+#include "trainer/train/rank_failure.h"
 #include "trainer/train/run_checkpoint.h"
 #include "trainer/train/run_directory.h"
 #include "trainer/train/step_loss.h"
@@ -100,6 +101,8 @@ class Trainer {
   void assemble_checkpoint_parts();
   void resume_from_checkpoint();
   void settle_cpu_matmul();
+  void take_rank_zeros_cpu_matmul(const RankFailure& failure, std::optional<at::ScalarType> forced,
+                                  at::ScalarType chosen);
   void size_batch();
   void size_micro_batch();
   void size_checkpointing();

@@ -272,42 +272,6 @@ void Trainer::resume_from_checkpoint() {
   }
 }
 
-// One matmul dtype for a bf16 run on the CPU (cpu_matmul.h), on every rank and across resumptions: rank 0's
-// (SEGTRAIN_CPU_MATMUL's, else what the run it resumes recorded, else measured), recorded with each checkpoint.
-// Before the batch is sized: the measuring pass computes under autocast.
-void Trainer::settle_cpu_matmul() {
-  const std::string recorded = std::exchange(state_.cpu_matmul, "");
-  set_cpu_matmul(std::nullopt);  // not an earlier grid run's
-  if (!device_.is_cpu() || c_.train.precision != Precision::bf16) return;
-  const std::optional<at::ScalarType> forced = forced_cpu_matmul();  // an unknown value refused on every rank
-  double bf16 = 0;
-  if (dist_.rank == 0) {
-    if (!forced && !recorded.empty()) set_cpu_matmul(CpuMatmul{*cpu_matmul_dtype(recorded), CpuMatmulSource::resumed, {}});
-    const at::ScalarType chosen = cpu_matmul(/*log_choice=*/false).dtype;
-    if (forced && !recorded.empty() && cpu_matmul_name(chosen) != recorded)
-      log::warn("SEGTRAIN_CPU_MATMUL=", cpu_matmul_name(chosen), ": this run computes its matmuls in ",
-                cpu_matmul_name(chosen), " where the run it resumes computed them in ", recorded,
-                ", so its steps will not repeat that run's exactly (unset it to go on as it did)");
-    bf16 = chosen == at::kBFloat16 ? 1 : 0;
-  }
-  if (group_) {
-    // Ranks whose matmuls round differently would average gradients of different arithmetic. The
-    // other ranks count what their SEGTRAIN_CPU_MATMUL forced, for rank 0 (which alone prints) to say.
-    const bool other = dist_.rank != 0;
-    const auto sums = global_sum({bf16, other && forced == at::kBFloat16 ? 1.0 : 0.0,
-                                  other && forced == at::kFloat ? 1.0 : 0.0});
-    const at::ScalarType agreed = sums[0] > 0.5 ? at::kBFloat16 : at::kFloat;
-    if (other) set_cpu_matmul(CpuMatmul{agreed, CpuMatmulSource::rank0, {}});
-    const double overruled = agreed == at::kBFloat16 ? sums[2] : sums[1];
-    if (!other && overruled > 0.5)
-      log::warn("SEGTRAIN_CPU_MATMUL=", agreed == at::kBFloat16 ? "fp32" : "bf16", " on ",
-                static_cast<int64_t>(overruled), " of the other ", dist_.world_size - 1,
-                " ranks: every rank computes its matmuls in ", cpu_matmul_name(agreed),
-                " as rank 0 does (a run's ranks compute alike)");
-  }
-  state_.cpu_matmul = cpu_matmul_name(cpu_matmul().dtype);
-}
-
 // The loader from the run's cursor, the step plan, the schedule and cadence; config.yaml resolved.
 void Trainer::plan_steps() {
   data::LoaderOptions loader_options;
