@@ -131,7 +131,12 @@ DocumentTokenizer trained_tokenizer(const PrepareOptions& o, const std::function
   // (its own default) makes the tokenizer, and so the store, the same whatever --threads or the cores.
   t.threads = kTokenizerTrainingThreads;
   log::info("prepare: training a ", o.model_type, " sentencepiece model with ", t.vocab_size, " pieces");
-  auto sp = std::make_shared<Tokenizer>(Tokenizer::train(next, t));
+  std::shared_ptr<Tokenizer> sp;
+  {
+    // sentencepiece trains without asking whether to stop, and nothing is written yet: a stop ends it.
+    const ExitAtOnceOnSignal stop_ends_training;
+    sp = std::make_shared<Tokenizer>(Tokenizer::train(next, t));
+  }
   if (sp->vocab_size() < t.vocab_size)
     log::warn("prepare: --vocab-size ", t.vocab_size, " asked, but this corpus yields ", sp->vocab_size(),
               " pieces (sentencepiece found no more); the store's vocabulary is ", sp->vocab_size());

@@ -141,7 +141,7 @@ int run_cli(int argc, char** argv) {
     return 2;
   }
 
-  install_signal_handlers(chosen.on_signal);
+  install_signal_handlers(chosen.on_signal, chosen.name);
   try {
     return chosen.run ? chosen.run() : 2;
   } catch (const InputError& err) {
