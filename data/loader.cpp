@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -135,6 +136,14 @@ std::size_t Loader::source_of(int64_t g) const {
     last = i;  // rounding left u past the last sum: the last weighted source
   }
   return last;
+}
+
+Loader::StreamSample Loader::stream_sample(int64_t g) const {
+  if (options_.world_size * options_.micro_batch_size != 1)
+    throw std::logic_error("Loader::stream_sample needs one sample a step on one rank");
+  const Draw d = plan(g).draws.front();
+  const int64_t n = streams_[static_cast<size_t>(d.source)]->samples_per_epoch();
+  return {sample(d.sample / n, d.sample % n, static_cast<size_t>(d.source)), static_cast<size_t>(d.source)};
 }
 
 Loader::StepPlan Loader::plan(int64_t step) const {

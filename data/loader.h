@@ -130,10 +130,17 @@ class Loader {
   Sample sample(int64_t epoch, int64_t index, std::size_t source = 0) const;
   // The window that `index` of `epoch` of source 0 reads.
   int64_t window_of(int64_t epoch, int64_t index) const { return streams_[0]->window_of(epoch, index); }
-  // The source global sample `g` of the stream comes from.
-  std::size_t source_of(int64_t g) const;
+  // Global sample g of the stream and its source, for a loader of one sample a step on one rank
+  // (segtrain sample), asked for in order g = 0, 1, ...: the step plan's draw, as training takes it.
+  struct StreamSample {
+    Sample sample;
+    std::size_t source = 0;
+  };
+  StreamSample stream_sample(int64_t g) const;
 
  private:
+  // The source global sample `g` of the stream comes from.
+  std::size_t source_of(int64_t g) const;
   // One sample of a step: its source and that source's sample number.
   struct Draw {
     int32_t source = 0;

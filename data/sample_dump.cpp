@@ -42,12 +42,9 @@ void write_sample_dump(const std::vector<LoaderSource>& sources, const DataConfi
   for (const auto& stream : loader.streams())
     log::info("sample: ", config.mixture.empty() ? "" : stream->setting().name + ": ", split, " split: ",
               describe(stream->windows().stats, stream->setting().data.extended_length));
-  // Sample i of the stream is the next of the source it draws (data/loader.h): counted in order.
-  std::vector<int64_t> drawn(loader.streams().size(), 0);
+  // Lines in the stream's order: each the step plan's next draw (data/loader.h).
   auto line_of = [&](int64_t i) {
-    const std::size_t source = loader.source_of(i);
-    const int64_t n = loader.streams()[source]->samples_per_epoch(), k = drawn[source]++;
-    const Sample s = loader.sample(k / n, k % n, source);
+    const auto [s, source] = loader.stream_sample(i);
     nlohmann::ordered_json line = {{"doc", s.doc},         {"window_start", s.window_start},
                                    {"tokens", s.tokens},   {"offsets", s.offsets},
                                    {"positions", s.positions}, {"targets", s.targets},
