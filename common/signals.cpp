@@ -61,6 +61,8 @@ ExitAtOnceOnSignal::ExitAtOnceOnSignal() {
   struct sigaction action {};
   action.sa_handler = on_exit_with_line;
   sigemptyset(&action.sa_mask);
+  sigaddset(&action.sa_mask, SIGINT);  // one line, whichever signal came first
+  sigaddset(&action.sa_mask, SIGTERM);
   sigaction(SIGINT, &action, &previous_interrupt_);
   sigaction(SIGTERM, &action, &previous_terminate_);
   // A stop noted before the handler above took over is ended as any other.

@@ -161,6 +161,7 @@ Loader::StepPlan Loader::plan(int64_t step) const {
     plans_.emplace(planned_, std::move(p));
   }
   auto it = plans_.find(step);
+  if (it == plans_.end()) throw std::logic_error("Loader::plan: step " + std::to_string(step) + " was taken before");
   StepPlan p = std::move(it->second);
   plans_.erase(it);
   return p;

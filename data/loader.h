@@ -130,8 +130,9 @@ class Loader {
   Sample sample(int64_t epoch, int64_t index, std::size_t source = 0) const;
   // The window that `index` of `epoch` of source 0 reads.
   int64_t window_of(int64_t epoch, int64_t index) const { return streams_[0]->window_of(epoch, index); }
-  // Global sample g of the stream and its source, for a loader of one sample a step on one rank
-  // (segtrain sample), asked for in order g = 0, 1, ...: the step plan's draw, as training takes it.
+  // Sample g of the stream from the loader's start cursor, and its source, for a loader of one
+  // sample a step on one rank (segtrain sample), asked for in order g = 0, 1, ... each once: the
+  // step plan's draw, as training takes it.
   struct StreamSample {
     Sample sample;
     std::size_t source = 0;

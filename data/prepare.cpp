@@ -134,7 +134,8 @@ DocumentTokenizer trained_tokenizer(const PrepareOptions& o, const std::function
   std::shared_ptr<Tokenizer> sp;
   {
     // sentencepiece trains without asking whether to stop, and nothing is written yet: a stop ends it.
-    const ExitAtOnceOnSignal stop_ends_training;
+    std::optional<ExitAtOnceOnSignal> stop_ends_training;
+    if (o.stop_exits_tokenizer_training) stop_ends_training.emplace();
     sp = std::make_shared<Tokenizer>(Tokenizer::train(next, t));
   }
   if (sp->vocab_size() < t.vocab_size)

@@ -27,6 +27,9 @@ struct PrepareOptions {
   double valid_fraction = 0.05;
   int64_t seed = 1234;              // seeds the train/valid split and tokenizer training
   int64_t threads = 0;              // encoding threads; 0: all cores
+  // A stop while sentencepiece trains the tokenizer (it never asks) exits the process at once:
+  // `segtrain prepare`, which has nothing else to save; an experiment grid stops after the store.
+  bool stop_exits_tokenizer_training = false;
 };
 
 // Writes the store at options.out (train/valid .bin+.idx, tokenizer.model,

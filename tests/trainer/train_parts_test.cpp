@@ -350,7 +350,7 @@ TEST(TrainStep, AMixturesLossIsEachSourcesRowsLossAndSumsToTheWhole) {
   };
   const MicroBatch m = to_tensors(mixed, torch::kCPU), whole = rows_of({0, 1, 2});
   EXPECT_EQ(m.source_loss_tokens, (std::vector<int64_t>{9, 18}));
-  EXPECT_FALSE(whole.sample_sources.defined()) << "a single store's micro-batch has no split";
+  EXPECT_FALSE(whole.source_one_hot.defined()) << "a single store's micro-batch has no split";
   EXPECT_TRUE(whole.source_loss_tokens.empty());
   struct Pass {
     MicroBatchLoss loss;

@@ -28,6 +28,7 @@ void add_prepare(CLI::App& app, Chosen& chosen) {
   p->add_option("--threads", o->threads, "Encoding threads; 0: all cores")->check(integer_at_least(0));
   // A stop leaves any store already in --out as it was, and no temporary file (write_store).
   choose_on(p, chosen, "prepare", OnSignal::stop_at_checkpoint, [o] {
+    o->stop_exits_tokenizer_training = true;
     data::prepare_store(*o);
     return 0;
   });

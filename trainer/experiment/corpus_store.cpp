@@ -101,7 +101,8 @@ void ensure_store(const ExperimentConfig& x, const CorpusSpec& corpus, const Loa
   }
   // The corpus text and the store are built beside their places and renamed in
   // (AtomicDir); what a killed build leaves is a .tmp- sibling, removed here. A
-  // stop requested meanwhile takes effect once the store is in place.
+  // stop requested meanwhile takes effect once the store is in place (sentencepiece's
+  // training included: data::PrepareOptions::stop_exits_tokenizer_training stays off).
   fs::create_directories(dir);
   std::vector<fs::path> leftovers;
   for (const auto& entry : fs::directory_iterator(dir))

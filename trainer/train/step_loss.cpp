@@ -30,12 +30,14 @@ MicroBatch to_tensors(const data::Batch& b, const c10::Device& device) {
     const at::Tensor row_tokens = mask.sum(1);  // host tensors: no device read
     const auto counts = row_tokens.accessor<int64_t, 1>();
     m.source_loss_tokens.assign(sources, 0);
-    std::vector<int64_t> sample_sources;
+    at::Tensor one_hot = at::zeros({b.batch_size, static_cast<int64_t>(sources)}, at::kFloat);
+    auto cell = one_hot.accessor<float, 2>();
     for (int64_t r = 0; r < b.batch_size; ++r) {
-      sample_sources.push_back(b.sources[static_cast<size_t>(r)]);
-      m.source_loss_tokens[static_cast<size_t>(sample_sources.back())] += counts[r];
+      const int32_t source = b.sources[static_cast<size_t>(r)];
+      cell[r][source] = 1.0F;
+      m.source_loss_tokens[static_cast<size_t>(source)] += counts[r];
     }
-    m.sample_sources = to_device(at::tensor(sample_sources, at::kLong), device);
+    m.source_one_hot = to_device(one_hot, device);
   }
   return m;
 }
@@ -47,17 +49,17 @@ at::Tensor summed_loss(const at::Tensor& logits, const at::Tensor& targets) {
 
 namespace {
 
-// Each source's part of a mixture's loss: its samples' token losses, added up.
+// Each source's part of a mixture's loss: its samples' token losses, added up (a product with the
+// one-hot rows, not index_add_, whose atomic adds on CUDA vary in the last bits from run to run).
 at::Tensor by_source(const MicroBatch& m, const at::Tensor& token_nll) {
-  const auto sources = static_cast<int64_t>(m.source_loss_tokens.size());
-  return at::zeros({sources}, token_nll.options()).index_add_(0, m.sample_sources, token_nll.sum(1));
+  return (m.source_one_hot * token_nll.sum(1).unsqueeze(1)).sum(0);
 }
 
 }  // namespace
 
 MicroBatchLoss micro_batch_loss(models::TransformerLM& model, const MicroBatch& m,
                                 std::optional<int64_t> loss_chunk_tokens) {
-  const bool mixture = m.sample_sources.defined();
+  const bool mixture = m.source_one_hot.defined();
   if (loss_chunk_tokens == 0) {
     const at::Tensor logits = model->forward(m.tokens, m.positions, m.bounds);
     if (!mixture) return {summed_loss(logits, m.targets), {}};

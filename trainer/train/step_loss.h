@@ -19,9 +19,9 @@ struct MicroBatch {
   int64_t loss_tokens = 0;
   models::PositionBounds bounds;  // of positions, read from the host batch: the forward never syncs
   // A mixture of several sources (data.mixture): each source's loss tokens here, and each sample's
-  // source ([B] int64 on the device). Empty and undefined for a single store.
+  // source as a one-hot row ([B, sources] fp32 on the device). Empty and undefined for a single store.
   std::vector<int64_t> source_loss_tokens;
-  at::Tensor sample_sources;
+  at::Tensor source_one_hot;
 };
 
 MicroBatch to_tensors(const data::Batch& batch, const c10::Device& device);

@@ -116,7 +116,7 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
       m.positions = m.positions.clone();
       m.targets = m.targets.clone();
       // A captured step sums a mixture's loss whole (the split is the ordinary step's).
-      m.sample_sources = at::Tensor();
+      m.source_one_hot = at::Tensor();
       m.source_loss_tokens.clear();
     }
     static_loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));

@@ -28,7 +28,8 @@ void Trainer::settle_cpu_matmul() {
     forced = forced_cpu_matmul();
     if (dist_.rank != 0) return;
     if (forced) set_cpu_matmul(CpuMatmul{*forced, CpuMatmulSource::environment, {}});
-    else if (!recorded.empty()) set_cpu_matmul(CpuMatmul{*cpu_matmul_dtype(recorded), CpuMatmulSource::resumed, {}});
+    else if (const auto resumed = cpu_matmul_dtype(recorded))  // state_from_json took only bf16 or fp32
+      set_cpu_matmul(CpuMatmul{*resumed, CpuMatmulSource::resumed, {}});
     chosen = cpu_matmul(/*log_choice=*/false).dtype;
   });
   if (dist_.rank == 0 && forced && !recorded.empty() && cpu_matmul_name(*forced) != recorded)
