@@ -327,6 +327,29 @@ TEST(PrepareInputs, MegatronDatasetsAreAcceptedAndResplitByDocument) {
   EXPECT_NE(r.err.find("outside the vocabulary"), std::string::npos) << r.err;
 }
 
+// `args` (a command line run through env) in a child whose stderr goes to `log`.
+pid_t start_logging_to(const fs::path& log, const std::vector<std::string>& args) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    if (!freopen(log.c_str(), "w", stderr)) _exit(126);
+    execvp("env", argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Whether `text` appears in `log` within a minute.
+bool logged_within_a_minute(const fs::path& log, const std::string& text) {
+  for (int i = 0; i < 12000; ++i) {
+    if (test::read_file(log).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 // SIGINT while prepare writes a store over another: exit 130, the earlier store as it was, byte
 // for byte, and nothing else in the folder (no temporary split, no new tokenizer).
 TEST(PrepareInputs, AStopLeavesTheStoreInOutAsItWasAndNoTemporaryFile) {
@@ -352,20 +375,8 @@ TEST(PrepareInputs, AStopLeavesTheStoreInOutAsItWasAndNoTemporaryFile) {
   const std::vector<std::string> args = {"env", "SEGTRAIN_PROGRESS_SECONDS=0", kBin, "prepare", "--input",
                                          dir / "corpus.jsonl", "--out", dir / "store", "--tokenizer",
                                          dir / "tokenizer.model", "--valid-fraction", "0.5", "--threads", "1"};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    if (!freopen(log.c_str(), "w", stderr)) _exit(126);
-    execvp("env", argv.data());
-    _exit(127);
-  }
-  bool encoding = false;
-  for (int i = 0; i < 12000 && !encoding; ++i) {
-    encoding = test::read_file(log).find("prepare: encoding: ") != std::string::npos;
-    if (!encoding) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const pid_t pid = start_logging_to(log, args);
+  const bool encoding = logged_within_a_minute(log, "prepare: encoding: ");
   kill(pid, SIGINT);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -399,20 +410,8 @@ TEST(PrepareInputs, AStopWhileSentencepieceTrainsEndsPrepareAtOnce) {
   const std::vector<std::string> args = {"env", "SEGTRAIN_PROGRESS_SECONDS=0", kBin, "prepare", "--input",
                                          dir / "corpus.jsonl", "--out", dir / "store", "--vocab-size",
                                          std::to_string(kSlowTrainingVocabulary)};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    if (!freopen(log.c_str(), "w", stderr)) _exit(126);
-    execvp("env", argv.data());
-    _exit(127);
-  }
-  bool training = false;
-  for (int i = 0; i < 12000 && !training; ++i) {
-    training = test::read_file(log).find("sentencepiece model with") != std::string::npos;
-    if (!training) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const pid_t pid = start_logging_to(log, args);
+  const bool training = logged_within_a_minute(log, "sentencepiece model with");
   std::this_thread::sleep_for(std::chrono::seconds(2));  // its reading done, sentencepiece computing
   kill(pid, SIGINT);
   // Not a speed figure: a process still training half a minute after the stop did not stop.
