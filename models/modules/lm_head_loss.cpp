@@ -125,11 +125,14 @@ struct LmHeadLossFunction : torch::autograd::Function<LmHeadLossFunction> {
     ctx->saved_data["hidden_dtype"] = static_cast<int64_t>(hidden.scalar_type());
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     ctx->mark_non_differentiable({s.nll});
+    // The token losses take no gradient: without this, autograd would fill a zero [N] one for them.
+    ctx->set_materialize_grads(false);
     return {s.nll.sum(), s.nll};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const at::Tensor& g = grad_outputs[0];
+    if (!g.defined()) return variable_list(6);  // nothing reached the sum (grads not materialised)
     // The saved gradients go with this backward (they are as large as W): a second
     // backward through the same graph has nothing left to scale.
     auto take = [&](const char* name, const char* dtype) -> at::Tensor {

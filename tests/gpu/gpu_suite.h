@@ -1,8 +1,8 @@
 #pragma once
 // The GPU suite, one binary (gpu_test) of a file a concept: one_step_test.cpp (an optimizer step of
 // each architecture on the device against the CPU), fused_kernels_test.cpp (the project's CUDA kernels
-// against ATen's composites), long_attention_test.cpp, device_run_test.cpp (whole runs of the binary)
-// and two_ranks_test.cpp. ctest label `gpu`; `make gpu-check` runs it. Every test needs the device under
+// against ATen's composites), long_attention_test.cpp, device_run_test.cpp (whole runs of the binary),
+// captured_step_test.cpp (SEGTRAIN_CUDA_GRAPH's runs against the ordinary step's) and two_ranks_test.cpp. ctest label `gpu`; `make gpu-check` runs it. Every test needs the device under
 // test, SEGTRAIN_GPU_TEST_DEVICE (default cuda); without a visible CUDA device each test reports itself
 // SKIPPED, which ctest shows as "Skipped", never as passed. With SEGTRAIN_GPU_TEST_DEVICE=cpu the same
 // tests run on the CPU (ctest `gpu_suite_on_cpu`, in `make test`): that proves the tests themselves work

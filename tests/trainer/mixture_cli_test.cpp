@@ -1,7 +1,7 @@
 // data.mixture through the binary, as a user runs it: long-document windows cut by chunk
 // mixed with short documents at their own positions; the run resumes exactly, counts each
-// source's tokens in metrics.jsonl and trainer_state.json and each step's loss on each source, `segtrain sample` shows the mixed
-// stream, and a store of another tokenizer or a source without a window is refused (exit 2).
+// source's tokens in metrics.jsonl and trainer_state.json and each step's loss on each source (also
+// through the captured step's static tensors), `segtrain sample` shows the mixed stream, and a store of another tokenizer or a source without a window is refused (exit 2).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -157,6 +157,37 @@ TEST_F(MixtureCli, TwoRanksSplitTheLossBySourceAsOneRank) {
       if (!x.is_null()) EXPECT_NEAR(x.get<double>(), y.get<double>(), 1e-5) << "step " << i + 1 << " " << name;
     }
   }
+}
+
+// SEGTRAIN_CUDA_GRAPH=static (the step a CUDA graph captures, run without capturing it: micro-batches
+// copied into tensors that stay, the loss summed into ones that stay) splits a mixture's loss by source
+// as the ordinary step does: every logged line and the final weights equal, with two micro-batches a step
+// and evaluations between, which drop the static tensors and make them again.
+TEST_F(MixtureCli, TheCapturedStepSplitsTheLossBySourceAsTheOrdinaryStep) {
+  for (const std::string mode : {"0", "static"}) {
+    std::vector<std::string> args = {"SEGTRAIN_CUDA_GRAPH=" + mode, kBin};
+    for (const std::string& a : train_args("graph-" + mode, *dir_ / "short")) args.push_back(a);
+    for (const std::string a : {"--set", "train.micro_batch_size=2", "--set", "train.grad_accum=2", "--set",
+                                "train.eval_every=5"})
+      args.push_back(a);
+    auto r = run("env", args, 600);
+    ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.err;
+  }
+  auto rows = [](const std::string& run) {
+    std::vector<json> out;
+    std::istringstream lines(test::read_file(fs::path(run) / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      json row = json::parse(line);
+      out.push_back({row["step"], row["loss"], row["source_loss"], row["source_loss_tokens"]});
+    }
+    return out;
+  };
+  const auto ordinary = rows(run_dir("graph-0")), captured = rows(run_dir("graph-static"));
+  ASSERT_FALSE(ordinary.empty());
+  EXPECT_TRUE(ordinary.front()[2].is_object()) << ordinary.front().dump();
+  EXPECT_EQ(captured, ordinary);
+  EXPECT_TRUE(test::read_file(run_dir("graph-static") + "/final/model.safetensors") ==
+              test::read_file(run_dir("graph-0") + "/final/model.safetensors"));
 }
 
 TEST_F(MixtureCli, SampleShowsTheMixedStream) {

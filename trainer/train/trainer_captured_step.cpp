@@ -1,7 +1,8 @@
 // The captured step (SEGTRAIN_CUDA_GRAPH, trainer/runtime/cuda_graph.h): forward_backward's
 // device work and the update replayed as two CUDA graphs, the step's host read between them.
 // Each step's micro-batches are copied into tensors that stay (static_micro_), the loss summed
-// into one that stays (static_loss_sum_), gradients stay allocated (Optimizer::keep_gradients);
+// into one that stays (static_loss_sum_; a mixture's by source into static_source_loss_sums_, through
+// the micro-batches' one-hot rows, which stay too), gradients stay allocated (Optimizer::keep_gradients);
 // the learning rate and clipping factor reach the update graph through device scalars
 // (FusedStepScalars), and a skipped step's gradients are zeroed outside it.
 #include <string>
@@ -27,10 +28,15 @@ constexpr int64_t kGraphRewarmSteps = 1;
 std::string changed_shape(const std::vector<MicroBatch>& fixed, const std::vector<MicroBatch>& fresh) {
   if (fresh.size() != fixed.size())
     return "a step of " + std::to_string(fresh.size()) + " micro-batches after steps of " + std::to_string(fixed.size());
-  for (size_t k = 0; k < fresh.size(); ++k)
+  for (size_t k = 0; k < fresh.size(); ++k) {
     if (fixed[k].tokens.sizes() != fresh[k].tokens.sizes())
       return "micro-batch " + std::to_string(k) + " of this step is " + c10::str(fresh[k].tokens.sizes()) +
              " where the captured step's is " + c10::str(fixed[k].tokens.sizes()) + "; a captured step needs one shape";
+    if (fixed[k].source_loss_tokens.size() != fresh[k].source_loss_tokens.size())  // a run's sources stay
+      return "micro-batch " + std::to_string(k) + " of this step counts " +
+             std::to_string(fresh[k].source_loss_tokens.size()) + " sources where the captured step's counted " +
+             std::to_string(fixed[k].source_loss_tokens.size());
+  }
   return "";
 }
 
@@ -39,7 +45,9 @@ void copy_micro_batch(MicroBatch& fixed, const MicroBatch& fresh) {
   fixed.tokens.copy_(fresh.tokens, /*non_blocking=*/true);
   fixed.positions.copy_(fresh.positions, /*non_blocking=*/true);
   fixed.targets.copy_(fresh.targets, /*non_blocking=*/true);
+  if (fixed.source_one_hot.defined()) fixed.source_one_hot.copy_(fresh.source_one_hot, /*non_blocking=*/true);
   fixed.loss_tokens = fresh.loss_tokens;
+  fixed.source_loss_tokens = fresh.source_loss_tokens;
   fixed.bounds = fresh.bounds;
 }
 
@@ -85,6 +93,7 @@ void Trainer::release_cuda_graphs() {
   graphed_update_.reset();
   static_micro_.clear();
   static_loss_sum_ = at::Tensor();
+  static_source_loss_sums_ = at::Tensor();
   release_cached_memory(device_);  // the pools' blocks back to the device (cudaFree waits for the replays)
 }
 
@@ -104,7 +113,7 @@ void Trainer::leave_cuda_graphs(const std::string& why) {
   release_cuda_graphs();
 }
 
-at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& micro) {
+void Trainer::forward_backward_captured(const std::vector<MicroBatch>& micro, LocalTotals& local) {
   const bool first = !graphed_forward_backward_;
   if (first) {
     const int64_t warmup = graphs_captured_ ? kGraphRewarmSteps : kGraphWarmupSteps;
@@ -115,18 +124,19 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
       m.tokens = m.tokens.clone();
       m.positions = m.positions.clone();
       m.targets = m.targets.clone();
-      // A captured step sums a mixture's loss whole (the split is the ordinary step's).
-      m.source_one_hot = at::Tensor();
-      m.source_loss_tokens.clear();
+      if (m.source_one_hot.defined()) m.source_one_hot = m.source_one_hot.clone();
     }
-    static_loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+    const auto options = at::TensorOptions().dtype(at::kDouble).device(device_);
+    static_loss_sum_ = at::zeros({}, options);
+    static_source_loss_sums_ = local.source_loss_tokens.empty()
+                                   ? at::Tensor()
+                                   : at::zeros({static_cast<int64_t>(local.source_loss_tokens.size())}, options);
   } else {
     if (const std::string changed = changed_shape(static_micro_, micro); !changed.empty()) {
       if (!graph_automatic_) throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: " + changed);
       leave_cuda_graphs(changed);
-      at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
-      run_micro_batches(micro, loss_sum);
-      return loss_sum;
+      run_micro_batches_into(micro, local);
+      return;
     }
     for (size_t k = 0; k < micro.size(); ++k) {
       model_->check_positions(micro[k].bounds);  // the forward's own check, which a replay skips
@@ -138,8 +148,12 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
     waiting_for_saves([&] { checkpoints_->wait_for_copy(); });
   (*graphed_forward_backward_)([&] {
     static_loss_sum_.zero_();
-    run_micro_batches(static_micro_, static_loss_sum_);
+    if (static_source_loss_sums_.defined()) static_source_loss_sums_.zero_();
+    run_micro_batches(static_micro_, static_loss_sum_,
+                      static_source_loss_sums_.defined() ? &static_source_loss_sums_ : nullptr);
   });
+  local.loss_sum = static_loss_sum_;
+  local.source_loss_sums = static_source_loss_sums_;
   // After the first backward (an eager warm-up): every gradient stays from now on, and a parameter
   // that took none would be updated every step with a zero one, where the ordinary step skips it.
   if (first) {
@@ -150,9 +164,8 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
       if (!graph_automatic_)
         throw std::runtime_error("SEGTRAIN_CUDA_GRAPH: " + why +
                                  ": freeze them (train.freeze) or train without SEGTRAIN_CUDA_GRAPH");
-      const at::Tensor loss_sum = static_loss_sum_;  // this step ran eagerly: its sum is whole
-      leave_cuda_graphs(why);
-      return loss_sum;
+      leave_cuda_graphs(why);  // local keeps this step's sums: it ran eagerly, they are whole
+      return;
     }
     optimizer_->keep_gradients();
   }
@@ -162,7 +175,6 @@ at::Tensor Trainer::forward_backward_captured(const std::vector<MicroBatch>& mic
     else
       log::info("step ", state_.step + 1, ": forward and backward captured as a CUDA graph, replayed from now on");
   }
-  return static_loss_sum_;
 }
 
 bool Trainer::update_parameters(double lr, double grad_factor) {

@@ -63,14 +63,15 @@ struct StepResult {
   std::vector<int64_t> source_loss_tokens;
 };
 
-// What this rank's micro-batches of a step gave, before any reduction over ranks.
+// What this rank's micro-batches of a step gave, before any reduction over ranks. A captured step's
+// sums are its tensors that stay, overwritten by the next replay: read them (reduce_totals) before.
 struct LocalTotals {
   at::Tensor loss_sum;        // fp64 scalar on the device: the summed cross-entropy
   int64_t loss_tokens = 0;    // counted on the host batches
   data::StreamCursor cursor_after;  // where the data continues after the step's last batch
   std::vector<int64_t> source_samples;  // per source: the step's samples over all ranks
-  // A mixture of several sources: each one's summed loss (fp64 on the device; undefined for a
-  // captured step, whose shapes cannot follow the sources) and loss tokens on this rank.
+  // A mixture of several sources: each one's summed loss (fp64 on the device) and loss tokens
+  // on this rank.
   at::Tensor source_loss_sums;
   std::vector<int64_t> source_loss_tokens;
 };
@@ -122,11 +123,14 @@ class Trainer {
   // into loss_sum (what a CUDA graph captures: trainer_captured_step.cpp).
   void run_micro_batches(const std::vector<MicroBatch>& micro, at::Tensor& loss_sum,
                          at::Tensor* source_loss_sums = nullptr);
+  // The same into fresh sums of local's (a mixture's by source where local counts sources' tokens).
+  void run_micro_batches_into(const std::vector<MicroBatch>& micro, LocalTotals& local);
   // SEGTRAIN_CUDA_GRAPH (trainer/runtime/cuda_graph.h): why this run cannot take the captured
   // step ("" when it can), the plan line's words, the step's halves through their graphs.
   std::string cuda_graph_refusal() const;
   std::string describe_cuda_graph() const;
-  at::Tensor forward_backward_captured(const std::vector<MicroBatch>& micro);
+  // Sets local's loss sum (and a mixture's sums by source): the captured step's tensors that stay.
+  void forward_backward_captured(const std::vector<MicroBatch>& micro, LocalTotals& local);
   // The graphs and their memory pools dropped; the next step captures them again (after
   // kGraphRewarmSteps eager ones once they were captured). For an evaluation the kept gradients
   // are dropped too, so that it has the memory the ordinary step would leave it.
@@ -181,14 +185,14 @@ class Trainer {
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<Optimizer> optimizer_;
   // SEGTRAIN_CUDA_GRAPH: the step's two halves as graphs, the micro-batches' tensors they read
-  // and the loss sum they write.
+  // and the loss sums they write (the whole, and a mixture's by source).
   CudaGraphMode graph_mode_ = CudaGraphMode::off;
   bool graph_automatic_ = false;    // SEGTRAIN_CUDA_GRAPH=auto: falls back rather than stopping
   std::string graphs_off_because_;  // auto: why this run trains the ordinary step
   bool graphs_captured_ = false;    // both halves were captured once: a capture after an evaluation warms up less
   std::unique_ptr<GraphedCall> graphed_forward_backward_, graphed_update_;
   std::vector<MicroBatch> static_micro_;
-  at::Tensor static_loss_sum_;
+  at::Tensor static_loss_sum_, static_source_loss_sums_;
   std::vector<std::unique_ptr<CheckpointPart>> checkpoint_parts_;  // what a checkpoint is made of
   OptimizerPart* optimizer_part_ = nullptr;                        // one of them: says whether a resume had its state
   TrainerState state_;

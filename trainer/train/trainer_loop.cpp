@@ -95,17 +95,18 @@ LocalTotals Trainer::forward_backward() {
     local.source_loss_tokens.resize(tokens.size());
     for (size_t i = 0; i < tokens.size(); ++i) local.source_loss_tokens[i] += tokens[i];
   }
-  const auto options = at::TensorOptions().dtype(at::kDouble).device(device_);
-  if (graph_mode_ != CudaGraphMode::off) {
-    local.loss_sum = forward_backward_captured(micro);
-    local.source_loss_tokens.clear();
-    return local;
-  }
-  local.loss_sum = at::zeros({}, options);
-  if (!local.source_loss_tokens.empty())
-    local.source_loss_sums = at::zeros({static_cast<int64_t>(local.source_loss_tokens.size())}, options);
-  run_micro_batches(micro, local.loss_sum, local.source_loss_sums.defined() ? &local.source_loss_sums : nullptr);
+  if (graph_mode_ != CudaGraphMode::off) forward_backward_captured(micro, local);
+  else run_micro_batches_into(micro, local);
   return local;
+}
+
+void Trainer::run_micro_batches_into(const std::vector<MicroBatch>& micro, LocalTotals& local) {
+  const auto options = at::TensorOptions().dtype(at::kDouble).device(device_);
+  local.loss_sum = at::zeros({}, options);
+  local.source_loss_sums = local.source_loss_tokens.empty()
+                               ? at::Tensor()
+                               : at::zeros({static_cast<int64_t>(local.source_loss_tokens.size())}, options);
+  run_micro_batches(micro, local.loss_sum, local.source_loss_sums.defined() ? &local.source_loss_sums : nullptr);
 }
 
 void Trainer::run_micro_batches(const std::vector<MicroBatch>& micro, at::Tensor& loss_sum,
